@@ -1,0 +1,65 @@
+// Error handling for bugs and misuse (DESIGN.md section 4): GOSSAMER_ENFORCE* throw
+// gossamer::Error carrying file:line, the failed condition and the values involved.
+// I/O failures inside net/ are std::error_code values instead, never these macros.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+#include <fmt/format.h>
+#include <fmt/ostream.h>
+
+namespace gossamer {
+
+// The one exception type of the engine. what() is a complete, user-readable message.
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+namespace detail {
+[[noreturn]] void throwEnforce(const char* file, int line, const char* condition,
+                               const std::string& message);
+
+template <typename... Args>
+std::string formatMessage(fmt::format_string<Args...> format, Args&&... args) {
+  return fmt::format(format, std::forward<Args>(args)...);
+}
+inline std::string formatMessage() { return {}; }
+}  // namespace detail
+
+}  // namespace gossamer
+
+// GOSSAMER_ENFORCE(cond, "fmt {}", args...): throws gossamer::Error when cond is false.
+#define GOSSAMER_ENFORCE(cond, ...)                                                         \
+  do {                                                                                      \
+    if (!(cond)) [[unlikely]] {                                                             \
+      ::gossamer::detail::throwEnforce(__FILE__, __LINE__, #cond,                           \
+                                       ::gossamer::detail::formatMessage(__VA_ARGS__));     \
+    }                                                                                       \
+  } while (0)
+
+// GOSSAMER_THROW("fmt {}", args...): unconditional error with the same formatting.
+#define GOSSAMER_THROW(...)                                                                 \
+  ::gossamer::detail::throwEnforce(__FILE__, __LINE__, nullptr,                             \
+                                   ::gossamer::detail::formatMessage(__VA_ARGS__))
+
+#define GOSSAMER_ENFORCE_OP_(a, b, op, ...)                                                 \
+  do {                                                                                      \
+    const auto& gossamer_a_ = (a);                                                         \
+    const auto& gossamer_b_ = (b);                                                         \
+    if (!(gossamer_a_ op gossamer_b_)) [[unlikely]] {                                       \
+      ::gossamer::detail::throwEnforce(                                                     \
+          __FILE__, __LINE__, #a " " #op " " #b,                                            \
+          fmt::format("({} vs {}) {}", gossamer_a_, gossamer_b_,                            \
+                      ::gossamer::detail::formatMessage(__VA_ARGS__)));                     \
+    }                                                                                       \
+  } while (0)
+
+// Comparison forms print both values: GOSSAMER_ENFORCE_EQ(a.size(), b.size(), "shapes").
+#define GOSSAMER_ENFORCE_EQ(a, b, ...) GOSSAMER_ENFORCE_OP_(a, b, ==, __VA_ARGS__)
+#define GOSSAMER_ENFORCE_NE(a, b, ...) GOSSAMER_ENFORCE_OP_(a, b, !=, __VA_ARGS__)
+#define GOSSAMER_ENFORCE_LT(a, b, ...) GOSSAMER_ENFORCE_OP_(a, b, <, __VA_ARGS__)
+#define GOSSAMER_ENFORCE_LE(a, b, ...) GOSSAMER_ENFORCE_OP_(a, b, <=, __VA_ARGS__)
+#define GOSSAMER_ENFORCE_GT(a, b, ...) GOSSAMER_ENFORCE_OP_(a, b, >, __VA_ARGS__)
+#define GOSSAMER_ENFORCE_GE(a, b, ...) GOSSAMER_ENFORCE_OP_(a, b, >=, __VA_ARGS__)

@@ -1,0 +1,207 @@
+// kernels::Compute: the only math an algorithm or model may call (DESIGN.md section 3).
+//
+// Every operation works on flat float32 (or int32 label) buffers that live in the memory of the
+// Compute's device: host memory for the CPU backend, device memory for CUDA. Spans passed in
+// must come from this Compute's `allocate` (or, for the CPU backend, any host memory).
+//
+// Threading: one Compute belongs to one thread (a peer's compute thread). Operations are
+// enqueued in order on the backend's stream; the CPU backend runs them synchronously. Functions
+// that return a host value (dot, norm2, softmaxCrossEntropy, countCorrect) wait for the result.
+// Errors: shape mismatches and misuse throw gossamer::Error (GOSSAMER_ENFORCE); backend failures
+// (a CUDA error) throw gossamer::Error with the backend's message.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <span>
+#include <string>
+#include <utility>
+
+#include "engine/base/enforce.h"
+
+namespace gossamer::kernels {
+
+enum class Device { kCpu, kCuda };
+
+const char* deviceName(Device device);
+
+class Compute;
+
+// Owning, move-only buffer of `T` in a Compute's memory. Freed through the Compute that made it,
+// which must outlive the buffer.
+template <typename T>
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(Compute* owner, T* data, std::size_t size) : owner_(owner), data_(data), size_(size) {}
+  Buffer(Buffer&& other) noexcept { *this = std::move(other); }
+  Buffer& operator=(Buffer&& other) noexcept;
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  ~Buffer() { reset(); }
+
+  T* data() { return data_; }
+  const T* data() const { return data_; }
+  std::size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  std::span<T> span() { return {data_, size_}; }
+  std::span<const T> span() const { return {data_, size_}; }
+  operator std::span<T>() { return span(); }
+  operator std::span<const T>() const { return span(); }
+  void reset();
+
+ private:
+  Compute* owner_ = nullptr;
+  T* data_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+// One term of a weighted sum: weight * input.
+struct WeightedInput {
+  float weight;
+  std::span<const float> input;
+};
+
+// Hyper-parameters of the local optimizer steps. `weightDecay` adds weightDecay * w to the
+// gradient before the update (L2 regularisation, as in PyTorch's SGD and Adam).
+struct SgdHyper {
+  float lr = 0.01f;
+  float weightDecay = 0.0f;
+};
+struct MomentumHyper {
+  float lr = 0.01f;
+  float momentum = 0.9f;
+  bool nesterov = false;
+  float weightDecay = 0.0f;
+};
+struct AdamHyper {
+  float lr = 1e-3f;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float epsilon = 1e-8f;
+  float weightDecay = 0.0f;
+};
+
+// Row-major matrix operand for gemm: `rows x cols` as stored, optionally transposed in use.
+enum class Transpose { kNo, kYes };
+
+class Compute {
+ public:
+  virtual ~Compute() = default;
+
+  virtual Device device() const = 0;
+  // Human-readable description ("cpu (OpenBLAS, 1 thread)", "cuda:0 NVIDIA H100 ...").
+  virtual std::string describe() const = 0;
+
+  // ---- memory ----
+  template <typename T>
+  Buffer<T> allocate(std::size_t count) {
+    return Buffer<T>(this, static_cast<T*>(allocateBytes(count * sizeof(T))), count);
+  }
+  // Raw allocation in device memory; contents are unspecified. Throws on exhaustion.
+  virtual void* allocateBytes(std::size_t bytes) = 0;
+  virtual void freeBytes(void* pointer) = 0;
+  // Host <-> device copies of `bytes` bytes; block until done.
+  virtual void copyToDevice(void* deviceDst, const void* hostSrc, std::size_t bytes) = 0;
+  virtual void copyToHost(void* hostDst, const void* deviceSrc, std::size_t bytes) = 0;
+  // Waits until every enqueued operation has finished.
+  virtual void synchronize() = 0;
+
+  template <typename T>
+  void upload(std::span<T> deviceDst, std::span<const T> hostSrc);
+  template <typename T>
+  void download(std::span<T> hostDst, std::span<const T> deviceSrc);
+
+  // ---- element-wise BLAS-1 (all spans of equal length) ----
+  virtual void copy(std::span<float> dst, std::span<const float> src) = 0;
+  virtual void fill(std::span<float> x, float value) = 0;
+  virtual void scale(std::span<float> x, float a) = 0;
+  // y = a * x + b * y
+  virtual void axpby(std::span<float> y, float a, std::span<const float> x, float b) = 0;
+  // out = sum_i w_i * x_i in ONE pass over memory. `out` may alias one of the inputs.
+  // 1 <= inputs.size() <= kMaxWeightedInputs.
+  virtual void weightedSum(std::span<float> out, std::span<const WeightedInput> inputs) = 0;
+  void weightedSum(std::span<float> out, std::initializer_list<WeightedInput> inputs) {
+    weightedSum(out, std::span<const WeightedInput>(inputs.begin(), inputs.size()));
+  }
+  static constexpr std::size_t kMaxWeightedInputs = 16;
+  // Fused elastic pull (EASGD): d = x - c; x -= a * d; c += b * d.
+  virtual void elasticPull(std::span<float> x, std::span<float> center, float a, float b) = 0;
+  // Sum of x_i * y_i and Euclidean norm, accumulated in double.
+  virtual double dot(std::span<const float> x, std::span<const float> y) = 0;
+  virtual double norm2(std::span<const float> x) = 0;
+
+  // ---- local optimizer steps (w, g and state of equal length) ----
+  // w -= lr * (g + wd * w)
+  virtual void sgdStep(std::span<float> w, std::span<const float> g, const SgdHyper& h) = 0;
+  // v = momentum * v + (g + wd * w); w -= lr * v, or with Nesterov w -= lr * (g' + momentum * v).
+  virtual void momentumStep(std::span<float> w, std::span<const float> g, std::span<float> velocity,
+                            const MomentumHyper& h) = 0;
+  // Adam (Kingma & Ba) with bias correction; `step` is the 1-based update count.
+  virtual void adamStep(std::span<float> w, std::span<const float> g, std::span<float> m,
+                        std::span<float> v, std::int64_t step, const AdamHyper& h) = 0;
+
+  // ---- dense algebra and NN ops for the built-in models ----
+  // C[m x n] = alpha * op(A) * op(B) + beta * C, row-major; op(A) is m x k, op(B) is k x n.
+  // A is stored as (m x k) or, transposed, (k x m); likewise B.
+  virtual void gemm(Transpose transA, Transpose transB, std::size_t m, std::size_t n,
+                    std::size_t k, float alpha, std::span<const float> a,
+                    std::span<const float> b, float beta, std::span<float> c) = 0;
+  // y[r, j] += bias[j] for a rows x cols matrix y.
+  virtual void biasAdd(std::span<float> y, std::span<const float> bias, std::size_t rows) = 0;
+  // dbias[j] = sum_r dy[r, j] (overwrites dbias).
+  virtual void biasGrad(std::span<float> dbias, std::span<const float> dy, std::size_t rows) = 0;
+  // x = max(x, 0) in place.
+  virtual void relu(std::span<float> x) = 0;
+  // dy[i] = y[i] > 0 ? dy[i] : 0, where y is the ReLU output.
+  virtual void reluBackward(std::span<float> dy, std::span<const float> y) = 0;
+  // Softmax cross-entropy over rows of `logits` (rows x classes) with integer labels. Writes
+  // dlogits = (softmax - onehot) * gradScale (dlogits may alias logits; empty skips it) and
+  // returns the SUM of the per-row losses. Throws on a label outside [0, classes).
+  virtual double softmaxCrossEntropy(std::span<const float> logits,
+                                     std::span<const std::int32_t> labels, std::size_t classes,
+                                     std::span<float> dlogits, float gradScale) = 0;
+  // out[r] = argmax_j x[r, j] (first maximum on ties).
+  virtual void argmax(std::span<const float> x, std::size_t classes,
+                      std::span<std::int32_t> out) = 0;
+  // Number of rows whose argmax equals the label.
+  virtual std::size_t countCorrect(std::span<const float> logits,
+                                   std::span<const std::int32_t> labels, std::size_t classes) = 0;
+};
+
+// ---- inline definitions ----
+
+template <typename T>
+Buffer<T>& Buffer<T>::operator=(Buffer&& other) noexcept {
+  if (this != &other) {
+    reset();
+    owner_ = std::exchange(other.owner_, nullptr);
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+  }
+  return *this;
+}
+
+template <typename T>
+void Buffer<T>::reset() {
+  if (owner_ != nullptr && data_ != nullptr) owner_->freeBytes(data_);
+  owner_ = nullptr;
+  data_ = nullptr;
+  size_ = 0;
+}
+
+template <typename T>
+void Compute::upload(std::span<T> deviceDst, std::span<const T> hostSrc) {
+  GOSSAMER_ENFORCE_EQ(deviceDst.size(), hostSrc.size(), "upload size mismatch");
+  copyToDevice(deviceDst.data(), hostSrc.data(), hostSrc.size() * sizeof(T));
+}
+
+template <typename T>
+void Compute::download(std::span<T> hostDst, std::span<const T> deviceSrc) {
+  GOSSAMER_ENFORCE_EQ(hostDst.size(), deviceSrc.size(), "download size mismatch");
+  copyToHost(hostDst.data(), deviceSrc.data(), deviceSrc.size() * sizeof(T));
+}
+
+}  // namespace gossamer::kernels
