@@ -2,8 +2,6 @@
 // problem, used by tests that need a known optimum and by quick runs.
 #pragma once
 
-#include <memory>
-
 #include "engine/models/mlp.h"
 
 namespace gossamer::engine::models {
@@ -30,6 +28,7 @@ class SoftmaxRegression final : public Model {
   }
 
  private:
+  kernels::Compute& compute_;
   Mlp mlp_;
 };
 

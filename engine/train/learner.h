@@ -1,0 +1,81 @@
+// One peer's local learning state: the model, the flat params and grads buffers, the local
+// optimizer and the batch sampler of its data shard. A decentralized algorithm (peer-runtime
+// issue) drives a Learner step by step and mixes its params buffer with other peers'.
+//
+// Threading: belongs to the compute thread of its Compute.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "engine/data/batches.h"
+#include "engine/data/dataset.h"
+#include "engine/model.h"
+#include "engine/train/checkpoint.h"
+#include "engine/train/optimizer.h"
+#include "kernels/compute.h"
+
+namespace gossamer::engine::train {
+
+class Learner {
+ public:
+  // `compute`, `model` and `train` must outlive the learner. Params are initialised from `seed`
+  // (the same seed gives every peer the same initial model).
+  Learner(kernels::Compute& compute, Model& model, const OptimizerOptions& optimizer,
+          const data::Dataset& train, std::vector<std::size_t> shard, std::size_t batchSize,
+          std::uint64_t seed);
+
+  // One local step on the next mini-batch of the shard: forward, backward, optimizer update.
+  // Returns the batch's mean loss.
+  double step();
+
+  std::span<float> params() { return params_; }
+  std::span<const float> params() const { return params_; }
+  std::span<float> grads() { return grads_; }
+  Model& model() { return model_; }
+  Optimizer& optimizer() { return optimizer_; }
+  const data::BatchSampler& sampler() const { return sampler_; }
+  std::int64_t steps() const { return optimizer_.steps(); }
+  std::size_t batchSize() const { return batchSize_; }
+  // Samples processed so far (partial last batches counted as they are).
+  std::int64_t samples() const { return samples_; }
+
+  // Params, optimizer state and position in the data, in host memory.
+  Checkpoint checkpoint() const;
+  // Verifies everything (fingerprint, sizes, optimizer kind) before changing anything; throws
+  // gossamer::Error with the first mismatch and leaves the learner untouched.
+  void restore(const Checkpoint& checkpoint);
+
+ private:
+  kernels::Compute& compute_;
+  Model& model_;
+  std::size_t batchSize_;
+  kernels::Buffer<float> params_;
+  kernels::Buffer<float> grads_;
+  Optimizer optimizer_;
+  data::BatchSampler sampler_;
+  std::vector<float> hostInputs_;  // staging of one batch on the host
+  std::vector<std::int32_t> hostLabels_;
+  kernels::Buffer<float> inputs_;  // the same batch in the Compute's memory
+  kernels::Buffer<std::int32_t> labels_;
+  std::int64_t samples_ = 0;
+};
+
+// Evaluates params on a fixed dataset (a test set) copied once into the Compute's memory.
+class Evaluator {
+ public:
+  Evaluator(kernels::Compute& compute, Model& model, const data::Dataset& dataset);
+  // Loss and accuracy over the first `limit` samples (0: all).
+  EvalResult run(std::span<const float> params, std::size_t limit = 0);
+  std::size_t size() const { return labels_.size(); }
+
+ private:
+  kernels::Compute& compute_;
+  Model& model_;
+  std::size_t features_;
+  kernels::Buffer<float> inputs_;
+  kernels::Buffer<std::int32_t> labels_;
+};
+
+}  // namespace gossamer::engine::train
