@@ -1,0 +1,528 @@
+// CudaCompute: kernels::Compute on one CUDA device. Host side only (g++): shape checks, error
+// reporting, cuBLAS calls and scalar read-back; the device code is in cuda_kernels.cu.
+#include "kernels/cuda/cuda_compute.h"
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <exception>
+#include <string>
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include "engine/base/enforce.h"
+#include "engine/base/log.h"
+#include "kernels/cuda/cuda_kernels.h"
+
+namespace gossamer::kernels::cuda {
+namespace {
+
+static_assert(detail::kMaxWeightedInputs == Compute::kMaxWeightedInputs);
+
+// Throws gossamer::Error for a failed CUDA runtime call, pointing at the caller's file:line.
+// Clears the runtime's last-error slot first, so the next launch is not blamed for this one.
+[[noreturn]] void throwCudaError(const char* call, const char* file, int line, cudaError_t error) {
+  cudaGetLastError();
+  gossamer::detail::throwEnforce(file, line, nullptr,
+                                 fmt::format("CUDA error {} in {}: {}", cudaGetErrorName(error),
+                                             call, cudaGetErrorString(error)));
+}
+
+[[noreturn]] void throwCublasError(const char* call, const char* file, int line,
+                                   cublasStatus_t status) {
+  gossamer::detail::throwEnforce(
+      file, line, nullptr,
+      fmt::format("cuBLAS error {} in {}: {}", cublasGetStatusName(status), call,
+                  cublasGetStatusString(status)));
+}
+
+// GOSSAMER_CUDA_CHECK(cudaCall(...)): throws gossamer::Error naming the call, file:line and the
+// CUDA error string when the call does not return cudaSuccess.
+#define GOSSAMER_CUDA_CHECK(call)                                      \
+  do {                                                                 \
+    const cudaError_t gossamer_cuda_error_ = (call);                   \
+    if (gossamer_cuda_error_ != cudaSuccess) [[unlikely]] {            \
+      throwCudaError(#call, __FILE__, __LINE__, gossamer_cuda_error_); \
+    }                                                                  \
+  } while (0)
+
+#define GOSSAMER_CUBLAS_CHECK(call)                                         \
+  do {                                                                      \
+    const cublasStatus_t gossamer_cublas_status_ = (call);                  \
+    if (gossamer_cublas_status_ != CUBLAS_STATUS_SUCCESS) [[unlikely]] {    \
+      throwCublasError(#call, __FILE__, __LINE__, gossamer_cublas_status_); \
+    }                                                                       \
+  } while (0)
+
+// Logs a failure in a path that must not throw (destructor, freeBytes) and clears it.
+// cudaErrorCudartUnloading (a Buffer freed after the runtime shut down at exit) is not logged.
+void logCudaError(const char* what, cudaError_t error) {
+  cudaGetLastError();
+  if (error == cudaErrorCudartUnloading) return;
+  try {
+    log::get("kernels")->error("{} failed: {} ({})", what, cudaGetErrorString(error),
+                               cudaGetErrorName(error));
+  } catch (...) {
+    // Logging is best effort here; the caller cannot report anything either.
+  }
+}
+
+bool overlaps(const void* a, std::size_t aBytes, const void* b, std::size_t bBytes) {
+  const auto aBegin = reinterpret_cast<std::uintptr_t>(a);
+  const auto bBegin = reinterpret_cast<std::uintptr_t>(b);
+  return aBegin < bBegin + bBytes && bBegin < aBegin + aBytes;
+}
+
+// Same rule as the CPU reference: two spans of an element-wise op are either the same memory or
+// disjoint; a partial overlap has no sensible meaning and is rejected as misuse.
+void enforceSameOrDisjoint(std::span<const float> a, std::span<const float> b, const char* op) {
+  GOSSAMER_ENFORCE(
+      a.data() == b.data() || !overlaps(a.data(), a.size_bytes(), b.data(), b.size_bytes()),
+      "{}: buffers partially overlap (they must be identical or disjoint)", op);
+}
+
+class CudaCompute final : public Compute {
+ public:
+  // Binds to `device` (already validated by makeCompute) and creates the stream, the cuBLAS
+  // handle and the scratch. Throws gossamer::Error and releases what it made on failure.
+  explicit CudaCompute(int device);
+  ~CudaCompute() override;
+  CudaCompute(const CudaCompute&) = delete;
+  CudaCompute& operator=(const CudaCompute&) = delete;
+
+  Device device() const override { return Device::kCuda; }
+  std::string describe() const override { return description_; }
+
+  void* allocateBytes(std::size_t bytes) override;
+  // Never throws (it runs in Buffer destructors): a failure is logged.
+  void freeBytes(void* pointer) override;
+  void copyToDevice(void* deviceDst, const void* hostSrc, std::size_t bytes) override;
+  void copyToHost(void* hostDst, const void* deviceSrc, std::size_t bytes) override;
+  void synchronize() override;
+
+  void copy(std::span<float> dst, std::span<const float> src) override;
+  void fill(std::span<float> x, float value) override;
+  void scale(std::span<float> x, float a) override;
+  void axpby(std::span<float> y, float a, std::span<const float> x, float b) override;
+  void weightedSum(std::span<float> out, std::span<const WeightedInput> inputs) override;
+  using Compute::weightedSum;
+  void elasticPull(std::span<float> x, std::span<float> center, float a, float b) override;
+  double dot(std::span<const float> x, std::span<const float> y) override;
+  double norm2(std::span<const float> x) override;
+
+  void sgdStep(std::span<float> w, std::span<const float> g, const SgdHyper& h) override;
+  void momentumStep(std::span<float> w, std::span<const float> g, std::span<float> velocity,
+                    const MomentumHyper& h) override;
+  void adamStep(std::span<float> w, std::span<const float> g, std::span<float> m,
+                std::span<float> v, std::int64_t step, const AdamHyper& h) override;
+
+  void gemm(Transpose transA, Transpose transB, std::size_t m, std::size_t n, std::size_t k,
+            float alpha, std::span<const float> a, std::span<const float> b, float beta,
+            std::span<float> c) override;
+  void biasAdd(std::span<float> y, std::span<const float> bias, std::size_t rows) override;
+  void biasGrad(std::span<float> dbias, std::span<const float> dy, std::size_t rows) override;
+  void relu(std::span<float> x) override;
+  void reluBackward(std::span<float> dy, std::span<const float> y) override;
+  double softmaxCrossEntropy(std::span<const float> logits, std::span<const std::int32_t> labels,
+                             std::size_t classes, std::span<float> dlogits,
+                             float gradScale) override;
+  void argmax(std::span<const float> x, std::size_t classes, std::span<std::int32_t> out) override;
+  std::size_t countCorrect(std::span<const float> logits, std::span<const std::int32_t> labels,
+                           std::size_t classes) override;
+
+ private:
+  // Makes device_ current on the calling thread (the Compute may have been created on another
+  // thread than the one that uses it; a stream only accepts work from its own device).
+  void activate() const;
+  detail::Launch launch() const { return {stream_, multiprocessors_}; }
+  // Copies the scratch results to pinned host memory and waits for the stream.
+  detail::ScratchResults readResults();
+  // Frees whatever was created; safe on a partially constructed object; never throws.
+  void release() noexcept;
+
+  int device_;
+  int multiprocessors_ = 1;
+  std::string description_;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t blas_ = nullptr;
+  detail::Scratch* scratch_ = nullptr;             // device memory
+  detail::ScratchResults* hostResults_ = nullptr;  // pinned host memory
+};
+
+CudaCompute::CudaCompute(int device) : device_(device) {
+  try {
+    GOSSAMER_CUDA_CHECK(cudaSetDevice(device_));
+    cudaDeviceProp properties{};
+    GOSSAMER_CUDA_CHECK(cudaGetDeviceProperties(&properties, device_));
+    multiprocessors_ = std::max(properties.multiProcessorCount, 1);
+    description_ = fmt::format("cuda:{} {} (sm_{}{}, {} GiB)", device_,
+                               static_cast<const char*>(properties.name), properties.major,
+                               properties.minor, properties.totalGlobalMem >> 30);
+    if (const cudaError_t error = detail::checkKernelImage(); error != cudaSuccess) {
+      GOSSAMER_THROW(
+          "{}: gossamer's CUDA kernels have no image for sm_{}{} ({}); rebuild with "
+          "-DCMAKE_CUDA_ARCHITECTURES={}{}",
+          description_, properties.major, properties.minor, cudaGetErrorString(error),
+          properties.major, properties.minor);
+    }
+    GOSSAMER_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    GOSSAMER_CUBLAS_CHECK(cublasCreate(&blas_));
+    GOSSAMER_CUBLAS_CHECK(cublasSetStream(blas_, stream_));
+    GOSSAMER_CUBLAS_CHECK(cublasSetPointerMode(blas_, CUBLAS_POINTER_MODE_HOST));
+    // Full FP32 GEMM (no TF32 tensor cores), so results stay within float tolerance of the CPU
+    // reference backend.
+    GOSSAMER_CUBLAS_CHECK(cublasSetMathMode(blas_, CUBLAS_DEFAULT_MATH));
+    GOSSAMER_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&scratch_), sizeof(detail::Scratch)));
+    GOSSAMER_CUDA_CHECK(
+        cudaMallocHost(reinterpret_cast<void**>(&hostResults_), sizeof(detail::ScratchResults)));
+  } catch (...) {
+    release();
+    throw;
+  }
+}
+
+CudaCompute::~CudaCompute() {
+  if (const cudaError_t error = cudaSetDevice(device_); error != cudaSuccess) {
+    logCudaError("cudaSetDevice in ~CudaCompute", error);
+  }
+  if (stream_ != nullptr) {
+    if (const cudaError_t error = cudaStreamSynchronize(stream_); error != cudaSuccess) {
+      logCudaError("cudaStreamSynchronize in ~CudaCompute", error);
+    }
+  }
+  release();
+}
+
+void CudaCompute::release() noexcept {
+  // Errors are ignored: this runs on teardown or after a failure that is already reported.
+  if (blas_ != nullptr) cublasDestroy(blas_);
+  if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  if (scratch_ != nullptr) cudaFree(scratch_);
+  if (hostResults_ != nullptr) cudaFreeHost(hostResults_);
+  blas_ = nullptr;
+  stream_ = nullptr;
+  scratch_ = nullptr;
+  hostResults_ = nullptr;
+  cudaGetLastError();
+}
+
+void CudaCompute::activate() const {
+  int current = -1;
+  GOSSAMER_CUDA_CHECK(cudaGetDevice(&current));
+  if (current != device_) GOSSAMER_CUDA_CHECK(cudaSetDevice(device_));
+}
+
+detail::ScratchResults CudaCompute::readResults() {
+  GOSSAMER_CUDA_CHECK(cudaMemcpyAsync(hostResults_, &scratch_->results,
+                                      sizeof(detail::ScratchResults), cudaMemcpyDeviceToHost,
+                                      stream_));
+  GOSSAMER_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  return *hostResults_;
+}
+
+// ---- memory ----
+
+void* CudaCompute::allocateBytes(std::size_t bytes) {
+  activate();
+  void* pointer = nullptr;
+  // A zero-byte buffer still gets a unique, freeable pointer, as on the CPU backend.
+  if (const cudaError_t error = cudaMalloc(&pointer, std::max<std::size_t>(bytes, 1));
+      error != cudaSuccess) {
+    cudaGetLastError();
+    std::size_t freeMemory = 0;
+    std::size_t totalBytes = 0;
+    cudaMemGetInfo(&freeMemory, &totalBytes);
+    cudaGetLastError();
+    GOSSAMER_THROW("{}: cudaMalloc of {} bytes ({:.1f} MiB) failed: {} ({:.1f} of {:.1f} MiB free)",
+                   description_, bytes, static_cast<double>(bytes) / (1 << 20),
+                   cudaGetErrorString(error), static_cast<double>(freeMemory) / (1 << 20),
+                   static_cast<double>(totalBytes) / (1 << 20));
+  }
+  return pointer;
+}
+
+void CudaCompute::freeBytes(void* pointer) {
+  if (pointer == nullptr) return;
+  int current = -1;
+  if (cudaGetDevice(&current) != cudaSuccess || current != device_) cudaSetDevice(device_);
+  if (const cudaError_t error = cudaFree(pointer); error != cudaSuccess) {
+    logCudaError("cudaFree", error);
+  }
+}
+
+void CudaCompute::copyToDevice(void* deviceDst, const void* hostSrc, std::size_t bytes) {
+  if (bytes == 0) return;
+  activate();
+  GOSSAMER_CUDA_CHECK(cudaMemcpyAsync(deviceDst, hostSrc, bytes, cudaMemcpyHostToDevice, stream_));
+  GOSSAMER_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void CudaCompute::copyToHost(void* hostDst, const void* deviceSrc, std::size_t bytes) {
+  if (bytes == 0) return;
+  activate();
+  GOSSAMER_CUDA_CHECK(cudaMemcpyAsync(hostDst, deviceSrc, bytes, cudaMemcpyDeviceToHost, stream_));
+  GOSSAMER_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void CudaCompute::synchronize() {
+  activate();
+  GOSSAMER_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+// ---- element-wise BLAS-1 ----
+
+void CudaCompute::copy(std::span<float> dst, std::span<const float> src) {
+  GOSSAMER_ENFORCE_EQ(dst.size(), src.size(), "copy: dst and src lengths differ");
+  if (src.empty() || dst.data() == src.data()) return;
+  activate();
+  GOSSAMER_CUDA_CHECK(
+      cudaMemcpyAsync(dst.data(), src.data(), src.size_bytes(), cudaMemcpyDeviceToDevice, stream_));
+}
+
+void CudaCompute::fill(std::span<float> x, float value) {
+  activate();
+  GOSSAMER_CUDA_CHECK(detail::fill(x.data(), x.size(), value, launch()));
+}
+
+void CudaCompute::scale(std::span<float> x, float a) {
+  activate();
+  GOSSAMER_CUDA_CHECK(detail::scale(x.data(), x.size(), a, launch()));
+}
+
+void CudaCompute::axpby(std::span<float> y, float a, std::span<const float> x, float b) {
+  GOSSAMER_ENFORCE_EQ(y.size(), x.size(), "axpby: y and x lengths differ");
+  enforceSameOrDisjoint(y, x, "axpby");
+  activate();
+  GOSSAMER_CUDA_CHECK(detail::axpby(y.data(), x.data(), y.size(), a, b, launch()));
+}
+
+void CudaCompute::weightedSum(std::span<float> out, std::span<const WeightedInput> inputs) {
+  GOSSAMER_ENFORCE(!inputs.empty(), "weightedSum: needs at least one input");
+  GOSSAMER_ENFORCE_LE(inputs.size(), kMaxWeightedInputs, "weightedSum: too many inputs");
+  detail::WeightedInputs terms;
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    GOSSAMER_ENFORCE_EQ(inputs[i].input.size(), out.size(),
+                        "weightedSum: input {} and out lengths differ", i);
+    enforceSameOrDisjoint(out, inputs[i].input, "weightedSum");
+    terms.inputs[i] = inputs[i].input.data();
+    terms.weights[i] = inputs[i].weight;
+  }
+  terms.count = static_cast<int>(inputs.size());
+  activate();
+  GOSSAMER_CUDA_CHECK(detail::weightedSum(out.data(), terms, out.size(), launch()));
+}
+
+void CudaCompute::elasticPull(std::span<float> x, std::span<float> center, float a, float b) {
+  GOSSAMER_ENFORCE_EQ(x.size(), center.size(), "elasticPull: x and center lengths differ");
+  GOSSAMER_ENFORCE(
+      x.empty() || !overlaps(x.data(), x.size_bytes(), center.data(), center.size_bytes()),
+      "elasticPull: x and center must not overlap");
+  activate();
+  GOSSAMER_CUDA_CHECK(detail::elasticPull(x.data(), center.data(), x.size(), a, b, launch()));
+}
+
+double CudaCompute::dot(std::span<const float> x, std::span<const float> y) {
+  GOSSAMER_ENFORCE_EQ(x.size(), y.size(), "dot: x and y lengths differ");
+  activate();
+  GOSSAMER_CUDA_CHECK(detail::dot(x.data(), y.data(), x.size(), scratch_, launch()));
+  return readResults().value;
+}
+
+double CudaCompute::norm2(std::span<const float> x) {
+  activate();
+  GOSSAMER_CUDA_CHECK(detail::sumOfSquares(x.data(), x.size(), scratch_, launch()));
+  return std::sqrt(readResults().value);
+}
+
+// ---- local optimizer steps ----
+
+void CudaCompute::sgdStep(std::span<float> w, std::span<const float> g, const SgdHyper& h) {
+  GOSSAMER_ENFORCE_EQ(w.size(), g.size(), "sgdStep: w and g lengths differ");
+  activate();
+  GOSSAMER_CUDA_CHECK(detail::sgdStep(w.data(), g.data(), w.size(), h.lr, h.weightDecay, launch()));
+}
+
+void CudaCompute::momentumStep(std::span<float> w, std::span<const float> g,
+                               std::span<float> velocity, const MomentumHyper& h) {
+  GOSSAMER_ENFORCE_EQ(w.size(), g.size(), "momentumStep: w and g lengths differ");
+  GOSSAMER_ENFORCE_EQ(w.size(), velocity.size(), "momentumStep: w and velocity lengths differ");
+  activate();
+  GOSSAMER_CUDA_CHECK(detail::momentumStep(w.data(), g.data(), velocity.data(), w.size(), h.lr,
+                                           h.momentum, h.nesterov, h.weightDecay, launch()));
+}
+
+void CudaCompute::adamStep(std::span<float> w, std::span<const float> g, std::span<float> m,
+                           std::span<float> v, std::int64_t step, const AdamHyper& h) {
+  GOSSAMER_ENFORCE_EQ(w.size(), g.size(), "adamStep: w and g lengths differ");
+  GOSSAMER_ENFORCE_EQ(w.size(), m.size(), "adamStep: w and m lengths differ");
+  GOSSAMER_ENFORCE_EQ(w.size(), v.size(), "adamStep: w and v lengths differ");
+  GOSSAMER_ENFORCE_GE(step, std::int64_t{1}, "adamStep: step is 1-based");
+  // Bias corrections in double (1 - beta^t loses all precision in float once beta^t ~ 1 - 1e-7),
+  // inverted and rounded once to float, exactly as the CPU reference does.
+  const auto t = static_cast<double>(step);
+  const auto inverseCorrection1 =
+      static_cast<float>(1.0 / (1.0 - std::pow(static_cast<double>(h.beta1), t)));
+  const auto inverseCorrection2 =
+      static_cast<float>(1.0 / (1.0 - std::pow(static_cast<double>(h.beta2), t)));
+  activate();
+  GOSSAMER_CUDA_CHECK(detail::adamStep(w.data(), g.data(), m.data(), v.data(), w.size(), h.lr,
+                                       h.beta1, h.beta2, h.epsilon, h.weightDecay,
+                                       inverseCorrection1, inverseCorrection2, launch()));
+}
+
+// ---- dense algebra and NN ops ----
+
+void CudaCompute::gemm(Transpose transA, Transpose transB, std::size_t m, std::size_t n,
+                       std::size_t k, float alpha, std::span<const float> a,
+                       std::span<const float> b, float beta, std::span<float> c) {
+  GOSSAMER_ENFORCE_EQ(a.size(), m * k, "gemm: A must hold m*k elements (m={}, k={})", m, k);
+  GOSSAMER_ENFORCE_EQ(b.size(), k * n, "gemm: B must hold k*n elements (k={}, n={})", k, n);
+  GOSSAMER_ENFORCE_EQ(c.size(), m * n, "gemm: C must hold m*n elements (m={}, n={})", m, n);
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    // op(A) * op(B) is an empty sum; as in the CPU reference, beta == 0 overwrites C (NaN
+    // included), as BLAS does, and otherwise C = beta * C.
+    if (beta == 0.0f) {
+      fill(c, 0.0f);
+    } else {
+      scale(c, beta);
+    }
+    return;
+  }
+  constexpr auto kIntMax = static_cast<std::size_t>(INT_MAX);
+  GOSSAMER_ENFORCE_LE(std::max({m, n, k}), kIntMax,
+                      "gemm: a dimension exceeds the 32-bit BLAS index range");
+  // cuBLAS is column-major; a row-major matrix read column-major is its transpose. So compute
+  // C^T (n x m) = op(B)^T (n x k) * op(A)^T (k x m): B is the first operand, A the second, and
+  // each keeps its own op. Leading dimensions are the row lengths of the STORED row-major
+  // matrices: A is m x k (lda = k) or, transposed, k x m (lda = m); B is k x n (ldb = n) or,
+  // transposed, n x k (ldb = k); C is m x n (ldc = n).
+  const bool tA = transA == Transpose::kYes;
+  const bool tB = transB == Transpose::kYes;
+  const int lda = static_cast<int>(tA ? m : k);
+  const int ldb = static_cast<int>(tB ? k : n);
+  const int ldc = static_cast<int>(n);
+  activate();
+  GOSSAMER_CUBLAS_CHECK(cublasSgemm(blas_, tB ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                    tA ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(n),
+                                    static_cast<int>(m), static_cast<int>(k), &alpha, b.data(), ldb,
+                                    a.data(), lda, &beta, c.data(), ldc));
+}
+
+void CudaCompute::biasAdd(std::span<float> y, std::span<const float> bias, std::size_t rows) {
+  GOSSAMER_ENFORCE_EQ(y.size(), rows * bias.size(),
+                      "biasAdd: y must be rows x bias.size() (rows={})", rows);
+  activate();
+  GOSSAMER_CUDA_CHECK(detail::biasAdd(y.data(), bias.data(), rows, bias.size(), launch()));
+}
+
+void CudaCompute::biasGrad(std::span<float> dbias, std::span<const float> dy, std::size_t rows) {
+  GOSSAMER_ENFORCE_EQ(dy.size(), rows * dbias.size(),
+                      "biasGrad: dy must be rows x dbias.size() (rows={})", rows);
+  activate();
+  GOSSAMER_CUDA_CHECK(detail::biasGrad(dbias.data(), dy.data(), rows, dbias.size(), launch()));
+}
+
+void CudaCompute::relu(std::span<float> x) {
+  activate();
+  GOSSAMER_CUDA_CHECK(detail::relu(x.data(), x.size(), launch()));
+}
+
+void CudaCompute::reluBackward(std::span<float> dy, std::span<const float> y) {
+  GOSSAMER_ENFORCE_EQ(dy.size(), y.size(), "reluBackward: dy and y lengths differ");
+  activate();
+  GOSSAMER_CUDA_CHECK(detail::reluBackward(dy.data(), y.data(), dy.size(), launch()));
+}
+
+double CudaCompute::softmaxCrossEntropy(std::span<const float> logits,
+                                        std::span<const std::int32_t> labels, std::size_t classes,
+                                        std::span<float> dlogits, float gradScale) {
+  GOSSAMER_ENFORCE_GT(classes, std::size_t{0}, "softmaxCrossEntropy: classes must be positive");
+  const std::size_t rows = labels.size();
+  GOSSAMER_ENFORCE_EQ(logits.size(), rows * classes,
+                      "softmaxCrossEntropy: logits must be labels.size() x classes ({})", classes);
+  if (!dlogits.empty()) {
+    GOSSAMER_ENFORCE_EQ(dlogits.size(), logits.size(),
+                        "softmaxCrossEntropy: dlogits must be empty or as long as logits");
+    enforceSameOrDisjoint(dlogits, logits, "softmaxCrossEntropy");
+  }
+  activate();
+  GOSSAMER_CUDA_CHECK(detail::softmaxCrossEntropy(logits.data(), labels.data(), rows, classes,
+                                                  dlogits.empty() ? nullptr : dlogits.data(),
+                                                  gradScale, scratch_, launch()));
+  const detail::ScratchResults results = readResults();
+  if (results.badRow != detail::kNoBadRow) {
+    // Nothing was written (the kernel checks the flag first), like the CPU reference, which
+    // validates every label before any output; the row is the first bad one, as there.
+    const auto row = static_cast<std::size_t>(results.badRow);
+    std::int32_t label = 0;
+    copyToHost(&label, labels.data() + row, sizeof(label));
+    GOSSAMER_THROW("softmaxCrossEntropy: label {} in row {} is outside [0, {})", label, row,
+                   classes);
+  }
+  return results.value;
+}
+
+void CudaCompute::argmax(std::span<const float> x, std::size_t classes,
+                         std::span<std::int32_t> out) {
+  GOSSAMER_ENFORCE_GT(classes, std::size_t{0}, "argmax: classes must be positive");
+  GOSSAMER_ENFORCE_LE(classes, static_cast<std::size_t>(INT32_MAX), "argmax: too many classes");
+  GOSSAMER_ENFORCE_EQ(x.size(), out.size() * classes, "argmax: x must be out.size() x classes ({})",
+                      classes);
+  activate();
+  GOSSAMER_CUDA_CHECK(detail::argmax(x.data(), out.size(), classes, out.data(), launch()));
+}
+
+std::size_t CudaCompute::countCorrect(std::span<const float> logits,
+                                      std::span<const std::int32_t> labels, std::size_t classes) {
+  GOSSAMER_ENFORCE_GT(classes, std::size_t{0}, "countCorrect: classes must be positive");
+  GOSSAMER_ENFORCE_EQ(logits.size(), labels.size() * classes,
+                      "countCorrect: logits must be labels.size() x classes ({})", classes);
+  // The warp argmax keeps 32-bit indices (a 2^31-float row is not a real case).
+  GOSSAMER_ENFORCE_LE(classes, static_cast<std::size_t>(INT32_MAX),
+                      "countCorrect: too many classes");
+  activate();
+  GOSSAMER_CUDA_CHECK(detail::countCorrect(logits.data(), labels.data(), labels.size(), classes,
+                                           scratch_, launch()));
+  return static_cast<std::size_t>(readResults().count);
+}
+
+}  // namespace
+
+bool isViable(std::string* reason) {
+  try {
+    int count = 0;
+    if (const cudaError_t error = cudaGetDeviceCount(&count); error != cudaSuccess) {
+      cudaGetLastError();
+      if (reason != nullptr) *reason = cudaGetErrorString(error);
+      return false;
+    }
+    if (count <= 0) {
+      if (reason != nullptr) *reason = "no CUDA device";
+      return false;
+    }
+    return true;
+  } catch (const std::exception& error) {  // only std::string assignment can throw
+    if (reason != nullptr) {
+      try {
+        *reason = error.what();
+      } catch (...) {
+      }
+    }
+    return false;
+  }
+}
+
+std::unique_ptr<Compute> makeCompute(const Options& options) {
+  int count = 0;
+  GOSSAMER_CUDA_CHECK(cudaGetDeviceCount(&count));
+  GOSSAMER_ENFORCE_GE(options.deviceIndex, 0, "CUDA device index must not be negative");
+  GOSSAMER_ENFORCE_LT(options.deviceIndex, count, "CUDA device index beyond the visible devices");
+  auto compute = std::make_unique<CudaCompute>(options.deviceIndex);
+  log::get("kernels")->debug("CUDA backend on {}", compute->describe());
+  return compute;
+}
+
+}  // namespace gossamer::kernels::cuda
