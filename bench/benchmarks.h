@@ -1,0 +1,17 @@
+// The subcommands of gossamer-bench. Each lives in its own file and registers its options and
+// its run callback on the top-level app; main() only calls these and parses the command line.
+#pragma once
+
+namespace CLI {
+class App;
+}
+
+namespace gossamer::bench {
+
+// `kernels`: GB/s of the fused element-wise kernels next to memcpy (kernels_bench.cc).
+void addKernelsCommand(CLI::App& app);
+
+// `mlp`: MLP training throughput next to a bare sgemm of the same shapes (mlp_bench.cc).
+void addMlpCommand(CLI::App& app);
+
+}  // namespace gossamer::bench

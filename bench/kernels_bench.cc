@@ -1,0 +1,222 @@
+// `gossamer-bench kernels`: memory bandwidth of the fused element-wise kernels that every
+// optimizer step and averaging rule runs, next to a plain memcpy of the same Compute in the same
+// run. These kernels are memory bound, so GB/s relative to memcpy says how close each one comes
+// to the machine's limit: target >= 0.8 on one CPU thread, >= 0.85 on a GPU.
+#include <algorithm>
+#include <array>
+#include <cstdio>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "bench/bench_util.h"
+#include "bench/benchmarks.h"
+#include "engine/base/json.h"
+
+namespace gossamer::bench {
+namespace {
+
+constexpr double kCpuTargetRatio = 0.8;
+constexpr double kGpuTargetRatio = 0.85;
+
+struct KernelsOptions {
+  CommonOptions common;
+  std::vector<std::string> sizes = {"1M", "16M", "64M"};
+  double minTime = 0.5;
+  int repeat = 1;
+};
+
+// The buffers of every measured operation at one size, in the Compute's memory. Each operation
+// has its own outputs so that none feeds another; the values stay bounded however often the
+// operations run (the elastic pull converges, the momentum step moves w by ~1e-5 per call).
+struct KernelBuffers {
+  KernelBuffers(kernels::Compute& compute, std::size_t n) {
+    out = compute.allocate<float>(n);
+    compute.fill(out, 0.0f);
+    for (std::size_t i = 0; i < in.size(); ++i) {
+      in[i] = compute.allocate<float>(n);
+      compute.fill(in[i], static_cast<float>(i + 1));
+    }
+    x = compute.allocate<float>(n);
+    center = compute.allocate<float>(n);
+    w = compute.allocate<float>(n);
+    g = compute.allocate<float>(n);
+    v = compute.allocate<float>(n);
+    compute.fill(x, 1.0f);
+    compute.fill(center, 2.0f);
+    compute.fill(w, 1.0f);
+    compute.fill(g, 1e-3f);
+    compute.fill(v, 0.0f);
+    compute.synchronize();
+  }
+
+  kernels::Buffer<float> out;
+  std::array<kernels::Buffer<float>, 4> in;
+  kernels::Buffer<float> x, center;  // elasticPull
+  kernels::Buffer<float> w, g, v;    // momentumStep
+};
+
+// One measured operation: its name, the bytes one call reads plus writes, and the call.
+struct KernelOp {
+  std::string name;
+  double bytes;
+  std::function<void()> run;
+};
+
+// The measured operations at n floats. memcpy comes first: it is the baseline every row is divided
+// by; weightedSum2 second: it is the headline figure.
+std::vector<KernelOp> makeOps(kernels::Compute& compute, KernelBuffers& b, std::size_t n) {
+  const double floatBytes = static_cast<double>(n) * sizeof(float);
+  auto in = [&b](std::size_t i) { return std::span<const float>(b.in[i]); };
+  return {
+      {"memcpy", 2 * floatBytes, [&compute, &b, in] { compute.copy(b.out, in(0)); }},
+      {"weightedSum2", 3 * floatBytes,
+       [&compute, &b, in] {
+         compute.weightedSum(b.out, {{0.5f, in(0)}, {0.5f, in(1)}});
+       }},
+      {"weightedSum4", 5 * floatBytes,
+       [&compute, &b, in] {
+         compute.weightedSum(b.out,
+                             {{0.25f, in(0)}, {0.25f, in(1)}, {0.25f, in(2)}, {0.25f, in(3)}});
+       }},
+      {"elasticPull", 4 * floatBytes,
+       [&compute, &b] { compute.elasticPull(b.x, b.center, 0.1f, 0.1f); }},
+      {"momentumStep", 5 * floatBytes,
+       [&compute, &b] { compute.momentumStep(b.w, b.g, b.v, {.lr = 1e-3f, .momentum = 0.9f}); }},
+  };
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const std::size_t mid = values.size() / 2;
+  return values.size() % 2 == 1 ? values[mid] : 0.5 * (values[mid - 1] + values[mid]);
+}
+
+// JSON keys of the operations' ratios at the largest size, headline first.
+constexpr std::pair<const char*, const char*> kRatioKeys[] = {
+    {"weightedSum2", "ratio_vs_memcpy"},
+    {"weightedSum4", "ratio_weighted_sum4"},
+    {"elasticPull", "ratio_elastic_pull"},
+    {"momentumStep", "ratio_momentum"},
+};
+
+void runKernels(const KernelsOptions& options) {
+  std::vector<std::size_t> sizes;
+  for (const std::string& text : options.sizes) sizes.push_back(*parseCount(text));
+  std::sort(sizes.begin(), sizes.end());
+  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+
+  std::string fallbackReason;
+  std::unique_ptr<kernels::Compute> compute =
+      makeBenchCompute(options.common.device, &fallbackReason);
+  const bool gpu = compute->device() == kernels::Device::kCuda;
+  const double target = gpu ? kGpuTargetRatio : kCpuTargetRatio;
+
+  fmt::print("kernels on {}\n", compute->describe());
+  if (!fallbackReason.empty()) {
+    fmt::print("note: --device cuda unavailable ({}); measured on the cpu\n", fallbackReason);
+  }
+  fmt::print(
+      "baseline: memcpy = compute.copy(dst, src) ({}), timed interleaved with the ops at each "
+      "size; ratio = op GB/s / memcpy GB/s, target >= {}\n",
+      gpu ? "cudaMemcpyAsync device-to-device" : "std::memcpy, one thread", target);
+  fmt::print(
+      "GB/s = (bytes read + written) / p50 time per call; bytes for n floats: memcpy 2n*4, "
+      "weightedSum-k (k+1)n*4, elasticPull 4n*4, momentumStep 5n*4\n\n");
+  std::fflush(stdout);
+
+  Table table({{"op"},
+               {"floats"},
+               {"pass"},
+               {"GB/s", 2},
+               {"p50 us", 2},
+               {"p99 us", 2},
+               {"calls"},
+               {"memcpy GB/s", 2},
+               {"ratio", 3}});
+  // Per-pass figures at the largest size, for the headline.
+  std::map<std::string, std::vector<double>> headlineRatios;
+  std::vector<double> headlineMemcpy;
+  std::vector<double> headlineGbps;  // weightedSum2
+
+  for (std::size_t n : sizes) {
+    KernelBuffers buffers(*compute, n);
+    const std::vector<KernelOp> ops = makeOps(*compute, buffers, n);
+    std::vector<std::function<void()>> calls;
+    for (const KernelOp& op : ops) calls.push_back(op.run);
+    for (int pass = 1; pass <= options.repeat; ++pass) {
+      fmt::print(stderr, "measuring {} floats, pass {}/{}\n", formatCount(n), pass, options.repeat);
+      const std::vector<Stats> stats =
+          measureInterleaved(calls, options.minTime, [&] { compute->synchronize(); });
+      const double memcpyGbps = ops[0].bytes / stats[0].p50 / 1e9;
+      for (std::size_t i = 0; i < ops.size(); ++i) {
+        const double gbps = ops[i].bytes / stats[i].p50 / 1e9;
+        table.addRow({ops[i].name, Count{n}, std::int64_t{pass}, gbps, stats[i].p50 * 1e6,
+                      stats[i].p99 * 1e6, static_cast<std::int64_t>(stats[i].iterations),
+                      memcpyGbps, gbps / memcpyGbps});
+        if (n == sizes.back() && i > 0) headlineRatios[ops[i].name].push_back(gbps / memcpyGbps);
+      }
+      if (n == sizes.back()) {
+        headlineMemcpy.push_back(memcpyGbps);
+        headlineGbps.push_back(ops[1].bytes / stats[1].p50 / 1e9);
+      }
+    }
+  }
+
+  fmt::print("{}\n", table.format());
+  const double headline = median(headlineRatios["weightedSum2"]);
+  fmt::print("weightedSum2 at {} floats: {:.3f} of memcpy{} (target >= {}): {}\n",
+             formatCount(sizes.back()), headline,
+             options.repeat > 1 ? fmt::format(", median of {} passes", options.repeat) : "", target,
+             headline >= target ? "met" : "NOT met");
+  if (!options.common.csvPath.empty()) table.writeCsv(options.common.csvPath);
+
+  if (options.common.json) {
+    JsonObject json;
+    json.add("benchmark", "kernels");
+    json.add("device", kernels::deviceName(compute->device()));
+    if (!fallbackReason.empty()) json.add("fallback_reason", fallbackReason);
+    json.add("floats", static_cast<std::uint64_t>(sizes.back()));
+    for (const auto& [op, key] : kRatioKeys) json.add(key, median(headlineRatios[op]));
+    json.add("memcpy_gbps", median(headlineMemcpy));
+    json.add("weighted_sum2_gbps", median(headlineGbps));
+    json.add("target_ratio", target);
+    json.add("passes", options.repeat);
+    fmt::print("{}\n", json.str());
+  }
+}
+
+}  // namespace
+
+void addKernelsCommand(CLI::App& app) {
+  auto options = std::make_shared<KernelsOptions>();
+  CLI::App* command = app.add_subcommand(
+      "kernels",
+      "GB/s of weightedSum (2 and 4 inputs), elasticPull and momentumStep next to memcpy");
+  addCommonOptions(*command, options->common);
+  command
+      ->add_option("--sizes", options->sizes,
+                   "Buffer sizes in floats, comma-separated, K/M/G = 2^10/2^20/2^30")
+      ->delimiter(',')
+      ->check(CLI::Validator(
+          [](std::string& text) {
+            return parseCount(text) ? std::string() : "not a positive count like 4096 or 16M";
+          },
+          "COUNT", "count"))
+      ->capture_default_str();
+  command->add_option("--min-time", options->minTime, "Seconds each op is timed per size and pass")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  command->add_option("--repeat", options->repeat, "Passes over each size; headline = median")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  command->callback([options] { runKernels(*options); });
+}
+
+}  // namespace gossamer::bench
