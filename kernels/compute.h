@@ -9,6 +9,8 @@
 // that return a host value (dot, norm2, softmaxCrossEntropy, countCorrect) wait for the result.
 // Errors: shape mismatches and misuse throw gossamer::Error (GOSSAMER_ENFORCE); backend failures
 // (a CUDA error) throw gossamer::Error with the backend's message.
+// Aliasing: where an operation allows an output to alias an input, the two spans must be
+// identical or disjoint; a partial overlap is an error. Empty spans are valid no-ops.
 #pragma once
 
 #include <cstddef>
@@ -16,7 +18,9 @@
 #include <initializer_list>
 #include <memory>
 #include <span>
+#include <cstdint>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "engine/base/enforce.h"
@@ -98,6 +102,7 @@ class Compute {
   // ---- memory ----
   template <typename T>
   Buffer<T> allocate(std::size_t count) {
+    GOSSAMER_ENFORCE_LE(count, SIZE_MAX / sizeof(T), "allocation size overflows");
     return Buffer<T>(this, static_cast<T*>(allocateBytes(count * sizeof(T))), count);
   }
   // Raw allocation in device memory; contents are unspecified. Throws on exhaustion.
@@ -109,16 +114,18 @@ class Compute {
   // Waits until every enqueued operation has finished.
   virtual void synchronize() = 0;
 
+  // Typed copies of equal-length spans (throws on a length mismatch). The source type is not
+  // deduced, so Buffers and std::vectors convert: upload(buffer.span(), hostVector).
   template <typename T>
-  void upload(std::span<T> deviceDst, std::span<const T> hostSrc);
+  void upload(std::span<T> deviceDst, std::span<const std::type_identity_t<T>> hostSrc);
   template <typename T>
-  void download(std::span<T> hostDst, std::span<const T> deviceSrc);
+  void download(std::span<T> hostDst, std::span<const std::type_identity_t<T>> deviceSrc);
 
   // ---- element-wise BLAS-1 (all spans of equal length) ----
   virtual void copy(std::span<float> dst, std::span<const float> src) = 0;
   virtual void fill(std::span<float> x, float value) = 0;
   virtual void scale(std::span<float> x, float a) = 0;
-  // y = a * x + b * y
+  // y = a * x + b * y (x may be y)
   virtual void axpby(std::span<float> y, float a, std::span<const float> x, float b) = 0;
   // out = sum_i w_i * x_i in ONE pass over memory. `out` may alias one of the inputs.
   // 1 <= inputs.size() <= kMaxWeightedInputs.
@@ -127,7 +134,7 @@ class Compute {
     weightedSum(out, std::span<const WeightedInput>(inputs.begin(), inputs.size()));
   }
   static constexpr std::size_t kMaxWeightedInputs = 16;
-  // Fused elastic pull (EASGD): d = x - c; x -= a * d; c += b * d.
+  // Fused elastic pull (EASGD): d = x - c; x -= a * d; c += b * d. x and c must be disjoint.
   virtual void elasticPull(std::span<float> x, std::span<float> center, float a, float b) = 0;
   // Sum of x_i * y_i and Euclidean norm, accumulated in double.
   virtual double dot(std::span<const float> x, std::span<const float> y) = 0;
@@ -139,13 +146,14 @@ class Compute {
   // v = momentum * v + (g + wd * w); w -= lr * v, or with Nesterov w -= lr * (g' + momentum * v).
   virtual void momentumStep(std::span<float> w, std::span<const float> g, std::span<float> velocity,
                             const MomentumHyper& h) = 0;
-  // Adam (Kingma & Ba) with bias correction; `step` is the 1-based update count.
+  // Adam (Kingma & Ba) with bias correction; `step` is the 1-based update count (>= 1).
   virtual void adamStep(std::span<float> w, std::span<const float> g, std::span<float> m,
                         std::span<float> v, std::int64_t step, const AdamHyper& h) = 0;
 
   // ---- dense algebra and NN ops for the built-in models ----
   // C[m x n] = alpha * op(A) * op(B) + beta * C, row-major; op(A) is m x k, op(B) is k x n.
-  // A is stored as (m x k) or, transposed, (k x m); likewise B.
+  // A is stored as (m x k) or, transposed, (k x m); likewise B. With beta == 0, C is overwritten
+  // without being read (BLAS semantics); with k == 0, C = beta * C.
   virtual void gemm(Transpose transA, Transpose transB, std::size_t m, std::size_t n,
                     std::size_t k, float alpha, std::span<const float> a,
                     std::span<const float> b, float beta, std::span<float> c) = 0;
@@ -153,20 +161,21 @@ class Compute {
   virtual void biasAdd(std::span<float> y, std::span<const float> bias, std::size_t rows) = 0;
   // dbias[j] = sum_r dy[r, j] (overwrites dbias).
   virtual void biasGrad(std::span<float> dbias, std::span<const float> dy, std::size_t rows) = 0;
-  // x = max(x, 0) in place.
+  // x = x > 0 ? x : 0 in place (NaN becomes 0).
   virtual void relu(std::span<float> x) = 0;
   // dy[i] = y[i] > 0 ? dy[i] : 0, where y is the ReLU output.
   virtual void reluBackward(std::span<float> dy, std::span<const float> y) = 0;
   // Softmax cross-entropy over rows of `logits` (rows x classes) with integer labels. Writes
   // dlogits = (softmax - onehot) * gradScale (dlogits may alias logits; empty skips it) and
-  // returns the SUM of the per-row losses. Throws on a label outside [0, classes).
+  // returns the SUM of the per-row losses. Throws, naming the label and its row, on a label
+  // outside [0, classes), before writing anything.
   virtual double softmaxCrossEntropy(std::span<const float> logits,
                                      std::span<const std::int32_t> labels, std::size_t classes,
                                      std::span<float> dlogits, float gradScale) = 0;
   // out[r] = argmax_j x[r, j] (first maximum on ties).
   virtual void argmax(std::span<const float> x, std::size_t classes,
                       std::span<std::int32_t> out) = 0;
-  // Number of rows whose argmax equals the label.
+  // Number of rows whose argmax equals the label (a label outside [0, classes) counts as wrong).
   virtual std::size_t countCorrect(std::span<const float> logits,
                                    std::span<const std::int32_t> labels, std::size_t classes) = 0;
 };
@@ -193,13 +202,13 @@ void Buffer<T>::reset() {
 }
 
 template <typename T>
-void Compute::upload(std::span<T> deviceDst, std::span<const T> hostSrc) {
+void Compute::upload(std::span<T> deviceDst, std::span<const std::type_identity_t<T>> hostSrc) {
   GOSSAMER_ENFORCE_EQ(deviceDst.size(), hostSrc.size(), "upload size mismatch");
   copyToDevice(deviceDst.data(), hostSrc.data(), hostSrc.size() * sizeof(T));
 }
 
 template <typename T>
-void Compute::download(std::span<T> hostDst, std::span<const T> deviceSrc) {
+void Compute::download(std::span<T> hostDst, std::span<const std::type_identity_t<T>> deviceSrc) {
   GOSSAMER_ENFORCE_EQ(hostDst.size(), deviceSrc.size(), "download size mismatch");
   copyToHost(hostDst.data(), deviceSrc.data(), deviceSrc.size() * sizeof(T));
 }

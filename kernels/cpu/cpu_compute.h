@@ -9,7 +9,8 @@
 namespace gossamer::kernels::cpu {
 
 struct Options {
-  // OpenBLAS threads for gemm. 1 by default: several peers share a machine's cores.
+  // OpenBLAS threads for gemm. 1 by default: several peers share a machine's cores. OpenBLAS
+  // keeps this setting per process, so the last Compute made sets it for all.
   int blasThreads = 1;
 };
 

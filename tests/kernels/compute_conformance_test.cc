@@ -1,0 +1,936 @@
+// Conformance suite for kernels::Compute (DESIGN.md section 6): one set of cases, instantiated per
+// backend with TEST_CASE_TEMPLATE. Each case draws inputs from a seeded std::mt19937, computes a
+// float64 reference here, and compares with a bound relative to the magnitude of the terms, so a
+// backend passes by being accurate, not by matching the CPU backend's rounding. Data reaches the
+// backend only through allocate/upload/download, so the same code runs on device memory.
+//
+// Output buffers are filled with NaN before an op that overwrites them: a NaN left behind is an
+// element the op forgot to write (a short grid, a missing tail), and never passes a bound.
+//
+// This is the one test file allowed to `#if` on the CUDA backend (DESIGN.md section 3).
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <random>
+#include <span>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <doctest/doctest.h>
+
+#include "engine/base/config.h"
+#include "engine/base/enforce.h"
+#include "kernels/compute.h"
+#include "kernels/cpu/cpu_compute.h"
+#if GOSSAMER_HAVE_CUDA
+#include "kernels/cuda/cuda_compute.h"
+#endif
+
+namespace gossamer::kernels {
+namespace {
+
+// ---- backends under test ----
+
+// Backend tags: `make` returns the Compute to test, or null with the reason to skip.
+struct CpuBackend {
+  static constexpr const char* kName = "CPU";
+  static constexpr Device kDevice = Device::kCpu;
+  static std::unique_ptr<Compute> make(std::string* /*skipReason*/) { return cpu::makeCompute(); }
+};
+
+struct CudaBackend {
+  static constexpr const char* kName = "CUDA";
+  static constexpr Device kDevice = Device::kCuda;
+  static std::unique_ptr<Compute> make(std::string* skipReason) {
+#if GOSSAMER_HAVE_CUDA
+    if (!cuda::isViable(skipReason)) return nullptr;
+    return cuda::makeCompute();
+#else
+    *skipReason = "this build has no CUDA backend (GOSSAMER_WITH_CUDA=OFF or nvcc not found)";
+    return nullptr;
+#endif
+  }
+};
+
+}  // namespace
+}  // namespace gossamer::kernels
+
+TYPE_TO_STRING_AS("CpuBackend", gossamer::kernels::CpuBackend);
+TYPE_TO_STRING_AS("CudaBackend", gossamer::kernels::CudaBackend);
+
+namespace gossamer::kernels {
+namespace {
+
+// The Compute of `Backend`, or null after telling the log why this case is skipped (a machine
+// without a GPU passes the CUDA instance with a message, it does not fail it).
+template <typename Backend>
+std::unique_ptr<Compute> makeOrSkip() {
+  std::string reason;
+  std::unique_ptr<Compute> compute = Backend::make(&reason);
+  if (compute == nullptr)
+    MESSAGE("skipping " << std::string(Backend::kName) << " conformance: " << reason);
+  return compute;
+}
+
+// Lengths that catch missing tails and off-by-one grids: one element, less than a vector, a
+// round-ish size, and 2^16 + 1 (one past a power of two, so a partial last block of any width).
+constexpr std::size_t kSizes[] = {1, 3, 1000, 65537};
+
+constexpr float kNan = std::numeric_limits<float>::quiet_NaN();
+
+using Host = std::vector<float>;
+using Labels = std::vector<std::int32_t>;
+using Reference = std::vector<double>;
+
+Host randomVector(std::mt19937& rng, std::size_t n, float lo = -1.0f, float hi = 1.0f) {
+  std::uniform_real_distribution<float> dist(lo, hi);
+  Host v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+float randomFloat(std::mt19937& rng, float lo, float hi) {
+  return std::uniform_real_distribution<float>(lo, hi)(rng);
+}
+
+template <typename T>
+Buffer<T> toDevice(Compute& compute, const std::vector<T>& host) {
+  Buffer<T> buffer = compute.allocate<T>(host.size());
+  compute.upload<T>(buffer, host);
+  return buffer;
+}
+
+template <typename T>
+std::vector<T> toHost(Compute& compute, const Buffer<T>& buffer) {
+  std::vector<T> host(buffer.size());
+  compute.download<T>(host, buffer);
+  return host;
+}
+
+Buffer<float> nanBuffer(Compute& compute, std::size_t n) {
+  return toDevice(compute, Host(n, kNan));
+}
+
+// Checks |got[i] - want[i]| <= bound[i] for every i and reports the worst element once, with
+// its index and values (one failure per element would bury the log on 65537 elements). NaN in
+// `got` always fails.
+void checkNear(const Host& got, const Reference& want, const Reference& bound,
+               const std::string& what) {
+  REQUIRE(got.size() == want.size());
+  REQUIRE(bound.size() == want.size());
+  std::size_t failures = 0;
+  std::size_t worst = 0;
+  double worstRatio = -1.0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const double error = std::abs(static_cast<double>(got[i]) - want[i]);
+    const bool ok = error <= bound[i];  // false for NaN
+    const double ratio =
+        ok ? error / (bound[i] > 0.0 ? bound[i] : 1.0) : std::numeric_limits<double>::infinity();
+    if (!ok) ++failures;
+    if (ratio > worstRatio) {
+      worstRatio = ratio;
+      worst = i;
+    }
+  }
+  CHECK_MESSAGE(failures == 0, what << ": " << failures << " of " << got.size()
+                                    << " elements out of bounds; worst at " << worst << ": got "
+                                    << got[worst] << ", want " << want[worst] << " +- "
+                                    << bound[worst]);
+}
+
+// Bound rtol * (|want| + 1): relative for large values, absolute below 1.
+Reference relativeBounds(const Reference& want, double rtol) {
+  Reference bound(want.size());
+  for (std::size_t i = 0; i < want.size(); ++i) bound[i] = rtol * (std::abs(want[i]) + 1.0);
+  return bound;
+}
+
+void checkRelative(const Host& got, const Reference& want, double rtol, const std::string& what) {
+  checkNear(got, want, relativeBounds(want, rtol), what);
+}
+
+void checkEqual(const Host& got, const Host& want, const std::string& what) {
+  Reference wantDouble(want.begin(), want.end());
+  checkNear(got, wantDouble, Reference(want.size(), 0.0), what);
+}
+
+template <typename... Parts>
+std::string label(const Parts&... parts) {
+  std::ostringstream out;
+  (out << ... << parts);
+  return out.str();
+}
+
+// Element-wise ops are accurate to a few float roundings of the magnitudes involved.
+constexpr double kElementwiseTolerance = 1e-5;
+
+// ---- references ----
+
+// C = alpha * op(A) * op(B) + beta * C in double, plus per-element bounds that grow with k and
+// with the magnitude of the summed terms (float accumulation over k products).
+void gemmReference(Transpose transA, Transpose transB, std::size_t m, std::size_t n, std::size_t k,
+                   float alpha, const Host& a, const Host& b, float beta, const Host& c,
+                   Reference* want, Reference* bound) {
+  want->assign(m * n, 0.0);
+  bound->assign(m * n, 0.0);
+  const double tolerance = 2e-6 * static_cast<double>(k) + kElementwiseTolerance;
+  for (std::size_t i = 0; i < m; ++i) {
+    for (std::size_t j = 0; j < n; ++j) {
+      double sum = 0.0;
+      double magnitude = 0.0;
+      for (std::size_t l = 0; l < k; ++l) {
+        const double av = transA == Transpose::kYes ? a[l * m + i] : a[i * k + l];
+        const double bv = transB == Transpose::kYes ? b[j * k + l] : b[l * n + j];
+        sum += av * bv;
+        magnitude += std::abs(av * bv);
+      }
+      const double cv = beta == 0.0f ? 0.0 : static_cast<double>(c[i * n + j]);
+      (*want)[i * n + j] = alpha * sum + beta * cv;
+      (*bound)[i * n + j] = tolerance * (std::abs(alpha) * magnitude + std::abs(beta * cv) + 1.0);
+    }
+  }
+}
+
+// Sum of per-row softmax cross-entropy losses and (softmax - onehot) * gradScale, in double.
+double softmaxReference(const Host& logits, const Labels& labels, std::size_t classes,
+                        float gradScale, Reference* grad, Reference* rowLoss) {
+  const std::size_t rows = labels.size();
+  grad->assign(rows * classes, 0.0);
+  rowLoss->assign(rows, 0.0);
+  double total = 0.0;
+  for (std::size_t r = 0; r < rows; ++r) {
+    const float* x = logits.data() + r * classes;
+    const double max = *std::max_element(x, x + classes);
+    double sum = 0.0;
+    for (std::size_t j = 0; j < classes; ++j) sum += std::exp(x[j] - max);
+    const auto target = static_cast<std::size_t>(labels[r]);
+    (*rowLoss)[r] = std::log(sum) + max - x[target];
+    total += (*rowLoss)[r];
+    for (std::size_t j = 0; j < classes; ++j) {
+      const double p = std::exp(x[j] - max) / sum;
+      (*grad)[r * classes + j] = (p - (j == target ? 1.0 : 0.0)) * gradScale;
+    }
+  }
+  return total;
+}
+
+std::int32_t argmaxReference(const float* row, std::size_t classes) {
+  std::size_t best = 0;
+  for (std::size_t j = 1; j < classes; ++j) {
+    if (row[j] > row[best]) best = j;
+  }
+  return static_cast<std::int32_t>(best);
+}
+
+// ---- identity and memory ----
+
+TEST_CASE_TEMPLATE("kernels: device identity and upload/download round trip", Backend, CpuBackend,
+                   CudaBackend) {
+  const std::unique_ptr<Compute> compute = makeOrSkip<Backend>();
+  if (!compute) return;
+  CHECK(compute->device() == Backend::kDevice);
+  CHECK_FALSE(compute->describe().empty());
+
+  std::mt19937 rng(1);
+  for (std::size_t n : kSizes) {
+    const Host values = randomVector(rng, n, -1e6f, 1e6f);
+    Buffer<float> buffer = toDevice(*compute, values);
+    CHECK(buffer.size() == n);
+    checkEqual(toHost(*compute, buffer), values, label("float round trip n=", n));
+
+    Labels ints(n);
+    for (std::size_t i = 0; i < n; ++i) ints[i] = static_cast<std::int32_t>(rng());
+    Buffer<std::int32_t> intBuffer = toDevice(*compute, ints);
+    CHECK(toHost(*compute, intBuffer) == ints);
+  }
+  compute->synchronize();
+}
+
+// ---- element-wise BLAS-1 ----
+
+TEST_CASE_TEMPLATE("kernels: copy, fill and scale", Backend, CpuBackend, CudaBackend) {
+  const std::unique_ptr<Compute> compute = makeOrSkip<Backend>();
+  if (!compute) return;
+  std::mt19937 rng(2);
+  for (std::size_t n : kSizes) {
+    const Host x = randomVector(rng, n, -10.0f, 10.0f);
+    Buffer<float> src = toDevice(*compute, x);
+    Buffer<float> dst = nanBuffer(*compute, n);
+    compute->copy(dst, src);
+    checkEqual(toHost(*compute, dst), x, label("copy n=", n));
+
+    Buffer<float> filled = nanBuffer(*compute, n);
+    compute->fill(filled, 2.5f);
+    checkEqual(toHost(*compute, filled), Host(n, 2.5f), label("fill n=", n));
+
+    const float a = -1.7f;
+    compute->scale(src, a);
+    Reference want(n);
+    for (std::size_t i = 0; i < n; ++i) want[i] = static_cast<double>(a) * x[i];
+    checkRelative(toHost(*compute, src), want, kElementwiseTolerance, label("scale n=", n));
+  }
+}
+
+TEST_CASE_TEMPLATE("kernels: axpby", Backend, CpuBackend, CudaBackend) {
+  const std::unique_ptr<Compute> compute = makeOrSkip<Backend>();
+  if (!compute) return;
+  std::mt19937 rng(3);
+  for (std::size_t n : kSizes) {
+    const Host x = randomVector(rng, n);
+    const Host y = randomVector(rng, n);
+    const float a = randomFloat(rng, -2.0f, 2.0f);
+    const float b = randomFloat(rng, -2.0f, 2.0f);
+    Buffer<float> xd = toDevice(*compute, x);
+    Buffer<float> yd = toDevice(*compute, y);
+    compute->axpby(yd, a, xd, b);
+    Reference want(n);
+    for (std::size_t i = 0; i < n; ++i) want[i] = static_cast<double>(a) * x[i] + b * y[i];
+    checkRelative(toHost(*compute, yd), want, kElementwiseTolerance, label("axpby n=", n));
+    checkEqual(toHost(*compute, xd), x, label("axpby leaves x alone n=", n));
+
+    // x may be y itself: y = (a + b) * y.
+    compute->axpby(xd, a, xd, b);
+    for (std::size_t i = 0; i < n; ++i) want[i] = (static_cast<double>(a) + b) * x[i];
+    checkRelative(toHost(*compute, xd), want, kElementwiseTolerance, label("axpby x==y n=", n));
+  }
+}
+
+// Host data, device buffers and weights of a k-input weighted sum.
+struct WeightedSumCase {
+  std::vector<Host> inputs;
+  std::vector<Buffer<float>> buffers;
+  std::vector<float> weights;
+
+  WeightedSumCase(Compute& compute, std::mt19937& rng, std::size_t k, std::size_t n) {
+    for (std::size_t j = 0; j < k; ++j) {
+      inputs.push_back(randomVector(rng, n));
+      buffers.push_back(toDevice(compute, inputs.back()));
+      weights.push_back(randomFloat(rng, -1.0f, 1.0f));
+    }
+  }
+
+  std::vector<WeightedInput> terms() const {
+    std::vector<WeightedInput> result;
+    for (std::size_t j = 0; j < buffers.size(); ++j) result.push_back({weights[j], buffers[j]});
+    return result;
+  }
+
+  // Reference sum and bounds relative to sum_j |w_j x_j| (cancellation does not loosen them).
+  void reference(Reference* want, Reference* bound) const {
+    const std::size_t n = inputs.front().size();
+    want->assign(n, 0.0);
+    bound->assign(n, 0.0);
+    for (std::size_t j = 0; j < inputs.size(); ++j) {
+      for (std::size_t i = 0; i < n; ++i) {
+        const double term = static_cast<double>(weights[j]) * inputs[j][i];
+        (*want)[i] += term;
+        (*bound)[i] += std::abs(term);
+      }
+    }
+    for (double& b : *bound) b = kElementwiseTolerance * (b + 1.0);
+  }
+};
+
+TEST_CASE_TEMPLATE("kernels: weightedSum for k = 1..kMaxWeightedInputs", Backend, CpuBackend,
+                   CudaBackend) {
+  const std::unique_ptr<Compute> compute = makeOrSkip<Backend>();
+  if (!compute) return;
+  std::mt19937 rng(4);
+  for (std::size_t k = 1; k <= Compute::kMaxWeightedInputs; ++k) {
+    for (std::size_t n : kSizes) {
+      const WeightedSumCase sum(*compute, rng, k, n);
+      Buffer<float> out = nanBuffer(*compute, n);
+      const std::vector<WeightedInput> terms = sum.terms();
+      compute->weightedSum(out, terms);
+      Reference want, bound;
+      sum.reference(&want, &bound);
+      checkNear(toHost(*compute, out), want, bound, label("weightedSum k=", k, " n=", n));
+      for (std::size_t j = 0; j < k; ++j) {
+        checkEqual(toHost(*compute, sum.buffers[j]), sum.inputs[j],
+                   label("weightedSum leaves input ", j, " alone"));
+      }
+    }
+  }
+}
+
+TEST_CASE_TEMPLATE("kernels: weightedSum with out aliasing an input", Backend, CpuBackend,
+                   CudaBackend) {
+  const std::unique_ptr<Compute> compute = makeOrSkip<Backend>();
+  if (!compute) return;
+  std::mt19937 rng(5);
+  for (std::size_t k = 1; k <= Compute::kMaxWeightedInputs; ++k) {
+    for (std::size_t n : {std::size_t{1000}, std::size_t{65537}}) {
+      // out is the first, a middle, and the last input in turn.
+      for (std::size_t alias : {std::size_t{0}, k / 2, k - 1}) {
+        WeightedSumCase sum(*compute, rng, k, n);
+        Reference want, bound;
+        sum.reference(&want, &bound);
+        const std::vector<WeightedInput> terms = sum.terms();
+        compute->weightedSum(sum.buffers[alias], terms);
+        checkNear(toHost(*compute, sum.buffers[alias]), want, bound,
+                  label("weightedSum k=", k, " n=", n, " out=input ", alias));
+      }
+    }
+  }
+
+  // The same buffer may also appear as several inputs: w0 x + w1 x + w2 y, written to x.
+  const std::size_t n = 65537;
+  const Host x = randomVector(rng, n);
+  const Host y = randomVector(rng, n);
+  Buffer<float> xd = toDevice(*compute, x);
+  Buffer<float> yd = toDevice(*compute, y);
+  compute->weightedSum(xd, {{0.25f, xd}, {0.5f, xd}, {-2.0f, yd}});
+  Reference want(n);
+  for (std::size_t i = 0; i < n; ++i) want[i] = 0.75 * x[i] - 2.0 * y[i];
+  checkRelative(toHost(*compute, xd), want, kElementwiseTolerance,
+                "weightedSum with a repeated input");
+}
+
+TEST_CASE_TEMPLATE("kernels: elasticPull", Backend, CpuBackend, CudaBackend) {
+  const std::unique_ptr<Compute> compute = makeOrSkip<Backend>();
+  if (!compute) return;
+  std::mt19937 rng(6);
+  for (std::size_t n : kSizes) {
+    const Host x = randomVector(rng, n, -5.0f, 5.0f);
+    const Host c = randomVector(rng, n, -5.0f, 5.0f);
+
+    SUBCASE("a != b matches the update rule") {
+      const float a = 0.3f;
+      const float b = 0.05f;
+      Buffer<float> xd = toDevice(*compute, x);
+      Buffer<float> cd = toDevice(*compute, c);
+      compute->elasticPull(xd, cd, a, b);
+      Reference wantX(n), wantC(n);
+      for (std::size_t i = 0; i < n; ++i) {
+        const double d = static_cast<double>(x[i]) - c[i];
+        wantX[i] = x[i] - a * d;
+        wantC[i] = c[i] + b * d;
+      }
+      checkRelative(toHost(*compute, xd), wantX, kElementwiseTolerance, label("x n=", n));
+      checkRelative(toHost(*compute, cd), wantC, kElementwiseTolerance, label("center n=", n));
+    }
+
+    SUBCASE("a == b conserves x + c") {
+      // Closed form: what the worker gives up the center gains, so x + c is unchanged and both
+      // move to x + a (c - x) and c + a (x - c).
+      const float a = 0.4f;
+      Buffer<float> xd = toDevice(*compute, x);
+      Buffer<float> cd = toDevice(*compute, c);
+      compute->elasticPull(xd, cd, a, a);
+      const Host gotX = toHost(*compute, xd);
+      const Host gotC = toHost(*compute, cd);
+      Host gotSum(n);
+      Reference wantSum(n), wantX(n);
+      for (std::size_t i = 0; i < n; ++i) {
+        gotSum[i] = gotX[i] + gotC[i];
+        wantSum[i] = static_cast<double>(x[i]) + c[i];
+        wantX[i] = x[i] + a * (static_cast<double>(c[i]) - x[i]);
+      }
+      checkRelative(gotSum, wantSum, kElementwiseTolerance, label("x + c n=", n));
+      checkRelative(gotX, wantX, kElementwiseTolerance, label("x n=", n));
+    }
+  }
+}
+
+TEST_CASE_TEMPLATE("kernels: dot and norm2 accumulate accurately", Backend, CpuBackend,
+                   CudaBackend) {
+  const std::unique_ptr<Compute> compute = makeOrSkip<Backend>();
+  if (!compute) return;
+  std::mt19937 rng(7);
+  for (std::size_t n : kSizes) {
+    const Host x = randomVector(rng, n);
+    const Host y = randomVector(rng, n);
+    Buffer<float> xd = toDevice(*compute, x);
+    Buffer<float> yd = toDevice(*compute, y);
+    double want = 0.0, magnitude = 0.0, squares = 0.0;
+    for (std::size_t i = 0; i < n; ++i) {
+      want += static_cast<double>(x[i]) * y[i];
+      magnitude += std::abs(static_cast<double>(x[i]) * y[i]);
+      squares += static_cast<double>(x[i]) * x[i];
+    }
+    // Bounds relative to sum |x_i y_i|: a float tree reduction stays well inside, a float
+    // running sum over 65537 terms does not.
+    CHECK_MESSAGE(std::abs(compute->dot(xd, yd) - want) <= 1e-6 * magnitude + 1e-12, "dot n=" << n);
+    CHECK_MESSAGE(
+        std::abs(compute->norm2(xd) - std::sqrt(squares)) <= 1e-6 * std::sqrt(squares) + 1e-12,
+        "norm2 n=" << n);
+  }
+
+  // A million equal terms: a float running sum drifts by about 1e-4 of the total here, a double
+  // accumulator is exact to 1e-10. This is what "accumulated in double" buys.
+  const std::size_t n = (std::size_t{1} << 20) + 3;
+  Buffer<float> tenths = toDevice(*compute, Host(n, 0.1f));
+  Buffer<float> ones = toDevice(*compute, Host(n, 1.0f));
+  const double want = static_cast<double>(n) * static_cast<double>(0.1f);
+  CHECK_MESSAGE(std::abs(compute->dot(tenths, ones) - want) <= 1e-7 * want,
+                "dot of 2^20 + 3 tenths: got " << compute->dot(tenths, ones) << ", want " << want);
+  CHECK_MESSAGE(std::abs(compute->norm2(ones) - std::sqrt(static_cast<double>(n))) <=
+                    1e-9 * std::sqrt(static_cast<double>(n)),
+                "norm2 of 2^20 + 3 ones");
+}
+
+// ---- optimizer steps ----
+
+TEST_CASE_TEMPLATE("kernels: sgdStep", Backend, CpuBackend, CudaBackend) {
+  const std::unique_ptr<Compute> compute = makeOrSkip<Backend>();
+  if (!compute) return;
+  std::mt19937 rng(8);
+  for (float weightDecay : {0.0f, 0.01f}) {
+    for (std::size_t n : kSizes) {
+      const SgdHyper h{.lr = 0.1f, .weightDecay = weightDecay};
+      const Host w = randomVector(rng, n);
+      const Host g = randomVector(rng, n);
+      Buffer<float> wd = toDevice(*compute, w);
+      Buffer<float> gd = toDevice(*compute, g);
+      compute->sgdStep(wd, gd, h);
+      Reference want(n);
+      for (std::size_t i = 0; i < n; ++i) {
+        want[i] =
+            w[i] - static_cast<double>(h.lr) * (g[i] + static_cast<double>(weightDecay) * w[i]);
+      }
+      checkRelative(toHost(*compute, wd), want, kElementwiseTolerance,
+                    label("sgd wd=", weightDecay, " n=", n));
+    }
+  }
+}
+
+TEST_CASE_TEMPLATE("kernels: momentumStep, plain and Nesterov, over 3 steps", Backend, CpuBackend,
+                   CudaBackend) {
+  const std::unique_ptr<Compute> compute = makeOrSkip<Backend>();
+  if (!compute) return;
+  std::mt19937 rng(9);
+  for (bool nesterov : {false, true}) {
+    for (float weightDecay : {0.0f, 0.01f}) {
+      for (std::size_t n : kSizes) {
+        const MomentumHyper h{
+            .lr = 0.05f, .momentum = 0.9f, .nesterov = nesterov, .weightDecay = weightDecay};
+        Host w = randomVector(rng, n);
+        const Host v = randomVector(rng, n, -0.1f, 0.1f);
+        Buffer<float> wd = toDevice(*compute, w);
+        Buffer<float> vd = toDevice(*compute, v);
+        Reference wantW(w.begin(), w.end()), wantV(v.begin(), v.end());
+        for (int step = 0; step < 3; ++step) {
+          const Host g = randomVector(rng, n);
+          Buffer<float> gd = toDevice(*compute, g);
+          compute->momentumStep(wd, gd, vd, h);
+          // PyTorch's SGD: g' = g + wd w; v = mu v + g'; w -= lr (nesterov ? g' + mu v : v).
+          for (std::size_t i = 0; i < n; ++i) {
+            const double grad = g[i] + static_cast<double>(weightDecay) * wantW[i];
+            wantV[i] = static_cast<double>(h.momentum) * wantV[i] + grad;
+            const double update =
+                nesterov ? grad + static_cast<double>(h.momentum) * wantV[i] : wantV[i];
+            wantW[i] -= static_cast<double>(h.lr) * update;
+          }
+        }
+        const std::string what =
+            label("momentum nesterov=", nesterov, " wd=", weightDecay, " n=", n);
+        checkRelative(toHost(*compute, wd), wantW, kElementwiseTolerance, what + " w");
+        checkRelative(toHost(*compute, vd), wantV, kElementwiseTolerance, what + " velocity");
+      }
+    }
+  }
+}
+
+TEST_CASE_TEMPLATE("kernels: adamStep over 3 steps", Backend, CpuBackend, CudaBackend) {
+  const std::unique_ptr<Compute> compute = makeOrSkip<Backend>();
+  if (!compute) return;
+  std::mt19937 rng(10);
+  // The second setting has an epsilon comparable to sqrt(vhat), so its placement matters.
+  const AdamHyper settings[] = {
+      {.lr = 0.01f},
+      {.lr = 0.01f, .beta1 = 0.8f, .beta2 = 0.99f, .epsilon = 0.1f, .weightDecay = 0.01f}};
+  for (const AdamHyper& h : settings) {
+    const float weightDecay = h.weightDecay;
+    for (std::size_t n : kSizes) {
+      const Host w = randomVector(rng, n);
+      Buffer<float> wd = toDevice(*compute, w);
+      Buffer<float> md = toDevice(*compute, Host(n, 0.0f));
+      Buffer<float> vd = toDevice(*compute, Host(n, 0.0f));
+      Reference wantW(w.begin(), w.end()), wantM(n, 0.0), wantV(n, 0.0);
+      const double b1 = h.beta1, b2 = h.beta2;
+      for (std::int64_t step = 1; step <= 3; ++step) {
+        const Host g = randomVector(rng, n);
+        Buffer<float> gd = toDevice(*compute, g);
+        compute->adamStep(wd, gd, md, vd, step, h);
+        const double correction1 = 1.0 - std::pow(b1, static_cast<double>(step));
+        const double correction2 = 1.0 - std::pow(b2, static_cast<double>(step));
+        for (std::size_t i = 0; i < n; ++i) {
+          const double grad = g[i] + static_cast<double>(weightDecay) * wantW[i];
+          wantM[i] = b1 * wantM[i] + (1.0 - b1) * grad;
+          wantV[i] = b2 * wantV[i] + (1.0 - b2) * grad * grad;
+          const double mHat = wantM[i] / correction1;
+          const double vHat = wantV[i] / correction2;
+          wantW[i] -= static_cast<double>(h.lr) * mHat / (std::sqrt(vHat) + h.epsilon);
+        }
+      }
+      const std::string what = label("adam eps=", h.epsilon, " wd=", weightDecay, " n=", n);
+      checkRelative(toHost(*compute, wd), wantW, kElementwiseTolerance, what + " w");
+      checkRelative(toHost(*compute, md), wantM, kElementwiseTolerance, what + " m");
+      // v is about 1e-3 g^2: a bound relative to |v| itself, not |v| + 1.
+      Reference boundV(n);
+      for (std::size_t i = 0; i < n; ++i) boundV[i] = kElementwiseTolerance * wantV[i] + 1e-12;
+      checkNear(toHost(*compute, vd), wantV, boundV, what + " v");
+    }
+  }
+}
+
+// ---- dense algebra and NN ops ----
+
+TEST_CASE_TEMPLATE("kernels: gemm with both transposes", Backend, CpuBackend, CudaBackend) {
+  const std::unique_ptr<Compute> compute = makeOrSkip<Backend>();
+  if (!compute) return;
+  std::mt19937 rng(11);
+  struct Shape {
+    std::size_t m, n, k;
+  };
+  const Shape shapes[] = {{1, 1, 1},   {3, 5, 7},    {2, 1, 9},     {1, 100, 1},
+                          {33, 1, 17}, {17, 33, 65}, {64, 10, 784}, {100, 64, 32}};
+  for (const Shape& s : shapes) {
+    for (Transpose transA : {Transpose::kNo, Transpose::kYes}) {
+      for (Transpose transB : {Transpose::kNo, Transpose::kYes}) {
+        // beta = 0 must overwrite C, NaN included; beta != 0 must read it.
+        for (float beta : {0.0f, 0.5f}) {
+          const float alpha = randomFloat(rng, -2.0f, 2.0f);
+          const Host a = randomVector(rng, s.m * s.k);
+          const Host b = randomVector(rng, s.k * s.n);
+          const Host c = beta == 0.0f ? Host(s.m * s.n, kNan) : randomVector(rng, s.m * s.n);
+          Buffer<float> ad = toDevice(*compute, a);
+          Buffer<float> bd = toDevice(*compute, b);
+          Buffer<float> cd = toDevice(*compute, c);
+          compute->gemm(transA, transB, s.m, s.n, s.k, alpha, ad, bd, beta, cd);
+          Reference want, bound;
+          gemmReference(transA, transB, s.m, s.n, s.k, alpha, a, b, beta, c, &want, &bound);
+          checkNear(
+              toHost(*compute, cd), want, bound,
+              label("gemm m=", s.m, " n=", s.n, " k=", s.k, " transA=", transA == Transpose::kYes,
+                    " transB=", transB == Transpose::kYes, " beta=", beta));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE_TEMPLATE("kernels: biasAdd and biasGrad", Backend, CpuBackend, CudaBackend) {
+  const std::unique_ptr<Compute> compute = makeOrSkip<Backend>();
+  if (!compute) return;
+  std::mt19937 rng(12);
+  for (std::size_t rows : {std::size_t{1}, std::size_t{3}, std::size_t{100}}) {
+    for (std::size_t cols : {std::size_t{1}, std::size_t{3}, std::size_t{10}, std::size_t{1000}}) {
+      const Host y = randomVector(rng, rows * cols);
+      const Host bias = randomVector(rng, cols);
+      Buffer<float> yd = toDevice(*compute, y);
+      Buffer<float> biasd = toDevice(*compute, bias);
+      compute->biasAdd(yd, biasd, rows);
+      Reference want(rows * cols);
+      for (std::size_t r = 0; r < rows; ++r) {
+        for (std::size_t j = 0; j < cols; ++j) {
+          want[r * cols + j] = static_cast<double>(y[r * cols + j]) + bias[j];
+        }
+      }
+      const std::string shape = label(" rows=", rows, " cols=", cols);
+      checkRelative(toHost(*compute, yd), want, kElementwiseTolerance, "biasAdd" + shape);
+
+      const Host dy = randomVector(rng, rows * cols);
+      Buffer<float> dyd = toDevice(*compute, dy);
+      Buffer<float> dbias = nanBuffer(*compute, cols);
+      compute->biasGrad(dbias, dyd, rows);
+      Reference wantGrad(cols, 0.0), bound(cols, 0.0);
+      for (std::size_t r = 0; r < rows; ++r) {
+        for (std::size_t j = 0; j < cols; ++j) {
+          wantGrad[j] += dy[r * cols + j];
+          bound[j] += std::abs(dy[r * cols + j]);
+        }
+      }
+      for (double& b : bound) b = kElementwiseTolerance * (b + 1.0);
+      checkNear(toHost(*compute, dbias), wantGrad, bound, "biasGrad" + shape);
+    }
+  }
+}
+
+TEST_CASE_TEMPLATE("kernels: relu and reluBackward", Backend, CpuBackend, CudaBackend) {
+  const std::unique_ptr<Compute> compute = makeOrSkip<Backend>();
+  if (!compute) return;
+  std::mt19937 rng(13);
+  for (std::size_t n : kSizes) {
+    Host x = randomVector(rng, n);
+    for (std::size_t i = 0; i < n; i += 7) x[i] = 0.0f;  // exact zeros are not "> 0"
+    Buffer<float> xd = toDevice(*compute, x);
+    compute->relu(xd);
+    Host want(n);
+    for (std::size_t i = 0; i < n; ++i) want[i] = x[i] > 0.0f ? x[i] : 0.0f;
+    const Host y = toHost(*compute, xd);
+    checkEqual(y, want, label("relu n=", n));
+
+    const Host dy = randomVector(rng, n);
+    Buffer<float> dyd = toDevice(*compute, dy);
+    compute->reluBackward(dyd, xd);
+    Host wantGrad(n);
+    for (std::size_t i = 0; i < n; ++i) wantGrad[i] = want[i] > 0.0f ? dy[i] : 0.0f;
+    checkEqual(toHost(*compute, dyd), wantGrad, label("reluBackward n=", n));
+  }
+}
+
+// Random logits (rows x classes) with per-row offsets and labels uniform over the classes.
+void softmaxInputs(std::mt19937& rng, std::size_t rows, std::size_t classes, float offset,
+                   Host* logits, Labels* labels) {
+  *logits = randomVector(rng, rows * classes, -5.0f, 5.0f);
+  labels->resize(rows);
+  std::uniform_int_distribution<std::int32_t> pick(0, static_cast<std::int32_t>(classes) - 1);
+  for (std::size_t r = 0; r < rows; ++r) {
+    const float shift = randomFloat(rng, -offset, offset);
+    for (std::size_t j = 0; j < classes; ++j) (*logits)[r * classes + j] += shift;
+    (*labels)[r] = pick(rng);
+  }
+}
+
+// Bounds for dlogits: values lie in [-|scale|, |scale|].
+Reference gradBounds(const Reference& want, float gradScale) {
+  Reference bound(want.size());
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    bound[i] = kElementwiseTolerance * (std::abs(want[i]) + std::abs(gradScale));
+  }
+  return bound;
+}
+
+TEST_CASE_TEMPLATE("kernels: softmaxCrossEntropy loss and gradient", Backend, CpuBackend,
+                   CudaBackend) {
+  const std::unique_ptr<Compute> compute = makeOrSkip<Backend>();
+  if (!compute) return;
+  std::mt19937 rng(14);
+  struct Shape {
+    std::size_t rows, classes;
+  };
+  const Shape shapes[] = {{1, 1}, {1, 10}, {3, 10}, {100, 10}, {64, 1000}, {1000, 3}};
+  for (const Shape& s : shapes) {
+    Host logits;
+    Labels labels;
+    softmaxInputs(rng, s.rows, s.classes, 20.0f, &logits, &labels);
+    const float gradScale = 1.0f / static_cast<float>(s.rows);
+    Reference wantGrad, rowLoss;
+    const double wantLoss =
+        softmaxReference(logits, labels, s.classes, gradScale, &wantGrad, &rowLoss);
+    double lossBound = 0.0;
+    for (double l : rowLoss) lossBound += kElementwiseTolerance * (std::abs(l) + 1.0);
+    const std::string shape = label(" rows=", s.rows, " classes=", s.classes);
+
+    Buffer<float> logitsd = toDevice(*compute, logits);
+    Buffer<std::int32_t> labelsd = toDevice(*compute, labels);
+
+    SUBCASE("separate dlogits") {
+      Buffer<float> dlogits = nanBuffer(*compute, logits.size());
+      const double loss =
+          compute->softmaxCrossEntropy(logitsd, labelsd, s.classes, dlogits, gradScale);
+      CHECK_MESSAGE(std::abs(loss - wantLoss) <= lossBound,
+                    "loss" << shape << ": got " << loss << ", want " << wantLoss);
+      checkNear(toHost(*compute, dlogits), wantGrad, gradBounds(wantGrad, gradScale),
+                "dlogits" + shape);
+      checkEqual(toHost(*compute, logitsd), logits, "logits unchanged" + shape);
+    }
+
+    SUBCASE("dlogits aliasing logits") {
+      const double loss =
+          compute->softmaxCrossEntropy(logitsd, labelsd, s.classes, logitsd, gradScale);
+      CHECK_MESSAGE(std::abs(loss - wantLoss) <= lossBound,
+                    "loss" << shape << ": got " << loss << ", want " << wantLoss);
+      checkNear(toHost(*compute, logitsd), wantGrad, gradBounds(wantGrad, gradScale),
+                "dlogits in place" + shape);
+    }
+
+    SUBCASE("empty dlogits computes the loss only") {
+      const double loss = compute->softmaxCrossEntropy(logitsd, labelsd, s.classes, {}, gradScale);
+      CHECK_MESSAGE(std::abs(loss - wantLoss) <= lossBound,
+                    "loss" << shape << ": got " << loss << ", want " << wantLoss);
+      checkEqual(toHost(*compute, logitsd), logits, "logits unchanged" + shape);
+    }
+  }
+}
+
+TEST_CASE_TEMPLATE("kernels: softmaxCrossEntropy is stable for large logits", Backend, CpuBackend,
+                   CudaBackend) {
+  const std::unique_ptr<Compute> compute = makeOrSkip<Backend>();
+  if (!compute) return;
+  std::mt19937 rng(15);
+  const std::size_t rows = 50;
+  const std::size_t classes = 10;
+  // Offsets up to +-1000: exp overflows float unless the row maximum is subtracted first.
+  Host logits;
+  Labels labels;
+  softmaxInputs(rng, rows, classes, 1000.0f, &logits, &labels);
+  Reference wantGrad, rowLoss;
+  const double wantLoss = softmaxReference(logits, labels, classes, 1.0f, &wantGrad, &rowLoss);
+  Buffer<float> logitsd = toDevice(*compute, logits);
+  Buffer<std::int32_t> labelsd = toDevice(*compute, labels);
+  Buffer<float> dlogits = nanBuffer(*compute, logits.size());
+  const double loss = compute->softmaxCrossEntropy(logitsd, labelsd, classes, dlogits, 1.0f);
+  REQUIRE(std::isfinite(loss));
+  // Rounding the logits near 1000 costs up to 1000 * 2^-24 per row; beyond that it is exact.
+  CHECK_MESSAGE(std::abs(loss - wantLoss) <= 1e-4 * static_cast<double>(rows),
+                "got " << loss << ", want " << wantLoss);
+  checkNear(toHost(*compute, dlogits), wantGrad, gradBounds(wantGrad, 1.0f), "dlogits");
+}
+
+TEST_CASE_TEMPLATE("kernels: softmaxCrossEntropy rejects a label outside 0..classes-1", Backend,
+                   CpuBackend, CudaBackend) {
+  const std::unique_ptr<Compute> compute = makeOrSkip<Backend>();
+  if (!compute) return;
+  std::mt19937 rng(16);
+  const std::size_t rows = 5;
+  const std::size_t classes = 10;
+  Host logits;
+  Labels labels;
+  softmaxInputs(rng, rows, classes, 1.0f, &logits, &labels);
+  Buffer<float> logitsd = toDevice(*compute, logits);
+  Buffer<float> dlogits = nanBuffer(*compute, logits.size());
+  for (std::int32_t bad : {-1, static_cast<std::int32_t>(classes), 1234567}) {
+    Labels badLabels = labels;
+    badLabels[3] = bad;
+    Buffer<std::int32_t> labelsd = toDevice(*compute, badLabels);
+    CHECK_THROWS_AS(compute->softmaxCrossEntropy(logitsd, labelsd, classes, dlogits, 1.0f),
+                    gossamer::Error);
+    CHECK_THROWS_AS(compute->softmaxCrossEntropy(logitsd, labelsd, classes, {}, 1.0f),
+                    gossamer::Error);
+  }
+  // The message names the offending label, so a bad dataset is found from the log alone.
+  Labels badLabels = labels;
+  badLabels[3] = 1234567;
+  Buffer<std::int32_t> labelsd = toDevice(*compute, badLabels);
+  try {
+    compute->softmaxCrossEntropy(logitsd, labelsd, classes, dlogits, 1.0f);
+    FAIL("no exception for label 1234567");
+  } catch (const gossamer::Error& error) {
+    CHECK_MESSAGE(std::string(error.what()).find("1234567") != std::string::npos, error.what());
+  }
+}
+
+TEST_CASE_TEMPLATE("kernels: argmax and countCorrect", Backend, CpuBackend, CudaBackend) {
+  const std::unique_ptr<Compute> compute = makeOrSkip<Backend>();
+  if (!compute) return;
+  std::mt19937 rng(17);
+
+  SUBCASE("ties go to the first maximum") {
+    const std::size_t classes = 4;
+    const Host x = {1,  5,  3,  5,   // tie at 1 and 3
+                    7,  7,  7,  7,   // all equal
+                    -2, -1, -1, -3,  // tie among negatives
+                    0,  0,  0,  9};
+    Buffer<float> xd = toDevice(*compute, x);
+    Buffer<std::int32_t> out = toDevice(*compute, Labels(4, -7));
+    compute->argmax(xd, classes, out);
+    CHECK(toHost(*compute, out) == Labels{1, 0, 1, 3});
+    CHECK(compute->countCorrect(xd, toDevice(*compute, Labels{1, 0, 2, 3}), classes) == 3);
+    CHECK(compute->countCorrect(xd, toDevice(*compute, Labels{3, 3, 2, 0}), classes) == 0);
+  }
+
+  SUBCASE("random rows") {
+    for (std::size_t classes :
+         {std::size_t{1}, std::size_t{3}, std::size_t{10}, std::size_t{1000}}) {
+      for (std::size_t rows : {std::size_t{1}, std::size_t{7}, std::size_t{1000}}) {
+        const Host x = randomVector(rng, rows * classes);
+        Labels want(rows), labels(rows);
+        std::size_t wantCorrect = 0;
+        for (std::size_t r = 0; r < rows; ++r) {
+          want[r] = argmaxReference(x.data() + r * classes, classes);
+          // Every third row labelled right, the others wrong whenever there is a wrong class.
+          const bool right = r % 3 == 0 || classes == 1;
+          labels[r] = right ? want[r] : (want[r] + 1) % static_cast<std::int32_t>(classes);
+          if (right) ++wantCorrect;
+        }
+        Buffer<float> xd = toDevice(*compute, x);
+        Buffer<std::int32_t> out = toDevice(*compute, Labels(rows, -7));
+        compute->argmax(xd, classes, out);
+        CHECK_MESSAGE(toHost(*compute, out) == want,
+                      "argmax rows=" << rows << " classes=" << classes);
+        CHECK_MESSAGE(compute->countCorrect(xd, toDevice(*compute, labels), classes) == wantCorrect,
+                      "countCorrect rows=" << rows << " classes=" << classes);
+      }
+    }
+  }
+}
+
+// ---- misuse ----
+
+TEST_CASE_TEMPLATE("kernels: mismatched sizes throw gossamer::Error", Backend, CpuBackend,
+                   CudaBackend) {
+  const std::unique_ptr<Compute> compute = makeOrSkip<Backend>();
+  if (!compute) return;
+  Buffer<float> a = toDevice(*compute, Host(8, 1.0f));
+  Buffer<float> b = toDevice(*compute, Host(8, 1.0f));
+  Buffer<float> c = toDevice(*compute, Host(8, 1.0f));
+  Buffer<float> shorter = toDevice(*compute, Host(7, 1.0f));
+  Buffer<std::int32_t> labels = toDevice(*compute, Labels(2, 0));
+
+  CHECK_THROWS_AS(compute->copy(a, shorter), gossamer::Error);
+  CHECK_THROWS_AS(compute->axpby(a, 1.0f, shorter, 1.0f), gossamer::Error);
+  // (Extra parentheses: the braces' commas would otherwise split the macro argument.)
+  CHECK_THROWS_AS((compute->weightedSum(a, {{1.0f, b}, {1.0f, shorter}})), gossamer::Error);
+  CHECK_THROWS_AS((compute->weightedSum(shorter, {{1.0f, b}})), gossamer::Error);
+  CHECK_THROWS_AS(compute->weightedSum(a, std::span<const WeightedInput>{}), gossamer::Error);
+  const std::vector<WeightedInput> tooMany(Compute::kMaxWeightedInputs + 1, {1.0f, b});
+  CHECK_THROWS_AS(compute->weightedSum(a, tooMany), gossamer::Error);
+  CHECK_THROWS_AS(compute->elasticPull(a, shorter, 0.1f, 0.1f), gossamer::Error);
+  CHECK_THROWS_AS(compute->dot(a, shorter), gossamer::Error);
+  CHECK_THROWS_AS(compute->sgdStep(a, shorter, {}), gossamer::Error);
+  CHECK_THROWS_AS(compute->momentumStep(a, shorter, b, {}), gossamer::Error);
+  CHECK_THROWS_AS(compute->momentumStep(a, b, shorter, {}), gossamer::Error);
+  CHECK_THROWS_AS(compute->adamStep(a, shorter, b, c, 1, {}), gossamer::Error);
+  CHECK_THROWS_AS(compute->adamStep(a, b, shorter, c, 1, {}), gossamer::Error);
+  CHECK_THROWS_AS(compute->adamStep(a, b, c, shorter, 1, {}), gossamer::Error);
+  // gemm 2x4 * 4x2 -> 2x2 needs 8, 8 and 4 elements.
+  Buffer<float> c4 = toDevice(*compute, Host(4, 0.0f));
+  CHECK_NOTHROW(compute->gemm(Transpose::kNo, Transpose::kNo, 2, 2, 4, 1.0f, a, b, 0.0f, c4));
+  CHECK_THROWS_AS(
+      compute->gemm(Transpose::kNo, Transpose::kNo, 2, 2, 4, 1.0f, shorter, b, 0.0f, c4),
+      gossamer::Error);
+  CHECK_THROWS_AS(
+      compute->gemm(Transpose::kYes, Transpose::kNo, 2, 2, 4, 1.0f, a, shorter, 0.0f, c4),
+      gossamer::Error);
+  CHECK_THROWS_AS(compute->gemm(Transpose::kNo, Transpose::kYes, 2, 2, 4, 1.0f, a, b, 0.0f, a),
+                  gossamer::Error);
+  CHECK_THROWS_AS(compute->biasAdd(a, shorter, 1), gossamer::Error);
+  CHECK_THROWS_AS(compute->biasAdd(a, c4, 3), gossamer::Error);
+  CHECK_THROWS_AS(compute->biasGrad(c4, a, 3), gossamer::Error);
+  CHECK_THROWS_AS(compute->reluBackward(a, shorter), gossamer::Error);
+  // 8 logits are 2 rows of 4 classes, not 3 rows.
+  Buffer<std::int32_t> threeLabels = toDevice(*compute, Labels(3, 0));
+  CHECK_THROWS_AS(compute->softmaxCrossEntropy(a, threeLabels, 4, b, 1.0f), gossamer::Error);
+  CHECK_THROWS_AS(compute->softmaxCrossEntropy(a, labels, 4, shorter, 1.0f), gossamer::Error);
+  CHECK_THROWS_AS(compute->softmaxCrossEntropy(a, labels, 3, b, 1.0f), gossamer::Error);
+  Buffer<std::int32_t> out3 = toDevice(*compute, Labels(3, 0));
+  CHECK_THROWS_AS(compute->argmax(a, 4, out3), gossamer::Error);
+  CHECK_THROWS_AS(compute->countCorrect(a, threeLabels, 4), gossamer::Error);
+}
+
+TEST_CASE_TEMPLATE("kernels: empty spans are no-ops", Backend, CpuBackend, CudaBackend) {
+  const std::unique_ptr<Compute> compute = makeOrSkip<Backend>();
+  if (!compute) return;
+  Buffer<float> x = compute->allocate<float>(0);
+  Buffer<float> y = compute->allocate<float>(0);
+  Buffer<float> z = compute->allocate<float>(0);
+  Buffer<float> u = compute->allocate<float>(0);
+  Buffer<std::int32_t> labels = compute->allocate<std::int32_t>(0);
+  compute->copy(x, y);
+  compute->fill(x, 1.0f);
+  compute->scale(x, 2.0f);
+  compute->axpby(x, 1.0f, y, 1.0f);
+  compute->weightedSum(x, {{1.0f, y}, {2.0f, z}});
+  compute->elasticPull(x, y, 0.5f, 0.5f);
+  CHECK(compute->dot(x, y) == 0.0);
+  CHECK(compute->norm2(x) == 0.0);
+  compute->sgdStep(x, y, {});
+  compute->momentumStep(x, y, z, {});
+  compute->adamStep(x, y, z, u, 1, {});
+  compute->relu(x);
+  compute->reluBackward(x, y);
+  compute->biasGrad(x, y, 5);
+  CHECK(compute->softmaxCrossEntropy(x, labels, 10, y, 1.0f) == 0.0);
+  compute->argmax(x, 10, labels);
+  CHECK(compute->countCorrect(x, labels, 10) == 0);
+  compute->synchronize();
+}
+
+}  // namespace
+}  // namespace gossamer::kernels
