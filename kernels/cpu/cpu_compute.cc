@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <array>
-#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -21,6 +20,7 @@
 
 #include "engine/base/enforce.h"
 #include "engine/base/log.h"
+#include "kernels/compute_checks.h"
 
 namespace gossamer::kernels::cpu {
 namespace {
@@ -34,20 +34,6 @@ constexpr std::size_t kAlignment = 64;
 // keeps every input read once from memory and makes the op alias-safe (out may be one of the
 // inputs) without one runtime alias check per input, which GCC stops emitting beyond ~10.
 constexpr std::size_t kWeightedSumBlock = 1024;
-
-bool overlaps(const void* a, std::size_t aBytes, const void* b, std::size_t bBytes) {
-  const auto aBegin = reinterpret_cast<std::uintptr_t>(a);
-  const auto bBegin = reinterpret_cast<std::uintptr_t>(b);
-  return aBegin < bBegin + bBytes && bBegin < aBegin + aBytes;
-}
-
-// Two spans either are the same memory or do not overlap at all. Element-wise ops are defined
-// for both cases; a partial overlap has no sensible meaning, so it is rejected as misuse.
-void enforceSameOrDisjoint(std::span<const float> a, std::span<const float> b, const char* op) {
-  GOSSAMER_ENFORCE(
-      a.data() == b.data() || !overlaps(a.data(), a.size_bytes(), b.data(), b.size_bytes()),
-      "{}: buffers partially overlap (they must be identical or disjoint)", op);
-}
 
 // out = sum_j w[j] * x[j] for a fixed number of inputs, as one expression per element summed left
 // to right (the same order as the blocked path, so every k rounds alike). Alias-safe: out[i] is
@@ -105,12 +91,12 @@ double dotDouble(const float* x, const float* y, std::size_t n) {
   return sum + tail;
 }
 
-// Rejects a label outside [0, classes), naming the row, before any output is written.
-void enforceLabels(std::span<const std::int32_t> labels, std::size_t classes, const char* op) {
+// Rejects a label outside [0, classes), naming the first bad row, before any output is written.
+void enforceLabels(std::span<const std::int32_t> labels, std::size_t classes) {
   for (std::size_t r = 0; r < labels.size(); ++r) {
     const std::int32_t label = labels[r];
     if (label < 0 || static_cast<std::size_t>(label) >= classes) [[unlikely]] {
-      GOSSAMER_THROW("{}: label {} in row {} is outside [0, {})", op, label, r, classes);
+      checks::throwLabelOutOfRange(label, r, classes);
     }
   }
 }
@@ -122,13 +108,6 @@ std::size_t argmaxRow(const float* row, std::size_t classes) {
     if (row[j] > row[best]) best = j;
   }
   return best;
-}
-
-// CBLAS takes int dimensions: a larger one would wrap silently, so it is rejected.
-int toBlasInt(std::size_t value, const char* what) {
-  GOSSAMER_ENFORCE_LE(value, static_cast<std::size_t>(INT_MAX),
-                      "gemm: {} exceeds the 32-bit BLAS index range", what);
-  return static_cast<int>(value);
 }
 
 class CpuCompute final : public Compute {
@@ -175,7 +154,7 @@ class CpuCompute final : public Compute {
   // ---- element-wise BLAS-1 ----
 
   void copy(std::span<float> dst, std::span<const float> src) override {
-    GOSSAMER_ENFORCE_EQ(dst.size(), src.size(), "copy: dst and src lengths differ");
+    checks::copy(dst, src);
     // Plain memcpy on purpose: gossamer-bench uses this op as its memcpy baseline.
     if (!dst.empty() && dst.data() != src.data())
       std::memcpy(dst.data(), src.data(), src.size_bytes());
@@ -190,8 +169,7 @@ class CpuCompute final : public Compute {
   }
 
   void axpby(std::span<float> y, float a, std::span<const float> x, float b) override {
-    GOSSAMER_ENFORCE_EQ(y.size(), x.size(), "axpby: y and x lengths differ");
-    enforceSameOrDisjoint(y, x, "axpby");
+    checks::axpby(y, x);
     float* py = y.data();
     const float* px = x.data();
     const std::size_t n = y.size();
@@ -199,13 +177,7 @@ class CpuCompute final : public Compute {
   }
 
   void weightedSum(std::span<float> out, std::span<const WeightedInput> inputs) override {
-    GOSSAMER_ENFORCE(!inputs.empty(), "weightedSum: needs at least one input");
-    GOSSAMER_ENFORCE_LE(inputs.size(), kMaxWeightedInputs, "weightedSum: too many inputs");
-    for (std::size_t j = 0; j < inputs.size(); ++j) {
-      GOSSAMER_ENFORCE_EQ(inputs[j].input.size(), out.size(),
-                          "weightedSum: input {} and out lengths differ", j);
-      enforceSameOrDisjoint(out, inputs[j].input, "weightedSum");
-    }
+    checks::weightedSum(out, inputs);
     const std::size_t n = out.size();
     switch (inputs.size()) {
       case 1:
@@ -222,10 +194,7 @@ class CpuCompute final : public Compute {
   }
 
   void elasticPull(std::span<float> x, std::span<float> center, float a, float b) override {
-    GOSSAMER_ENFORCE_EQ(x.size(), center.size(), "elasticPull: x and center lengths differ");
-    GOSSAMER_ENFORCE(
-        x.empty() || !overlaps(x.data(), x.size_bytes(), center.data(), center.size_bytes()),
-        "elasticPull: x and center must not overlap");
+    checks::elasticPull(x, center);
     float* px = x.data();
     float* pc = center.data();
     const std::size_t n = x.size();
@@ -237,7 +206,7 @@ class CpuCompute final : public Compute {
   }
 
   double dot(std::span<const float> x, std::span<const float> y) override {
-    GOSSAMER_ENFORCE_EQ(x.size(), y.size(), "dot: x and y lengths differ");
+    checks::dot(x, y);
     return dotDouble(x.data(), y.data(), x.size());
   }
 
@@ -248,7 +217,7 @@ class CpuCompute final : public Compute {
   // ---- local optimizer steps ----
 
   void sgdStep(std::span<float> w, std::span<const float> g, const SgdHyper& h) override {
-    GOSSAMER_ENFORCE_EQ(w.size(), g.size(), "sgdStep: w and g lengths differ");
+    checks::sgdStep(w, g);
     float* pw = w.data();
     const float* pg = g.data();
     const float lr = h.lr;
@@ -259,8 +228,7 @@ class CpuCompute final : public Compute {
 
   void momentumStep(std::span<float> w, std::span<const float> g, std::span<float> velocity,
                     const MomentumHyper& h) override {
-    GOSSAMER_ENFORCE_EQ(w.size(), g.size(), "momentumStep: w and g lengths differ");
-    GOSSAMER_ENFORCE_EQ(w.size(), velocity.size(), "momentumStep: w and velocity lengths differ");
+    checks::momentumStep(w, g, velocity);
     float* pw = w.data();
     const float* pg = g.data();
     float* pv = velocity.data();
@@ -288,10 +256,7 @@ class CpuCompute final : public Compute {
 
   void adamStep(std::span<float> w, std::span<const float> g, std::span<float> m,
                 std::span<float> v, std::int64_t step, const AdamHyper& h) override {
-    GOSSAMER_ENFORCE_EQ(w.size(), g.size(), "adamStep: w and g lengths differ");
-    GOSSAMER_ENFORCE_EQ(w.size(), m.size(), "adamStep: w and m lengths differ");
-    GOSSAMER_ENFORCE_EQ(w.size(), v.size(), "adamStep: w and v lengths differ");
-    GOSSAMER_ENFORCE_GE(step, std::int64_t{1}, "adamStep: step is 1-based");
+    checks::adamStep(w, g, m, v, step);
     // Bias corrections in double: 1 - beta^t loses all precision in float once beta^t ~ 1 - 1e-7.
     const double t = static_cast<double>(step);
     const float invCorrection1 =
@@ -346,34 +311,21 @@ class CpuCompute final : public Compute {
   void gemm(Transpose transA, Transpose transB, std::size_t m, std::size_t n, std::size_t k,
             float alpha, std::span<const float> a, std::span<const float> b, float beta,
             std::span<float> c) override {
-    GOSSAMER_ENFORCE_EQ(a.size(), m * k, "gemm: A must hold m*k elements (m={}, k={})", m, k);
-    GOSSAMER_ENFORCE_EQ(b.size(), k * n, "gemm: B must hold k*n elements (k={}, n={})", k, n);
-    GOSSAMER_ENFORCE_EQ(c.size(), m * n, "gemm: C must hold m*n elements (m={}, n={})", m, n);
-    if (m == 0 || n == 0) return;
-    if (k == 0) {
-      // op(A) * op(B) is an empty sum; BLAS would reject the zero leading dimension. beta == 0
-      // overwrites C (NaN included), as BLAS does.
-      if (beta == 0.0f) {
-        fill(c, 0.0f);
-      } else {
-        scale(c, beta);
-      }
-      return;
-    }
+    if (checks::gemm(*this, m, n, k, a, b, beta, c) == checks::GemmRest::kDone) return;
+    // Every dimension fits in CBLAS's int: checks::gemm rejected larger ones.
     const bool ta = transA == Transpose::kYes;
     const bool tb = transB == Transpose::kYes;
     // Leading dimensions are the stored row lengths: A is m x k or (transposed) k x m.
-    const int lda = toBlasInt(ta ? m : k, "lda");
-    const int ldb = toBlasInt(tb ? k : n, "ldb");
+    const int lda = static_cast<int>(ta ? m : k);
+    const int ldb = static_cast<int>(tb ? k : n);
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-                toBlasInt(m, "m"), toBlasInt(n, "n"), toBlasInt(k, "k"), alpha, a.data(), lda,
-                b.data(), ldb, beta, c.data(), toBlasInt(n, "ldc"));
+                static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), alpha, a.data(), lda,
+                b.data(), ldb, beta, c.data(), static_cast<int>(n));
   }
 
   void biasAdd(std::span<float> y, std::span<const float> bias, std::size_t rows) override {
+    checks::biasAdd(y, bias, rows);
     const std::size_t cols = bias.size();
-    GOSSAMER_ENFORCE_EQ(y.size(), rows * cols, "biasAdd: y must be rows x bias.size() (rows={})",
-                        rows);
     const float* pb = bias.data();
     for (std::size_t r = 0; r < rows; ++r) {
       float* row = y.data() + r * cols;
@@ -382,9 +334,8 @@ class CpuCompute final : public Compute {
   }
 
   void biasGrad(std::span<float> dbias, std::span<const float> dy, std::size_t rows) override {
+    checks::biasGrad(dbias, dy, rows);
     const std::size_t cols = dbias.size();
-    GOSSAMER_ENFORCE_EQ(dy.size(), rows * cols,
-                        "biasGrad: dy must be rows x dbias.size() (rows={})", rows);
     // Row after row, so the inner loop is a contiguous vector add over the columns.
     float* pd = dbias.data();
     std::fill(pd, pd + cols, 0.0f);
@@ -401,7 +352,7 @@ class CpuCompute final : public Compute {
   }
 
   void reluBackward(std::span<float> dy, std::span<const float> y) override {
-    GOSSAMER_ENFORCE_EQ(dy.size(), y.size(), "reluBackward: dy and y lengths differ");
+    checks::reluBackward(dy, y);
     float* pd = dy.data();
     const float* py = y.data();
     const std::size_t n = dy.size();
@@ -411,18 +362,9 @@ class CpuCompute final : public Compute {
   double softmaxCrossEntropy(std::span<const float> logits, std::span<const std::int32_t> labels,
                              std::size_t classes, std::span<float> dlogits,
                              float gradScale) override {
-    GOSSAMER_ENFORCE_GT(classes, std::size_t{0}, "softmaxCrossEntropy: classes must be positive");
-    const std::size_t rows = labels.size();
-    GOSSAMER_ENFORCE_EQ(logits.size(), rows * classes,
-                        "softmaxCrossEntropy: logits must be labels.size() x classes ({})",
-                        classes);
+    const std::size_t rows = checks::softmaxCrossEntropy(logits, labels, classes, dlogits);
+    enforceLabels(labels, classes);
     const bool withGrad = !dlogits.empty();
-    if (withGrad) {
-      GOSSAMER_ENFORCE_EQ(dlogits.size(), logits.size(),
-                          "softmaxCrossEntropy: dlogits must be empty or as long as logits");
-      enforceSameOrDisjoint(dlogits, logits, "softmaxCrossEntropy");
-    }
-    enforceLabels(labels, classes, "softmaxCrossEntropy");
     double loss = 0.0;
     for (std::size_t r = 0; r < rows; ++r) {
       const float* x = logits.data() + r * classes;
@@ -452,11 +394,7 @@ class CpuCompute final : public Compute {
   }
 
   void argmax(std::span<const float> x, std::size_t classes, std::span<std::int32_t> out) override {
-    GOSSAMER_ENFORCE_GT(classes, std::size_t{0}, "argmax: classes must be positive");
-    GOSSAMER_ENFORCE_LE(classes, static_cast<std::size_t>(INT32_MAX), "argmax: too many classes");
-    const std::size_t rows = out.size();
-    GOSSAMER_ENFORCE_EQ(x.size(), rows * classes, "argmax: x must be out.size() x classes ({})",
-                        classes);
+    const std::size_t rows = checks::argmax(x, classes, out);
     for (std::size_t r = 0; r < rows; ++r) {
       out[r] = static_cast<std::int32_t>(argmaxRow(x.data() + r * classes, classes));
     }
@@ -464,10 +402,7 @@ class CpuCompute final : public Compute {
 
   std::size_t countCorrect(std::span<const float> logits, std::span<const std::int32_t> labels,
                            std::size_t classes) override {
-    GOSSAMER_ENFORCE_GT(classes, std::size_t{0}, "countCorrect: classes must be positive");
-    const std::size_t rows = labels.size();
-    GOSSAMER_ENFORCE_EQ(logits.size(), rows * classes,
-                        "countCorrect: logits must be labels.size() x classes ({})", classes);
+    const std::size_t rows = checks::countCorrect(logits, labels, classes);
     std::size_t correct = 0;
     for (std::size_t r = 0; r < rows; ++r) {
       // A label outside [0, classes) never matches, it is not an error here (evaluation only).

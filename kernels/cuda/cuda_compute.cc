@@ -3,7 +3,6 @@
 #include "kernels/cuda/cuda_compute.h"
 
 #include <algorithm>
-#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <exception>
@@ -14,6 +13,7 @@
 
 #include "engine/base/enforce.h"
 #include "engine/base/log.h"
+#include "kernels/compute_checks.h"
 #include "kernels/cuda/cuda_kernels.h"
 
 namespace gossamer::kernels::cuda {
@@ -67,20 +67,6 @@ void logCudaError(const char* what, cudaError_t error) {
   } catch (...) {
     // Logging is best effort here; the caller cannot report anything either.
   }
-}
-
-bool overlaps(const void* a, std::size_t aBytes, const void* b, std::size_t bBytes) {
-  const auto aBegin = reinterpret_cast<std::uintptr_t>(a);
-  const auto bBegin = reinterpret_cast<std::uintptr_t>(b);
-  return aBegin < bBegin + bBytes && bBegin < aBegin + aBytes;
-}
-
-// Same rule as the CPU reference: two spans of an element-wise op are either the same memory or
-// disjoint; a partial overlap has no sensible meaning and is rejected as misuse.
-void enforceSameOrDisjoint(std::span<const float> a, std::span<const float> b, const char* op) {
-  GOSSAMER_ENFORCE(
-      a.data() == b.data() || !overlaps(a.data(), a.size_bytes(), b.data(), b.size_bytes()),
-      "{}: buffers partially overlap (they must be identical or disjoint)", op);
 }
 
 class CudaCompute final : public Compute {
@@ -274,7 +260,7 @@ void CudaCompute::synchronize() {
 // ---- element-wise BLAS-1 ----
 
 void CudaCompute::copy(std::span<float> dst, std::span<const float> src) {
-  GOSSAMER_ENFORCE_EQ(dst.size(), src.size(), "copy: dst and src lengths differ");
+  checks::copy(dst, src);
   if (src.empty() || dst.data() == src.data()) return;
   activate();
   GOSSAMER_CUDA_CHECK(
@@ -292,20 +278,15 @@ void CudaCompute::scale(std::span<float> x, float a) {
 }
 
 void CudaCompute::axpby(std::span<float> y, float a, std::span<const float> x, float b) {
-  GOSSAMER_ENFORCE_EQ(y.size(), x.size(), "axpby: y and x lengths differ");
-  enforceSameOrDisjoint(y, x, "axpby");
+  checks::axpby(y, x);
   activate();
   GOSSAMER_CUDA_CHECK(detail::axpby(y.data(), x.data(), y.size(), a, b, launch()));
 }
 
 void CudaCompute::weightedSum(std::span<float> out, std::span<const WeightedInput> inputs) {
-  GOSSAMER_ENFORCE(!inputs.empty(), "weightedSum: needs at least one input");
-  GOSSAMER_ENFORCE_LE(inputs.size(), kMaxWeightedInputs, "weightedSum: too many inputs");
+  checks::weightedSum(out, inputs);
   detail::WeightedInputs terms;
   for (std::size_t i = 0; i < inputs.size(); ++i) {
-    GOSSAMER_ENFORCE_EQ(inputs[i].input.size(), out.size(),
-                        "weightedSum: input {} and out lengths differ", i);
-    enforceSameOrDisjoint(out, inputs[i].input, "weightedSum");
     terms.inputs[i] = inputs[i].input.data();
     terms.weights[i] = inputs[i].weight;
   }
@@ -315,16 +296,13 @@ void CudaCompute::weightedSum(std::span<float> out, std::span<const WeightedInpu
 }
 
 void CudaCompute::elasticPull(std::span<float> x, std::span<float> center, float a, float b) {
-  GOSSAMER_ENFORCE_EQ(x.size(), center.size(), "elasticPull: x and center lengths differ");
-  GOSSAMER_ENFORCE(
-      x.empty() || !overlaps(x.data(), x.size_bytes(), center.data(), center.size_bytes()),
-      "elasticPull: x and center must not overlap");
+  checks::elasticPull(x, center);
   activate();
   GOSSAMER_CUDA_CHECK(detail::elasticPull(x.data(), center.data(), x.size(), a, b, launch()));
 }
 
 double CudaCompute::dot(std::span<const float> x, std::span<const float> y) {
-  GOSSAMER_ENFORCE_EQ(x.size(), y.size(), "dot: x and y lengths differ");
+  checks::dot(x, y);
   activate();
   GOSSAMER_CUDA_CHECK(detail::dot(x.data(), y.data(), x.size(), scratch_, launch()));
   return readResults().value;
@@ -339,15 +317,14 @@ double CudaCompute::norm2(std::span<const float> x) {
 // ---- local optimizer steps ----
 
 void CudaCompute::sgdStep(std::span<float> w, std::span<const float> g, const SgdHyper& h) {
-  GOSSAMER_ENFORCE_EQ(w.size(), g.size(), "sgdStep: w and g lengths differ");
+  checks::sgdStep(w, g);
   activate();
   GOSSAMER_CUDA_CHECK(detail::sgdStep(w.data(), g.data(), w.size(), h.lr, h.weightDecay, launch()));
 }
 
 void CudaCompute::momentumStep(std::span<float> w, std::span<const float> g,
                                std::span<float> velocity, const MomentumHyper& h) {
-  GOSSAMER_ENFORCE_EQ(w.size(), g.size(), "momentumStep: w and g lengths differ");
-  GOSSAMER_ENFORCE_EQ(w.size(), velocity.size(), "momentumStep: w and velocity lengths differ");
+  checks::momentumStep(w, g, velocity);
   activate();
   GOSSAMER_CUDA_CHECK(detail::momentumStep(w.data(), g.data(), velocity.data(), w.size(), h.lr,
                                            h.momentum, h.nesterov, h.weightDecay, launch()));
@@ -355,10 +332,7 @@ void CudaCompute::momentumStep(std::span<float> w, std::span<const float> g,
 
 void CudaCompute::adamStep(std::span<float> w, std::span<const float> g, std::span<float> m,
                            std::span<float> v, std::int64_t step, const AdamHyper& h) {
-  GOSSAMER_ENFORCE_EQ(w.size(), g.size(), "adamStep: w and g lengths differ");
-  GOSSAMER_ENFORCE_EQ(w.size(), m.size(), "adamStep: w and m lengths differ");
-  GOSSAMER_ENFORCE_EQ(w.size(), v.size(), "adamStep: w and v lengths differ");
-  GOSSAMER_ENFORCE_GE(step, std::int64_t{1}, "adamStep: step is 1-based");
+  checks::adamStep(w, g, m, v, step);
   // Bias corrections in double (1 - beta^t loses all precision in float once beta^t ~ 1 - 1e-7),
   // inverted and rounded once to float, exactly as the CPU reference does.
   const auto t = static_cast<double>(step);
@@ -377,28 +351,13 @@ void CudaCompute::adamStep(std::span<float> w, std::span<const float> g, std::sp
 void CudaCompute::gemm(Transpose transA, Transpose transB, std::size_t m, std::size_t n,
                        std::size_t k, float alpha, std::span<const float> a,
                        std::span<const float> b, float beta, std::span<float> c) {
-  GOSSAMER_ENFORCE_EQ(a.size(), m * k, "gemm: A must hold m*k elements (m={}, k={})", m, k);
-  GOSSAMER_ENFORCE_EQ(b.size(), k * n, "gemm: B must hold k*n elements (k={}, n={})", k, n);
-  GOSSAMER_ENFORCE_EQ(c.size(), m * n, "gemm: C must hold m*n elements (m={}, n={})", m, n);
-  if (m == 0 || n == 0) return;
-  if (k == 0) {
-    // op(A) * op(B) is an empty sum; as in the CPU reference, beta == 0 overwrites C (NaN
-    // included), as BLAS does, and otherwise C = beta * C.
-    if (beta == 0.0f) {
-      fill(c, 0.0f);
-    } else {
-      scale(c, beta);
-    }
-    return;
-  }
-  constexpr auto kIntMax = static_cast<std::size_t>(INT_MAX);
-  GOSSAMER_ENFORCE_LE(std::max({m, n, k}), kIntMax,
-                      "gemm: a dimension exceeds the 32-bit BLAS index range");
+  if (checks::gemm(*this, m, n, k, a, b, beta, c) == checks::GemmRest::kDone) return;
   // cuBLAS is column-major; a row-major matrix read column-major is its transpose. So compute
   // C^T (n x m) = op(B)^T (n x k) * op(A)^T (k x m): B is the first operand, A the second, and
   // each keeps its own op. Leading dimensions are the row lengths of the STORED row-major
   // matrices: A is m x k (lda = k) or, transposed, k x m (lda = m); B is k x n (ldb = n) or,
-  // transposed, n x k (ldb = k); C is m x n (ldc = n).
+  // transposed, n x k (ldb = k); C is m x n (ldc = n). Each fits in cuBLAS's int: checks::gemm
+  // rejected larger dimensions.
   const bool tA = transA == Transpose::kYes;
   const bool tB = transB == Transpose::kYes;
   const int lda = static_cast<int>(tA ? m : k);
@@ -412,15 +371,13 @@ void CudaCompute::gemm(Transpose transA, Transpose transB, std::size_t m, std::s
 }
 
 void CudaCompute::biasAdd(std::span<float> y, std::span<const float> bias, std::size_t rows) {
-  GOSSAMER_ENFORCE_EQ(y.size(), rows * bias.size(),
-                      "biasAdd: y must be rows x bias.size() (rows={})", rows);
+  checks::biasAdd(y, bias, rows);
   activate();
   GOSSAMER_CUDA_CHECK(detail::biasAdd(y.data(), bias.data(), rows, bias.size(), launch()));
 }
 
 void CudaCompute::biasGrad(std::span<float> dbias, std::span<const float> dy, std::size_t rows) {
-  GOSSAMER_ENFORCE_EQ(dy.size(), rows * dbias.size(),
-                      "biasGrad: dy must be rows x dbias.size() (rows={})", rows);
+  checks::biasGrad(dbias, dy, rows);
   activate();
   GOSSAMER_CUDA_CHECK(detail::biasGrad(dbias.data(), dy.data(), rows, dbias.size(), launch()));
 }
@@ -431,7 +388,7 @@ void CudaCompute::relu(std::span<float> x) {
 }
 
 void CudaCompute::reluBackward(std::span<float> dy, std::span<const float> y) {
-  GOSSAMER_ENFORCE_EQ(dy.size(), y.size(), "reluBackward: dy and y lengths differ");
+  checks::reluBackward(dy, y);
   activate();
   GOSSAMER_CUDA_CHECK(detail::reluBackward(dy.data(), y.data(), dy.size(), launch()));
 }
@@ -439,15 +396,7 @@ void CudaCompute::reluBackward(std::span<float> dy, std::span<const float> y) {
 double CudaCompute::softmaxCrossEntropy(std::span<const float> logits,
                                         std::span<const std::int32_t> labels, std::size_t classes,
                                         std::span<float> dlogits, float gradScale) {
-  GOSSAMER_ENFORCE_GT(classes, std::size_t{0}, "softmaxCrossEntropy: classes must be positive");
-  const std::size_t rows = labels.size();
-  GOSSAMER_ENFORCE_EQ(logits.size(), rows * classes,
-                      "softmaxCrossEntropy: logits must be labels.size() x classes ({})", classes);
-  if (!dlogits.empty()) {
-    GOSSAMER_ENFORCE_EQ(dlogits.size(), logits.size(),
-                        "softmaxCrossEntropy: dlogits must be empty or as long as logits");
-    enforceSameOrDisjoint(dlogits, logits, "softmaxCrossEntropy");
-  }
+  const std::size_t rows = checks::softmaxCrossEntropy(logits, labels, classes, dlogits);
   activate();
   GOSSAMER_CUDA_CHECK(detail::softmaxCrossEntropy(logits.data(), labels.data(), rows, classes,
                                                   dlogits.empty() ? nullptr : dlogits.data(),
@@ -459,33 +408,24 @@ double CudaCompute::softmaxCrossEntropy(std::span<const float> logits,
     const auto row = static_cast<std::size_t>(results.badRow);
     std::int32_t label = 0;
     copyToHost(&label, labels.data() + row, sizeof(label));
-    GOSSAMER_THROW("softmaxCrossEntropy: label {} in row {} is outside [0, {})", label, row,
-                   classes);
+    checks::throwLabelOutOfRange(label, row, classes);
   }
   return results.value;
 }
 
 void CudaCompute::argmax(std::span<const float> x, std::size_t classes,
                          std::span<std::int32_t> out) {
-  GOSSAMER_ENFORCE_GT(classes, std::size_t{0}, "argmax: classes must be positive");
-  GOSSAMER_ENFORCE_LE(classes, static_cast<std::size_t>(INT32_MAX), "argmax: too many classes");
-  GOSSAMER_ENFORCE_EQ(x.size(), out.size() * classes, "argmax: x must be out.size() x classes ({})",
-                      classes);
+  const std::size_t rows = checks::argmax(x, classes, out);
   activate();
-  GOSSAMER_CUDA_CHECK(detail::argmax(x.data(), out.size(), classes, out.data(), launch()));
+  GOSSAMER_CUDA_CHECK(detail::argmax(x.data(), rows, classes, out.data(), launch()));
 }
 
 std::size_t CudaCompute::countCorrect(std::span<const float> logits,
                                       std::span<const std::int32_t> labels, std::size_t classes) {
-  GOSSAMER_ENFORCE_GT(classes, std::size_t{0}, "countCorrect: classes must be positive");
-  GOSSAMER_ENFORCE_EQ(logits.size(), labels.size() * classes,
-                      "countCorrect: logits must be labels.size() x classes ({})", classes);
-  // The warp argmax keeps 32-bit indices (a 2^31-float row is not a real case).
-  GOSSAMER_ENFORCE_LE(classes, static_cast<std::size_t>(INT32_MAX),
-                      "countCorrect: too many classes");
+  const std::size_t rows = checks::countCorrect(logits, labels, classes);
   activate();
-  GOSSAMER_CUDA_CHECK(detail::countCorrect(logits.data(), labels.data(), labels.size(), classes,
-                                           scratch_, launch()));
+  GOSSAMER_CUDA_CHECK(
+      detail::countCorrect(logits.data(), labels.data(), rows, classes, scratch_, launch()));
   return static_cast<std::size_t>(readResults().count);
 }
 

@@ -1,0 +1,154 @@
+#include "kernels/compute_checks.h"
+
+#include <climits>
+#include <cstdint>
+
+#include "engine/base/enforce.h"
+
+namespace gossamer::kernels::checks {
+
+bool overlaps(const void* a, std::size_t aBytes, const void* b, std::size_t bBytes) {
+  const auto aBegin = reinterpret_cast<std::uintptr_t>(a);
+  const auto bBegin = reinterpret_cast<std::uintptr_t>(b);
+  return aBegin < bBegin + bBytes && bBegin < aBegin + aBytes;
+}
+
+void enforceSameOrDisjoint(std::span<const float> a, std::span<const float> b, const char* op) {
+  GOSSAMER_ENFORCE(
+      a.data() == b.data() || !overlaps(a.data(), a.size_bytes(), b.data(), b.size_bytes()),
+      "{}: buffers partially overlap (they must be identical or disjoint)", op);
+}
+
+// ---- element-wise BLAS-1 ----
+
+void copy(std::span<const float> dst, std::span<const float> src) {
+  GOSSAMER_ENFORCE_EQ(dst.size(), src.size(), "copy: dst and src lengths differ");
+}
+
+void axpby(std::span<const float> y, std::span<const float> x) {
+  GOSSAMER_ENFORCE_EQ(y.size(), x.size(), "axpby: y and x lengths differ");
+  enforceSameOrDisjoint(y, x, "axpby");
+}
+
+void weightedSum(std::span<const float> out, std::span<const WeightedInput> inputs) {
+  GOSSAMER_ENFORCE(!inputs.empty(), "weightedSum: needs at least one input");
+  GOSSAMER_ENFORCE_LE(inputs.size(), Compute::kMaxWeightedInputs, "weightedSum: too many inputs");
+  for (std::size_t j = 0; j < inputs.size(); ++j) {
+    GOSSAMER_ENFORCE_EQ(inputs[j].input.size(), out.size(),
+                        "weightedSum: input {} and out lengths differ", j);
+    enforceSameOrDisjoint(out, inputs[j].input, "weightedSum");
+  }
+}
+
+void elasticPull(std::span<const float> x, std::span<const float> center) {
+  GOSSAMER_ENFORCE_EQ(x.size(), center.size(), "elasticPull: x and center lengths differ");
+  GOSSAMER_ENFORCE(
+      x.empty() || !overlaps(x.data(), x.size_bytes(), center.data(), center.size_bytes()),
+      "elasticPull: x and center must not overlap");
+}
+
+void dot(std::span<const float> x, std::span<const float> y) {
+  GOSSAMER_ENFORCE_EQ(x.size(), y.size(), "dot: x and y lengths differ");
+}
+
+// ---- local optimizer steps ----
+
+void sgdStep(std::span<const float> w, std::span<const float> g) {
+  GOSSAMER_ENFORCE_EQ(w.size(), g.size(), "sgdStep: w and g lengths differ");
+}
+
+void momentumStep(std::span<const float> w, std::span<const float> g,
+                  std::span<const float> velocity) {
+  GOSSAMER_ENFORCE_EQ(w.size(), g.size(), "momentumStep: w and g lengths differ");
+  GOSSAMER_ENFORCE_EQ(w.size(), velocity.size(), "momentumStep: w and velocity lengths differ");
+}
+
+void adamStep(std::span<const float> w, std::span<const float> g, std::span<const float> m,
+              std::span<const float> v, std::int64_t step) {
+  GOSSAMER_ENFORCE_EQ(w.size(), g.size(), "adamStep: w and g lengths differ");
+  GOSSAMER_ENFORCE_EQ(w.size(), m.size(), "adamStep: w and m lengths differ");
+  GOSSAMER_ENFORCE_EQ(w.size(), v.size(), "adamStep: w and v lengths differ");
+  GOSSAMER_ENFORCE_GE(step, std::int64_t{1}, "adamStep: step is 1-based");
+}
+
+// ---- dense algebra and NN ops ----
+
+GemmRest gemm(Compute& compute, std::size_t m, std::size_t n, std::size_t k,
+              std::span<const float> a, std::span<const float> b, float beta, std::span<float> c) {
+  GOSSAMER_ENFORCE_EQ(a.size(), m * k, "gemm: A must hold m*k elements (m={}, k={})", m, k);
+  GOSSAMER_ENFORCE_EQ(b.size(), k * n, "gemm: B must hold k*n elements (k={}, n={})", k, n);
+  GOSSAMER_ENFORCE_EQ(c.size(), m * n, "gemm: C must hold m*n elements (m={}, n={})", m, n);
+  if (m == 0 || n == 0) return GemmRest::kDone;
+  if (k == 0) {
+    if (beta == 0.0f) {
+      compute.fill(c, 0.0f);
+    } else {
+      compute.scale(c, beta);
+    }
+    return GemmRest::kDone;
+  }
+  // BLAS takes int dimensions: a larger one would wrap silently. The leading dimensions are
+  // stored row lengths, each one of m, n and k, so these three checks cover them.
+  constexpr auto kIntMax = static_cast<std::size_t>(INT_MAX);
+  GOSSAMER_ENFORCE_LE(m, kIntMax, "gemm: m exceeds the 32-bit BLAS index range");
+  GOSSAMER_ENFORCE_LE(n, kIntMax, "gemm: n exceeds the 32-bit BLAS index range");
+  GOSSAMER_ENFORCE_LE(k, kIntMax, "gemm: k exceeds the 32-bit BLAS index range");
+  return GemmRest::kProduct;
+}
+
+void biasAdd(std::span<const float> y, std::span<const float> bias, std::size_t rows) {
+  GOSSAMER_ENFORCE_EQ(y.size(), rows * bias.size(),
+                      "biasAdd: y must be rows x bias.size() (rows={})", rows);
+}
+
+void biasGrad(std::span<const float> dbias, std::span<const float> dy, std::size_t rows) {
+  GOSSAMER_ENFORCE_EQ(dy.size(), rows * dbias.size(),
+                      "biasGrad: dy must be rows x dbias.size() (rows={})", rows);
+}
+
+void reluBackward(std::span<const float> dy, std::span<const float> y) {
+  GOSSAMER_ENFORCE_EQ(dy.size(), y.size(), "reluBackward: dy and y lengths differ");
+}
+
+std::size_t softmaxCrossEntropy(std::span<const float> logits, std::span<const std::int32_t> labels,
+                                std::size_t classes, std::span<const float> dlogits) {
+  GOSSAMER_ENFORCE_GT(classes, std::size_t{0}, "softmaxCrossEntropy: classes must be positive");
+  const std::size_t rows = labels.size();
+  GOSSAMER_ENFORCE_EQ(logits.size(), rows * classes,
+                      "softmaxCrossEntropy: logits must be labels.size() x classes ({})", classes);
+  if (!dlogits.empty()) {
+    GOSSAMER_ENFORCE_EQ(dlogits.size(), logits.size(),
+                        "softmaxCrossEntropy: dlogits must be empty or as long as logits");
+    enforceSameOrDisjoint(dlogits, logits, "softmaxCrossEntropy");
+  }
+  return rows;
+}
+
+std::size_t argmax(std::span<const float> x, std::size_t classes,
+                   std::span<const std::int32_t> out) {
+  GOSSAMER_ENFORCE_GT(classes, std::size_t{0}, "argmax: classes must be positive");
+  GOSSAMER_ENFORCE_LE(classes, static_cast<std::size_t>(INT32_MAX), "argmax: too many classes");
+  const std::size_t rows = out.size();
+  GOSSAMER_ENFORCE_EQ(x.size(), rows * classes, "argmax: x must be out.size() x classes ({})",
+                      classes);
+  return rows;
+}
+
+std::size_t countCorrect(std::span<const float> logits, std::span<const std::int32_t> labels,
+                         std::size_t classes) {
+  GOSSAMER_ENFORCE_GT(classes, std::size_t{0}, "countCorrect: classes must be positive");
+  const std::size_t rows = labels.size();
+  GOSSAMER_ENFORCE_EQ(logits.size(), rows * classes,
+                      "countCorrect: logits must be labels.size() x classes ({})", classes);
+  // A row's argmax is compared with an int32 label (and CUDA's warp argmax keeps 32-bit
+  // indices); a 2^31-float row is not a real case.
+  GOSSAMER_ENFORCE_LE(classes, static_cast<std::size_t>(INT32_MAX),
+                      "countCorrect: too many classes");
+  return rows;
+}
+
+void throwLabelOutOfRange(std::int32_t label, std::size_t row, std::size_t classes) {
+  GOSSAMER_THROW("softmaxCrossEntropy: label {} in row {} is outside [0, {})", label, row, classes);
+}
+
+}  // namespace gossamer::kernels::checks
