@@ -1,0 +1,457 @@
+#include "net/tcp/tcp_transport.h"
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <asio/completion_condition.hpp>
+#include <asio/dispatch.hpp>
+#include <asio/experimental/awaitable_operators.hpp>
+#include <asio/ip/tcp.hpp>
+#include <asio/read.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/write.hpp>
+
+#include "net/errors.h"
+#include "net/link_support.h"
+
+namespace gossamer::net::tcp {
+namespace {
+
+using Tcp = asio::ip::tcp;
+using Clock = std::chrono::steady_clock;
+using detail::kUseTuple;
+
+constexpr std::uint32_t kMagic = 0x314d5347;   // the bytes "GSM1"
+constexpr std::size_t kFixedPrefixBytes = 12;  // magic, header bytes, payload count
+// Reads of less than this go through the read-ahead buffer; larger ones go straight to their
+// destination.
+constexpr std::size_t kReadAheadBytes = 64 * 1024;
+
+// Asio's transfer_all() hands at most 64 KiB to each read_some/write_some, which costs a
+// syscall (and often a reactor round) per 64 KiB of a bulk payload. This one lets each call move
+// as much as the kernel takes, like a plain blocking send()/recv() loop.
+std::size_t transferAllUnchunked(const std::error_code& ec, std::size_t /*transferred*/) {
+  return ec ? 0 : std::size_t(1) << 40;
+}
+
+void storeLe(std::byte* out, std::uint64_t value, int bytes) {
+  for (int i = 0; i < bytes; ++i) out[i] = static_cast<std::byte>(value >> (8 * i));
+}
+
+std::uint64_t loadLe(const std::byte* in, int bytes) {
+  std::uint64_t value = 0;
+  for (int i = 0; i < bytes; ++i)
+    value |= std::uint64_t(std::to_integer<std::uint8_t>(in[i])) << (8 * i);
+  return value;
+}
+
+std::string endpointText(const Tcp::endpoint& endpoint) {
+  return Endpoint{endpoint.address().to_string(), endpoint.port()}.str();
+}
+
+// Errors after which connect tries again (the listener may not be up yet, or be overloaded).
+bool retryable(const std::error_code& ec) {
+  return ec == asio::error::connection_refused || ec == asio::error::connection_reset ||
+         ec == asio::error::connection_aborted || ec == asio::error::try_again ||
+         ec == asio::error::timed_out || ec == asio::error::host_unreachable ||
+         ec == asio::error::network_unreachable;
+}
+
+// One connection. Lives in a shared_ptr so that a close() posted from another thread, and the
+// coroutines of send and receive, keep it alive; all members are used on the io thread only,
+// except the byte counters.
+class LinkState final : public std::enable_shared_from_this<LinkState> {
+ public:
+  LinkState(Tcp::socket socket, const Limits& limits, std::string remote)
+      : socket_(std::move(socket)),
+        limits_(limits),
+        remote_(std::move(remote)),
+        pool_(std::make_shared<detail::BufferPool>(limits.maxBufferedBytes)),
+        readAhead_(kReadAheadBytes) {}
+
+  static asio::awaitable<std::error_code> send(std::shared_ptr<LinkState> self, OutFrame frame) {
+    if (auto ec = detail::checkFrameShape(frame, self->limits_)) co_return ec;
+    if (frame.header.size() > UINT32_MAX) co_return Errc::frameTooLarge;  // the prefix's u32
+    if (frame.payloads.size() > UINT32_MAX) co_return Errc::tooManyPayloads;
+    if (self->closed_) co_return self->closeError_;
+    if (auto ec = co_await self->sendTurn_.enter())
+      co_return self->closed_ ? self->closeError_ : ec;
+    detail::FifoGate::Turn turn(self->sendTurn_);
+    if (self->closed_) co_return self->closeError_;
+
+    std::vector<std::byte>& prefix = self->txPrefix_;
+    prefix.resize(kFixedPrefixBytes + 8 * frame.payloads.size());
+    storeLe(prefix.data(), kMagic, 4);
+    storeLe(prefix.data() + 4, frame.header.size(), 4);
+    storeLe(prefix.data() + 8, frame.payloads.size(), 4);
+    std::vector<asio::const_buffer>& buffers = self->txBuffers_;
+    buffers.clear();
+    buffers.emplace_back(prefix.data(), prefix.size());
+    buffers.emplace_back(frame.header.data(), frame.header.size());
+    for (std::size_t i = 0; i < frame.payloads.size(); ++i) {
+      storeLe(prefix.data() + kFixedPrefixBytes + 8 * i, frame.payloads[i].size(), 8);
+      buffers.emplace_back(frame.payloads[i].data(), frame.payloads[i].size());
+    }
+    auto [ec, written] = co_await asio::async_write(
+        self->socket_, std::span<const asio::const_buffer>(buffers), transferAllUnchunked,
+        kUseTuple);
+    self->bytesSent_ += written;
+    // Part of the frame may be out: the stream is unusable. When the link was closed meanwhile,
+    // the write's own error (operation_aborted, or bad_descriptor between two writes of the
+    // composed operation) says less than why it was closed.
+    if (ec) ec = self->failWith(ec);
+    co_return ec;
+  }
+
+  static asio::awaitable<std::error_code> receive(std::shared_ptr<LinkState> self, InFrame& frame) {
+    if (self->receiving_) co_return Errc::receiveInProgress;
+    // Drop what the frame held first: its pooled payloads may be what the pool waits for.
+    frame.payloads.clear();
+    frame.header.clear();
+    if (self->closed_) co_return self->closeError_;
+    // If this coroutine ends without finishing (cancelled, or an exception from the
+    // PayloadTarget), the stream stops mid-frame and cannot be read on: close the link.
+    struct Scope {
+      LinkState& link;
+      bool finished = false;
+      ~Scope() {
+        link.receiving_ = false;
+        if (!finished) link.closeWith(asio::error::operation_aborted);
+      }
+    } scope{*self};
+    self->receiving_ = true;
+    std::error_code ec = co_await self->readFrame(frame);
+    scope.finished = true;
+    if (ec) {
+      frame.payloads.clear();
+      ec = self->failWith(ec);
+    }
+    co_return ec;
+  }
+
+  void setPayloadTarget(PayloadTarget target) { target_ = std::move(target); }
+
+  // Any thread; runs inline on the io thread.
+  void close() {
+    asio::dispatch(socket_.get_executor(), [self = shared_from_this()] {
+      self->closeWith(asio::error::operation_aborted);
+    });
+  }
+
+  // Io thread. The first call closes the socket (aborting pending reads and writes) and fails
+  // later operations with `reason`.
+  void closeWith(std::error_code reason) {
+    if (closed_) return;
+    closed_ = true;
+    closeError_ = reason;
+    std::error_code ignored;
+    socket_.shutdown(Tcp::socket::shutdown_both, ignored);
+    socket_.close(ignored);
+    sendTurn_.close();
+    pool_->close();
+  }
+
+  // Io thread. Closes the link after an operation failed with `ec`; returns what the operation
+  // reports: `ec`, or why the link was closed if that happened first.
+  std::error_code failWith(std::error_code ec) {
+    if (closed_) return closeError_;
+    closeWith(ec);
+    return ec;
+  }
+
+  const std::string& remoteAddress() const { return remote_; }
+  std::uint64_t bytesSent() const { return bytesSent_; }
+  std::uint64_t bytesReceived() const { return bytesReceived_; }
+
+ private:
+  asio::awaitable<std::error_code> readFrame(InFrame& frame) {
+    std::array<std::byte, kFixedPrefixBytes> fixed;
+    if (auto ec = co_await readExact(fixed)) co_return ec;
+    if (loadLe(fixed.data(), 4) != kMagic) co_return Errc::malformedFrame;
+    const std::size_t headerBytes = loadLe(fixed.data() + 4, 4);
+    const std::size_t count = loadLe(fixed.data() + 8, 4);
+    // Bound the length table and the header before reading (and allocating) them.
+    if (count > limits_.maxPayloads) co_return Errc::tooManyPayloads;
+    if (headerBytes > limits_.maxHeaderBytes || headerBytes > limits_.maxFrameBytes)
+      co_return Errc::frameTooLarge;
+    lengthBytes_.resize(8 * count);
+    if (auto ec = co_await readExact(lengthBytes_)) co_return ec;
+    sizes_.resize(count);
+    for (std::size_t i = 0; i < count; ++i) sizes_[i] = loadLe(lengthBytes_.data() + 8 * i, 8);
+    if (auto ec = detail::checkFrameShape(
+            headerBytes, count, [&](std::size_t i) { return sizes_[i]; }, limits_))
+      co_return ec;
+
+    frame.header.resize(headerBytes);
+    if (auto ec = co_await readExact(frame.header)) co_return ec;
+
+    // Where each payload goes: the caller's buffer, or (empty span) the pool.
+    targets_.assign(count, {});
+    pooledSizes_.clear();
+    for (std::size_t i = 0; i < count; ++i) {
+      if (target_) targets_[i] = target_(frame.header, i, sizes_[i]);
+      if (!targets_[i].empty() && targets_[i].size() != sizes_[i])
+        co_return Errc::invalidPayloadTarget;
+      if (targets_[i].empty()) pooledSizes_.push_back(sizes_[i]);
+    }
+    std::vector<Payload> pooled;
+    if (!pooledSizes_.empty()) {
+      // Waits here, reading nothing, while the receiver holds the pool's bound.
+      if (auto ec = co_await pool_->acquire(pooledSizes_, pooled)) co_return ec;
+    }
+    frame.payloads.reserve(count);
+    std::size_t nextPooled = 0;
+    for (std::size_t i = 0; i < count; ++i) {
+      if (targets_[i].empty()) {
+        frame.payloads.push_back(std::move(pooled[nextPooled++]));
+      } else {
+        frame.payloads.emplace_back(targets_[i], nullptr);
+      }
+    }
+    for (const Payload& payload : frame.payloads) {
+      if (auto ec = co_await readExact(payload.bytes())) co_return ec;
+    }
+    co_return std::error_code{};
+  }
+
+  // Fills `out` from the read-ahead buffer, then from the socket.
+  asio::awaitable<std::error_code> readExact(std::span<std::byte> out) {
+    const std::size_t buffered = std::min(out.size(), aheadEnd_ - aheadBegin_);
+    if (buffered > 0) {
+      std::memcpy(out.data(), readAhead_.data() + aheadBegin_, buffered);
+      aheadBegin_ += buffered;
+      out = out.subspan(buffered);
+    }
+    if (out.empty()) co_return std::error_code{};
+    if (out.size() >= readAhead_.size()) {
+      auto [ec, read] =
+          co_await asio::async_read(socket_, asio::buffer(out.data(), out.size()),
+                                    transferAllUnchunked, kUseTuple);
+      bytesReceived_ += read;
+      co_return ec;
+    }
+    aheadBegin_ = aheadEnd_ = 0;
+    auto [ec, read] = co_await asio::async_read(socket_, asio::buffer(readAhead_),
+                                                asio::transfer_at_least(out.size()), kUseTuple);
+    bytesReceived_ += read;
+    aheadEnd_ = read;
+    if (read < out.size()) co_return ec ? ec : asio::error::eof;
+    std::memcpy(out.data(), readAhead_.data(), out.size());
+    aheadBegin_ = out.size();
+    co_return std::error_code{};
+  }
+
+  Tcp::socket socket_;
+  const Limits limits_;
+  const std::string remote_;
+  std::shared_ptr<detail::BufferPool> pool_;
+  PayloadTarget target_;
+  bool closed_ = false;
+  std::error_code closeError_;
+
+  // Send side: the turn holder alone uses the buffers, so they are reused without allocating.
+  detail::FifoGate sendTurn_;
+  std::vector<std::byte> txPrefix_;
+  std::vector<asio::const_buffer> txBuffers_;
+
+  // Receive side (one receive at a time).
+  bool receiving_ = false;
+  std::vector<std::byte> readAhead_;
+  std::size_t aheadBegin_ = 0;
+  std::size_t aheadEnd_ = 0;
+  std::vector<std::byte> lengthBytes_;
+  std::vector<std::uint64_t> sizes_;
+  std::vector<std::span<std::byte>> targets_;
+  std::vector<std::size_t> pooledSizes_;
+
+  std::atomic<std::uint64_t> bytesSent_{0};
+  std::atomic<std::uint64_t> bytesReceived_{0};
+};
+
+using TcpLink = detail::SharedStateLink<LinkState>;
+
+// The listening socket and the links made, shared with the coroutines of accept and connect.
+// Io thread only.
+class TransportState final : public std::enable_shared_from_this<TransportState> {
+ public:
+  TransportState(asio::io_context& io, const Options& options)
+      : io_(io), options_(options), acceptor_(io) {}
+
+  std::error_code listen(const Endpoint& local) {
+    if (closed_) return asio::error::operation_aborted;
+    if (acceptor_.is_open()) return asio::error::already_open;
+    std::error_code ec;
+    Tcp::endpoint endpoint;
+    const asio::ip::address address = asio::ip::make_address(local.host, ec);
+    if (!ec) {
+      endpoint = Tcp::endpoint(address, local.port);
+    } else {
+      Tcp::resolver resolver(io_);
+      const auto results = resolver.resolve(local.host, std::to_string(local.port), ec);
+      if (ec) return ec;
+      if (results.empty()) return asio::error::host_not_found;
+      endpoint = results.begin()->endpoint();
+    }
+    acceptor_.open(endpoint.protocol(), ec);
+    if (!ec) acceptor_.set_option(Tcp::acceptor::reuse_address(true), ec);
+    if (!ec && options_.receiveBufferBytes > 0)
+      acceptor_.set_option(asio::socket_base::receive_buffer_size(options_.receiveBufferBytes), ec);
+    if (!ec) acceptor_.bind(endpoint, ec);
+    // The backlog bounds connections the kernel completed that accept() has not taken yet.
+    if (!ec)
+      acceptor_.listen(
+          static_cast<int>(std::clamp<std::size_t>(options_.limits.maxPendingHandshakes, 1, 4096)),
+          ec);
+    if (ec) {
+      std::error_code ignored;
+      acceptor_.close(ignored);
+    }
+    return ec;
+  }
+
+  Endpoint localEndpoint() const {
+    std::error_code ec;
+    const Tcp::endpoint endpoint = acceptor_.local_endpoint(ec);
+    if (ec) return Endpoint{};
+    return Endpoint{endpoint.address().to_string(), endpoint.port()};
+  }
+
+  static asio::awaitable<LinkResult> accept(std::shared_ptr<TransportState> self) {
+    if (self->closed_) co_return LinkResult{asio::error::operation_aborted, nullptr};
+    auto [ec, socket] = co_await self->acceptor_.async_accept(kUseTuple);
+    if (!ec && self->closed_) ec = asio::error::operation_aborted;
+    if (!ec) ec = self->configure(socket);
+    if (ec) co_return LinkResult{ec, nullptr};
+    co_return LinkResult{{}, self->adopt(std::move(socket))};
+  }
+
+  static asio::awaitable<LinkResult> connect(std::shared_ptr<TransportState> self, Endpoint remote,
+                                             std::chrono::milliseconds timeout) {
+    using namespace asio::experimental::awaitable_operators;
+    const Clock::time_point deadline = Clock::now() + timeout;
+    std::vector<Tcp::endpoint> targets;
+    std::error_code ec;
+    const asio::ip::address address = asio::ip::make_address(remote.host, ec);
+    if (!ec) {
+      targets.emplace_back(address, remote.port);
+    } else {
+      // Name resolution is not bounded by the timeout (getaddrinfo cannot be interrupted).
+      Tcp::resolver resolver(self->io_);
+      auto [resolveError, results] =
+          co_await resolver.async_resolve(remote.host, std::to_string(remote.port), kUseTuple);
+      if (resolveError) co_return LinkResult{resolveError, nullptr};
+      for (const auto& result : results) targets.push_back(result.endpoint());
+      if (targets.empty()) co_return LinkResult{asio::error::host_not_found, nullptr};
+    }
+
+    asio::steady_timer timer(self->io_);
+    std::chrono::milliseconds backoff =
+        std::max(self->options_.initialBackoff, std::chrono::milliseconds(1));
+    for (;;) {
+      for (const Tcp::endpoint& target : targets) {
+        if (self->closed_) co_return LinkResult{asio::error::operation_aborted, nullptr};
+        if (Clock::now() >= deadline) co_return LinkResult{asio::error::timed_out, nullptr};
+        Tcp::socket socket(self->io_);
+        socket.open(target.protocol(), ec);
+        if (!ec) ec = self->configure(socket);  // before connecting: window scale, SYN options
+        if (ec) co_return LinkResult{ec, nullptr};
+        // A connect that hangs (SYNs to a dead host) loses the race against the deadline.
+        timer.expires_at(deadline);
+        auto result =
+            co_await (socket.async_connect(target, kUseTuple) || timer.async_wait(kUseTuple));
+        if (result.index() == 1) co_return LinkResult{asio::error::timed_out, nullptr};
+        ec = std::get<0>(std::get<0>(result));
+        if (!ec && self->closed_) ec = asio::error::operation_aborted;
+        if (!ec) co_return LinkResult{{}, self->adopt(std::move(socket))};
+        if (!retryable(ec)) co_return LinkResult{ec, nullptr};
+      }
+      const Clock::time_point now = Clock::now();
+      if (now >= deadline) co_return LinkResult{asio::error::timed_out, nullptr};
+      timer.expires_after(std::min<Clock::duration>(backoff, deadline - now));
+      co_await timer.async_wait(kUseTuple);
+      backoff = std::min(backoff * 2, std::max(self->options_.maxBackoff, backoff));
+    }
+  }
+
+  // Any thread; runs inline on the io thread.
+  void close() {
+    asio::dispatch(io_, [self = shared_from_this()] { self->closeNow(); });
+  }
+
+  const Options& options() const { return options_; }
+
+ private:
+  void closeNow() {
+    if (closed_) return;
+    closed_ = true;
+    std::error_code ignored;
+    acceptor_.close(ignored);  // pending accepts fail with operation_aborted
+    for (const auto& weak : links_) {
+      if (auto link = weak.lock()) link->closeWith(asio::error::operation_aborted);
+    }
+    links_.clear();
+  }
+
+  std::error_code configure(Tcp::socket& socket) const {
+    std::error_code ec;
+    socket.set_option(Tcp::no_delay(true), ec);
+    if (!ec && options_.keepAlive) socket.set_option(asio::socket_base::keep_alive(true), ec);
+    if (!ec && options_.sendBufferBytes > 0)
+      socket.set_option(asio::socket_base::send_buffer_size(options_.sendBufferBytes), ec);
+    if (!ec && options_.receiveBufferBytes > 0)
+      socket.set_option(asio::socket_base::receive_buffer_size(options_.receiveBufferBytes), ec);
+    return ec;
+  }
+
+  std::unique_ptr<Link> adopt(Tcp::socket socket) {
+    std::error_code ec;
+    const Tcp::endpoint remote = socket.remote_endpoint(ec);
+    auto state = std::make_shared<LinkState>(std::move(socket), options_.limits,
+                                             ec ? std::string("unknown") : endpointText(remote));
+    std::erase_if(links_, [](const std::weak_ptr<LinkState>& weak) { return weak.expired(); });
+    links_.push_back(state);
+    return std::make_unique<TcpLink>(std::move(state));
+  }
+
+  asio::io_context& io_;
+  const Options options_;
+  Tcp::acceptor acceptor_;
+  bool closed_ = false;
+  std::vector<std::weak_ptr<LinkState>> links_;
+};
+
+class TcpTransport final : public Transport {
+ public:
+  TcpTransport(asio::io_context& io, const Options& options)
+      : state_(std::make_shared<TransportState>(io, options)) {}
+  ~TcpTransport() override { state_->close(); }
+
+  std::string name() const override { return "tcp"; }
+  std::error_code listen(const Endpoint& local) override { return state_->listen(local); }
+  Endpoint localEndpoint() const override { return state_->localEndpoint(); }
+  asio::awaitable<LinkResult> accept() override { return TransportState::accept(state_); }
+  asio::awaitable<LinkResult> connect(const Endpoint& remote,
+                                      std::chrono::milliseconds timeout) override {
+    return TransportState::connect(state_, remote, timeout);
+  }
+  void registerMemory(std::span<std::byte> /*memory*/) override {}
+  void close() override { state_->close(); }
+  const Limits& limits() const override { return state_->options().limits; }
+
+ private:
+  std::shared_ptr<TransportState> state_;
+};
+
+}  // namespace
+
+std::unique_ptr<Transport> makeTransport(asio::io_context& io, const Options& options) {
+  return std::make_unique<TcpTransport>(io, options);
+}
+
+}  // namespace gossamer::net::tcp
