@@ -1,0 +1,217 @@
+# gossamer's wire schema: every frame's header is one `Header` message (see net/frame.h; the
+# raw payload buffers travel beside it, described by the envelope's payload descriptors).
+#
+# Three kinds of header, in a union:
+#   handshake  - the first frames on every link: protocol version, cluster id, peer id, listen
+#                address, model fingerprint, and a mutual HMAC-SHA256 challenge-response over a
+#                shared cluster secret (net/wire/handshake.h describes the exchange);
+#   membership - SWIM-style membership control (join, ping, ping-req, ack, gossip, leave);
+#   envelope   - ONE generic header for all algorithm traffic; net/ never interprets its kind.
+#
+# Engine and algorithm code never see these types: net/wire/codec.h converts them to plain C++
+# structs, and decodes untrusted bytes with a traversal limit scaled to the frame size and a
+# nesting limit. Evolution: only append fields and union members with the next ordinal; never
+# renumber, retype or remove one (a peer built from the previous schema must still read ours).
+
+@0xc7493980c6919355;
+
+using Cxx = import "/capnp/c++.capnp";
+$Cxx.namespace("gossamer::net::messages");
+
+# Where a peer listens for links: a host name or address and a TCP port (or an inproc name).
+struct Address {
+  host @0 :Text;
+  port @1 :UInt16;
+}
+
+# Element type of a payload buffer. `bytes` is opaque (the algorithm knows its layout).
+enum Dtype {
+  bytes @0;
+  f32 @1;
+  f64 @2;
+  f16 @3;
+  bf16 @4;
+  i8 @5;
+  u8 @6;
+  i32 @7;
+  i64 @8;
+}
+
+# ---------------------------------------------------------------------------------------------
+# Handshake
+
+# What two peers must agree on to train one model together.
+struct ModelFingerprint {
+  parameters @0 :UInt64;  # number of parameters in the flat buffer
+  dtype @1 :Text;         # element type of the flat buffer, e.g. "f32"
+  layoutHash @2 :UInt64;  # hash of the layer layout (names, shapes, offsets)
+}
+
+# One side's identity and configuration, as it introduces itself.
+struct PeerInfo {
+  protocolVersion @0 :UInt32;
+  clusterId @1 :Text;
+  peerId @2 :UInt64;
+  listen @3 :Address;
+  model @4 :ModelFingerprint;
+}
+
+# Frame 1, client -> server: who the client is and a fresh 32-byte random challenge.
+struct ClientHello {
+  info @0 :PeerInfo;
+  nonce @1 :Data;
+}
+
+# Frame 2, server -> client: who the server is, its own fresh 32-byte challenge, and
+# HMAC-SHA256(secret, "server" transcript) over both hellos, which proves the server knows the
+# secret and is live for the client's nonce.
+struct ServerHello {
+  info @0 :PeerInfo;
+  nonce @1 :Data;
+  tag @2 :Data;
+}
+
+# Frame 3, client -> server: HMAC-SHA256(secret, "client" transcript), proving the client knows
+# the secret and is live for the server's nonce.
+struct ClientProof {
+  tag @0 :Data;
+}
+
+# Why a side refuses the handshake.
+enum RefusalCode {
+  authentication @0;  # an HMAC tag did not verify: wrong secret or a replayed handshake
+  version @1;         # protocol versions differ
+  cluster @2;         # cluster ids differ
+  model @3;           # model fingerprints differ
+  protocol @4;        # an unexpected or malformed handshake message
+}
+
+# Sent by either side instead of its next message (or as the server's verdict) to end the
+# handshake; `reason` is human text for the remote's log and never contains the secret.
+struct Refusal {
+  code @0 :RefusalCode;
+  reason @1 :Text;
+}
+
+struct Handshake {
+  union {
+    clientHello @0 :ClientHello;
+    serverHello @1 :ServerHello;
+    clientProof @2 :ClientProof;
+    accept @3 :Void;         # frame 4, server -> client: the link is open for traffic
+    refusal @4 :Refusal;     # frame 3 or 4 instead of the above: the link will be closed
+  }
+}
+
+# ---------------------------------------------------------------------------------------------
+# Membership (SWIM: failure detection by direct and indirect probes, dissemination of updates
+# piggybacked on probes). A higher incarnation overrides a lower one for the same peer; at equal
+# incarnation suspect overrides alive, and dead/left are final.
+
+enum MemberState {
+  alive @0;
+  suspect @1;
+  dead @2;
+  left @3;
+}
+
+# One fact about one member, as gossiped.
+struct MemberUpdate {
+  peerId @0 :UInt64;
+  address @1 :Address;
+  incarnation @2 :UInt64;
+  state @3 :MemberState;
+}
+
+# A new peer asks a member (its seed) to be admitted.
+struct JoinRequest {
+  peerId @0 :UInt64;
+  address @1 :Address;
+  incarnation @2 :UInt64;
+}
+
+# The seed's answer: on acceptance, the full member list as it knows it.
+struct JoinReply {
+  accepted @0 :Bool;
+  reason @1 :Text;                    # why not, when refused
+  members @2 :List(MemberUpdate);
+}
+
+# Direct probe; the receiver answers with an Ack carrying the same sequence.
+struct Ping {
+  sender @0 :UInt64;
+  sequence @1 :UInt64;
+  updates @2 :List(MemberUpdate);     # piggybacked gossip
+}
+
+# Indirect probe: "please ping `target` for me and relay its ack".
+struct PingReq {
+  sender @0 :UInt64;
+  sequence @1 :UInt64;
+  target @2 :UInt64;
+  targetAddress @3 :Address;
+  updates @4 :List(MemberUpdate);
+}
+
+# Answer to a Ping (or relayed answer to a PingReq): `sender` is the peer that was probed.
+struct Ack {
+  sender @0 :UInt64;
+  sequence @1 :UInt64;
+  updates @2 :List(MemberUpdate);
+}
+
+# Updates pushed without a probe (e.g. to spread a leave or a refutation quickly).
+struct Gossip {
+  sender @0 :UInt64;
+  updates @1 :List(MemberUpdate);
+}
+
+# A peer leaves voluntarily; members mark it `left` at this incarnation.
+struct Leave {
+  peerId @0 :UInt64;
+  incarnation @1 :UInt64;
+}
+
+struct Membership {
+  union {
+    joinRequest @0 :JoinRequest;
+    joinReply @1 :JoinReply;
+    ping @2 :Ping;
+    pingReq @3 :PingReq;
+    ack @4 :Ack;
+    gossip @5 :Gossip;
+    leave @6 :Leave;
+  }
+}
+
+# ---------------------------------------------------------------------------------------------
+# Algorithm traffic
+
+# One raw payload buffer that follows the header, in order.
+struct PayloadDescriptor {
+  size @0 :UInt64;      # bytes
+  dtype @1 :Dtype;
+  elements @2 :UInt64;  # element count (size / element size for typed buffers)
+}
+
+# The one generic header of algorithm messages. net/ routes on nothing but `tag` (the request /
+# reply correlation allocated by the engine); `kind` and the scalars mean what the algorithm says.
+struct Envelope {
+  tag @0 :UInt64;
+  kind @1 :UInt32;
+  sender @2 :UInt64;
+  step @3 :UInt64;
+  scalars @4 :List(Float64);      # a few numbers: weights, push-sum mass, loss, ...
+  payloads @5 :List(PayloadDescriptor);
+}
+
+# ---------------------------------------------------------------------------------------------
+# The frame header.
+
+struct Header {
+  union {
+    handshake @0 :Handshake;
+    membership @1 :Membership;
+    envelope @2 :Envelope;
+  }
+}

@@ -1,0 +1,409 @@
+#include "net/wire/codec.h"
+
+#include <array>
+#include <cstring>
+#include <exception>
+#include <type_traits>
+
+#include <capnp/message.h>
+#include <capnp/serialize.h>
+#include <kj/array.h>
+#include <kj/exception.h>
+
+#include "net/errors.h"
+#include "net/messages.capnp.h"
+
+namespace gossamer::net::wire {
+namespace {
+
+namespace m = ::gossamer::net::messages;
+
+// Thrown by the converters below for a well-formed Cap'n Proto message that our schema does
+// not allow (unknown enum value or union member, over-long list); caught in decodeHeader.
+struct Malformed {};
+
+std::uint32_t loadLe32(const std::byte* p) {
+  return static_cast<std::uint32_t>(p[0]) | static_cast<std::uint32_t>(p[1]) << 8 |
+         static_cast<std::uint32_t>(p[2]) << 16 | static_cast<std::uint32_t>(p[3]) << 24;
+}
+
+void storeLe32(std::byte* p, std::uint32_t v) {
+  for (int i = 0; i < 4; ++i) p[i] = static_cast<std::byte>(v >> (8 * i));
+}
+
+// ---- Cap'n Proto -> plain ------------------------------------------------------------------
+
+std::string toString(capnp::Text::Reader text) { return std::string(text.begin(), text.size()); }
+
+std::vector<std::byte> toBytes(capnp::Data::Reader data) {
+  const auto* begin = reinterpret_cast<const std::byte*>(data.begin());
+  return std::vector<std::byte>(begin, begin + data.size());
+}
+
+Endpoint toEndpoint(m::Address::Reader r) { return Endpoint{toString(r.getHost()), r.getPort()}; }
+
+template <typename Plain, typename Wire>
+Plain toEnum(Wire value, Plain last) {
+  const auto raw = static_cast<std::uint16_t>(value);
+  if (raw > static_cast<std::uint16_t>(last)) throw Malformed{};
+  return static_cast<Plain>(raw);
+}
+
+std::vector<MemberUpdate> toUpdates(capnp::List<m::MemberUpdate>::Reader list) {
+  std::vector<MemberUpdate> out;
+  out.reserve(list.size());  // bounded by the traversal limit, which counted the elements
+  for (auto u : list) {
+    out.push_back(MemberUpdate{u.getPeerId(), toEndpoint(u.getAddress()), u.getIncarnation(),
+                               toEnum(u.getState(), MemberState::left)});
+  }
+  return out;
+}
+
+ModelFingerprint toModel(m::ModelFingerprint::Reader r) {
+  return ModelFingerprint{r.getParameters(), toString(r.getDtype()), r.getLayoutHash()};
+}
+
+PeerInfo toPeerInfo(m::PeerInfo::Reader r) {
+  return PeerInfo{r.getProtocolVersion(), toString(r.getClusterId()), r.getPeerId(),
+                  toEndpoint(r.getListen()), toModel(r.getModel())};
+}
+
+HandshakeMessage toHandshake(m::Handshake::Reader r) {
+  switch (r.which()) {
+    case m::Handshake::CLIENT_HELLO: {
+      auto h = r.getClientHello();
+      return ClientHello{toPeerInfo(h.getInfo()), toBytes(h.getNonce())};
+    }
+    case m::Handshake::SERVER_HELLO: {
+      auto h = r.getServerHello();
+      return ServerHello{toPeerInfo(h.getInfo()), toBytes(h.getNonce()), toBytes(h.getTag())};
+    }
+    case m::Handshake::CLIENT_PROOF:
+      return ClientProof{toBytes(r.getClientProof().getTag())};
+    case m::Handshake::ACCEPT:
+      return HandshakeAccept{};
+    case m::Handshake::REFUSAL: {
+      auto f = r.getRefusal();
+      return HandshakeRefusal{toEnum(f.getCode(), RefusalCode::protocol), toString(f.getReason())};
+    }
+  }
+  throw Malformed{};  // a union member from a newer schema
+}
+
+MembershipMessage toMembership(m::Membership::Reader r) {
+  switch (r.which()) {
+    case m::Membership::JOIN_REQUEST: {
+      auto j = r.getJoinRequest();
+      return JoinRequest{j.getPeerId(), toEndpoint(j.getAddress()), j.getIncarnation()};
+    }
+    case m::Membership::JOIN_REPLY: {
+      auto j = r.getJoinReply();
+      return JoinReply{j.getAccepted(), toString(j.getReason()), toUpdates(j.getMembers())};
+    }
+    case m::Membership::PING: {
+      auto p = r.getPing();
+      return Ping{p.getSender(), p.getSequence(), toUpdates(p.getUpdates())};
+    }
+    case m::Membership::PING_REQ: {
+      auto p = r.getPingReq();
+      return PingReq{p.getSender(), p.getSequence(), p.getTarget(),
+                     toEndpoint(p.getTargetAddress()), toUpdates(p.getUpdates())};
+    }
+    case m::Membership::ACK: {
+      auto a = r.getAck();
+      return Ack{a.getSender(), a.getSequence(), toUpdates(a.getUpdates())};
+    }
+    case m::Membership::GOSSIP: {
+      auto g = r.getGossip();
+      return Gossip{g.getSender(), toUpdates(g.getUpdates())};
+    }
+    case m::Membership::LEAVE: {
+      auto l = r.getLeave();
+      return Leave{l.getPeerId(), l.getIncarnation()};
+    }
+  }
+  throw Malformed{};
+}
+
+EnvelopeHeader toEnvelope(m::Envelope::Reader r) {
+  EnvelopeHeader out{r.getTag(), r.getKind(), r.getSender(), r.getStep(), {}, {}};
+  auto scalars = r.getScalars();
+  auto payloads = r.getPayloads();
+  if (scalars.size() > kMaxEnvelopeScalars || payloads.size() > kMaxEnvelopePayloads) {
+    throw Malformed{};
+  }
+  out.scalars.reserve(scalars.size());
+  for (double s : scalars) out.scalars.push_back(s);
+  out.payloads.reserve(payloads.size());
+  for (auto p : payloads) {
+    out.payloads.push_back(
+        PayloadDescriptor{p.getSize(), toEnum(p.getDtype(), Dtype::i64), p.getElements()});
+  }
+  return out;
+}
+
+Header toHeader(m::Header::Reader r) {
+  switch (r.which()) {
+    case m::Header::HANDSHAKE:
+      return toHandshake(r.getHandshake());
+    case m::Header::MEMBERSHIP:
+      return toMembership(r.getMembership());
+    case m::Header::ENVELOPE:
+      return toEnvelope(r.getEnvelope());
+  }
+  throw Malformed{};
+}
+
+// ---- plain -> Cap'n Proto ------------------------------------------------------------------
+
+capnp::Text::Reader text(const std::string& s) { return capnp::Text::Reader(s.data(), s.size()); }
+
+capnp::Data::Reader data(const std::vector<std::byte>& v) {
+  return capnp::Data::Reader(reinterpret_cast<const kj::byte*>(v.data()), v.size());
+}
+
+void setAddress(m::Address::Builder b, const Endpoint& e) {
+  b.setHost(text(e.host));
+  b.setPort(e.port);
+}
+
+template <typename ListBuilder>
+void setUpdates(ListBuilder list, const std::vector<MemberUpdate>& updates) {
+  for (unsigned i = 0; i < updates.size(); ++i) {
+    auto b = list[i];
+    b.setPeerId(updates[i].peerId);
+    setAddress(b.initAddress(), updates[i].address);
+    b.setIncarnation(updates[i].incarnation);
+    b.setState(static_cast<m::MemberState>(updates[i].state));
+  }
+}
+
+void setPeerInfo(m::PeerInfo::Builder b, const PeerInfo& info) {
+  b.setProtocolVersion(info.protocolVersion);
+  b.setClusterId(text(info.clusterId));
+  b.setPeerId(info.peerId);
+  setAddress(b.initListen(), info.listen);
+  auto model = b.initModel();
+  model.setParameters(info.model.parameters);
+  model.setDtype(text(info.model.dtype));
+  model.setLayoutHash(info.model.layoutHash);
+}
+
+// Overload set for std::visit over the plain variants.
+template <typename... F>
+struct Overloaded : F... {
+  using F::operator()...;
+};
+template <typename... F>
+Overloaded(F...) -> Overloaded<F...>;
+
+void setHandshake(m::Handshake::Builder b, const HandshakeMessage& message) {
+  std::visit(Overloaded{
+                 [&](const ClientHello& h) {
+                   auto c = b.initClientHello();
+                   setPeerInfo(c.initInfo(), h.info);
+                   c.setNonce(data(h.nonce));
+                 },
+                 [&](const ServerHello& h) {
+                   auto s = b.initServerHello();
+                   setPeerInfo(s.initInfo(), h.info);
+                   s.setNonce(data(h.nonce));
+                   s.setTag(data(h.tag));
+                 },
+                 [&](const ClientProof& p) { b.initClientProof().setTag(data(p.tag)); },
+                 [&](const HandshakeAccept&) { b.setAccept(); },
+                 [&](const HandshakeRefusal& r) {
+                   auto f = b.initRefusal();
+                   f.setCode(static_cast<m::RefusalCode>(r.code));
+                   f.setReason(text(r.reason));
+                 },
+             },
+             message);
+}
+
+void setMembership(m::Membership::Builder b, const MembershipMessage& message) {
+  std::visit(Overloaded{
+                 [&](const JoinRequest& j) {
+                   auto w = b.initJoinRequest();
+                   w.setPeerId(j.peerId);
+                   setAddress(w.initAddress(), j.address);
+                   w.setIncarnation(j.incarnation);
+                 },
+                 [&](const JoinReply& j) {
+                   auto w = b.initJoinReply();
+                   w.setAccepted(j.accepted);
+                   w.setReason(text(j.reason));
+                   setUpdates(w.initMembers(j.members.size()), j.members);
+                 },
+                 [&](const Ping& p) {
+                   auto w = b.initPing();
+                   w.setSender(p.sender);
+                   w.setSequence(p.sequence);
+                   setUpdates(w.initUpdates(p.updates.size()), p.updates);
+                 },
+                 [&](const PingReq& p) {
+                   auto w = b.initPingReq();
+                   w.setSender(p.sender);
+                   w.setSequence(p.sequence);
+                   w.setTarget(p.target);
+                   setAddress(w.initTargetAddress(), p.targetAddress);
+                   setUpdates(w.initUpdates(p.updates.size()), p.updates);
+                 },
+                 [&](const Ack& a) {
+                   auto w = b.initAck();
+                   w.setSender(a.sender);
+                   w.setSequence(a.sequence);
+                   setUpdates(w.initUpdates(a.updates.size()), a.updates);
+                 },
+                 [&](const Gossip& g) {
+                   auto w = b.initGossip();
+                   w.setSender(g.sender);
+                   setUpdates(w.initUpdates(g.updates.size()), g.updates);
+                 },
+                 [&](const Leave& l) {
+                   auto w = b.initLeave();
+                   w.setPeerId(l.peerId);
+                   w.setIncarnation(l.incarnation);
+                 },
+             },
+             message);
+}
+
+void setEnvelope(m::Envelope::Builder b, const EnvelopeHeader& e) {
+  b.setTag(e.tag);
+  b.setKind(e.kind);
+  b.setSender(e.sender);
+  b.setStep(e.step);
+  auto scalars = b.initScalars(e.scalars.size());
+  for (unsigned i = 0; i < e.scalars.size(); ++i) scalars.set(i, e.scalars[i]);
+  auto payloads = b.initPayloads(e.payloads.size());
+  for (unsigned i = 0; i < e.payloads.size(); ++i) {
+    payloads[i].setSize(e.payloads[i].size);
+    payloads[i].setDtype(static_cast<m::Dtype>(e.payloads[i].dtype));
+    payloads[i].setElements(e.payloads[i].elements);
+  }
+}
+
+// Writes the standard stream framing: segment table (count - 1, sizes in words, padded to a
+// word) followed by the segments.
+std::vector<std::byte> flatten(capnp::MessageBuilder& builder) {
+  auto segments = builder.getSegmentsForOutput();
+  const std::size_t tableBytes = (4 + 4 * segments.size() + 7) & ~std::size_t{7};
+  std::size_t total = tableBytes;
+  for (auto s : segments) total += s.size() * sizeof(capnp::word);
+  std::vector<std::byte> out(total);
+  storeLe32(out.data(), static_cast<std::uint32_t>(segments.size() - 1));
+  std::size_t offset = tableBytes;
+  for (std::size_t i = 0; i < segments.size(); ++i) {
+    storeLe32(out.data() + 4 + 4 * i, static_cast<std::uint32_t>(segments[i].size()));
+    std::memcpy(out.data() + offset, segments[i].begin(), segments[i].size() * sizeof(capnp::word));
+    offset += segments[i].size() * sizeof(capnp::word);
+  }
+  return out;
+}
+
+// A first segment large enough for any handshake or envelope header with a few scalars, so
+// that the common headers are one segment.
+constexpr unsigned kFirstSegmentWords = 128;
+
+template <typename Alternative>
+std::error_code decodeAs(std::span<const std::byte> bytes, Alternative& out) {
+  Header header;
+  if (auto ec = decodeHeader(bytes, header)) return ec;
+  auto* value = std::get_if<Alternative>(&header);
+  if (value == nullptr) return Errc::unexpectedMessage;
+  out = std::move(*value);
+  return {};
+}
+
+}  // namespace
+
+std::uint64_t traversalLimitWords(std::size_t bytes) {
+  return 4 * static_cast<std::uint64_t>(bytes / sizeof(capnp::word)) + 1024;
+}
+
+std::error_code decodeHeader(std::span<const std::byte> bytes, Header& out) {
+  constexpr std::size_t kWord = sizeof(capnp::word);
+  // 1. The segment table, read from the raw bytes before anything is allocated: a whole number
+  //    of words, a bounded segment count, and claimed sizes adding up exactly to what is here.
+  if (bytes.size() < 2 * kWord || bytes.size() % kWord != 0) return Errc::malformedMessage;
+  const std::uint64_t segmentCount = std::uint64_t{loadLe32(bytes.data())} + 1;
+  if (segmentCount > kMaxSegments) return Errc::malformedMessage;
+  const std::size_t tableBytes = (4 + 4 * segmentCount + 7) & ~std::size_t{7};
+  if (tableBytes >= bytes.size()) return Errc::malformedMessage;
+  std::array<std::uint32_t, kMaxSegments> sizes{};
+  std::uint64_t claimedWords = 0;
+  for (std::size_t i = 0; i < segmentCount; ++i) {
+    sizes[i] = loadLe32(bytes.data() + 4 + 4 * i);
+    claimedWords += sizes[i];  // at most 64 * (2^32 - 1): no overflow
+  }
+  if (sizes[0] == 0 || claimedWords != (bytes.size() - tableBytes) / kWord) {
+    return Errc::malformedMessage;
+  }
+
+  try {
+    // 2. An aligned copy of exactly the claimed words (the input may sit at any address).
+    const std::size_t words = claimedWords;
+    auto buffer = kj::heapArray<capnp::word>(words);
+    std::memcpy(buffer.begin(), bytes.data() + tableBytes, words * kWord);
+    std::array<kj::ArrayPtr<const capnp::word>, kMaxSegments> segments;
+    std::size_t offset = 0;
+    for (std::size_t i = 0; i < segmentCount; ++i) {
+      segments[i] = kj::arrayPtr(buffer.begin() + offset, sizes[i]);
+      offset += sizes[i];
+    }
+
+    // 3. Read within limits scaled to the frame, converting to plain values as we go.
+    capnp::ReaderOptions options;
+    options.traversalLimitInWords = traversalLimitWords(bytes.size());
+    options.nestingLimit = kNestingLimit;
+    capnp::SegmentArrayMessageReader reader(
+        kj::arrayPtr(segments.data(), static_cast<std::size_t>(segmentCount)), options);
+    out = toHeader(reader.getRoot<m::Header>());
+    return {};
+  } catch (const Malformed&) {
+    return Errc::malformedMessage;
+  } catch (const kj::Exception&) {
+    return Errc::malformedMessage;
+  } catch (const std::exception&) {
+    return Errc::malformedMessage;
+  }
+}
+
+std::vector<std::byte> encodeHeader(const Header& header) {
+  capnp::MallocMessageBuilder builder(kFirstSegmentWords);
+  auto root = builder.initRoot<m::Header>();
+  std::visit(Overloaded{
+                 [&](const HandshakeMessage& h) { setHandshake(root.initHandshake(), h); },
+                 [&](const MembershipMessage& h) { setMembership(root.initMembership(), h); },
+                 [&](const EnvelopeHeader& h) { setEnvelope(root.initEnvelope(), h); },
+             },
+             header);
+  return flatten(builder);
+}
+
+std::vector<std::byte> encodeEnvelope(const EnvelopeHeader& envelope) {
+  return encodeHeader(Header{envelope});
+}
+
+std::error_code decodeEnvelope(std::span<const std::byte> bytes, EnvelopeHeader& out) {
+  return decodeAs(bytes, out);
+}
+
+std::vector<std::byte> encodeMembership(const MembershipMessage& message) {
+  return encodeHeader(Header{message});
+}
+
+std::error_code decodeMembership(std::span<const std::byte> bytes, MembershipMessage& out) {
+  return decodeAs(bytes, out);
+}
+
+std::vector<std::byte> encodeHandshake(const HandshakeMessage& message) {
+  return encodeHeader(Header{message});
+}
+
+std::error_code decodeHandshake(std::span<const std::byte> bytes, HandshakeMessage& out) {
+  return decodeAs(bytes, out);
+}
+
+}  // namespace gossamer::net::wire

@@ -1,0 +1,196 @@
+// Frame headers as plain C++ values, and their Cap'n Proto encoding (schema: net/messages.capnp).
+// Engine and algorithm code use only these structs; no Cap'n Proto type appears here.
+//
+// Decoding treats the bytes as hostile: the segment table is validated against the bytes
+// present before anything is allocated, the reader runs with a traversal limit of about
+// 4x the frame's words + 1024 and a nesting limit of 16, and no exception leaves a decoder:
+// every failure is Errc::malformedMessage. Encoders throw only std::bad_alloc.
+// All functions are thread-safe (no shared state).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <system_error>
+#include <variant>
+#include <vector>
+
+#include "net/endpoint.h"
+
+namespace gossamer::net::wire {
+
+// Element type of a payload buffer; values match messages.capnp's Dtype.
+enum class Dtype : std::uint16_t { bytes, f32, f64, f16, bf16, i8, u8, i32, i64 };
+
+// ---- Algorithm traffic --------------------------------------------------------------------
+
+struct PayloadDescriptor {
+  std::uint64_t size = 0;  // bytes
+  Dtype dtype = Dtype::bytes;
+  std::uint64_t elements = 0;
+  friend bool operator==(const PayloadDescriptor&, const PayloadDescriptor&) = default;
+};
+
+// The one generic header of algorithm messages (see messages.capnp's Envelope).
+struct EnvelopeHeader {
+  std::uint64_t tag = 0;
+  std::uint32_t kind = 0;  // algorithm-defined
+  std::uint64_t sender = 0;
+  std::uint64_t step = 0;
+  std::vector<double> scalars;
+  std::vector<PayloadDescriptor> payloads;  // one per raw payload buffer of the frame, in order
+  friend bool operator==(const EnvelopeHeader&, const EnvelopeHeader&) = default;
+};
+
+// Decoded envelopes never hold more than these (a longer list is malformedMessage).
+inline constexpr std::size_t kMaxEnvelopeScalars = 4096;
+inline constexpr std::size_t kMaxEnvelopePayloads = 1024;
+
+// ---- Membership (SWIM) --------------------------------------------------------------------
+
+enum class MemberState : std::uint16_t { alive, suspect, dead, left };
+
+struct MemberUpdate {
+  std::uint64_t peerId = 0;
+  Endpoint address;
+  std::uint64_t incarnation = 0;
+  MemberState state = MemberState::alive;
+  friend bool operator==(const MemberUpdate&, const MemberUpdate&) = default;
+};
+
+struct JoinRequest {
+  std::uint64_t peerId = 0;
+  Endpoint address;
+  std::uint64_t incarnation = 0;
+  friend bool operator==(const JoinRequest&, const JoinRequest&) = default;
+};
+
+struct JoinReply {
+  bool accepted = false;
+  std::string reason;
+  std::vector<MemberUpdate> members;
+  friend bool operator==(const JoinReply&, const JoinReply&) = default;
+};
+
+struct Ping {
+  std::uint64_t sender = 0;
+  std::uint64_t sequence = 0;
+  std::vector<MemberUpdate> updates;
+  friend bool operator==(const Ping&, const Ping&) = default;
+};
+
+struct PingReq {
+  std::uint64_t sender = 0;
+  std::uint64_t sequence = 0;
+  std::uint64_t target = 0;
+  Endpoint targetAddress;
+  std::vector<MemberUpdate> updates;
+  friend bool operator==(const PingReq&, const PingReq&) = default;
+};
+
+struct Ack {
+  std::uint64_t sender = 0;  // the peer that was probed
+  std::uint64_t sequence = 0;
+  std::vector<MemberUpdate> updates;
+  friend bool operator==(const Ack&, const Ack&) = default;
+};
+
+struct Gossip {
+  std::uint64_t sender = 0;
+  std::vector<MemberUpdate> updates;
+  friend bool operator==(const Gossip&, const Gossip&) = default;
+};
+
+struct Leave {
+  std::uint64_t peerId = 0;
+  std::uint64_t incarnation = 0;
+  friend bool operator==(const Leave&, const Leave&) = default;
+};
+
+using MembershipMessage = std::variant<JoinRequest, JoinReply, Ping, PingReq, Ack, Gossip, Leave>;
+
+// ---- Handshake (used by net/wire/handshake.h; public for tests and tools) -----------------
+
+struct ModelFingerprint {
+  std::uint64_t parameters = 0;
+  std::string dtype = "f32";
+  std::uint64_t layoutHash = 0;
+  friend bool operator==(const ModelFingerprint&, const ModelFingerprint&) = default;
+};
+
+// One side's introduction.
+struct PeerInfo {
+  std::uint32_t protocolVersion = 0;
+  std::string clusterId;
+  std::uint64_t peerId = 0;
+  Endpoint listen;
+  ModelFingerprint model;
+  friend bool operator==(const PeerInfo&, const PeerInfo&) = default;
+};
+
+struct ClientHello {
+  PeerInfo info;
+  std::vector<std::byte> nonce;
+  friend bool operator==(const ClientHello&, const ClientHello&) = default;
+};
+
+struct ServerHello {
+  PeerInfo info;
+  std::vector<std::byte> nonce;
+  std::vector<std::byte> tag;  // HMAC-SHA256 over the "server" transcript
+  friend bool operator==(const ServerHello&, const ServerHello&) = default;
+};
+
+struct ClientProof {
+  std::vector<std::byte> tag;  // HMAC-SHA256 over the "client" transcript
+  friend bool operator==(const ClientProof&, const ClientProof&) = default;
+};
+
+struct HandshakeAccept {
+  friend bool operator==(const HandshakeAccept&, const HandshakeAccept&) = default;
+};
+
+enum class RefusalCode : std::uint16_t { authentication, version, cluster, model, protocol };
+
+struct HandshakeRefusal {
+  RefusalCode code = RefusalCode::protocol;
+  std::string reason;
+  friend bool operator==(const HandshakeRefusal&, const HandshakeRefusal&) = default;
+};
+
+using HandshakeMessage =
+    std::variant<ClientHello, ServerHello, ClientProof, HandshakeAccept, HandshakeRefusal>;
+
+// ---- The frame header ---------------------------------------------------------------------
+
+// The decoded union of messages.capnp's Header.
+using Header = std::variant<HandshakeMessage, MembershipMessage, EnvelopeHeader>;
+
+// Decodes one frame header from untrusted bytes into `out`. Returns Errc::malformedMessage for
+// anything that is not exactly one well-formed message within the limits (odd size, bad segment
+// table, trailing bytes, out-of-bounds or looping pointers, traversal or nesting limit exceeded,
+// unknown union member or enum value, over-long lists); `out` is then unspecified. Never throws;
+// allocates only after the segment table matched the size of `bytes`, at most a copy of them
+// plus the decoded values.
+std::error_code decodeHeader(std::span<const std::byte> bytes, Header& out);
+
+// Encodes a header as a flat Cap'n Proto message (segment table included). Total function:
+// every value of the structs encodes, and decodeHeader(encodeHeader(h)) yields h again.
+std::vector<std::byte> encodeHeader(const Header& header);
+
+// Shorthands for the common cases. The decoders also fail with Errc::unexpectedMessage when the
+// header is well formed but of another kind.
+std::vector<std::byte> encodeEnvelope(const EnvelopeHeader& envelope);
+std::error_code decodeEnvelope(std::span<const std::byte> bytes, EnvelopeHeader& out);
+std::vector<std::byte> encodeMembership(const MembershipMessage& message);
+std::error_code decodeMembership(std::span<const std::byte> bytes, MembershipMessage& out);
+std::vector<std::byte> encodeHandshake(const HandshakeMessage& message);
+std::error_code decodeHandshake(std::span<const std::byte> bytes, HandshakeMessage& out);
+
+// The decoder's limits for a frame of `bytes` bytes (exposed for tests and tools).
+inline constexpr std::size_t kMaxSegments = 64;
+inline constexpr int kNestingLimit = 16;
+std::uint64_t traversalLimitWords(std::size_t bytes);
+
+}  // namespace gossamer::net::wire

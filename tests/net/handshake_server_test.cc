@@ -1,0 +1,185 @@
+// net/wire/handshake_server: the accept loop that authenticates inbound links, over real TCP on
+// loopback, with its bound on pending handshakes (issue 3, item 2).
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+#include <asio/io_context.hpp>
+#include <doctest/doctest.h>
+
+#include "net/errors.h"
+#include "net/tcp/tcp_transport.h"
+#include "net/wire/handshake_server.h"
+
+using namespace gossamer;
+using namespace gossamer::net;
+using namespace std::chrono_literals;
+
+namespace {
+
+wire::HandshakeConfig configFor(std::uint64_t peerId, std::chrono::milliseconds timeout = 5s) {
+  wire::HandshakeConfig config;
+  config.clusterId = "bounded";
+  config.peerId = peerId;
+  config.listen = Endpoint{"127.0.0.1", static_cast<std::uint16_t>(9000 + peerId)};
+  config.model = wire::ModelFingerprint{1234, "f32", 0x42};
+  const std::string secret = "shared secret";
+  for (char c : secret) config.secret.push_back(static_cast<std::byte>(c));
+  config.timeout = timeout;
+  return config;
+}
+
+// Runs `io` until `done()` holds or 10 s pass (a hang guard, not a speed assertion).
+template <typename Predicate>
+bool runUntil(asio::io_context& io, Predicate done) {
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (!done() && std::chrono::steady_clock::now() < deadline) io.run_for(5ms);
+  return done();
+}
+
+struct ClientOutcome {
+  bool done = false;
+  wire::HandshakeResult result;
+  std::unique_ptr<Link> link;
+};
+
+void startClient(asio::io_context& io, Transport& transport, Endpoint server,
+                 wire::HandshakeConfig config, std::shared_ptr<ClientOutcome> out) {
+  asio::co_spawn(
+      io,
+      [&transport, server, config, out]() -> asio::awaitable<void> {
+        LinkResult connected = co_await transport.connect(server, 5s);
+        if (connected.error) {
+          out->result.error = connected.error;
+        } else {
+          out->result = co_await wire::clientHandshake(*connected.link, config);
+          out->link = std::move(connected.link);
+        }
+        out->done = true;
+      },
+      asio::detached);
+}
+
+}  // namespace
+
+TEST_CASE("net handshake server: authenticates inbound links and hands them on") {
+  asio::io_context io;
+  auto server = tcp::makeTransport(io);
+  auto client = tcp::makeTransport(io);
+  REQUIRE_FALSE(server->listen(Endpoint{"127.0.0.1", 0}));
+  std::vector<wire::AuthenticatedLink> links;
+  auto stats = std::make_shared<wire::HandshakeServerStats>();
+  asio::co_spawn(io,
+                 wire::serveHandshakes(
+                     *server, configFor(1),
+                     [&](wire::AuthenticatedLink link) { links.push_back(std::move(link)); }, stats),
+                 asio::detached);
+
+  auto good = std::make_shared<ClientOutcome>();
+  startClient(io, *client, server->localEndpoint(), configFor(2), good);
+  auto badConfig = configFor(3);
+  badConfig.secret.back() = std::byte{'X'};
+  auto bad = std::make_shared<ClientOutcome>();
+  startClient(io, *client, server->localEndpoint(), badConfig, bad);
+
+  REQUIRE(runUntil(io, [&] { return good->done && bad->done && stats->refused == 1; }));
+  CHECK(good->result.ok());
+  CHECK(good->result.remotePeerId == 1);
+  CHECK(bad->result.error == Errc::authenticationFailed);
+  REQUIRE(links.size() == 1);
+  CHECK(links[0].hello.remotePeerId == 2);
+  CHECK(links[0].hello.remoteListen == configFor(2).listen);
+  CHECK(stats->accepted == 1);
+  CHECK(stats->pending == 0);
+  server->close();
+  client->close();
+  io.run_for(50ms);
+}
+
+TEST_CASE("net handshake server: at most maxPendingHandshakes run at once; the rest wait") {
+  asio::io_context io;
+  tcp::Options serverOptions;
+  serverOptions.limits.maxPendingHandshakes = 2;
+  auto server = tcp::makeTransport(io, serverOptions);
+  auto client = tcp::makeTransport(io);
+  REQUIRE_FALSE(server->listen(Endpoint{"127.0.0.1", 0}));
+  const Endpoint at = server->localEndpoint();
+  auto stats = std::make_shared<wire::HandshakeServerStats>();
+  int handedOn = 0;
+  asio::co_spawn(io,
+                 wire::serveHandshakes(*server, configFor(1),
+                                       [&](wire::AuthenticatedLink) { ++handedOn; }, stats),
+                 asio::detached);
+
+  // Two connections that never say hello occupy both slots.
+  std::vector<std::unique_ptr<Link>> silent;
+  for (int i = 0; i < 2; ++i) {
+    asio::co_spawn(
+        io,
+        [&]() -> asio::awaitable<void> {
+          LinkResult connected = co_await client->connect(at, 5s);
+          if (!connected.error) silent.push_back(std::move(connected.link));
+        },
+        asio::detached);
+  }
+  REQUIRE(runUntil(io, [&] { return silent.size() == 2 && stats->pending == 2; }));
+
+  // A genuine client now connects (the kernel's backlog takes it) but is not served in time.
+  auto starved = std::make_shared<ClientOutcome>();
+  startClient(io, *client, at, configFor(2, 300ms), starved);
+  REQUIRE(runUntil(io, [&] { return starved->done; }));
+  CHECK(starved->result.error == Errc::handshakeTimeout);
+  CHECK(stats->pending == 2);
+  CHECK(stats->maxPending == 2);
+  CHECK(handedOn == 0);
+
+  // Freeing the slots lets the server go on: the silent links' handshakes fail (eof), the
+  // starved one's too (its client gave up), and a new client is served.
+  for (auto& link : silent) link->close();
+  REQUIRE(runUntil(io, [&] { return stats->refused >= 2 && stats->pending <= 1; }));
+  auto served = std::make_shared<ClientOutcome>();
+  startClient(io, *client, at, configFor(3), served);
+  REQUIRE(runUntil(io, [&] { return served->done && handedOn == 1; }));
+  CHECK(served->result.ok());
+  CHECK(stats->maxPending == 2);
+  server->close();
+  client->close();
+  io.run_for(50ms);
+}
+
+TEST_CASE("net handshake server: ends when the transport closes; misuse throws") {
+  asio::io_context io;
+  auto server = tcp::makeTransport(io);
+  REQUIRE_FALSE(server->listen(Endpoint{"127.0.0.1", 0}));
+  bool ended = false;
+  asio::co_spawn(io,
+                 [&]() -> asio::awaitable<void> {
+                   co_await wire::serveHandshakes(*server, configFor(1),
+                                                  [](wire::AuthenticatedLink) {});
+                   ended = true;
+                 },
+                 asio::detached);
+  io.run_for(20ms);
+  CHECK_FALSE(ended);
+  server->close();
+  REQUIRE(runUntil(io, [&] { return ended; }));
+
+  auto noSecret = configFor(1);
+  noSecret.secret.clear();
+  bool threw = false;
+  asio::co_spawn(io,
+                 [&]() -> asio::awaitable<void> {
+                   try {
+                     co_await wire::serveHandshakes(*server, noSecret,
+                                                    [](wire::AuthenticatedLink) {});
+                   } catch (const std::exception& e) {
+                     threw = std::string(e.what()).find("secret") != std::string::npos;
+                   }
+                 },
+                 asio::detached);
+  io.restart();
+  REQUIRE(runUntil(io, [&] { return threw; }));
+}
