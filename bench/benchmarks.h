@@ -14,4 +14,12 @@ void addKernelsCommand(CLI::App& app);
 // `mlp`: MLP training throughput next to a bare sgemm of the same shapes (mlp_bench.cc).
 void addMlpCommand(CLI::App& app);
 
+// `shaped`: one-way latency and throughput of the shaped transport next to its profile
+// (shaped_bench.cc).
+void addShapedCommand(CLI::App& app);
+
+// `transport`: TCP transport bulk GB/s and envelope round trip next to raw blocking sockets
+// (transport_bench.cc).
+void addTransportCommand(CLI::App& app);
+
 }  // namespace gossamer::bench

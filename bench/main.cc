@@ -17,6 +17,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   gossamer::bench::addKernelsCommand(app);
   gossamer::bench::addMlpCommand(app);
+  gossamer::bench::addShapedCommand(app);
+  gossamer::bench::addTransportCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
