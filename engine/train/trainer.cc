@@ -36,7 +36,8 @@ TrainResult train(Learner& learner, Evaluator& evaluator, const TrainOptions& op
   double epochLossSum = 0;
   std::int64_t epochLossSteps = 0;
   double lastAccuracy = 0;
-  while (learner.steps() < totalSteps) {
+  const auto stopRequested = [&] { return options.stopRequested && options.stopRequested(); };
+  while (learner.steps() < totalSteps && !stopRequested()) {
     const double loss = learner.step();
     const std::int64_t step = learner.steps();
     if ((step - 1) % stepsPerEpoch == 0) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "engine/train/learner.h"
@@ -18,6 +19,9 @@ struct TrainOptions {
   std::int64_t checkpointEvery = 0;  // steps; 0: only at the end (when checkpointPath is set)
   bool resume = false;           // load checkpointPath first and continue from it
   bool progress = true;          // draw the progress view on stdout
+  // Polled at every step boundary on the training thread; training ends early (and still
+  // evaluates and checkpoints) once it returns true, e.g. after SIGINT or SIGTERM. Empty: never.
+  std::function<bool()> stopRequested;
 };
 
 struct TrainResult {

@@ -163,6 +163,22 @@ TEST_CASE("train: the training loop learns a synthetic problem and logs JSON lin
   CHECK(finals == 1);
 }
 
+TEST_CASE("train: a stop request ends training at the next step boundary") {
+  const data::Dataset train = smallSynthetic(1);
+  const data::Dataset test = smallSynthetic(2);
+  auto compute = kernels::cpu::makeCompute();
+  models::Mlp model(*compute, {.inputs = 12, .hidden = {16}, .classes = 3, .maxBatch = 64});
+  Learner learner(*compute, model, {.kind = OptimizerKind::kMomentum, .lr = 0.05f}, train,
+                  allIndices(train), 32, 3);
+  Evaluator evaluator(*compute, model, test);
+  int polls = 0;
+  TrainOptions options{.epochs = 100, .progress = false};
+  options.stopRequested = [&] { return ++polls > 7; };  // true at the 8th boundary
+  const TrainResult result = train::train(learner, evaluator, options);
+  CHECK(result.steps == 7);
+  CHECK(result.testAccuracy > 0);  // the final evaluation still ran
+}
+
 TEST_CASE("train: MLP loss decreases on a small Fashion-MNIST subset") {
   if (!fs::exists(data::kFashionMnistDir)) {
     MESSAGE("skipping: " << data::kFashionMnistDir << " is missing (apt-get install dataset-fashion-mnist)");
