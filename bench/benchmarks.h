@@ -22,4 +22,8 @@ void addShapedCommand(CLI::App& app);
 // (transport_bench.cc).
 void addTransportCommand(CLI::App& app);
 
+// `membership`: SWIM failure detection and join times in units of T, false failures under loss,
+// protocol bytes per member (membership_bench.cc).
+void addMembershipCommand(CLI::App& app);
+
 }  // namespace gossamer::bench

@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   gossamer::bench::addMlpCommand(app);
   gossamer::bench::addShapedCommand(app);
   gossamer::bench::addTransportCommand(app);
+  gossamer::bench::addMembershipCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {

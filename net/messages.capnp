@@ -5,7 +5,8 @@
 #   handshake  - the first frames on every link: protocol version, cluster id, peer id, listen
 #                address, model fingerprint, and a mutual HMAC-SHA256 challenge-response over a
 #                shared cluster secret (net/wire/handshake.h describes the exchange);
-#   membership - SWIM-style membership control (join, ping, ping-req, ack, gossip, leave);
+#   membership - SWIM-style membership control (join, ping, ping-req, ack, gossip, leave,
+#                push-pull anti-entropy);
 #   envelope   - ONE generic header for all algorithm traffic; net/ never interprets its kind.
 #
 # Engine and algorithm code never see these types: net/wire/codec.h converts them to plain C++
@@ -172,6 +173,14 @@ struct Leave {
   incarnation @1 :UInt64;
 }
 
+# Anti-entropy: the sender's whole member table (tombstones of dead and left members included).
+# The receiver merges it and, unless `reply` is set, answers with its own table.
+struct PushPull {
+  sender @0 :UInt64;
+  reply @1 :Bool;
+  members @2 :List(MemberUpdate);
+}
+
 struct Membership {
   union {
     joinRequest @0 :JoinRequest;
@@ -181,6 +190,7 @@ struct Membership {
     ack @4 :Ack;
     gossip @5 :Gossip;
     leave @6 :Leave;
+    pushPull @7 :PushPull;
   }
 }
 

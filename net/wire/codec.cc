@@ -121,6 +121,10 @@ MembershipMessage toMembership(m::Membership::Reader r) {
       auto l = r.getLeave();
       return Leave{l.getPeerId(), l.getIncarnation()};
     }
+    case m::Membership::PUSH_PULL: {
+      auto p = r.getPushPull();
+      return PushPull{p.getSender(), p.getReply(), toUpdates(p.getMembers())};
+    }
   }
   throw Malformed{};
 }
@@ -264,6 +268,12 @@ void setMembership(m::Membership::Builder b, const MembershipMessage& message) {
                    auto w = b.initLeave();
                    w.setPeerId(l.peerId);
                    w.setIncarnation(l.incarnation);
+                 },
+                 [&](const PushPull& p) {
+                   auto w = b.initPushPull();
+                   w.setSender(p.sender);
+                   w.setReply(p.reply);
+                   setUpdates(w.initMembers(p.members.size()), p.members);
                  },
              },
              message);

@@ -108,7 +108,16 @@ struct Leave {
   friend bool operator==(const Leave&, const Leave&) = default;
 };
 
-using MembershipMessage = std::variant<JoinRequest, JoinReply, Ping, PingReq, Ack, Gossip, Leave>;
+// Anti-entropy: a whole member table; answered with the receiver's own unless `reply`.
+struct PushPull {
+  std::uint64_t sender = 0;
+  bool reply = false;
+  std::vector<MemberUpdate> members;
+  friend bool operator==(const PushPull&, const PushPull&) = default;
+};
+
+using MembershipMessage =
+    std::variant<JoinRequest, JoinReply, Ping, PingReq, Ack, Gossip, Leave, PushPull>;
 
 // ---- Handshake (used by net/wire/handshake.h; public for tests and tools) -----------------
 

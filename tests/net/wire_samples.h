@@ -41,6 +41,8 @@ inline std::vector<wire::Header> sampleHeaders() {
       MembershipMessage{Ack{13, 18, {}}},
       MembershipMessage{Gossip{42, {c, d}}},
       MembershipMessage{Leave{42, 4}},
+      MembershipMessage{PushPull{42, false, {a, b, c, d}}},
+      MembershipMessage{PushPull{13, true, {}}},
       HandshakeMessage{ClientHello{info, nonce}},
       HandshakeMessage{ServerHello{info, nonce, tag}},
       HandshakeMessage{ClientProof{tag}},

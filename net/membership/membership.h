@@ -1,0 +1,151 @@
+// Membership by seed list with SWIM-family failure detection (Das, Gupta and Motivala, "SWIM:
+// Scalable Weakly-consistent Infection-style Process Group Membership Protocol", DSN 2002), with
+// the suspicion mechanism of its section 4.2 and the push-pull anti-entropy and reconnection of
+// HashiCorp's memberlist/Serf.
+//
+// A peer starts a Service with a seed list (any subset of the cluster, possibly empty for the
+// first peer, possibly naming itself or dead peers). It joins through the first seed that
+// answers (unreachable seeds are skipped with a warning and the list is retried with backoff),
+// receives the full member list, and every member learns of it through dissemination. Then:
+//   - every probe interval T it probes one member (round-robin over a list reshuffled each
+//     round) with a Ping; without an Ack within probeTimeout it asks k other members to PingReq
+//     the target; without any Ack by the end of the interval the target becomes SUSPECT, and the
+//     suspect itself is told so that it can refute at once;
+//   - a suspect that does not refute within the suspicion timeout (suspicionMultiplier x
+//     log10(N+1) x T, at least 2 T; every member that learns of the suspicion runs its own
+//     timer) is declared DEAD (event `failed`);
+//   - a member that hears it is suspected or dead refutes by raising its incarnation number above
+//     the rumour's and gossiping `alive` at the new incarnation;
+//   - updates ride piggybacked on every Ping/PingReq/Ack (at most maxPiggybackUpdates each, least
+//     sent first, each sent about retransmitMultiplier x log10(N+1) times), and every
+//     gossipInterval a member pushes pending updates to gossipFanout random members;
+//   - every pushPullInterval x max(1, N/32) (so that per-member traffic stays bounded as N grows)
+//     a member exchanges its whole table with one random member; every other round it tries a
+//     member it believes failed, or a seed that is not in its view, instead, so that a healed
+//     partition, a restarted peer or two clusters started apart merge into one view.
+// Precedence for one member id: the higher incarnation wins; at equal incarnation left beats
+// dead beats suspect beats alive. An `alive` at a higher incarnation than a dead/left entry is
+// the same identity coming back (event `rejoined`); a peer that restarts with its old identity
+// learns its tombstone from the member list it joins with and refutes it that way.
+//
+// Threading: a Service lives on its Mesh's io_context (the peer's io thread): make, start, leave,
+// stop and destroy it there. view(), joined(), traffic() and epoch() are thread-safe. Events are
+// delivered on the io thread, in order.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <asio/awaitable.hpp>
+#include <asio/io_context.hpp>
+
+#include "net/endpoint.h"
+#include "net/mesh/mesh.h"
+
+namespace gossamer::net::membership {
+
+// SWIM parameters. Defaults suit a LAN or WAN; local() suits loopback and tests.
+struct Options {
+  std::chrono::milliseconds probeInterval{1000};  // T
+  std::chrono::milliseconds probeTimeout{400};    // direct Ack wait before indirect probes
+  std::size_t indirectProbes = 3;                 // k
+  double suspicionMultiplier = 4.0;               // suspicion timeout, see above
+  double retransmitMultiplier = 4.0;              // piggyback copies of each update
+  std::size_t maxPiggybackUpdates = 8;            // per protocol message
+  std::chrono::milliseconds gossipInterval{200};  // 0 disables the gossip rounds
+  std::size_t gossipFanout = 3;
+  std::chrono::milliseconds pushPullInterval{30000};  // at 32 members or fewer; scaled with N
+  std::chrono::milliseconds connectTimeout{1000};     // opening a link to a member (not probes)
+  std::chrono::milliseconds joinBackoffInitial{100};  // seed retry backoff, doubling ...
+  std::chrono::milliseconds joinBackoffMax{5000};     // ... up to this
+  // Dead and left members are remembered this long (so that stale rumours cannot revive them),
+  // then forgotten.
+  std::chrono::milliseconds tombstoneRetention{600000};
+
+  // Loopback: T = 200 ms, probe timeout 80 ms, suspicion multiplier 3, gossip every 50 ms,
+  // push-pull every 5 s, connect timeout 500 ms.
+  static Options local();
+  // "local" or "lan" (the defaults); throws gossamer::Error naming them otherwise.
+  static Options named(const std::string& name);
+  // The suspicion timeout for a view of `members` members.
+  std::chrono::milliseconds suspicionTimeout(std::size_t members) const;
+};
+
+enum class MemberState { alive, suspect, dead, left };
+const char* name(MemberState state);
+
+struct Member {
+  std::uint64_t id = 0;
+  Endpoint address;  // where it listens
+  std::uint64_t incarnation = 0;
+  MemberState state = MemberState::alive;
+  friend bool operator==(const Member&, const Member&) = default;
+};
+
+// The members this peer considers in the cluster (alive or suspect, self included), sorted by
+// id, and the epoch: the number of membership events this peer has delivered.
+struct View {
+  std::uint64_t epoch = 0;
+  std::vector<Member> members;
+  std::vector<std::uint64_t> ids() const;
+  bool contains(std::uint64_t id) const;
+  // The member with `id`, or null.
+  const Member* find(std::uint64_t id) const;
+};
+
+enum class EventKind { joined, left, failed, rejoined };
+const char* name(EventKind kind);
+
+// One change of the view. Epochs of successive events are 1, 2, 3, ... on each peer; the first
+// event of every peer is its own `joined` (when it is admitted, or at once for the first peer).
+struct Event {
+  EventKind kind = EventKind::joined;
+  Member member;
+  std::uint64_t epoch = 0;
+};
+
+struct Config {
+  std::vector<Endpoint> seeds;  // may be empty (the first peer), may contain self or dead peers
+  Options options;
+  std::uint64_t seed = 1;  // probe order, indirect-probe and gossip choices
+};
+
+// Membership frames and bytes this peer sent and received (from its mesh's counters).
+using Traffic = TrafficCounters;
+
+class Service {
+ public:
+  virtual ~Service() = default;
+
+  // Starts probing and joins through the seeds (in the background: the join retries with backoff
+  // until some seed answers; with no seeds the peer is the first member at once). The mesh must
+  // be listening.
+  virtual void start() = 0;
+
+  // Announces a graceful leave to the members (they record `left`, not `failed`), waits up to
+  // `timeout` for the announcements to go out, then stops.
+  virtual asio::awaitable<void> leave(std::chrono::milliseconds timeout) = 0;
+
+  // Stops at once without telling anyone (as a crash would, seen from outside). Idempotent. The
+  // service never touches the mesh afterwards.
+  virtual void stop() = 0;
+
+  // Any thread.
+  virtual View view() const = 0;
+  virtual bool joined() const = 0;  // admitted by a member (or the first member)
+  virtual Traffic traffic() const = 0;
+
+  // Called on the io thread, in order, for every event. Set before start().
+  virtual void onEvent(std::function<void(const Event&)> handler) = 0;
+};
+
+// Registers itself as `mesh`'s membership handler. `mesh` (whose handshake names this peer) must
+// outlive the service.
+std::unique_ptr<Service> makeService(asio::io_context& io, Mesh& mesh, Config config);
+
+}  // namespace gossamer::net::membership

@@ -1,0 +1,379 @@
+#include "net/mesh/mesh.h"
+
+#include <algorithm>
+#include <array>
+#include <exception>
+#include <map>
+#include <set>
+#include <utility>
+#include <variant>
+
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+#include <asio/experimental/awaitable_operators.hpp>
+#include <asio/steady_timer.hpp>
+
+#include "engine/base/log.h"
+#include "net/link_support.h"
+#include "net/wire/handshake_server.h"
+
+namespace gossamer::net {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using detail::kUseTuple;
+using namespace asio::experimental::awaitable_operators;
+
+struct AtomicCounters {
+  std::atomic<std::uint64_t> framesSent{0};
+  std::atomic<std::uint64_t> bytesSent{0};
+  std::atomic<std::uint64_t> framesReceived{0};
+  std::atomic<std::uint64_t> bytesReceived{0};
+};
+
+std::size_t payloadBytes(const std::vector<std::span<const std::byte>>& payloads) {
+  std::size_t total = 0;
+  for (const auto& payload : payloads) total += payload.size();
+  return total;
+}
+
+// Runs a user handler; an exception from it is a bug in the handler, logged, never allowed to
+// unwind through the receive loop (and so terminate the io thread).
+template <typename F>
+void guarded(const char* what, F&& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    log::get("net")->error("{} handler threw: {}", what, e.what());
+  }
+}
+
+// One link of the mesh: this peer's outbound link to (dialed, channel), or an inbound one.
+struct LinkEntry {
+  LinkEntry(const asio::any_io_executor& executor, bool isOutbound)
+      : outbound(isOutbound), settled(executor, Clock::time_point::max()) {}
+
+  const bool outbound;
+  std::unique_ptr<Link> link;
+  Remote remote;    // authenticated once open
+  Endpoint dialed;  // outbound: the key it is kept under, with `channel`
+  Channel channel = Channel::control;
+  bool open = false;      // the handshake succeeded
+  bool finished = false;  // outbound: connecting ended, open or failed
+  std::error_code failure;
+  asio::steady_timer settled;  // cancelled when connecting ends, to wake waiting senders
+  // The payload destinations chosen for the frame being received, by payload index; they are
+  // released (given back to their owner) if the frame fails.
+  std::vector<Payload> targets;
+  wire::EnvelopeHeader targetHeader;  // decoded once per frame, for the target
+  bool targetHeaderValid = false;
+};
+
+}  // namespace
+
+struct Mesh::State : std::enable_shared_from_this<Mesh::State> {
+  State(asio::io_context& ioContext, Transport& t, MeshOptions o)
+      : io(ioContext), transport(t), options(std::move(o)) {}
+
+  asio::io_context& io;
+  Transport& transport;
+  MeshOptions options;
+  MembershipHandler membershipHandler;
+  EnvelopeHandler envelopeHandler;
+  EnvelopeTarget envelopeTarget;
+  std::map<std::pair<Endpoint, Channel>, std::shared_ptr<LinkEntry>> outbound;
+  std::set<std::shared_ptr<LinkEntry>> inbound;
+  bool closed = false;
+  std::array<AtomicCounters, 2> counters;
+
+  AtomicCounters& countersOf(Traffic traffic) {
+    return counters[static_cast<std::size_t>(traffic)];
+  }
+
+  void drop(const std::shared_ptr<LinkEntry>& entry) {
+    if (entry->link) entry->link->close();
+    if (entry->outbound) {
+      const auto it = outbound.find({entry->dialed, entry->channel});
+      if (it != outbound.end() && it->second == entry) outbound.erase(it);
+    } else {
+      inbound.erase(entry);
+    }
+  }
+
+  // Installs the payload target and starts the receive loop of an open link.
+  void start(const std::shared_ptr<LinkEntry>& entry) {
+    entry->open = true;
+    std::weak_ptr<State> weakSelf = shared_from_this();
+    std::weak_ptr<LinkEntry> weakEntry = entry;
+    entry->link->setPayloadTarget([weakSelf, weakEntry](std::span<const std::byte> header,
+                                                        std::size_t index, std::size_t size) {
+      const auto self = weakSelf.lock();
+      const auto e = weakEntry.lock();
+      if (!self || !e || !self->envelopeTarget) return std::span<std::byte>{};
+      if (index == 0) {
+        e->targets.clear();
+        e->targetHeaderValid = !wire::decodeEnvelope(header, e->targetHeader);
+      }
+      if (!e->targetHeaderValid) return std::span<std::byte>{};
+      Payload target;
+      guarded("envelope target",
+              [&] { target = self->envelopeTarget(e->remote, e->targetHeader, index, size); });
+      if (target.size() != size) return std::span<std::byte>{};  // the pool takes it
+      if (e->targets.size() <= index) e->targets.resize(index + 1);
+      e->targets[index] = target;
+      return target.bytes();
+    });
+    asio::co_spawn(io, receiveLoop(shared_from_this(), entry), asio::detached);
+  }
+
+  static asio::awaitable<void> receiveLoop(std::shared_ptr<State> self,
+                                           std::shared_ptr<LinkEntry> entry) {
+    auto logger = log::get("net");
+    for (;;) {
+      InFrame frame;
+      const std::error_code error = co_await entry->link->receive(frame);
+      if (error) {
+        entry->targets.clear();
+        if (!self->closed && error != asio::error::eof && error != asio::error::operation_aborted)
+          logger->debug("link with peer {:016x} ({}) ended: {}", entry->remote.peerId,
+                        entry->remote.listen.str(), error.message());
+        self->drop(entry);
+        co_return;
+      }
+      // Payloads that landed in target buffers keep their owners alive in the frame.
+      for (std::size_t i = 0; i < std::min(entry->targets.size(), frame.payloads.size()); ++i) {
+        if (entry->targets[i].size() > 0) frame.payloads[i] = std::move(entry->targets[i]);
+      }
+      entry->targets.clear();
+
+      wire::Header header;
+      if (const std::error_code bad = wire::decodeHeader(frame.header, header)) {
+        logger->warn("closing the link with peer {:016x} ({}): undecodable frame header ({})",
+                     entry->remote.peerId, entry->remote.listen.str(), bad.message());
+        self->drop(entry);
+        co_return;
+      }
+      std::size_t bytes = frame.header.size();
+      for (const Payload& payload : frame.payloads) bytes += payload.size();
+      if (auto* membership = std::get_if<wire::MembershipMessage>(&header)) {
+        AtomicCounters& c = self->countersOf(Traffic::membership);
+        ++c.framesReceived;
+        c.bytesReceived += bytes;
+        if (self->membershipHandler)
+          guarded("membership",
+                  [&] { self->membershipHandler(entry->remote, std::move(*membership)); });
+      } else if (auto* envelope = std::get_if<wire::EnvelopeHeader>(&header)) {
+        if (!descriptorsMatch(*envelope, frame.payloads)) {
+          logger->warn(
+              "closing the link with peer {:016x} ({}): envelope describes {} payloads, "
+              "frame carries {} of other sizes",
+              entry->remote.peerId, entry->remote.listen.str(), envelope->payloads.size(),
+              frame.payloads.size());
+          self->drop(entry);
+          co_return;
+        }
+        AtomicCounters& c = self->countersOf(Traffic::algorithm);
+        ++c.framesReceived;
+        c.bytesReceived += bytes;
+        if (self->envelopeHandler)
+          guarded("envelope", [&] {
+            self->envelopeHandler(entry->remote, std::move(*envelope), std::move(frame.payloads));
+          });
+      } else {
+        logger->warn(
+            "closing the link with peer {:016x} ({}): handshake message after the "
+            "handshake",
+            entry->remote.peerId, entry->remote.listen.str());
+        self->drop(entry);
+        co_return;
+      }
+    }
+  }
+
+  static bool descriptorsMatch(const wire::EnvelopeHeader& header,
+                               const std::vector<Payload>& payloads) {
+    if (header.payloads.size() != payloads.size()) return false;
+    for (std::size_t i = 0; i < payloads.size(); ++i) {
+      if (header.payloads[i].size != payloads[i].size()) return false;
+    }
+    return true;
+  }
+
+  // This peer's open outbound link to (to, channel), connecting and authenticating it first if
+  // needed; null with `error` set when that fails within `timeout`.
+  static asio::awaitable<std::shared_ptr<LinkEntry>> linkTo(std::shared_ptr<State> self,
+                                                            Endpoint to, Channel channel,
+                                                            std::chrono::milliseconds timeout,
+                                                            std::error_code& error) {
+    const Clock::time_point deadline = Clock::now() + timeout;
+    if (self->closed) {
+      error = asio::error::operation_aborted;
+      co_return nullptr;
+    }
+    if (const auto it = self->outbound.find({to, channel}); it != self->outbound.end()) {
+      std::shared_ptr<LinkEntry> entry = it->second;
+      if (!entry->finished) {  // someone else is connecting: wait for the outcome
+        asio::steady_timer timer(self->io, deadline);
+        co_await (entry->settled.async_wait(kUseTuple) || timer.async_wait(kUseTuple));
+      }
+      if (entry->open) co_return entry;
+      error = entry->finished ? entry->failure : std::error_code(asio::error::timed_out);
+      co_return nullptr;
+    }
+
+    auto entry = std::make_shared<LinkEntry>(self->io.get_executor(), true);
+    entry->dialed = to;
+    entry->channel = channel;
+    self->outbound[{to, channel}] = entry;
+    LinkResult connected = co_await self->transport.connect(to, timeout);
+    std::error_code failure = connected.error;
+    if (!failure) {
+      entry->link = std::move(connected.link);
+      wire::HandshakeConfig config = self->options.handshake;
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      config.timeout = std::max(left, std::chrono::milliseconds(1));
+      const wire::HandshakeResult hello = co_await wire::clientHandshake(*entry->link, config);
+      if (hello.ok()) {
+        entry->remote = Remote{hello.remotePeerId, hello.remoteListen};
+      } else {
+        failure = hello.error;
+      }
+    }
+    entry->finished = true;
+    entry->settled.cancel();
+    if (failure || self->closed) {
+      entry->failure = failure ? failure : std::error_code(asio::error::operation_aborted);
+      self->drop(entry);
+      error = entry->failure;
+      co_return nullptr;
+    }
+    self->start(entry);
+    co_return entry;
+  }
+
+  static asio::awaitable<std::error_code> sendMembership(std::shared_ptr<State> self, Endpoint to,
+                                                         wire::MembershipMessage message,
+                                                         std::chrono::milliseconds timeout) {
+    const std::vector<std::byte> header = wire::encodeMembership(message);
+    // (A named empty vector: GCC 12 destroys a braced temporary inside co_await twice.)
+    std::vector<std::span<const std::byte>> noPayloads;
+    co_return co_await send(std::move(self), std::move(to), Channel::control, Traffic::membership,
+                            header, std::move(noPayloads), timeout);
+  }
+
+  static asio::awaitable<std::error_code> sendEnvelope(
+      std::shared_ptr<State> self, Endpoint to, Channel channel, wire::EnvelopeHeader header,
+      std::vector<std::span<const std::byte>> payloads, std::chrono::milliseconds timeout) {
+    if (header.payloads.empty()) {
+      for (const auto& payload : payloads)
+        header.payloads.push_back({payload.size(), wire::Dtype::bytes, payload.size()});
+    }
+    const std::vector<std::byte> bytes = wire::encodeEnvelope(header);
+    co_return co_await send(std::move(self), std::move(to), channel, Traffic::algorithm, bytes,
+                            std::move(payloads), timeout);
+  }
+
+  static asio::awaitable<std::error_code> send(std::shared_ptr<State> self, Endpoint to,
+                                               Channel channel, Traffic traffic,
+                                               std::span<const std::byte> header,
+                                               std::vector<std::span<const std::byte>> payloads,
+                                               std::chrono::milliseconds timeout) {
+    std::error_code error;
+    std::shared_ptr<LinkEntry> entry = co_await linkTo(self, to, channel, timeout, error);
+    if (!entry) co_return error;
+    const std::size_t bytes = header.size() + payloadBytes(payloads);
+    error = co_await entry->link->send(OutFrame(header, std::move(payloads)));
+    if (error) {
+      self->drop(entry);
+      co_return error;
+    }
+    AtomicCounters& c = self->countersOf(traffic);
+    ++c.framesSent;
+    c.bytesSent += bytes;
+    co_return std::error_code{};
+  }
+};
+
+Mesh::Mesh(asio::io_context& io, Transport& transport, MeshOptions options)
+    : state_(std::make_shared<State>(io, transport, std::move(options))) {}
+
+Mesh::~Mesh() { close(); }
+
+void Mesh::onMembership(MembershipHandler handler) {
+  state_->membershipHandler = std::move(handler);
+}
+void Mesh::onEnvelope(EnvelopeHandler handler) { state_->envelopeHandler = std::move(handler); }
+void Mesh::setEnvelopeTarget(EnvelopeTarget target) { state_->envelopeTarget = std::move(target); }
+
+std::error_code Mesh::listen(const Endpoint& local) {
+  if (const std::error_code error = state_->transport.listen(local)) return error;
+  Endpoint advertised = state_->transport.localEndpoint();
+  if (!state_->options.advertise.host.empty()) {
+    advertised.host = state_->options.advertise.host;
+    if (state_->options.advertise.port != 0) advertised.port = state_->options.advertise.port;
+  }
+  state_->options.handshake.listen = advertised;
+  std::weak_ptr<State> weak = state_;
+  auto onLink = [weak](wire::AuthenticatedLink authenticated) {
+    const auto self = weak.lock();
+    if (!self || self->closed) return;
+    auto entry = std::make_shared<LinkEntry>(self->io.get_executor(), false);
+    entry->link = std::move(authenticated.link);
+    entry->remote = Remote{authenticated.hello.remotePeerId, authenticated.hello.remoteListen};
+    self->inbound.insert(entry);
+    self->start(entry);
+  };
+  asio::co_spawn(state_->io,
+                 wire::serveHandshakes(state_->transport, state_->options.handshake, onLink),
+                 asio::detached);
+  return {};
+}
+
+Endpoint Mesh::localEndpoint() const { return state_->options.handshake.listen; }
+std::uint64_t Mesh::selfId() const { return state_->options.handshake.peerId; }
+
+asio::awaitable<std::error_code> Mesh::sendMembership(Endpoint to, wire::MembershipMessage message,
+                                                      std::chrono::milliseconds connectTimeout) {
+  return State::sendMembership(state_, std::move(to), std::move(message), connectTimeout);
+}
+
+asio::awaitable<std::error_code> Mesh::sendEnvelope(
+    Endpoint to, Channel channel, wire::EnvelopeHeader header,
+    std::vector<std::span<const std::byte>> payloads, std::chrono::milliseconds connectTimeout) {
+  return State::sendEnvelope(state_, std::move(to), channel, std::move(header), std::move(payloads),
+                             connectTimeout);
+}
+
+void Mesh::disconnect(const Endpoint& to) {
+  std::vector<std::shared_ptr<LinkEntry>> doomed;
+  for (std::size_t c = 0; c < kChannels; ++c) {
+    const auto it = state_->outbound.find({to, static_cast<Channel>(c)});
+    if (it != state_->outbound.end()) doomed.push_back(it->second);
+  }
+  for (const auto& entry : state_->inbound) {
+    if (entry->remote.listen == to) doomed.push_back(entry);
+  }
+  for (const auto& entry : doomed) state_->drop(entry);
+}
+
+void Mesh::close() {
+  if (state_->closed) return;
+  state_->closed = true;
+  state_->transport.close();
+  auto outbound = std::move(state_->outbound);
+  auto inbound = std::move(state_->inbound);
+  for (auto& [key, entry] : outbound) {
+    if (entry->link) entry->link->close();
+    entry->settled.cancel();
+  }
+  for (const auto& entry : inbound) entry->link->close();
+}
+
+TrafficCounters Mesh::counters(Traffic traffic) const {
+  const AtomicCounters& c = state_->counters[static_cast<std::size_t>(traffic)];
+  return TrafficCounters{c.framesSent.load(), c.bytesSent.load(), c.framesReceived.load(),
+                         c.bytesReceived.load()};
+}
+
+}  // namespace gossamer::net

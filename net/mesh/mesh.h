@@ -1,0 +1,138 @@
+// net::Mesh: the authenticated links of one peer to the others, shared by the membership service
+// and the engine's algorithm traffic. It is the only part of a peer that accepts and connects:
+//
+// - listen() binds the transport and runs every inbound link through the server handshake of
+//   net/wire (mutual HMAC over the cluster secret, version, cluster id and model fingerprint;
+//   at most Limits::maxPendingHandshakes at once).
+// - send(to, channel, frame) sends on this peer's OWN outbound link to the peer listening at `to`
+//   for that channel, connecting and running the client handshake first when there is none.
+//   Replies travel on the replier's own outbound link, so every link carries one direction of
+//   traffic and frames from one sender to one receiver on one channel arrive in the order their
+//   sends started. Two channels keep small control frames (membership probes, requests) from
+//   queueing behind bulk parameter transfers.
+// - Every link runs a receive loop that decodes each header (net/wire/codec.h: bounded, hostile
+//   input safe) and hands membership messages and algorithm envelopes to their handlers, tagged
+//   with the sender's identity as its handshake authenticated it. A malformed frame or a
+//   handshake message after the handshake closes the link with a warning; nothing throws.
+// - Envelope payloads land where the envelope target says (the engine's preallocated receive
+//   buffers), else in the link's bounded pool, so a slow consumer slows its senders down.
+//
+// Threading: a Mesh lives on the io_context of its transport (the peer's io thread): construct,
+// call and destroy it there, except counters(), which any thread may read. Handlers run on the io
+// thread and must not block. Destroying the Mesh closes every link; coroutines still running keep
+// what they use alive until they end.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <system_error>
+#include <vector>
+
+#include <asio/awaitable.hpp>
+#include <asio/io_context.hpp>
+
+#include "net/endpoint.h"
+#include "net/frame.h"
+#include "net/transport.h"
+#include "net/wire/codec.h"
+#include "net/wire/handshake.h"
+
+namespace gossamer::net {
+
+// Which of the two links to a peer a frame travels on.
+enum class Channel : std::uint8_t { control = 0, data = 1 };
+inline constexpr std::size_t kChannels = 2;
+
+// The sender of a received frame, as its link's handshake authenticated it.
+struct Remote {
+  std::uint64_t peerId = 0;
+  Endpoint listen;  // where the sender accepts links: the address to reply to
+};
+
+// What a mesh carries: SWIM membership messages, and algorithm envelopes (with their payloads).
+enum class Traffic : std::uint8_t { membership = 0, algorithm = 1 };
+
+// Frames and bytes (header + payloads) of one kind of traffic since the mesh started.
+struct TrafficCounters {
+  std::uint64_t framesSent = 0;
+  std::uint64_t bytesSent = 0;
+  std::uint64_t framesReceived = 0;
+  std::uint64_t bytesReceived = 0;
+};
+
+struct MeshOptions {
+  // This peer's introduction and the cluster secret. `listen` is overwritten with the bound
+  // endpoint (or `advertise`, when set) by listen().
+  wire::HandshakeConfig handshake;
+  // The address other peers reach this one at, when it differs from the bound one (listening
+  // on 0.0.0.0, or behind NAT). Empty host: the bound endpoint.
+  Endpoint advertise;
+};
+
+using MembershipHandler = std::function<void(const Remote& from, wire::MembershipMessage message)>;
+using EnvelopeHandler = std::function<void(const Remote& from, wire::EnvelopeHeader header,
+                                           std::vector<Payload> payloads)>;
+// Chooses where payload `index` (of `size` bytes) of an envelope lands: a Payload of exactly
+// `size` bytes whose owner keeps the memory reserved until the Payload is released (the envelope
+// handler receives it; if the frame fails first, it is released unfilled), or an empty Payload
+// for the link's pool. Called on the io thread before the payload bytes are read.
+using EnvelopeTarget = std::function<Payload(const Remote& from, const wire::EnvelopeHeader& header,
+                                             std::size_t index, std::size_t size)>;
+
+class Mesh final {
+ public:
+  // `transport` must be fresh (not listening) and outlive the mesh; it belongs to `io`.
+  Mesh(asio::io_context& io, Transport& transport, MeshOptions options);
+  ~Mesh();
+  Mesh(const Mesh&) = delete;
+  Mesh& operator=(const Mesh&) = delete;
+
+  // Handlers; set them before listen(). Empty handlers drop what they would have received.
+  void onMembership(MembershipHandler handler);
+  void onEnvelope(EnvelopeHandler handler);
+  void setEnvelopeTarget(EnvelopeTarget target);
+
+  // Binds `local` (port 0 picks one) and starts accepting. Returns the transport's error.
+  std::error_code listen(const Endpoint& local);
+  // Where other peers reach this one (the advertised or bound endpoint), after listen().
+  Endpoint localEndpoint() const;
+  std::uint64_t selfId() const;
+
+  // Both sends go to the peer listening at `to` on this peer's own link for the channel (see the
+  // header comment). Opening a link may take up to `connectTimeout` (connect + handshake).
+  // Buffers must stay valid until the returned awaitable completes. Errors: the connect or
+  // handshake error (asio::error::timed_out, Errc::authenticationFailed, ...), or the link's send
+  // error; after a send error the link is dropped and the next send reconnects.
+  //
+  // Encodes and sends a membership message on the control channel.
+  // Arguments are taken by value: the returned awaitable may start after the caller's objects are
+  // gone (co_spawn), and it keeps the mesh's state alive, not the Mesh object.
+  asio::awaitable<std::error_code> sendMembership(Endpoint to, wire::MembershipMessage message,
+                                                  std::chrono::milliseconds connectTimeout);
+  // Encodes `header` (its payload descriptors are filled from `payloads`' sizes when empty) and
+  // sends it with the payloads.
+  asio::awaitable<std::error_code> sendEnvelope(Endpoint to, Channel channel,
+                                                wire::EnvelopeHeader header,
+                                                std::vector<std::span<const std::byte>> payloads,
+                                                std::chrono::milliseconds connectTimeout);
+
+  // Closes this peer's links to and from the peer at `to` (one that failed or left); later sends
+  // reconnect.
+  void disconnect(const Endpoint& to);
+  // Stops accepting and closes every link. Idempotent.
+  void close();
+
+  // Any thread.
+  TrafficCounters counters(Traffic traffic) const;
+
+ private:
+  struct State;
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace gossamer::net
