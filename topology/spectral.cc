@@ -37,6 +37,22 @@ int lapackSize(std::span<const double> matrix, std::size_t n) {
   return static_cast<int>(n);
 }
 
+// Runs a LAPACK routine the usual two-step way: `call(work, lwork, info)` first with lwork = -1
+// (the routine writes its optimal workspace size to work[0]), then with that workspace.
+template <typename Call>
+void runLapack(const char* routine, Call call) {
+  int info = 0;
+  int lwork = -1;
+  double optimal = 0;
+  call(&optimal, &lwork, &info);
+  GOSSAMER_ENFORCE_EQ(info, 0, "LAPACK {} workspace query failed", routine);
+  lwork = std::max(1, static_cast<int>(optimal));
+  std::vector<double> work(static_cast<std::size_t>(lwork));
+  call(work.data(), &lwork, &info);
+  GOSSAMER_ENFORCE_EQ(info, 0, "LAPACK {} failed (info < 0: bad argument, > 0: no convergence)",
+                      routine);
+}
+
 }  // namespace
 
 std::vector<double> symmetricEigenvalues(std::span<const double> matrix, std::size_t n) {
@@ -44,15 +60,9 @@ std::vector<double> symmetricEigenvalues(std::span<const double> matrix, std::si
   // Column-major "L" of the copy is the row-major upper triangle of `matrix`.
   std::vector<double> a(matrix.begin(), matrix.end());
   std::vector<double> eigenvalues(n);
-  int info = 0;
-  int lwork = -1;
-  double optimal = 0;
-  dsyev_("N", "L", &size, a.data(), &size, eigenvalues.data(), &optimal, &lwork, &info, 1, 1);
-  GOSSAMER_ENFORCE_EQ(info, 0, "LAPACK dsyev workspace query failed");
-  lwork = std::max(1, static_cast<int>(optimal));
-  std::vector<double> work(static_cast<std::size_t>(lwork));
-  dsyev_("N", "L", &size, a.data(), &size, eigenvalues.data(), work.data(), &lwork, &info, 1, 1);
-  GOSSAMER_ENFORCE_EQ(info, 0, "LAPACK dsyev failed (info > 0: no convergence)");
+  runLapack("dsyev", [&](double* work, const int* lwork, int* info) {
+    dsyev_("N", "L", &size, a.data(), &size, eigenvalues.data(), work, lwork, info, 1, 1);
+  });
   return eigenvalues;
 }
 
@@ -63,17 +73,10 @@ std::vector<double> singularValues(std::span<const double> matrix, std::size_t n
   std::vector<double> values(n);
   double unused = 0;
   const int one = 1;
-  int info = 0;
-  int lwork = -1;
-  double optimal = 0;
-  dgesvd_("N", "N", &size, &size, a.data(), &size, values.data(), &unused, &one, &unused, &one,
-          &optimal, &lwork, &info, 1, 1);
-  GOSSAMER_ENFORCE_EQ(info, 0, "LAPACK dgesvd workspace query failed");
-  lwork = std::max(1, static_cast<int>(optimal));
-  std::vector<double> work(static_cast<std::size_t>(lwork));
-  dgesvd_("N", "N", &size, &size, a.data(), &size, values.data(), &unused, &one, &unused, &one,
-          work.data(), &lwork, &info, 1, 1);
-  GOSSAMER_ENFORCE_EQ(info, 0, "LAPACK dgesvd failed (info > 0: no convergence)");
+  runLapack("dgesvd", [&](double* work, const int* lwork, int* info) {
+    dgesvd_("N", "N", &size, &size, a.data(), &size, values.data(), &unused, &one, &unused, &one,
+            work, lwork, info, 1, 1);
+  });
   return values;
 }
 
@@ -85,17 +88,10 @@ std::vector<double> eigenvalueModuli(std::span<const double> matrix, std::size_t
   std::vector<double> imaginary(n);
   double unused = 0;
   const int one = 1;
-  int info = 0;
-  int lwork = -1;
-  double optimal = 0;
-  dgeev_("N", "N", &size, a.data(), &size, real.data(), imaginary.data(), &unused, &one, &unused,
-         &one, &optimal, &lwork, &info, 1, 1);
-  GOSSAMER_ENFORCE_EQ(info, 0, "LAPACK dgeev workspace query failed");
-  lwork = std::max(1, static_cast<int>(optimal));
-  std::vector<double> work(static_cast<std::size_t>(lwork));
-  dgeev_("N", "N", &size, a.data(), &size, real.data(), imaginary.data(), &unused, &one, &unused,
-         &one, work.data(), &lwork, &info, 1, 1);
-  GOSSAMER_ENFORCE_EQ(info, 0, "LAPACK dgeev failed (info > 0: no convergence)");
+  runLapack("dgeev", [&](double* work, const int* lwork, int* info) {
+    dgeev_("N", "N", &size, a.data(), &size, real.data(), imaginary.data(), &unused, &one, &unused,
+           &one, work, lwork, info, 1, 1);
+  });
   std::vector<double> moduli(n);
   for (std::size_t k = 0; k < n; ++k) moduli[k] = std::hypot(real[k], imaginary[k]);
   std::sort(moduli.begin(), moduli.end(), std::greater<>());
