@@ -1,3 +1,4 @@
+// Parser of the edge-list format documented in edge_list.h.
 #include "topology/edge_list.h"
 
 #include <charconv>

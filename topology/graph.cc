@@ -1,3 +1,5 @@
+// Graph (graph.h): neighbour lists, the spanning tree and the metrics derived from one mixing
+// matrix; plus the small graph helpers (BFS, addEdge, member checks) the built-ins share.
 #include "topology/graph.h"
 
 #include <algorithm>

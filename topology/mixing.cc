@@ -1,3 +1,4 @@
+// The mixing rules of mixing.h: from edges (or a permutation, or explicit weights) to W.
 #include "topology/mixing.h"
 
 #include <algorithm>

@@ -1,3 +1,4 @@
+// LAPACK-backed spectra and the spectral gap (definitions and the choice of LAPACK: spectral.h).
 #include "topology/spectral.h"
 
 #include <algorithm>
