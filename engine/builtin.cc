@@ -72,12 +72,21 @@ void addDatasets(Registry& registry) {
       });
 }
 
+void addTopologies(Registry& registry) {
+  for (const auto& [name, description] : topology::builtinTopologies()) {
+    registry.topologies.add(name, description, [name](const topology::TopologyOptions& options) {
+      return topology::makeTopology(name, options);
+    });
+  }
+}
+
 }  // namespace
 
 Registry makeBuiltinRegistry() {
   Registry registry;
   addModels(registry);
   addDatasets(registry);
+  addTopologies(registry);
   return registry;
 }
 

@@ -10,8 +10,9 @@
 
 namespace gossamer::engine {
 
-// A registry holding every built-in model and dataset (later: algorithms, topologies,
-// transports).
+// A registry holding every built-in model, dataset and topology. The algorithms library sits
+// above the engine (DESIGN.md arrows), so its built-ins are added by
+// algorithms::addBuiltinAlgorithms (algorithms/builtin.h); binaries call both.
 Registry makeBuiltinRegistry();
 
 // The Compute for `device`. When CUDA is asked for but this build has no CUDA backend, or no

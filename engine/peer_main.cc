@@ -1,26 +1,53 @@
-// gossamer-peer: one peer process. For now it trains a single peer on its data shard; the
-// peer-runtime issue adds the seed list, the network and the decentralized algorithms.
+// gossamer-peer: one peer of a decentralized training cluster, a whole local cluster, or a single
+// peer training alone.
+//
+//   gossamer-peer --listen H:P --seeds H:P,... --secret-file F --algorithm NAME --min-peers N ...
+//       one peer process; peers on other machines join by the seed list
+//   gossamer-peer --local N --algorithm NAME ...
+//       N peers in this process (threads), over the in-process transport or TCP on 127.0.0.1
+//   gossamer-peer --model mlp --epochs 3 ...
+//       (no network flags) one peer training alone, with checkpoints and --resume
+//   gossamer-peer --describe-topology NAME --peers N
+//       degree, diameter and spectral gap of a topology
+#include <atomic>
+#include <csignal>
 #include <cstdio>
 #include <iostream>
+#include <map>
+#include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "algorithms/builtin.h"
 #include "engine/base/config.h"
 #include "engine/base/enforce.h"
 #include "engine/base/json.h"
 #include "engine/base/log.h"
 #include "engine/builtin.h"
 #include "engine/data/sharding.h"
+#include "engine/runtime/cluster.h"
+#include "engine/runtime/peer.h"
 #include "engine/train/trainer.h"
+#include "net/shaped/profile.h"
+#include "net/wire/handshake.h"
 
 namespace {
 
 using namespace gossamer;
+using engine::runtime::ClusterResult;
+using engine::runtime::PeerConfig;
+using engine::runtime::PeerResult;
+
+// Set by SIGINT/SIGTERM: training ends at the next step boundary and the run finishes normally.
+std::atomic<bool> gStop{false};
+extern "C" void onSignal(int) { gStop = true; }
 
 struct PeerOptions {
+  // model, data, local optimizer
   std::string model = "mlp";
   std::vector<std::size_t> hidden = {256, 256};
   std::string dataset = "fashion-mnist";
@@ -35,14 +62,51 @@ struct PeerOptions {
   std::string optimizer = "momentum";
   engine::train::OptimizerOptions optimizerOptions;
   std::size_t batch = 64;
+  double epochs = 3;
+  std::uint64_t maxSteps = 0;
   std::uint64_t seed = 1;
   engine::train::TrainOptions train;
   std::string logLevel = "info";
   bool json = false;
+
+  // the cluster
+  std::string algorithm;
+  std::map<std::string, std::map<std::string, std::string>> algorithmOptions;  // set by the user
+  std::string topology;
+  std::string mixing = "metropolis-hastings";
+  std::size_t treeArity = 2;
+  std::size_t degree = 4;
+  std::size_t starCenter = 0;
+  std::string topologyFile;
+  std::size_t minPeers = 1;
+  std::string listen;
+  std::string advertise;
+  std::vector<std::string> seeds;
+  std::uint64_t peerId = 0;
+  std::string secretFile;
+  std::string clusterId = "gossamer";
+  std::string network = "lan";
+  std::size_t networkIndex = 0;
+  std::string membership = "local";
+  double commTimeout = 10;
+  double startTimeout = 120;
+  double finishTimeout = 60;
+  std::size_t local = 0;
+  std::string localTransport = "inproc";
+  std::int64_t clusterEvalEvery = 0;
+
+  std::string describeTopology;
+  std::size_t describePeers = 16;
+
+  bool networked() const {
+    return !algorithm.empty() || local > 0 || !listen.empty() || !seeds.empty();
+  }
 };
 
-void addOptions(CLI::App& app, PeerOptions& o, const engine::Registry& registry) {
-  app.set_config("--config", "", "read flags from a TOML/INI config file (CLI11 format)");
+void addModelOptions(CLI::App& app, PeerOptions& o, const engine::Registry& registry) {
+  app.set_config("--config", "",
+                 "read flags from a TOML/INI config file (CLI11 format; "
+                 "algorithm options go in a [NAME] section)");
   app.add_option("--model", o.model, "model:\n" + registry.models.describe())
       ->capture_default_str();
   app.add_option("--hidden", o.hidden, "hidden layer widths of the MLP, e.g. 256,256")
@@ -50,22 +114,26 @@ void addOptions(CLI::App& app, PeerOptions& o, const engine::Registry& registry)
       ->capture_default_str();
   app.add_option("--dataset", o.dataset, "dataset:\n" + registry.datasets.describe())
       ->capture_default_str();
-  app.add_option("--data-dir", o.dataDir, "directory of the dataset files (default: the "
-                                          "dataset's install location)");
-  app.add_option("--train-samples", o.trainSamples, "use only the first N training samples (0: all)");
+  app.add_option("--data-dir", o.dataDir,
+                 "directory of the dataset files (default: the "
+                 "dataset's install location)");
+  app.add_option("--train-samples", o.trainSamples,
+                 "use only the first N training samples (0: all)");
   app.add_option("--test-samples", o.testSamples, "use only the first N test samples (0: all)");
-  app.add_option("--shards", o.shards, "split the training set into this many shards")
+  app.add_option("--shards", o.shards, "single peer: split the training set into this many shards")
       ->check(CLI::PositiveNumber);
-  app.add_option("--shard-index", o.shardIndex, "train on this shard (0-based)");
+  app.add_option("--shard-index", o.shardIndex, "single peer: train on this shard (0-based)");
   app.add_option("--split", o.split, "how shards are drawn: iid or dirichlet")
       ->check(CLI::IsMember({"iid", "dirichlet"}))
       ->capture_default_str();
-  app.add_option("--dirichlet-alpha", o.dirichletAlpha, "label skew of the dirichlet split "
-                                                        "(smaller: more skewed)")
+  app.add_option("--dirichlet-alpha", o.dirichletAlpha,
+                 "label skew of the dirichlet split "
+                 "(smaller: more skewed)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  app.add_option("--device", o.device, "compute device: cpu or cuda (falls back to cpu, with a "
-                                       "warning, when no CUDA device is usable)")
+  app.add_option("--device", o.device,
+                 "compute device: cpu or cuda (falls back to cpu, with a "
+                 "warning, when no CUDA device is usable)")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
   app.add_option("--optimizer", o.optimizer, "local optimizer: sgd, momentum, nesterov or adam")
@@ -76,61 +144,403 @@ void addOptions(CLI::App& app, PeerOptions& o, const engine::Registry& registry)
       ->capture_default_str();
   app.add_option("--weight-decay", o.optimizerOptions.weightDecay, "L2 weight decay")
       ->capture_default_str();
-  app.add_option("--epochs", o.train.epochs, "passes over this peer's shard")
+  app.add_option("--epochs", o.epochs,
+                 "passes over the training set (a cluster: of all its peers "
+                 "together)")
+      ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  app.add_option("--batch", o.batch, "mini-batch size")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--steps", o.maxSteps, "a cluster: stop after this many steps per peer instead");
+  app.add_option("--batch", o.batch, "mini-batch size")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app.add_option("--seed", o.seed, "seed of initialisation, sharding and shuffling")
       ->capture_default_str();
-  app.add_option("--eval-every", o.train.evalEvery, "steps between test evaluations (0: each epoch)");
+  app.add_option("--eval-every", o.train.evalEvery,
+                 "steps between test evaluations (single peer "
+                 "default: each epoch; a peer: none)");
   app.add_option("--eval-samples", o.train.evalSamples,
                  "test samples per periodic evaluation (0: all; the final one uses all)");
   app.add_option("--metrics", o.train.metricsPath, "append JSON-lines metrics to this file");
-  app.add_option("--checkpoint", o.train.checkpointPath, "checkpoint file (written atomically)");
+  app.add_option("--checkpoint", o.train.checkpointPath,
+                 "single peer: checkpoint file (written atomically)");
   app.add_option("--checkpoint-every", o.train.checkpointEvery,
-                 "steps between checkpoints (0: only at the end)");
-  app.add_flag("--resume", o.train.resume, "continue from --checkpoint");
+                 "single peer: steps between checkpoints (0: only at the end)");
+  app.add_flag("--resume", o.train.resume, "single peer: continue from --checkpoint");
   app.add_option("--log-level", o.logLevel, "trace, debug, info, warn, error, off")
       ->capture_default_str();
-  app.add_flag("--json", o.json, "print one JSON object with the results as the last stdout line "
-                                 "(and no progress view)");
+  app.add_flag("--json", o.json,
+               "print one JSON object with the results as the last stdout line "
+               "(and no progress view)");
 }
 
-int run(const PeerOptions& o, const engine::Registry& registry) {
-  log::setLevel(o.logLevel);
+// Every algorithm's options as --NAME.OPTION flags (a config file's [NAME] section sets them too).
+void addAlgorithmOptions(CLI::App& app, PeerOptions& o, const engine::Registry& registry) {
+  for (const std::string& name : registry.algorithms.names()) {
+    const engine::AlgorithmSpec& spec = registry.algorithms.get(name);
+    for (const engine::OptionInfo& info : spec.options) {
+      const std::string flag = "--" + name + "." + info.name;
+      app.add_option_function<std::string>(
+             flag,
+             [&o, name, key = info.name](const std::string& value) {
+               o.algorithmOptions[name][key] = value;
+             },
+             fmt::format("{} ({}, default {})", info.help, info.type, info.defaultValue))
+          ->group("Options of algorithm " + name);
+    }
+  }
+}
+
+void addClusterOptions(CLI::App& app, PeerOptions& o, const engine::Registry& registry) {
+  const std::string cluster = "Cluster";
+  std::string algorithms;
+  for (const std::string& name : registry.algorithms.names()) {
+    const engine::AlgorithmSpec& spec = registry.algorithms.get(name);
+    algorithms += fmt::format("\n  {}: {} (default topology: {})", name, spec.description,
+                              spec.defaultTopology);
+  }
+  app.add_option("--algorithm", o.algorithm, "decentralized optimizer:" + algorithms)
+      ->group(cluster);
+  app.add_option(
+         "--topology", o.topology,
+         "communication graph (default: the algorithm's):\n" + registry.topologies.describe())
+      ->group(cluster);
+  app.add_option("--mixing", o.mixing,
+                 "mixing weights of undirected topologies: "
+                 "metropolis-hastings or uniform")
+      ->check(CLI::IsMember({"metropolis-hastings", "uniform"}))
+      ->capture_default_str()
+      ->group(cluster);
+  app.add_option("--tree-arity", o.treeArity, "children per node of the tree topology")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str()
+      ->group(cluster);
+  app.add_option("--degree", o.degree, "degree of the random-regular topology")
+      ->capture_default_str()
+      ->group(cluster);
+  app.add_option("--star-center", o.starCenter,
+                 "position (in the sorted peer ids) of the star's center")
+      ->capture_default_str()
+      ->group(cluster);
+  app.add_option("--topology-file", o.topologyFile, "edge-list file of the 'file' topology")
+      ->group(cluster);
+  app.add_option("--min-peers", o.minPeers,
+                 "training starts once this many peers are members; "
+                 "also the number of data shards")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str()
+      ->group(cluster);
+  app.add_option("--listen", o.listen, "HOST:PORT to accept peers on (port 0: any)")
+      ->group(cluster);
+  app.add_option("--advertise", o.advertise,
+                 "HOST:PORT others reach this peer at (default: --listen)")
+      ->group(cluster);
+  app.add_option("--seeds", o.seeds,
+                 "HOST:PORT,... of some members (none: this peer starts the "
+                 "cluster); dead seeds are skipped and retried")
+      ->delimiter(',')
+      ->group(cluster);
+  app.add_option("--peer-id", o.peerId, "this peer's id (default: a hash of --advertise/--listen)")
+      ->group(cluster);
+  app.add_option("--secret-file", o.secretFile,
+                 "file holding the cluster secret (chmod 600; never "
+                 "logged); required with --listen/--seeds")
+      ->group(cluster);
+  app.add_option("--cluster-id", o.clusterId, "peers of other clusters are refused")
+      ->capture_default_str()
+      ->group(cluster);
+  app.add_option("--network", o.network,
+                 "emulated network around the transport: lan (none), wan, "
+                 "geo or a profile file (README: Networks)")
+      ->capture_default_str()
+      ->group(cluster);
+  app.add_option("--network-index", o.networkIndex,
+                 "this peer's index in the --network profile "
+                 "(its site); --local numbers peers 0..N-1")
+      ->group(cluster);
+  app.add_option("--membership", o.membership,
+                 "failure-detection profile: local (T = 200 ms) or lan (T = 1 s)")
+      ->check(CLI::IsMember({"local", "lan"}))
+      ->capture_default_str()
+      ->group(cluster);
+  app.add_option("--comm-timeout", o.commTimeout, "seconds: the deadline of every synchronous wait")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str()
+      ->group(cluster);
+  app.add_option("--start-timeout", o.startTimeout, "seconds to wait for --min-peers members")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str()
+      ->group(cluster);
+  app.add_option("--finish-timeout", o.finishTimeout, "seconds to wait for the others at the end")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str()
+      ->group(cluster);
+  app.add_option("--local", o.local, "run N peers in this process (threads) instead of one")
+      ->group(cluster);
+  app.add_option("--local-transport", o.localTransport,
+                 "--local peers talk over inproc or tcp (127.0.0.1)")
+      ->check(CLI::IsMember({"inproc", "tcp"}))
+      ->capture_default_str()
+      ->group(cluster);
+  app.add_option(
+         "--cluster-eval-every", o.clusterEvalEvery,
+         "--local: steps between consensus evaluations shown in the progress view (0: none)")
+      ->group(cluster);
+  app.add_option("--describe-topology", o.describeTopology,
+                 "print degree, diameter and spectral gap "
+                 "of topology NAME over --peers peers and exit")
+      ->group(cluster);
+  app.add_option("--peers", o.describePeers, "peer count for --describe-topology")
+      ->capture_default_str()
+      ->group(cluster);
+}
+
+topology::TopologyOptions topologyOptions(const PeerOptions& o) {
+  topology::TopologyOptions t;
+  t.mixing =
+      o.mixing == "uniform" ? topology::Mixing::kUniform : topology::Mixing::kMetropolisHastings;
+  t.arity = o.treeArity;
+  t.degree = o.degree;
+  t.centerIndex = o.starCenter;
+  t.file = o.topologyFile;
+  t.seed = o.seed;
+  return t;
+}
+
+std::shared_ptr<const engine::DatasetPair> loadData(const PeerOptions& o,
+                                                    const engine::Registry& registry) {
+  return std::make_shared<const engine::DatasetPair>(
+      registry.datasets.get(o.dataset)({.dataDir = o.dataDir,
+                                        .trainSamples = o.trainSamples,
+                                        .testSamples = o.testSamples,
+                                        .seed = o.seed}));
+}
+
+PeerConfig peerConfig(const PeerOptions& o, const engine::Registry& registry) {
+  GOSSAMER_ENFORCE(!o.algorithm.empty(),
+                   "--algorithm is required with --local, --listen or --seeds "
+                   "(one of: {})",
+                   fmt::join(registry.algorithms.names(), ", "));
+  for (const auto& [name, values] : o.algorithmOptions) {
+    GOSSAMER_ENFORCE(name == o.algorithm,
+                     "--{}.{} is an option of algorithm {}, but --algorithm is {}", name,
+                     values.begin()->first, name, o.algorithm);
+  }
+  PeerConfig c;
+  engine::runtime::TrainingConfig& t = c.training;
+  t.model = o.model;
+  t.modelConfig.hidden = o.hidden;
+  t.algorithm = o.algorithm;
+  if (const auto it = o.algorithmOptions.find(o.algorithm); it != o.algorithmOptions.end())
+    t.algorithmOptions = engine::OptionValues(it->second.begin(), it->second.end());
+  t.topology = o.topology;
+  t.topologyOptions = topologyOptions(o);
+  t.device = engine::parseDevice(o.device);
+  t.optimizer = o.optimizerOptions;
+  t.optimizer.kind = engine::train::parseOptimizerKind(o.optimizer);
+  t.batch = o.batch;
+  t.epochs = o.epochs;
+  t.maxSteps = o.maxSteps;
+  t.minPeers = o.local > 0 ? o.local : o.minPeers;
+  t.split = engine::data::parseSplitKind(o.split);
+  t.dirichletAlpha = o.dirichletAlpha;
+  t.seed = o.seed;
+  auto seconds = [](double s) {
+    return std::chrono::milliseconds(static_cast<std::int64_t>(s * 1000));
+  };
+  t.commTimeout = seconds(o.commTimeout);
+  t.startTimeout = seconds(o.startTimeout);
+  t.finishTimeout = seconds(o.finishTimeout);
+  t.evalEvery = o.train.evalEvery;
+  t.evalSamples = o.train.evalSamples == 0 ? 2000 : o.train.evalSamples;
+  t.metricsPath = o.train.metricsPath;
+  t.progress = !o.json && o.local == 0;
+  t.finalConsensus = o.local == 0;
+
+  engine::runtime::NetworkConfig& n = c.network;
+  n.clusterId = o.clusterId;
+  n.membership = net::membership::Options::named(o.membership);
+  if (o.network != "lan") n.profile = net::shaped::NetworkProfile::fromSpec(o.network);
+  n.profileIndex = o.networkIndex;
+  if (o.local > 0) {
+    n.transport = o.localTransport;
+    if (!o.secretFile.empty()) n.secret = net::wire::readSecretFile(o.secretFile);
+  } else {
+    GOSSAMER_ENFORCE(!o.secretFile.empty(),
+                     "--secret-file is required for a networked peer (a file "
+                     "holding the cluster secret, e.g. made by `head -c 32 "
+                     "/dev/urandom | base64 > secret; chmod 600 secret`)");
+    n.secret = net::wire::readSecretFile(o.secretFile);
+    n.listen = net::Endpoint::parse(o.listen.empty() ? "127.0.0.1:0" : o.listen);
+    if (!o.advertise.empty()) n.advertise = net::Endpoint::parse(o.advertise);
+    GOSSAMER_ENFORCE(!o.advertise.empty() || (n.listen.host != "0.0.0.0" && n.listen.host != "::"),
+                     "--listen {} accepts on every interface; add --advertise HOST:PORT, the "
+                     "address other machines reach this peer at",
+                     o.listen);
+    for (const std::string& seed : o.seeds) n.seeds.push_back(net::Endpoint::parse(seed));
+    n.peerId = o.peerId;
+  }
+  return c;
+}
+
+JsonObject clusterJson(const PeerOptions& o, const std::string& topologyName, std::size_t peers,
+                       const engine::runtime::ConsensusResult& consensus, std::uint64_t steps,
+                       double wallSeconds, double bytesPerPeer, double commWait) {
+  JsonObject json;
+  json.add("algorithm", o.algorithm)
+      .add("topology", topologyName)
+      .add("network", o.network)
+      .add("peers", static_cast<std::uint64_t>(peers))
+      .add("model", o.model)
+      .add("dataset", o.dataset)
+      .add("batch", static_cast<std::uint64_t>(o.batch))
+      .add("lr", std::stod(fmt::format("{}", o.optimizerOptions.lr)))
+      .add("test_accuracy", consensus.accuracy)
+      .add("test_loss", consensus.loss)
+      .add("min_peer_accuracy", consensus.minPeerAccuracy)
+      .add("mean_peer_accuracy", consensus.meanPeerAccuracy)
+      .add("consensus_distance", consensus.distance)
+      .add("steps", steps)
+      .add("wall_s", wallSeconds)
+      .add("bytes_sent_per_peer", bytesPerPeer)
+      .add("comm_wait_fraction", commWait);
+  return json;
+}
+
+int runLocalCluster(const PeerOptions& o, const engine::Registry& registry) {
+  engine::runtime::ClusterConfig config;
+  config.peer = peerConfig(o, registry);
+  config.peers = o.local;
+  config.progress = !o.json;
+  config.evalEvery = o.clusterEvalEvery;
+  config.evalSamples = o.train.evalSamples == 0 ? 2000 : o.train.evalSamples;
+  auto logger = log::get("engine");
+  auto data = loadData(o, registry);
+  logger->info("local cluster: {} peers over {} ({} network), {} on {} ({} training samples)",
+               o.local, o.localTransport, o.network, o.algorithm, o.model, data->train.count());
+  config.stopRequested = [] { return gStop.load(); };
+  const ClusterResult result = engine::runtime::runLocalCluster(config, registry, data);
+  double bytes = 0, wait = 0;
+  std::uint64_t steps = 0;
+  for (const PeerResult& r : result.peers) {
+    bytes += static_cast<double>(r.bytesSent) / static_cast<double>(result.peers.size());
+    wait += r.commWaitFraction / static_cast<double>(result.peers.size());
+    steps = std::max(steps, r.steps);
+  }
+  const std::string topologyName = result.peers.empty() ? "" : result.peers.front().topology;
+  logger->info(
+      "done: consensus accuracy {:.2f}% (peers {:.2f}%..), distance {:.3g}, {} steps in {:.1f}s, "
+      "{:.1f} MB sent per peer, {:.1f}% of the time waiting on communication",
+      100 * result.consensus.accuracy, 100 * result.consensus.minPeerAccuracy,
+      result.consensus.distance, steps, result.wallSeconds, bytes / 1e6, 100 * wait);
+  if (o.json) {
+    std::cout << clusterJson(o, topologyName, result.peers.size(), result.consensus, steps,
+                             result.wallSeconds, bytes, wait)
+                     .str()
+              << std::endl;
+  }
+  return 0;
+}
+
+int runPeer(const PeerOptions& o, const engine::Registry& registry) {
+  auto data = loadData(o, registry);
+  engine::runtime::Peer peer(peerConfig(o, registry), registry, data);
+  log::get("engine")->info("peer {:016x} listening on {}", peer.id(), peer.endpoint().str());
+  std::atomic<bool> done{false};
+  std::thread stopper([&] {
+    while (!done) {
+      if (gStop) {
+        peer.requestStop();
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  });
+  PeerResult result;
+  try {
+    result = peer.run();
+  } catch (...) {
+    done = true;
+    stopper.join();
+    throw;
+  }
+  done = true;
+  stopper.join();
+  const engine::runtime::ConsensusResult consensus =
+      result.consensus.value_or(engine::runtime::ConsensusResult{});
+  log::get("engine")->info(
+      "done: this peer {:.2f}%, consensus {:.2f}% over {} peers, {} steps in {:.1f}s, {:.1f} MB "
+      "sent, "
+      "{:.1f}% waiting",
+      100 * result.testAccuracy, 100 * consensus.accuracy, consensus.peers, result.steps,
+      result.wallSeconds, static_cast<double>(result.bytesSent) / 1e6,
+      100 * result.commWaitFraction);
+  if (o.json) {
+    JsonObject json =
+        clusterJson(o, result.topology, result.peers, consensus, result.steps, result.wallSeconds,
+                    static_cast<double>(result.bytesSent), result.commWaitFraction);
+    json.add("peer_id", fmt::format("{:016x}", result.peer))
+        .add("peer_test_accuracy", result.testAccuracy);
+    std::cout << json.str() << std::endl;
+  }
+  return 0;
+}
+
+int describeTopology(const PeerOptions& o, const engine::Registry& registry) {
+  const auto topology = registry.topologies.get(o.describeTopology)(topologyOptions(o));
+  const topology::Description d = topology::describe(*topology, o.describePeers);
+  if (o.json) {
+    JsonObject json;
+    json.add("topology", topology->name())
+        .add("peers", static_cast<std::uint64_t>(d.peers))
+        .add("min_degree", static_cast<std::uint64_t>(d.minDegree))
+        .add("max_degree", static_cast<std::uint64_t>(d.maxDegree))
+        .add("mean_degree", d.meanDegree)
+        .add("spectral_gap", d.spectralGap)
+        .add("connected", d.connected);
+    if (d.diameter) json.add("diameter", static_cast<std::uint64_t>(*d.diameter));
+    std::cout << json.str() << std::endl;
+  } else {
+    std::cout << topology::formatDescription(*topology, d);
+  }
+  return 0;
+}
+
+// One peer training alone (no network).
+int runSingle(const PeerOptions& o, const engine::Registry& registry) {
   auto logger = log::get("engine");
   GOSSAMER_ENFORCE(o.shardIndex < o.shards, "--shard-index {} must be below --shards {}",
                    o.shardIndex, o.shards);
   GOSSAMER_ENFORCE(!o.train.resume || !o.train.checkpointPath.empty(),
                    "--resume needs --checkpoint FILE");
-
-  const engine::DatasetPair data = registry.datasets.get(o.dataset)(
-      {.dataDir = o.dataDir, .trainSamples = o.trainSamples, .testSamples = o.testSamples, .seed = o.seed});
+  const auto data = loadData(o, registry);
   auto compute = engine::makeCompute(engine::parseDevice(o.device));
-  auto model = registry.models.get(o.model)(
-      *compute, {.inputs = data.train.features,
-                 .classes = data.train.classes,
-                 .hidden = o.hidden,
-                 .maxBatch = std::max<std::size_t>(o.batch, 256)});
-  const auto shards = engine::data::shardIndices(
-      data.train.labels, data.train.classes,
-      {.shards = o.shards, .kind = engine::data::parseSplitKind(o.split),
-       .dirichletAlpha = o.dirichletAlpha, .seed = o.seed});
-
+  auto model =
+      registry.models.get(o.model)(*compute, {.inputs = data->train.features,
+                                              .classes = data->train.classes,
+                                              .hidden = o.hidden,
+                                              .maxBatch = std::max<std::size_t>(o.batch, 256)});
+  const auto shards = engine::data::shardIndices(data->train.labels, data->train.classes,
+                                                 {.shards = o.shards,
+                                                  .kind = engine::data::parseSplitKind(o.split),
+                                                  .dirichletAlpha = o.dirichletAlpha,
+                                                  .seed = o.seed});
   engine::train::OptimizerOptions optimizer = o.optimizerOptions;
   optimizer.kind = engine::train::parseOptimizerKind(o.optimizer);
-  engine::train::Learner learner(*compute, *model, optimizer, data.train, shards[o.shardIndex],
+  engine::train::Learner learner(*compute, *model, optimizer, data->train, shards[o.shardIndex],
                                  o.batch, o.seed);
-  engine::train::Evaluator evaluator(*compute, *model, data.test);
+  engine::train::Evaluator evaluator(*compute, *model, data->test);
   logger->info("{} ({} parameters) on {}; {} training samples (shard {}/{}), {} test samples",
                model->name(), model->parameterCount(), compute->describe(),
-               shards[o.shardIndex].size(), o.shardIndex, o.shards, data.test.count());
-
+               shards[o.shardIndex].size(), o.shardIndex, o.shards, data->test.count());
   engine::train::TrainOptions train = o.train;
+  train.epochs = static_cast<std::size_t>(std::max(1.0, o.epochs));
   train.progress = !o.json;
+  train.stopRequested = [] { return gStop.load(); };
   const engine::train::TrainResult result = engine::train::train(learner, evaluator, train);
-  logger->info("done: test accuracy {:.2f}%, test loss {:.4f}, {} steps in {:.1f}s ({:.0f} samples/s)",
-               100 * result.testAccuracy, result.testLoss, result.steps, result.wallSeconds,
-               result.samplesPerSecond);
+  logger->info(
+      "done: test accuracy {:.2f}%, test loss {:.4f}, {} steps in {:.1f}s ({:.0f} samples/s)",
+      100 * result.testAccuracy, result.testLoss, result.steps, result.wallSeconds,
+      result.samplesPerSecond);
   if (o.json) {
     std::cout << JsonObject()
                      .add("model", model->name())
@@ -138,7 +548,8 @@ int run(const PeerOptions& o, const engine::Registry& registry) {
                      .add("dataset", o.dataset)
                      .add("device", compute->describe())
                      .add("optimizer", o.optimizer)
-                     .add("lr", std::stod(fmt::format("{}", optimizer.lr)))  // 0.05, not 0.0500000007
+                     .add("lr",
+                          std::stod(fmt::format("{}", optimizer.lr)))  // 0.05, not 0.0500000007
                      .add("batch", o.batch)
                      .add("epochs", result.epochs)
                      .add("steps", result.steps)
@@ -157,13 +568,23 @@ int run(const PeerOptions& o, const engine::Registry& registry) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const engine::Registry registry = engine::makeBuiltinRegistry();
-  CLI::App app{"gossamer-peer " GOSSAMER_VERSION ": one peer of a decentralized training cluster"};
+  const engine::Registry registry = algorithms::makeRegistry();
+  CLI::App app{"gossamer-peer " GOSSAMER_VERSION
+               ": one peer of a decentralized training cluster "
+               "(--listen/--seeds), a local cluster (--local N), or a single peer"};
   PeerOptions options;
-  addOptions(app, options, registry);
+  addModelOptions(app, options, registry);
+  addClusterOptions(app, options, registry);
+  addAlgorithmOptions(app, options, registry);
   CLI11_PARSE(app, argc, argv);
+  std::signal(SIGINT, onSignal);
+  std::signal(SIGTERM, onSignal);
   try {
-    return run(options, registry);
+    log::setLevel(options.logLevel);
+    if (!options.describeTopology.empty()) return describeTopology(options, registry);
+    if (options.local > 0) return runLocalCluster(options, registry);
+    if (options.networked()) return runPeer(options, registry);
+    return runSingle(options, registry);
   } catch (const gossamer::Error& e) {
     fmt::print(stderr, "gossamer-peer: error: {}\n", e.what());
     return 1;

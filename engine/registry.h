@@ -10,9 +10,11 @@
 #include <utility>
 #include <vector>
 
+#include "engine/algorithm.h"
 #include "engine/data/dataset.h"
 #include "engine/model.h"
 #include "kernels/compute.h"
+#include "topology/topology.h"
 
 namespace gossamer::engine {
 
@@ -59,9 +61,16 @@ struct DatasetPair {
 };
 using DatasetFactory = std::function<DatasetPair(const DatasetConfig& config)>;
 
+// Topologies by name (topology/ holds the built-ins); the options carry every topology's knobs.
+using TopologyFactory =
+    std::function<std::unique_ptr<topology::Topology>(const topology::TopologyOptions& options)>;
+
 struct Registry {
   NamedFactories<ModelFactory> models{"model"};
   NamedFactories<DatasetFactory> datasets{"dataset"};
+  NamedFactories<TopologyFactory> topologies{"topology"};
+  // Decentralized optimizers (algorithms/ holds the built-ins: algorithms::addBuiltinAlgorithms).
+  NamedFactories<AlgorithmSpec> algorithms{"algorithm"};
 };
 
 }  // namespace gossamer::engine

@@ -1,6 +1,18 @@
 #include "kernels/compute.h"
 
+#include <algorithm>
+#include <cstdlib>
+
 namespace gossamer::kernels {
+
+void* Compute::allocateHost(std::size_t bytes) {
+  const std::size_t rounded = (std::max<std::size_t>(bytes, 1) + 63) / 64 * 64;
+  void* pointer = std::aligned_alloc(64, rounded);
+  GOSSAMER_ENFORCE(pointer != nullptr, "out of host memory allocating {} bytes", bytes);
+  return pointer;
+}
+
+void Compute::freeHost(void* pointer) { std::free(pointer); }
 
 const char* deviceName(Device device) {
   switch (device) {

@@ -18,7 +18,6 @@
 #include <initializer_list>
 #include <memory>
 #include <span>
-#include <cstdint>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -113,6 +112,11 @@ class Compute {
   virtual void copyToHost(void* hostDst, const void* deviceSrc, std::size_t bytes) = 0;
   // Waits until every enqueued operation has finished.
   virtual void synchronize() = 0;
+  // Host memory for staging exchanges with other peers: page-locked (pinned) on CUDA, so that
+  // copies to and from the device run at full speed and without a bounce buffer; ordinary
+  // 64-byte-aligned memory on the CPU. Any thread. Throws on exhaustion.
+  virtual void* allocateHost(std::size_t bytes);
+  virtual void freeHost(void* pointer);
 
   // Typed copies of equal-length spans (throws on a length mismatch). The source type is not
   // deduced, so Buffers and std::vectors convert: upload(buffer.span(), hostVector).
@@ -154,9 +158,9 @@ class Compute {
   // C[m x n] = alpha * op(A) * op(B) + beta * C, row-major; op(A) is m x k, op(B) is k x n.
   // A is stored as (m x k) or, transposed, (k x m); likewise B. With beta == 0, C is overwritten
   // without being read (BLAS semantics); with k == 0, C = beta * C.
-  virtual void gemm(Transpose transA, Transpose transB, std::size_t m, std::size_t n,
-                    std::size_t k, float alpha, std::span<const float> a,
-                    std::span<const float> b, float beta, std::span<float> c) = 0;
+  virtual void gemm(Transpose transA, Transpose transB, std::size_t m, std::size_t n, std::size_t k,
+                    float alpha, std::span<const float> a, std::span<const float> b, float beta,
+                    std::span<float> c) = 0;
   // y[r, j] += bias[j] for a rows x cols matrix y.
   virtual void biasAdd(std::span<float> y, std::span<const float> bias, std::size_t rows) = 0;
   // dbias[j] = sum_r dy[r, j] (overwrites dbias).

@@ -34,6 +34,14 @@ Learner::Learner(kernels::Compute& compute, Model& model, const OptimizerOptions
 }
 
 double Learner::step() {
+  const double loss = computeGradients();
+  applyUpdate();
+  return loss;
+}
+
+void Learner::applyUpdate() { optimizer_.step(params_, grads_); }
+
+double Learner::computeGradients() {
   const std::size_t rows = sampler_.next(hostInputs_, hostLabels_);
   const std::size_t features = model_.inputFeatures();
   compute_.upload(inputs_.span().first(rows * features),
@@ -41,7 +49,6 @@ double Learner::step() {
   compute_.upload(labels_.span().first(rows), std::span<const std::int32_t>(hostLabels_).first(rows));
   const DeviceBatch batch{inputs_.span().first(rows * features), labels_.span().first(rows), rows};
   const double loss = model_.forwardBackward(batch, params_, grads_);
-  optimizer_.step(params_, grads_);
   samples_ += static_cast<std::int64_t>(rows);
   return loss;
 }

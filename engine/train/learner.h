@@ -27,8 +27,12 @@ class Learner {
           std::uint64_t seed);
 
   // One local step on the next mini-batch of the shard: forward, backward, optimizer update.
-  // Returns the batch's mean loss.
+  // Returns the batch's mean loss. The same as computeGradients() then applyUpdate().
   double step();
+  // Forward and backward on the next mini-batch: writes grads(), returns the batch's mean loss.
+  double computeGradients();
+  // The optimizer's update of params() with grads() (advances steps()).
+  void applyUpdate();
 
   std::span<float> params() { return params_; }
   std::span<const float> params() const { return params_; }

@@ -87,6 +87,9 @@ class CudaCompute final : public Compute {
   void copyToDevice(void* deviceDst, const void* hostSrc, std::size_t bytes) override;
   void copyToHost(void* hostDst, const void* deviceSrc, std::size_t bytes) override;
   void synchronize() override;
+  void* allocateHost(std::size_t bytes) override;
+  // Never throws: a failure is logged.
+  void freeHost(void* pointer) override;
 
   void copy(std::span<float> dst, std::span<const float> src) override;
   void fill(std::span<float> x, float value) override;
@@ -250,6 +253,25 @@ void CudaCompute::copyToHost(void* hostDst, const void* deviceSrc, std::size_t b
   activate();
   GOSSAMER_CUDA_CHECK(cudaMemcpyAsync(hostDst, deviceSrc, bytes, cudaMemcpyDeviceToHost, stream_));
   GOSSAMER_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void* CudaCompute::allocateHost(std::size_t bytes) {
+  activate();
+  void* pointer = nullptr;
+  if (const cudaError_t error = cudaMallocHost(&pointer, std::max<std::size_t>(bytes, 1));
+      error != cudaSuccess) {
+    cudaGetLastError();
+    GOSSAMER_THROW("{}: cudaMallocHost of {} bytes (pinned staging) failed: {}", description_, bytes,
+                   cudaGetErrorString(error));
+  }
+  return pointer;
+}
+
+void CudaCompute::freeHost(void* pointer) {
+  if (pointer == nullptr) return;
+  if (const cudaError_t error = cudaFreeHost(pointer); error != cudaSuccess) {
+    logCudaError("cudaFreeHost", error);
+  }
 }
 
 void CudaCompute::synchronize() {

@@ -123,7 +123,7 @@ Options Options::local() {
   o.probeTimeout = milliseconds(80);
   o.suspicionMultiplier = 3.0;
   o.gossipInterval = milliseconds(50);
-  o.pushPullInterval = milliseconds(5000);
+  o.pushPullInterval = milliseconds(2500);
   o.connectTimeout = milliseconds(500);
   o.joinBackoffInitial = milliseconds(50);
   o.joinBackoffMax = milliseconds(2000);
@@ -245,7 +245,7 @@ class Core final : public std::enable_shared_from_this<Core> {
                      });
     }
     if (*pending > 0) co_await done->async_wait(kUseTuple);
-    self->logger_->info("left the cluster (incarnation {})", self->self_.incarnation);
+    self->logger_->debug("left the cluster (incarnation {})", self->self_.incarnation);
     self->stop();
   }
 
@@ -626,7 +626,7 @@ class Core final : public std::enable_shared_from_this<Core> {
 
   static asio::awaitable<void> pushPullLoop(std::shared_ptr<Core> self) {
     for (std::uint64_t round = 0; self->running_; ++round) {
-      const double scale = std::max(1.0, static_cast<double>(self->clusterSize()) / 32.0);
+      const double scale = std::max(1.0, static_cast<double>(self->clusterSize()) / 8.0);
       self->pushPullTimer_.expires_after(
           std::chrono::duration_cast<milliseconds>(self->options_.pushPullInterval * scale));
       co_await self->pushPullTimer_.async_wait(kUseTuple);

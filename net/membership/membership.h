@@ -19,7 +19,7 @@
 //   - updates ride piggybacked on every Ping/PingReq/Ack (at most maxPiggybackUpdates each, least
 //     sent first, each sent about retransmitMultiplier x log10(N+1) times), and every
 //     gossipInterval a member pushes pending updates to gossipFanout random members;
-//   - every pushPullInterval x max(1, N/32) (so that per-member traffic stays bounded as N grows)
+//   - every pushPullInterval x max(1, N/8) (so that per-member traffic stays bounded as N grows)
 //     a member exchanges its whole table with one random member; every other round it tries a
 //     member it believes failed, or a seed that is not in its view, instead, so that a healed
 //     partition, a restarted peer or two clusters started apart merge into one view.
@@ -59,7 +59,7 @@ struct Options {
   std::size_t maxPiggybackUpdates = 8;            // per protocol message
   std::chrono::milliseconds gossipInterval{200};  // 0 disables the gossip rounds
   std::size_t gossipFanout = 3;
-  std::chrono::milliseconds pushPullInterval{30000};  // at 32 members or fewer; scaled with N
+  std::chrono::milliseconds pushPullInterval{30000};  // at 8 members or fewer; scaled with N
   std::chrono::milliseconds connectTimeout{1000};     // opening a link to a member (not probes)
   std::chrono::milliseconds joinBackoffInitial{100};  // seed retry backoff, doubling ...
   std::chrono::milliseconds joinBackoffMax{5000};     // ... up to this
@@ -68,7 +68,7 @@ struct Options {
   std::chrono::milliseconds tombstoneRetention{600000};
 
   // Loopback: T = 200 ms, probe timeout 80 ms, suspicion multiplier 3, gossip every 50 ms,
-  // push-pull every 5 s, connect timeout 500 ms.
+  // push-pull every 2.5 s (at 8 members), connect timeout 500 ms.
   static Options local();
   // "local" or "lan" (the defaults); throws gossamer::Error naming them otherwise.
   static Options named(const std::string& name);

@@ -1,0 +1,45 @@
+#include "engine/algorithm.h"
+
+#include "engine/base/enforce.h"
+
+namespace gossamer::engine {
+
+std::span<const float> Incoming::payload(std::size_t index) const {
+  GOSSAMER_ENFORCE(index < payloads_.size(),
+                   "message of kind {} from peer {:016x} has {} payloads, not {}", kind, from,
+                   payloads_.size(), index + 1);
+  return payloads_[index].data;
+}
+
+double Incoming::scalar(std::size_t index) const {
+  GOSSAMER_ENFORCE(index < scalars.size(),
+                   "message of kind {} from peer {:016x} has {} scalars, not {}", kind, from,
+                   scalars.size(), index + 1);
+  return scalars[index];
+}
+
+void Incoming::addPayload(std::span<const float> data, std::shared_ptr<const void> owner) {
+  payloads_.push_back(Held{data, std::move(owner)});
+}
+
+std::uint64_t Tags::forRound(std::uint32_t kind, std::uint64_t step, std::uint32_t round) {
+  // splitmix64 over the three values; the top bit is left clear (fresh() tags set it).
+  std::uint64_t x = (static_cast<std::uint64_t>(kind) << 32) ^ round;
+  for (std::uint64_t v : {x, step}) {
+    x ^= v + 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    x ^= x >> 31;
+  }
+  return x & ~(std::uint64_t{1} << 63);
+}
+
+double Algorithm::step(PeerContext& ctx) {
+  beforeStep(ctx);
+  const double loss = ctx.computeGradients();
+  ctx.applyOptimizer();
+  afterStep(ctx);
+  return loss;
+}
+
+}  // namespace gossamer::engine

@@ -1,0 +1,259 @@
+// The public C++ API for decentralized optimizers (DESIGN.md section 3). An Algorithm sees only a
+// PeerContext: who it is, the membership and the topology built on it, the Compute with the flat
+// params and grads, messages to and from other peers, and a few services (tags, rng, metrics).
+// It never sees Asio, Cap'n Proto or a transport. See algorithms/ for the built-ins and
+// examples/custom_algorithm/ for a complete user-written one.
+//
+// Threads. Everything but serve() runs on the peer's COMPUTE thread, which owns params, grads and
+// the Compute: setup(), step() and its hooks, finish(). serve() runs on the peer's IO thread,
+// concurrently with step(): it answers requests addressed to this peer (an EASGD center, say)
+// without stopping training, so state it shares with step() needs a mutex, and it must neither
+// block nor touch params or the compute thread's Compute (it gets a host Compute of its own).
+//
+// Messages. A Message carries an algorithm-defined kind, the sender's step, a tag, a few scalars
+// and float payloads. send() stages the payloads (one copy into a host buffer, pinned for CUDA)
+// before it returns, so params may change right after; the transport then sends from that buffer
+// without further copies. Received payloads land in preallocated host buffers and are handed over
+// in an Incoming, which keeps them until it is destroyed. Nothing is ever merged into params
+// behind the algorithm's back: it merges what it received, when it chooses, on the compute thread.
+//
+// Failures. A peer that is slow, gone or partitioned is never an exception: every wait has a
+// deadline and returns what arrived (gather's `missing`, request's nullopt), and a membership
+// change calls setup() again at the next step boundary. Misuse (a payload of the wrong size, an
+// unknown peer) throws gossamer::Error.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/options.h"
+#include "kernels/compute.h"
+#include "topology/topology.h"
+
+namespace gossamer::engine {
+
+namespace train {
+class Optimizer;
+}
+
+using PeerId = std::uint64_t;
+using Clock = std::chrono::steady_clock;
+
+// Message kinds below this are the algorithm's; the runtime uses the ones above.
+inline constexpr std::uint32_t kMaxAlgorithmKind = 1u << 24;
+
+// What an algorithm sends. Payloads are spans of the Compute's memory (params, grads, or a buffer
+// of the algorithm's own) or of host memory; they are staged when send/request/notify returns.
+struct Message {
+  std::uint32_t kind = 0;  // < kMaxAlgorithmKind
+  std::uint64_t step = 0;  // by convention, the sender's step (or round)
+  std::uint64_t tag = 0;   // matched by gather(); requests get a fresh one
+  std::vector<double> scalars;
+  std::vector<std::span<const float>> payloads;
+};
+
+// A received message. Its payloads are host memory owned by the Incoming (receive buffers return
+// to their pool when it is destroyed); on a CUDA peer, PeerContext::upload() makes device views.
+class Incoming {
+ public:
+  PeerId from = 0;
+  std::uint32_t kind = 0;
+  std::uint64_t step = 0;
+  std::uint64_t tag = 0;
+  std::vector<double> scalars;
+
+  std::size_t payloadCount() const { return payloads_.size(); }
+  std::span<const float> payload(std::size_t index) const;
+  // The scalar at `index`; throws gossamer::Error naming the message when it is missing.
+  double scalar(std::size_t index) const;
+
+  // For the runtime: a payload and what keeps its memory alive.
+  void addPayload(std::span<const float> data, std::shared_ptr<const void> owner);
+
+ private:
+  struct Held {
+    std::span<const float> data;
+    std::shared_ptr<const void> owner;
+  };
+  std::vector<Held> payloads_;
+};
+
+// What gather() returns: one message per peer that answered in time (in the order of `from`),
+// and the peers that did not (or that left the view while it waited).
+struct GatherResult {
+  std::vector<Incoming> messages;
+  std::vector<PeerId> missing;
+  bool complete() const { return missing.empty(); }
+};
+
+// Tags that match replies to requests and messages to rounds.
+class Tags {
+ public:
+  virtual ~Tags() = default;
+  // A tag no other request of this peer has used (for request/reply pairs).
+  virtual std::uint64_t fresh() = 0;
+  // The same value on every peer for the same (kind, step, round): the tag of one round of a
+  // synchronous exchange. Never equal to a fresh() tag.
+  static std::uint64_t forRound(std::uint32_t kind, std::uint64_t step, std::uint32_t round = 0);
+};
+
+// The received messages that nobody has claimed yet, in arrival order. Compute thread.
+class Inbox {
+ public:
+  virtual ~Inbox() = default;
+  // Removes and returns every queued message of `kind` (all kinds when nullopt), without waiting.
+  virtual std::vector<Incoming> drain(std::optional<std::uint32_t> kind = std::nullopt) = 0;
+  // Drops queued messages whose step is below `step` (late answers to rounds that are over).
+  virtual std::size_t discardBefore(std::uint64_t step) = 0;
+  virtual std::size_t size() const = 0;
+};
+
+// Counters an algorithm may add to; they appear in the peer's metrics (JSON lines, --json).
+class Metrics {
+ public:
+  virtual ~Metrics() = default;
+  virtual void add(const std::string& name, double value) = 0;
+  virtual void set(const std::string& name, double value) = 0;
+};
+
+// A device view of received host data: no copy on the CPU backend; on CUDA, a copy in a scratch
+// buffer that lives as long as this object.
+class DeviceView {
+ public:
+  DeviceView() = default;
+  DeviceView(std::span<const float> data, kernels::Buffer<float> owned)
+      : data_(data), owned_(std::move(owned)) {}
+  std::span<const float> span() const { return data_; }
+  operator std::span<const float>() const { return data_; }
+
+ private:
+  std::span<const float> data_;
+  kernels::Buffer<float> owned_;
+};
+
+// Everything an algorithm may use on the compute thread.
+class PeerContext {
+ public:
+  virtual ~PeerContext() = default;
+
+  // ---- who and where ----
+  virtual PeerId self() const = 0;
+  // The members in training, sorted, self included (alive and suspect), and the epoch of the
+  // membership view they come from. Fixed between step boundaries.
+  virtual const std::vector<PeerId>& members() const = 0;
+  virtual std::uint64_t epoch() const = 0;
+  // The topology's graph over members() for the current step (time-varying topologies change
+  // every step, others only with the members).
+  virtual const topology::Graph& graph() const = 0;
+  // Local steps completed (0 in setup before the first step).
+  virtual std::uint64_t step() const = 0;
+  // Local steps this run will make in all.
+  virtual std::uint64_t totalSteps() const = 0;
+
+  // ---- the model ----
+  virtual kernels::Compute& compute() = 0;
+  virtual std::span<float> params() = 0;
+  virtual std::span<float> grads() = 0;
+  virtual train::Optimizer& optimizer() = 0;
+  // Forward and backward pass on this peer's next mini-batch: writes grads(), returns the loss.
+  virtual double computeGradients() = 0;
+  // The local optimizer's update of params() with grads() (advances step() and the schedule).
+  virtual void applyOptimizer() = 0;
+
+  // ---- messages ----
+  // Sends to each peer in `to` (staged once). Peers outside the view are skipped with a warning.
+  // Blocks only while the send buffers are exhausted (back-pressure), at most commTimeout().
+  virtual void send(std::span<const PeerId> to, const Message& message) = 0;
+  void send(PeerId to, const Message& message) { send(std::span<const PeerId>(&to, 1), message); }
+  // Delivers `message` to `to`'s serve() (on its io thread), no reply.
+  virtual void notify(PeerId to, const Message& message) = 0;
+  // Sends `message` with a fresh tag to `to`'s serve() and waits for its reply, at most
+  // `timeout`; nullopt when none came (peer gone, slow, or it did not reply).
+  virtual std::optional<Incoming> request(PeerId to, const Message& message,
+                                          Clock::duration timeout) = 0;
+  // Waits until a message with `tag` from every peer in `from` is in the inbox (or `timeout`
+  // passes, or one of them leaves the view) and takes them out.
+  virtual GatherResult gather(std::span<const PeerId> from, std::uint64_t tag,
+                              Clock::duration timeout) = 0;
+  virtual Inbox& inbox() = 0;
+  virtual Tags& tags() = 0;
+  // A device view of a received payload (see DeviceView).
+  virtual DeviceView upload(std::span<const float> host) = 0;
+  // The default deadline of synchronous exchanges (--comm-timeout).
+  virtual Clock::duration commTimeout() const = 0;
+
+  // ---- services ----
+  virtual std::mt19937_64& rng() = 0;  // seeded from the run seed and this peer's id
+  virtual Metrics& metrics() = 0;
+};
+
+// What serve() may use, on the io thread.
+class ServiceContext {
+ public:
+  virtual ~ServiceContext() = default;
+  virtual PeerId self() const = 0;
+  // A CPU Compute for arithmetic on host buffers in serve() (never the compute thread's).
+  virtual kernels::Compute& hostCompute() = 0;
+  // Answers `request` (which must have come from request()); payloads are host memory, copied
+  // before reply returns. At most one reply per request.
+  virtual void reply(const Incoming& request, const Message& message) = 0;
+  virtual Metrics& metrics() = 0;
+};
+
+// A decentralized optimizer. One instance per peer.
+class Algorithm {
+ public:
+  virtual ~Algorithm() = default;
+  virtual std::string name() const = 0;
+
+  // Before the first step and at the first step boundary after every membership change: (re)build
+  // roles, neighbour lists and buffers from ctx.members() and ctx.graph().
+  virtual void setup(PeerContext& ctx) = 0;
+
+  // One training step. The default is the plain local step with the two hooks:
+  //   beforeStep(ctx); ctx.computeGradients(); ctx.applyOptimizer(); afterStep(ctx);
+  // Algorithms that change the update itself (D-PSGD's fused mixing, all-reduce's averaged
+  // gradient) override it. Returns the mini-batch loss.
+  virtual double step(PeerContext& ctx);
+  virtual void beforeStep(PeerContext& /*ctx*/) {}
+  virtual void afterStep(PeerContext& /*ctx*/) {}
+
+  // After the last step, once every member has finished its steps too and everything they sent
+  // before that has arrived (the inbox holds all of it); before the final evaluation. E.g. merge
+  // what is left, or one last averaging.
+  virtual void finish(PeerContext& /*ctx*/) {}
+
+  // A request or notification addressed to this peer; io thread (see the header comment).
+  // The default ignores it.
+  virtual void serve(ServiceContext& /*ctx*/, const Incoming& /*request*/) {}
+};
+
+// How the registry makes an algorithm: its description, its options (name, default, help) and a
+// factory taking option values by name (unknown names and bad values throw gossamer::Error).
+struct AlgorithmSpec {
+  std::string description;
+  std::string defaultTopology;  // used when the user names none ("star" for a center, ...)
+  std::vector<OptionInfo> options;
+  std::function<std::unique_ptr<Algorithm>(const OptionValues& values)> make;
+};
+
+// The spec of an algorithm class A with a typed options struct O (which has a
+// `template <typename Bind> void bind(Bind& b)` calling b("name", field, "help") per field, and
+// A has a constructor taking O).
+template <typename A, typename O>
+AlgorithmSpec algorithmSpec(std::string description, std::string defaultTopology) {
+  return AlgorithmSpec{std::move(description), std::move(defaultTopology), describeOptions<O>(),
+                       [](const OptionValues& values) -> std::unique_ptr<Algorithm> {
+                         return std::make_unique<A>(parseOptions<O>(values));
+                       }};
+}
+
+}  // namespace gossamer::engine

@@ -1,0 +1,206 @@
+#include "engine/runtime/cluster.h"
+
+#include <algorithm>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "engine/base/enforce.h"
+#include "engine/base/log.h"
+#include "engine/train/progress.h"
+#include "net/inproc/inproc_transport.h"
+#include "net/shaped/shaped_transport.h"
+
+namespace gossamer::engine::runtime {
+namespace {
+
+using Seconds = std::chrono::duration<double>;
+
+// Listen endpoint -> profile index of the cluster's peers, for the shaped transport.
+class EndpointIndex {
+ public:
+  void add(const net::Endpoint& endpoint, std::size_t index) {
+    std::lock_guard lock(mutex_);
+    index_[endpoint] = index;
+  }
+  std::optional<std::size_t> find(const net::Endpoint& endpoint) const {
+    std::lock_guard lock(mutex_);
+    const auto it = index_.find(endpoint);
+    if (it == index_.end()) return std::nullopt;
+    return it->second;
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::map<net::Endpoint, std::size_t> index_;
+};
+
+EvalPoint measure(const std::vector<std::unique_ptr<Peer>>& peers, std::size_t batch,
+                  Clock::time_point start) {
+  EvalPoint point;
+  point.wallSeconds = Seconds(Clock::now() - start).count();
+  point.minStep = UINT64_MAX;
+  double bytes = 0, wait = 0;
+  for (const auto& peer : peers) {
+    const PeerStatus s = peer->status();
+    point.minStep = std::min(point.minStep, s.step);
+    point.maxStep = std::max(point.maxStep, s.step);
+    point.meanStep += static_cast<double>(s.step) / static_cast<double>(peers.size());
+    bytes += static_cast<double>(s.bytesSent);
+    wait += s.trainSeconds > 0 ? s.commWaitSeconds / s.trainSeconds : 0;
+  }
+  const auto n = static_cast<double>(peers.size());
+  point.samples = static_cast<std::int64_t>(point.meanStep * static_cast<double>(batch) * n);
+  point.bytesSentPerPeer = bytes / n;
+  point.commWaitFraction = wait / n;
+  return point;
+}
+
+}  // namespace
+
+ClusterResult runLocalCluster(const ClusterConfig& config, const Registry& registry,
+                              std::shared_ptr<const DatasetPair> data) {
+  GOSSAMER_ENFORCE(config.peers >= 1, "a local cluster needs at least one peer");
+  PeerConfig base = config.peer;
+  base.training.minPeers = config.peers;
+  base.training.finalConsensus = false;  // the cluster evaluates once, below
+  base.training.finalLocalEval = false;
+  base.training.progress = false;
+  if (base.network.secret.empty()) {
+    // The peers share a process: a fresh random secret is as good as any.
+    std::random_device random;
+    for (int i = 0; i < 32; ++i) base.network.secret.push_back(static_cast<std::byte>(random()));
+  }
+  if (base.network.transport == "inproc") {
+    if (!base.network.hub) base.network.hub = net::inproc::makeHub();
+    base.network.listen = net::Endpoint{"inproc", 0};
+  }
+  auto index = std::make_shared<EndpointIndex>();
+  base.network.indexOf = [index](const net::Endpoint& e) { return index->find(e); };
+
+  std::vector<std::unique_ptr<Peer>> peers;
+  for (std::size_t i = 0; i < config.peers; ++i) {
+    PeerConfig c = base;
+    c.network.peerId = i + 1;
+    c.network.profileIndex = i;
+    if (i > 0) c.network.seeds = {peers.front()->endpoint()};
+    peers.push_back(std::make_unique<Peer>(std::move(c), registry, data));
+    index->add(peers.back()->endpoint(), i);
+  }
+  if (config.onStart) {
+    std::vector<Peer*> raw;
+    for (auto& p : peers) raw.push_back(p.get());
+    config.onStart(raw);
+  }
+
+  ClusterResult result;
+  result.peers.resize(config.peers);
+  std::vector<std::exception_ptr> errors(config.peers);
+  std::vector<std::thread> threads;
+  for (std::size_t i = 0; i < config.peers; ++i) {
+    threads.emplace_back([&, i] {
+      try {
+        result.peers[i] = peers[i]->run();
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+    });
+  }
+
+  ConsensusEvaluator evaluator(
+      registry, base.training.model,
+      [&] {
+        ModelConfig m = base.training.modelConfig;
+        m.inputs = data->train.features;
+        m.classes = data->train.classes;
+        return m;
+      }(),
+      data->test);
+  auto snapshots = [&](Clock::duration timeout) {
+    std::vector<Snapshot> out;
+    for (const auto& peer : peers) {
+      if (std::optional<Snapshot> s = peer->snapshot(timeout)) out.push_back(std::move(*s));
+    }
+    return out;
+  };
+
+  // Monitor: progress and periodic consensus evaluations, until every peer's loop is over.
+  Clock::time_point start{};
+  bool started = false;
+  std::uint64_t nextEval =
+      config.evalEvery > 0 ? static_cast<std::uint64_t>(config.evalEvery) : UINT64_MAX;
+  std::unique_ptr<train::Progress> progress;
+  double lastAccuracy = -1;
+  for (;;) {
+    const bool allDone = std::all_of(peers.begin(), peers.end(), [](const auto& p) {
+      const PeerStatus s = p->status();
+      return s.finished;
+    });
+    const bool anyError =
+        std::any_of(errors.begin(), errors.end(), [](const auto& e) { return e != nullptr; });
+    if (allDone || anyError) break;
+    if (config.stopRequested && config.stopRequested()) {
+      for (const auto& p : peers) p->requestStop();
+    }
+    if (!started) {
+      if (std::any_of(peers.begin(), peers.end(),
+                      [](const auto& p) { return p->status().training; })) {
+        started = true;
+        start = Clock::now();
+        progress = std::make_unique<train::Progress>(
+            static_cast<std::int64_t>(peers[0]->status().totalSteps), config.progress);
+      } else {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        continue;
+      }
+    }
+    EvalPoint point = measure(peers, base.training.batch, start);
+    if (point.minStep >= nextEval && point.minStep < peers[0]->status().totalSteps) {
+      const std::vector<Snapshot> taken = snapshots(base.training.commTimeout);
+      point = measure(peers, base.training.batch, start);
+      point.consensus = evaluator.evaluate(taken, config.evalSamples, true);
+      lastAccuracy = point.consensus.accuracy;
+      result.curve.push_back(point);
+      if (config.onEval) config.onEval(point);
+      while (nextEval <= point.minStep) nextEval += static_cast<std::uint64_t>(config.evalEvery);
+    }
+    double loss = 0;
+    for (const auto& p : peers) loss += p->status().loss / static_cast<double>(peers.size());
+    progress->update(
+        static_cast<std::int64_t>(point.minStep),
+        fmt::format("loss {:.3f}{} {:.1f} MB/peer wait {:.0f}%", loss,
+                    lastAccuracy >= 0 ? fmt::format(" consensus {:.1f}%", 100 * lastAccuracy) : "",
+                    point.bytesSentPerPeer / 1e6, 100 * point.commWaitFraction));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  if (progress) progress->finish();
+
+  // Every peer's final model is published before its barrier; evaluate them before anyone is gone.
+  std::vector<Snapshot> finals = snapshots(base.training.finishTimeout);
+  for (std::thread& t : threads) t.join();
+  for (std::size_t i = 0; i < errors.size(); ++i) {
+    if (errors[i]) {
+      try {
+        std::rethrow_exception(errors[i]);
+      } catch (const std::exception& e) {
+        GOSSAMER_THROW("peer {} of the local cluster failed: {}", i + 1, e.what());
+      }
+    }
+  }
+  for (const PeerResult& r : result.peers)
+    result.wallSeconds = std::max(result.wallSeconds, r.wallSeconds);
+  result.consensus = evaluator.evaluate(finals, 0, true);
+  EvalPoint last = measure(peers, base.training.batch, start);
+  last.wallSeconds = result.wallSeconds;
+  last.consensus = result.consensus;
+  result.curve.push_back(last);
+  if (config.onEval) config.onEval(last);
+  result.finals = std::move(finals);
+  return result;
+}
+
+}  // namespace gossamer::engine::runtime

@@ -1,0 +1,59 @@
+// A local cluster: N peers in one process, each on its own threads (`gossamer-peer --local N`,
+// the tests and the convergence benchmark). They talk over the in-process transport or TCP on
+// 127.0.0.1, optionally through an emulated network (net/shaped: peer i is profile index i, so
+// `geo` spreads them round-robin over its sites), and join by seeds like separate processes do:
+// peer 1 starts the cluster, the others name it as their seed.
+//
+// While they train, the cluster draws one progress view and, every `evalEvery` steps (of the
+// slowest peer), takes a snapshot of every peer's params at its next step boundary and evaluates
+// the consensus model (their average) on the test set: one EvalPoint of the convergence curve.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "engine/runtime/peer.h"
+
+namespace gossamer::engine::runtime {
+
+// One point of a run's convergence curve.
+struct EvalPoint {
+  double wallSeconds = 0;     // since training started
+  std::uint64_t minStep = 0;  // steps of the slowest and fastest peers
+  std::uint64_t maxStep = 0;
+  double meanStep = 0;
+  std::int64_t samples = 0;     // all peers, so far (mean step x batch x peers)
+  double bytesSentPerPeer = 0;  // algorithm traffic, mean over peers
+  double commWaitFraction = 0;  // mean over peers
+  ConsensusResult consensus;
+};
+
+struct ClusterConfig {
+  PeerConfig peer;  // the template: transport, profile, training (minPeers is set)
+  std::size_t peers = 4;
+  std::int64_t evalEvery = 0;  // steps between consensus evaluations (0: only at the end)
+  std::size_t evalSamples = 2000;
+  bool progress = true;                          // one progress view for the cluster on stdout
+  std::function<void(const EvalPoint&)> onEval;  // called on the monitoring thread
+  // Called once every peer exists, before training starts (for fault injection in tests).
+  std::function<void(std::vector<Peer*>&)> onStart;
+  // Polled by the monitoring thread; once true, every peer stops at its next step boundary.
+  std::function<bool()> stopRequested;
+};
+
+struct ClusterResult {
+  std::vector<PeerResult> peers;  // in peer order (ids 1..N)
+  ConsensusResult consensus;      // final, whole test set, per-peer accuracies included
+  double wallSeconds = 0;         // the slowest peer's training loop
+  std::vector<EvalPoint> curve;   // periodic evaluations, then the final one
+  std::vector<Snapshot> finals;   // every peer's final params, in peer order
+};
+
+// Runs the cluster to the end. Throws gossamer::Error when a peer fails (its message first).
+ClusterResult runLocalCluster(const ClusterConfig& config, const Registry& registry,
+                              std::shared_ptr<const DatasetPair> data);
+
+}  // namespace gossamer::engine::runtime

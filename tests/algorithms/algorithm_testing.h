@@ -1,0 +1,106 @@
+// What the algorithm tests share: a small synthetic task, an in-process cluster configured for
+// it, and rank-dependent initial models whose exact average is the consensus oracle.
+#pragma once
+
+#include <cmath>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "algorithms/builtin.h"
+#include "engine/data/synthetic.h"
+#include "engine/runtime/cluster.h"
+
+namespace gossamer::test {
+
+inline const engine::Registry& registry() {
+  static const engine::Registry r = algorithms::makeRegistry();
+  return r;
+}
+
+// 4000 training and 1000 test samples of 16 features in 4 well separated Gaussian classes.
+inline std::shared_ptr<const engine::DatasetPair> smallData() {
+  static const auto data = [] {
+    engine::data::SyntheticOptions options{.count = 4000,
+                                           .features = 16,
+                                           .classes = 4,
+                                           .separation = 3.0,
+                                           .noise = 1.0,
+                                           .distributionSeed = 11,
+                                           .sampleSeed = 12};
+    engine::DatasetPair pair;
+    pair.train = engine::data::makeSynthetic(options);
+    options.count = 1000;
+    options.sampleSeed = 13;
+    pair.test = engine::data::makeSynthetic(options);
+    return std::make_shared<const engine::DatasetPair>(std::move(pair));
+  }();
+  return data;
+}
+
+// `peers` in-process peers running `algorithm` on smallData(): softmax regression (convex), plain
+// SGD with `lr`, batch 32, `steps` steps each, no progress output.
+inline engine::runtime::ClusterConfig algorithmCluster(const std::string& algorithm,
+                                                       std::size_t peers, std::uint64_t steps,
+                                                       double lr = 0.05,
+                                                       engine::OptionValues options = {}) {
+  engine::runtime::ClusterConfig c;
+  c.peers = peers;
+  c.progress = false;
+  c.peer.network.transport = "inproc";
+  engine::runtime::TrainingConfig& t = c.peer.training;
+  t.model = "softmax";
+  t.algorithm = algorithm;
+  t.algorithmOptions = std::move(options);
+  t.optimizer.kind = engine::train::OptimizerKind::kSgd;
+  t.optimizer.lr = static_cast<float>(lr);
+  t.batch = 32;
+  t.maxSteps = steps;
+  t.commTimeout = std::chrono::seconds(10);
+  t.finishTimeout = std::chrono::seconds(20);
+  return c;
+}
+
+// A different, deterministic model per rank.
+inline std::vector<float> distinctParams(std::size_t rank, std::size_t count) {
+  std::vector<float> v(count);
+  for (std::size_t i = 0; i < count; ++i)
+    v[i] = static_cast<float>(
+        std::sin(0.37 * static_cast<double>(i) + 1.3 * static_cast<double>(rank)) *
+        (1.0 + static_cast<double>(rank)));
+  return v;
+}
+
+// The exact average of distinctParams over ranks 0..peers-1.
+inline std::vector<float> averageOfDistinct(std::size_t peers, std::size_t count) {
+  std::vector<double> sum(count, 0.0);
+  for (std::size_t r = 0; r < peers; ++r) {
+    const std::vector<float> v = distinctParams(r, count);
+    for (std::size_t i = 0; i < count; ++i) sum[i] += v[i];
+  }
+  std::vector<float> out(count);
+  for (std::size_t i = 0; i < count; ++i)
+    out[i] = static_cast<float>(sum[i] / static_cast<double>(peers));
+  return out;
+}
+
+inline double maxAbsDiff(std::span<const float> a, std::span<const float> b) {
+  double worst = a.size() == b.size() ? 0 : INFINITY;
+  for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i)
+    worst = std::max(worst, std::abs(static_cast<double>(a[i]) - static_cast<double>(b[i])));
+  return worst;
+}
+
+// Element-wise mean of the peers' final models.
+inline std::vector<float> meanOf(const std::vector<engine::runtime::Snapshot>& snapshots) {
+  std::vector<double> sum(snapshots.front().params.size(), 0.0);
+  for (const auto& s : snapshots)
+    for (std::size_t i = 0; i < sum.size(); ++i) sum[i] += s.params[i];
+  std::vector<float> out(sum.size());
+  for (std::size_t i = 0; i < sum.size(); ++i)
+    out[i] = static_cast<float>(sum[i] / static_cast<double>(snapshots.size()));
+  return out;
+}
+
+}  // namespace gossamer::test
