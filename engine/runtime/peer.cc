@@ -874,9 +874,11 @@ PeerResult Peer::Impl::train() {
   training = true;
   PeerResult result;
   while (stepCount < totalSteps && !stopRequested && !killed) {
+    const Clock::time_point stepStart = Clock::now();
     refreshMembers(false);
     if (topology->timeVarying()) rebuildGraph();
     const double loss = algorithm->step(*context);
+    if (t.minStepTime.count() > 0) std::this_thread::sleep_until(stepStart + t.minStepTime);
     ++stepCount;
     recentLosses.push_back(loss);
     if (recentLosses.size() > 50) recentLosses.pop_front();

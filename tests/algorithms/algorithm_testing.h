@@ -10,7 +10,9 @@
 
 #include "algorithms/builtin.h"
 #include "engine/data/synthetic.h"
+#include "engine/models/softmax_regression.h"
 #include "engine/runtime/cluster.h"
+#include "kernels/cpu/cpu_compute.h"
 
 namespace gossamer::test {
 
@@ -90,6 +92,39 @@ inline double maxAbsDiff(std::span<const float> a, std::span<const float> b) {
   for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i)
     worst = std::max(worst, std::abs(static_cast<double>(a[i]) - static_cast<double>(b[i])));
   return worst;
+}
+
+// The convex oracle: the unique minimiser of mean softmax cross-entropy on smallData()'s training
+// set plus (weightDecay / 2) ||w||^2 (softmax regression; strongly convex for weightDecay > 0),
+// by full-batch gradient descent run to a gradient norm below 1e-7.
+inline std::vector<float> convexOptimum(float weightDecay) {
+  const engine::DatasetPair& data = *smallData();
+  auto compute = kernels::cpu::makeCompute({.blasThreads = 1});
+  const std::size_t n = data.train.count();
+  engine::models::SoftmaxRegression model(*compute, data.train.features, data.train.classes, n);
+  std::vector<float> w(model.parameterCount(), 0.0f), g(w.size());
+  const engine::DeviceBatch batch{data.train.inputs, data.train.labels, n};
+  for (int iteration = 0; iteration < 20000; ++iteration) {
+    model.forwardBackward(batch, w, g);
+    double norm = 0;
+    for (std::size_t i = 0; i < w.size(); ++i) {
+      g[i] += weightDecay * w[i];
+      norm += static_cast<double>(g[i]) * g[i];
+    }
+    if (std::sqrt(norm) < 1e-7) break;
+    for (std::size_t i = 0; i < w.size(); ++i) w[i] -= 0.5f * g[i];
+  }
+  return w;
+}
+
+// ||a - b|| / ||b||.
+inline double relativeError(std::span<const float> a, std::span<const float> b) {
+  double diff = 0, norm = 0;
+  for (std::size_t i = 0; i < b.size(); ++i) {
+    diff += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
+    norm += static_cast<double>(b[i]) * b[i];
+  }
+  return std::sqrt(diff / norm);
 }
 
 // Element-wise mean of the peers' final models.

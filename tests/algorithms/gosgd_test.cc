@@ -37,9 +37,7 @@ TEST_CASE("gosgd: with learning rate 0 and slow enough steps every peer reaches 
   test::Watchdog watchdog(120s);
   const std::size_t peers = 4;
   auto config = test::algorithmCluster("gosgd", peers, 300, 0.0, {{"p", "1"}});
-  // A wide MLP makes a step take about a millisecond, so gossip keeps up with the steps.
-  config.peer.training.model = "mlp";
-  config.peer.training.modelConfig.hidden = {256, 256};
+  config.peer.training.minStepTime = 1ms;  // gossip must keep up with the steps
   config.peer.training.initialParams = test::distinctParams;
   const auto result = engine::runtime::runLocalCluster(config, test::registry(), test::smallData());
   const std::vector<float> oracle = test::averageOfDistinct(peers, result.finals[0].params.size());
@@ -58,6 +56,21 @@ TEST_CASE("gosgd: four peers learn the synthetic task") {
     CHECK(p.bytesSent > 0);
     CHECK(p.metrics.at("gosgd.sent") > 0);
   }
+}
+
+TEST_CASE("gosgd: on a strongly convex problem the peers converge to the known optimum") {
+  test::Watchdog watchdog(120s);
+  const float weightDecay = 0.05f;
+  const std::vector<float> optimum = test::convexOptimum(weightDecay);
+  auto config = test::algorithmCluster("gosgd", 4, 1500, 0.05, {{"p", "0.5"}});
+  config.peer.training.optimizer.weightDecay = weightDecay;
+  config.peer.training.minStepTime = 1ms;  // gossip must keep up with the steps
+  config.peer.training.batch = 64;
+  const auto result = engine::runtime::runLocalCluster(config, test::registry(), test::smallData());
+  const double error = test::relativeError(test::meanOf(result.finals), optimum);
+  INFO("relative distance of the average model to the optimum: " << error);
+  CHECK(error < 0.05);
+  for (const auto& s : result.finals) CHECK(test::relativeError(s.params, optimum) < 0.1);
 }
 
 TEST_CASE("gosgd: options are validated") {
