@@ -875,6 +875,8 @@ PeerResult Peer::Impl::train() {
   PeerResult result;
   while (stepCount < totalSteps && !stopRequested && !killed) {
     const Clock::time_point stepStart = Clock::now();
+    learner->optimizer().setLearningRate(
+        train::scheduledRate(t.optimizer.lr, t.schedule, stepCount, totalSteps));
     refreshMembers(false);
     if (topology->timeVarying()) rebuildGraph();
     const double loss = algorithm->step(*context);

@@ -36,6 +36,7 @@
 #include "engine/data/sharding.h"
 #include "engine/registry.h"
 #include "engine/train/optimizer.h"
+#include "engine/train/schedule.h"
 #include "net/endpoint.h"
 #include "net/membership/membership.h"
 #include "net/shaped/profile.h"
@@ -82,6 +83,7 @@ struct TrainingConfig {
   topology::TopologyOptions topologyOptions;
   kernels::Device device = kernels::Device::kCpu;
   train::OptimizerOptions optimizer;
+  train::ScheduleOptions schedule;  // the learning rate over the run's steps
   std::size_t batch = 64;
   double epochs = 3;           // passes of the whole cluster over the training set
   std::uint64_t maxSteps = 0;  // > 0: stop after this many steps instead
