@@ -13,7 +13,7 @@ BUILD_DIR=${BUILD_DIR:-build}
 JOBS=${JOBS:-$(nproc)}
 PACKAGES=(cmake ninja-build g++ pkg-config libasio-dev capnproto libcapnp-dev libspdlog-dev
           libfmt-dev doctest-dev libopenblas-dev libcli11-dev zlib1g-dev dataset-fashion-mnist
-          libibverbs-dev libssl-dev)
+          libibverbs-dev libssl-dev python3-matplotlib)
 
 install_missing() {
   local missing=()

@@ -26,4 +26,8 @@ void addTransportCommand(CLI::App& app);
 // protocol bytes per member (membership_bench.cc).
 void addMembershipCommand(CLI::App& app);
 
+// `convergence`: a matrix of decentralized training runs; report, CSV and plots
+// (convergence_bench.cc).
+void addConvergenceCommand(CLI::App& app);
+
 }  // namespace gossamer::bench

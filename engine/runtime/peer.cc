@@ -176,6 +176,10 @@ struct Peer::Impl {
   std::optional<net::Endpoint> addressOf(PeerId peer) const;
   std::vector<PeerId> liveMembers() const;
   bool isLive(PeerId peer) const;
+  bool hasFinished(PeerId peer) {
+    std::lock_guard lock(barrierMutex);
+    return finishedPeers.count(peer) > 0;
+  }
 
   // ---- messaging ----
   void addCommWait(Clock::duration d) {
@@ -422,7 +426,11 @@ void Peer::Impl::startNetwork() {
       }
       onEnvelope(from.peerId, std::move(header), std::move(held));
     });
-    net::membership::Config membershipConfig{n.seeds, n.membership, config.training.seed ^ self};
+    // Over an emulated WAN, failure detection must allow for its round trips.
+    const net::membership::Options membershipOptions =
+        n.profile ? n.membership.forRoundTrip(n.profile->maxRoundTrip()) : n.membership;
+    net::membership::Config membershipConfig{n.seeds, membershipOptions,
+                                             config.training.seed ^ self};
     membership = net::membership::makeService(io, *mesh, std::move(membershipConfig));
     membership->onEvent([this](const net::membership::Event& event) {
       {
@@ -670,6 +678,7 @@ void Peer::Impl::onRuntimeMessage(const Incoming& message) {
         (message.kind == kFinished ? finishedPeers : releasedPeers).insert(message.from);
       }
       barrierChanged.notify_all();
+      inbox.wake();  // a gather waiting for a peer that has finished can stop waiting
       return;
     }
     default:
@@ -712,8 +721,10 @@ GatherResult Peer::Impl::gather(std::span<const PeerId> from, std::uint64_t tag,
       if (it != queue.end()) {
         got[i] = std::move(*it);
         queue.erase(it);
-      } else if (from[i] != self && !isLive(from[i])) {
-        gone[i] = true;  // it left the view: waiting longer is pointless
+      } else if (from[i] != self && (!isLive(from[i]) || hasFinished(from[i]))) {
+        // It left the view, or stopped stepping (its kFinished came after all it sent): waiting
+        // longer is pointless.
+        gone[i] = true;
       } else {
         done = false;
       }
