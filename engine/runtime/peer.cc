@@ -186,9 +186,11 @@ struct Peer::Impl {
     commWaitNs += std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();
   }
   // Stages `message` (payloads copied by `copy`) and sends it to `to` on the route.
+  // Where a message's payloads live: the Compute's memory (sends from the compute thread, staged
+  // asynchronously by the Compute) or host memory (replies from serve(), copied at once).
+  enum class Staging { fromCompute, fromHost };
   void sendMessage(std::span<const PeerId> to, const Message& message, Route route,
-                   std::shared_ptr<HostBufferPool>& pool, Clock::duration wait,
-                   const std::function<void(std::byte*, std::span<const float>)>& copy);
+                   std::shared_ptr<HostBufferPool>& pool, Clock::duration wait, Staging staging);
   void sendStaged(const std::vector<PeerId>& to, net::wire::EnvelopeHeader header,
                   std::shared_ptr<HostBuffer> buffer);
   asio::awaitable<void> sendOne(net::Endpoint to, net::wire::EnvelopeHeader header,
@@ -241,13 +243,14 @@ class Peer::Impl::Context final : public PeerContext {
   void applyOptimizer() override { impl_.learner->applyUpdate(); }
 
   void send(std::span<const PeerId> to, const Message& message) override {
-    impl_.sendMessage(to, message, Route::inbox, impl_.sendPool, commTimeout(), stageFromDevice());
+    impl_.sendMessage(to, message, Route::inbox, impl_.sendPool, commTimeout(),
+                      Impl::Staging::fromCompute);
   }
   using PeerContext::send;
 
   void notify(PeerId to, const Message& message) override {
     impl_.sendMessage(std::span<const PeerId>(&to, 1), message, Route::serve, impl_.sendPool,
-                      commTimeout(), stageFromDevice());
+                      commTimeout(), Impl::Staging::fromCompute);
   }
 
   std::optional<Incoming> request(PeerId to, const Message& message,
@@ -255,7 +258,7 @@ class Peer::Impl::Context final : public PeerContext {
     Message tagged = message;
     tagged.tag = impl_.tags.fresh();
     impl_.sendMessage(std::span<const PeerId>(&to, 1), tagged, Route::serve, impl_.sendPool,
-                      timeout, stageFromDevice());
+                      timeout, Impl::Staging::fromCompute);
     GatherResult got = impl_.gather(std::span<const PeerId>(&to, 1), tagged.tag, timeout);
     if (got.messages.empty()) return std::nullopt;
     return std::move(got.messages.front());
@@ -282,13 +285,6 @@ class Peer::Impl::Context final : public PeerContext {
   Metrics& metrics() override { return impl_.metrics; }
 
  private:
-  // Payloads from the compute thread live in the Compute's memory: copy them out with it.
-  std::function<void(std::byte*, std::span<const float>)> stageFromDevice() {
-    return [this](std::byte* dst, std::span<const float> src) {
-      impl_.compute->copyToHost(dst, src.data(), src.size_bytes());
-    };
-  }
-
   Impl& impl_;
 };
 
@@ -305,10 +301,7 @@ class Peer::Impl::ServiceCtx final : public ServiceContext {
     // The io thread must not wait: a reply that finds no buffer is dropped (the requester's wait
     // ends at its deadline), with a warning.
     impl_.sendMessage(std::span<const PeerId>(&request.from, 1), answer, Route::inbox,
-                      impl_.replyPool, Clock::duration::zero(),
-                      [](std::byte* dst, std::span<const float> src) {
-                        std::memcpy(dst, src.data(), src.size_bytes());
-                      });
+                      impl_.replyPool, Clock::duration::zero(), Impl::Staging::fromHost);
   }
   Metrics& metrics() override { return impl_.metrics; }
 
@@ -499,7 +492,7 @@ bool Peer::Impl::isLive(PeerId peer) const {
 
 void Peer::Impl::sendMessage(std::span<const PeerId> to, const Message& message, Route route,
                              std::shared_ptr<HostBufferPool>& pool, Clock::duration wait,
-                             const std::function<void(std::byte*, std::span<const float>)>& copy) {
+                             Staging staging) {
   GOSSAMER_ENFORCE(route == Route::runtime || message.kind < kMaxAlgorithmKind,
                    "message kind {} is reserved (algorithm kinds are below {})", message.kind,
                    kMaxAlgorithmKind);
@@ -510,24 +503,54 @@ void Peer::Impl::sendMessage(std::span<const PeerId> to, const Message& message,
   header.sender = self;
   header.step = message.step;
   header.scalars = message.scalars;
-  std::shared_ptr<HostBuffer> buffer;
-  if (const std::size_t bytes = payloadBytes(message); bytes > 0) {
-    const Clock::time_point start = Clock::now();
-    buffer = wait > Clock::duration::zero() ? pool->acquire(bytes, wait) : pool->tryAcquire(bytes);
-    if (wait > Clock::duration::zero()) addCommWait(Clock::now() - start);
-    if (!buffer) {
-      logger->warn("peer {:016x}: no send buffer free{}; message of kind {} dropped", self,
-                   stopped ? " (shutting down)" : "", message.kind);
-      return;
-    }
+  std::vector<PeerId> recipients(to.begin(), to.end());
+  const std::size_t bytes = payloadBytes(message);
+  if (bytes == 0) {
+    sendStaged(recipients, std::move(header), nullptr);
+    return;
+  }
+  const Clock::time_point start = Clock::now();
+  std::shared_ptr<HostBuffer> buffer =
+      wait > Clock::duration::zero() ? pool->acquire(bytes, wait) : pool->tryAcquire(bytes);
+  if (wait > Clock::duration::zero()) addCommWait(Clock::now() - start);
+  if (!buffer) {
+    logger->warn("peer {:016x}: no send buffer free{}; message of kind {} dropped", self,
+                 stopped ? " (shutting down)" : "", message.kind);
+    return;
+  }
+  for (const auto& payload : message.payloads)
+    header.payloads.push_back({payload.size_bytes(), net::wire::Dtype::f32, payload.size()});
+  if (staging == Staging::fromHost) {
     std::size_t offset = 0;
     for (const auto& payload : message.payloads) {
-      copy(buffer->data() + offset, payload);
-      header.payloads.push_back({payload.size_bytes(), net::wire::Dtype::f32, payload.size()});
+      std::memcpy(buffer->data() + offset, payload.data(), payload.size_bytes());
       offset += payload.size_bytes();
     }
+    sendStaged(recipients, std::move(header), std::move(buffer));
+    return;
   }
-  sendStaged(std::vector<PeerId>(to.begin(), to.end()), std::move(header), std::move(buffer));
+  // The Compute copies every payload out, overlapped with the compute that follows; the last
+  // copy to land hands the staged message to the io thread.
+  struct Staged {
+    std::vector<PeerId> to;
+    net::wire::EnvelopeHeader header;
+    std::shared_ptr<HostBuffer> buffer;
+    std::atomic<std::size_t> left;
+  };
+  auto staged = std::make_shared<Staged>();
+  staged->to = std::move(recipients);
+  staged->header = std::move(header);
+  staged->buffer = buffer;
+  staged->left = message.payloads.size();
+  std::size_t offset = 0;
+  for (const auto& payload : message.payloads) {
+    compute->copyToHostAsync(
+        buffer->data() + offset, payload.data(), payload.size_bytes(), [this, staged] {
+          if (--staged->left == 0)
+            sendStaged(staged->to, std::move(staged->header), std::move(staged->buffer));
+        });
+    offset += payload.size_bytes();
+  }
 }
 
 void Peer::Impl::sendStaged(const std::vector<PeerId>& to, net::wire::EnvelopeHeader header,
@@ -591,7 +614,8 @@ void Peer::Impl::notifyRuntime(const std::vector<PeerId>& to, RuntimeKind kind) 
   Message message;
   message.kind = kind;
   message.step = stepCount;
-  sendMessage(to, message, Route::runtime, sendPool, config.training.commTimeout, {});
+  sendMessage(to, message, Route::runtime, sendPool, config.training.commTimeout,
+              Staging::fromHost);
 }
 
 // ---- receiving (io thread) -------------------------------------------------------------------
@@ -822,7 +846,8 @@ ConsensusResult Peer::Impl::pullConsensus() {
   Message pull;
   pull.kind = kPullSnapshot;
   pull.tag = tag;
-  sendMessage(everyone, pull, Route::runtime, sendPool, config.training.commTimeout, {});
+  sendMessage(everyone, pull, Route::runtime, sendPool, config.training.commTimeout,
+              Staging::fromHost);
   GatherResult got = gather(everyone, tag, config.training.finishTimeout);
   std::vector<Snapshot> snapshots;
   for (const Incoming& m : got.messages) {

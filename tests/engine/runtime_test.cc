@@ -107,6 +107,8 @@ TEST_CASE("runtime: request, reply, notify, gather and messages to self behave a
   for (const char* transport : {"inproc", "tcp"}) {
     auto config = test::algorithmCluster("prober", 3, 20);
     config.peer.network.transport = transport;
+    // Nobody may finish (which ends waits for it early) while another still probes its silence.
+    config.peer.training.minStepTime = 50ms;
     const auto result = runtime::runLocalCluster(config, registry, test::smallData());
     INFO("transport " << transport);
     for (const auto& peer : result.peers) {
