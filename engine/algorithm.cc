@@ -1,6 +1,10 @@
 #include "engine/algorithm.h"
 
+#include <algorithm>
+
 #include "engine/base/enforce.h"
+#include "engine/base/log.h"
+#include "engine/train/optimizer.h"
 
 namespace gossamer::engine {
 
@@ -40,6 +44,30 @@ double Algorithm::step(PeerContext& ctx) {
   ctx.applyOptimizer();
   afterStep(ctx);
   return loss;
+}
+
+void Algorithm::join(PeerContext& ctx) {
+  std::vector<PeerId> candidates;
+  for (const topology::WeightedPeer& n : ctx.graph().inNeighbors(ctx.self()))
+    candidates.push_back(n.id);
+  for (PeerId member : ctx.members()) {
+    if (member != ctx.self() &&
+        std::find(candidates.begin(), candidates.end(), member) == candidates.end())
+      candidates.push_back(member);
+  }
+  for (PeerId from : candidates) {
+    std::optional<Incoming> model = ctx.pullModel(from, ctx.commTimeout());
+    if (!model || model->payloadCount() != 1 || model->payload(0).size() != ctx.params().size())
+      continue;
+    ctx.compute().upload(ctx.params(), model->payload(0));
+    ctx.optimizer().resetState();
+    ctx.adoptStep(model->step);
+    log::get("peer")->info("peer {:016x} joined at step {} with the model of {:016x}", ctx.self(),
+                           model->step, from);
+    return;
+  }
+  log::get("peer")->warn("peer {:016x}: no member sent its model; starting from the initial one",
+                         ctx.self());
 }
 
 }  // namespace gossamer::engine

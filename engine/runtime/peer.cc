@@ -5,6 +5,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <filesystem>
 #include <future>
 #include <map>
 #include <mutex>
@@ -26,6 +27,7 @@
 #include "engine/builtin.h"
 #include "engine/runtime/host_buffers.h"
 #include "engine/runtime/message_queue.h"
+#include "engine/train/checkpoint.h"
 #include "engine/train/learner.h"
 #include "engine/train/metrics_log.h"
 #include "engine/train/progress.h"
@@ -55,6 +57,8 @@ enum RuntimeKind : std::uint32_t {
   kSnapshot = 2,      // the reply
   kFinished = 3,      // notify: this peer's training loop is over
   kReleased = 4,      // notify: this peer has what it needs from the others; they may leave
+  kStatus = 5,        // request: are you training, at which step, and were you expecting me?
+  kStatusReply = 6,   // scalars: training (0/1), step, total steps, expected (0/1)
 };
 
 std::size_t payloadBytes(const Message& m) {
@@ -137,7 +141,8 @@ struct Peer::Impl {
   MetricsMap metrics;
   mutable std::mutex viewMutex;
   std::condition_variable viewChanged;
-  net::membership::View view;  // the membership view, updated by its events
+  net::membership::View view;                 // the membership view, updated by its events
+  std::map<PeerId, net::Endpoint> heardFrom;  // listen endpoints of authenticated senders
   std::atomic<std::uint64_t> viewEpoch{0};
   std::atomic<std::uint64_t> bytesSent{0}, bytesReceived{0}, sendFailures{0};
   std::atomic<std::int64_t> commWaitNs{0};
@@ -163,8 +168,15 @@ struct Peer::Impl {
   std::condition_variable barrierChanged;
   std::set<PeerId> finishedPeers, releasedPeers;
 
+  // Who trained from the start (answers kStatus: a peer in it is expected, not late).
+  std::mutex startMutex;
+  std::vector<PeerId> startMembers;
+  std::atomic<bool> leaveRequested{false};
+  std::optional<train::Checkpoint> resumeFrom;  // --resume: loaded and checked at construction
+
   // ---- compute thread ----
   std::unique_ptr<train::Learner> learner;
+  std::size_t shardCount = 0, shardRank = 0;
   std::vector<PeerId> members;
   std::uint64_t epoch = 0;
   std::optional<topology::Graph> graph;
@@ -208,7 +220,19 @@ struct Peer::Impl {
   void notifyRuntime(const std::vector<PeerId>& to, RuntimeKind kind);
 
   // ---- compute thread ----
-  void waitForMembers();
+  // How this peer starts training: with the others (fresh), or joining a cluster that is already
+  // training (late), whose total steps and current step it then takes.
+  struct StartPlan {
+    bool late = false;
+    std::uint64_t totalSteps = 0;
+    std::uint64_t step = 0;
+  };
+  StartPlan waitForStart();
+  std::vector<std::size_t> shardFor(std::size_t count, std::size_t rank) const;
+  void rebalance();
+  std::string checkpointPath() const;
+  void saveCheckpoint();
+  void loadResumeCheckpoint();
   void refreshMembers(bool force);
   void rebuildGraph();
   void publishSnapshot(bool final);
@@ -280,6 +304,16 @@ class Peer::Impl::Context final : public PeerContext {
     return DeviceView(view, std::move(copy));
   }
 
+  std::optional<Incoming> pullModel(PeerId from, Clock::duration timeout) override {
+    const std::uint64_t tag = impl_.tags.fresh();
+    impl_.sendMessage(std::span<const PeerId>(&from, 1), Message{.kind = kPullSnapshot, .tag = tag},
+                      Route::runtime, impl_.sendPool, timeout, Impl::Staging::fromHost);
+    GatherResult got = impl_.gather(std::span<const PeerId>(&from, 1), tag, timeout);
+    if (got.messages.empty()) return std::nullopt;
+    return std::move(got.messages.front());
+  }
+  void adoptStep(std::uint64_t step) override { impl_.stepCount = step; }
+
   Clock::duration commTimeout() const override { return impl_.config.training.commTimeout; }
   std::mt19937_64& rng() override { return impl_.rng; }
   Metrics& metrics() override { return impl_.metrics; }
@@ -347,6 +381,10 @@ Peer::Impl::Impl(PeerConfig c, const Registry& r, std::shared_ptr<const DatasetP
   receivePool =
       HostBufferPool::make(std::max<std::size_t>(t.receiveBuffers, 1), modelBytes, allocate, free);
 
+  if (t.resume) {
+    GOSSAMER_ENFORCE(!t.checkpointDir.empty(), "--resume needs --checkpoint-dir");
+    loadResumeCheckpoint();
+  }
   context = std::make_unique<Context>(*this);
   serviceContext = std::make_unique<ServiceCtx>(*this);
   ioThread = std::thread([this] { io.run(); });
@@ -412,6 +450,10 @@ void Peer::Impl::startNetwork() {
     });
     mesh->onEnvelope([this](const net::Remote& from, net::wire::EnvelopeHeader header,
                             std::vector<net::Payload> payloads) {
+      {
+        std::lock_guard lock(viewMutex);
+        heardFrom[from.peerId] = from.listen;
+      }
       std::vector<std::pair<std::span<const std::byte>, std::shared_ptr<const void>>> held;
       for (net::Payload& p : payloads) {
         auto owner = std::make_shared<net::Payload>(std::move(p));
@@ -475,6 +517,8 @@ void Peer::Impl::stopNetwork(bool graceful) {
 std::optional<net::Endpoint> Peer::Impl::addressOf(PeerId peer) const {
   std::lock_guard lock(viewMutex);
   if (const net::membership::Member* m = view.find(peer)) return m->address;
+  // A peer that wrote to us before its membership reached us (a reply must still find it).
+  if (const auto it = heardFrom.find(peer); it != heardFrom.end()) return it->second;
   return std::nullopt;
 }
 
@@ -693,8 +737,25 @@ void Peer::Impl::onRuntimeMessage(const Incoming& message) {
       return;
     }
     case kSnapshot:
+    case kStatusReply:
       inbox.push(message);
       return;
+    case kStatus: {
+      bool expected = false;
+      {
+        std::lock_guard lock(startMutex);
+        expected =
+            std::find(startMembers.begin(), startMembers.end(), message.from) != startMembers.end();
+      }
+      net::wire::EnvelopeHeader header;
+      header.tag = message.tag;
+      header.kind = encodeKind(Route::runtime, kStatusReply);
+      header.sender = self;
+      header.scalars = {training ? 1.0 : 0.0, static_cast<double>(stepCount.load()),
+                        static_cast<double>(totalSteps.load()), expected ? 1.0 : 0.0};
+      sendStaged({message.from}, std::move(header), nullptr);
+      return;
+    }
     case kFinished:
     case kReleased: {
       {
@@ -769,24 +830,108 @@ GatherResult Peer::Impl::gather(std::span<const PeerId> from, std::uint64_t tag,
 
 // ---- the training loop (compute thread) --------------------------------------------------------
 
-void Peer::Impl::waitForMembers() {
-  const std::size_t wanted = config.training.minPeers;
-  std::unique_lock lock(viewMutex);
-  const bool enough = viewChanged.wait_for(lock, config.training.startTimeout,
-                                           [&] { return view.members.size() >= wanted || killed; });
-  if (killed) GOSSAMER_THROW("peer {:016x} was killed before training started", self);
-  if (!enough) {
-    std::string seeds;
-    for (const auto& s : config.network.seeds) {
-      if (!seeds.empty()) seeds += ',';
-      seeds += s.str();
+Peer::Impl::StartPlan Peer::Impl::waitForStart() {
+  const TrainingConfig& t = config.training;
+  const Clock::time_point deadline = Clock::now() + t.startTimeout;
+  for (;;) {
+    if (killed) GOSSAMER_THROW("peer {:016x} was killed before training started", self);
+    const std::vector<PeerId> now = liveMembers();
+    std::vector<PeerId> others;
+    for (PeerId peer : now)
+      if (peer != self) others.push_back(peer);
+    if (!others.empty()) {
+      // Is the cluster already training, and did it count on this peer from the start?
+      const std::uint64_t tag = tags.fresh();
+      sendMessage(others, Message{.kind = kStatus, .tag = tag}, Route::runtime, sendPool,
+                  t.commTimeout, Staging::fromHost);
+      const GatherResult replies = gather(others, tag, std::chrono::seconds(1));
+      StartPlan plan;
+      for (const Incoming& reply : replies.messages) {
+        if (reply.scalars.size() < 4 || reply.scalars[0] != 1.0) continue;
+        if (reply.scalars[3] == 1.0)
+          return StartPlan{};  // one of the initial members: start with them
+        plan.late = true;
+        plan.totalSteps = static_cast<std::uint64_t>(reply.scalars[2]);
+        plan.step = std::max(plan.step, static_cast<std::uint64_t>(reply.scalars[1]));
+      }
+      if (plan.late) return plan;
     }
-    GOSSAMER_THROW(
-        "only {} of the {} peers (--min-peers) joined within {} s; seeds: {}", view.members.size(),
-        wanted,
-        std::chrono::duration_cast<std::chrono::seconds>(config.training.startTimeout).count(),
-        seeds.empty() ? "none (this peer started the cluster)" : seeds);
+    if (now.size() >= t.minPeers) return StartPlan{};
+    if (Clock::now() >= deadline) {
+      std::string seeds;
+      for (const auto& seed : config.network.seeds) {
+        if (!seeds.empty()) seeds += ',';
+        seeds += seed.str();
+      }
+      GOSSAMER_THROW("only {} of the {} peers (--min-peers) joined within {} s; seeds: {}",
+                     now.size(), t.minPeers,
+                     std::chrono::duration_cast<std::chrono::seconds>(t.startTimeout).count(),
+                     seeds.empty() ? "none (this peer started the cluster)" : seeds);
+    }
+    std::unique_lock lock(viewMutex);
+    viewChanged.wait_for(lock, std::chrono::milliseconds(200));
   }
+}
+
+std::vector<std::size_t> Peer::Impl::shardFor(std::size_t count, std::size_t rank) const {
+  const TrainingConfig& t = config.training;
+  return data::shardIndices(
+      data->train.labels, data->train.classes,
+      {.shards = count, .kind = t.split, .dirichletAlpha = t.dirichletAlpha, .seed = t.seed})[rank];
+}
+
+// The training set split over the current members, this peer taking the shard of its rank: every
+// peer computes the same partition from the same member list, so the data of a peer that left is
+// covered again, and a newcomer gets its share.
+void Peer::Impl::rebalance() {
+  const std::size_t count = members.size();
+  const auto rank =
+      static_cast<std::size_t>(std::find(members.begin(), members.end(), self) - members.begin());
+  if (count == shardCount && rank == shardRank) return;
+  learner->setShard(shardFor(count, rank));
+  logger->debug("peer {:016x}: data rebalanced to shard {} of {}", self, rank, count);
+  shardCount = count;
+  shardRank = rank;
+}
+
+std::string Peer::Impl::checkpointPath() const {
+  return (std::filesystem::path(config.training.checkpointDir) /
+          fmt::format("peer-{:016x}.ckpt", self))
+      .string();
+}
+
+void Peer::Impl::saveCheckpoint() {
+  train::Checkpoint c = learner->checkpoint();
+  AlgorithmState state;
+  algorithm->saveState(state);
+  for (auto& [name, tensor] : state.tensors) c.tensors["algorithm." + name] = std::move(tensor);
+  for (const auto& [name, value] : state.values)
+    c.meta["algorithm.value." + name] = fmt::format("{:.17g}", value);
+  c.meta["algorithm"] = algorithm->name();
+  c.meta["runtime.step"] = std::to_string(stepCount.load());
+  c.meta["runtime.total_steps"] = std::to_string(totalSteps.load());
+  train::saveCheckpoint(checkpointPath(), c);
+}
+
+// --resume: the checkpoint is read and checked before the peer joins anyone, so that a wrong or
+// corrupt file is a clear error at once, and nothing is half-loaded.
+void Peer::Impl::loadResumeCheckpoint() {
+  const std::string path = checkpointPath();
+  GOSSAMER_ENFORCE(std::filesystem::exists(path),
+                   "--resume: no checkpoint of peer {:016x} in {} (expected {}); a peer resumes "
+                   "under the identity it had (same --listen or --peer-id)",
+                   self, config.training.checkpointDir, path);
+  train::Checkpoint c = train::loadCheckpoint(path);
+  GOSSAMER_ENFORCE(
+      c.fingerprint == model->layout().fingerprint(),
+      "checkpoint {} is for a different model (layout fingerprint {:016x}, this model {} "
+      "has {:016x})",
+      path, c.fingerprint, model->name(), model->layout().fingerprint());
+  GOSSAMER_ENFORCE(c.metaString("algorithm") == algorithm->name(),
+                   "checkpoint {} was written by algorithm '{}' but this peer runs '{}'", path,
+                   c.metaString("algorithm"), algorithm->name());
+  c.metaInt("runtime.step");
+  resumeFrom = std::move(c);
 }
 
 void Peer::Impl::rebuildGraph() { graph = topology->build(members, stepCount); }
@@ -797,6 +942,7 @@ void Peer::Impl::refreshMembers(bool force) {
   if (!force && current == epoch) return;
   members = liveMembers();
   epoch = current;
+  rebalance();
   rebuildGraph();
   algorithm->setup(*context);
 }
@@ -864,43 +1010,66 @@ ConsensusResult Peer::Impl::pullConsensus() {
 
 PeerResult Peer::Impl::train() {
   const TrainingConfig& t = config.training;
-  waitForMembers();
+  const StartPlan plan = waitForStart();
   members = liveMembers();
   epoch = viewEpoch;
-  const std::size_t shards = t.minPeers;
-  const auto rank =
+  {
+    std::lock_guard lock(startMutex);
+    startMembers = members;
+  }
+  shardCount = members.size();
+  shardRank =
       static_cast<std::size_t>(std::find(members.begin(), members.end(), self) - members.begin());
-  const auto allShards = data::shardIndices(
-      data->train.labels, data->train.classes,
-      {.shards = shards, .kind = t.split, .dirichletAlpha = t.dirichletAlpha, .seed = t.seed});
   learner = std::make_unique<train::Learner>(*compute, *model, t.optimizer, data->train,
-                                             allShards[rank % shards], t.batch, t.seed);
-  if (t.initialParams) {
-    const std::vector<float> initial = t.initialParams(rank, learner->params().size());
+                                             shardFor(shardCount, shardRank), t.batch, t.seed);
+  const std::size_t shards = std::max(t.minPeers, shardCount);
+  const auto stepsPerPass =
+      static_cast<std::uint64_t>((data->train.count() + shards * t.batch - 1) / (shards * t.batch));
+  totalSteps =
+      plan.late ? plan.totalSteps
+      : t.maxSteps > 0
+          ? t.maxSteps
+          : static_cast<std::uint64_t>(std::ceil(t.epochs * static_cast<double>(stepsPerPass)));
+  rebuildGraph();
+  if (resumeFrom) {
+    // Params, optimizer and algorithm state from the checkpoint; the place in the data only when
+    // the shard is the one it was written with.
+    const train::Checkpoint& c = *resumeFrom;
+    learner->restore(c, c.metaInt("epoch") == 0 || static_cast<std::size_t>(c.metaInt("cursor")) <=
+                                                       learner->sampler().size());
+    AlgorithmState state;
+    for (const auto& [name, tensor] : c.tensors) {
+      if (name.rfind("algorithm.", 0) == 0) state.tensors[name.substr(10)] = tensor;
+    }
+    for (const auto& [key, value] : c.meta) {
+      if (key.rfind("algorithm.value.", 0) == 0) state.values[key.substr(16)] = std::stod(value);
+    }
+    algorithm->loadState(state);
+    stepCount = static_cast<std::uint64_t>(c.metaInt("runtime.step"));
+    if (plan.late) stepCount = std::max(stepCount.load(), plan.step);
+    logger->info("peer {:016x}: resumed from {} at step {}", self, checkpointPath(),
+                 stepCount.load());
+  } else if (plan.late) {
+    algorithm->join(*context);
+  } else if (t.initialParams) {
+    const std::vector<float> initial = t.initialParams(shardRank, learner->params().size());
     GOSSAMER_ENFORCE_EQ(initial.size(), learner->params().size(),
                         "initialParams returned the wrong size");
     compute->upload(learner->params(), std::span<const float>(initial));
   }
-  const auto stepsPerPass =
-      static_cast<std::uint64_t>((data->train.count() + shards * t.batch - 1) / (shards * t.batch));
-  totalSteps =
-      t.maxSteps > 0
-          ? t.maxSteps
-          : static_cast<std::uint64_t>(std::ceil(t.epochs * static_cast<double>(stepsPerPass)));
   logger->info(
-      "peer {:016x}: {} with {} on {} (gap {:.3f}); {} members; shard {} of {} ({} samples); {} "
-      "steps",
-      self, algorithm->name(), topology->name(), compute->describe(),
-      topology->build(members).spectralGap(), members.size(), rank % shards, shards,
-      allShards[rank % shards].size(), totalSteps.load());
-
-  rebuildGraph();
+      "peer {:016x}: {} with {} on {} (gap {:.3f}); {} members{}; shard {} of {} ({} samples); "
+      "steps {} to {}",
+      self, algorithm->name(), topology->name(), compute->describe(), graph->spectralGap(),
+      members.size(), plan.late ? ", joined late" : "", shardRank, shardCount,
+      learner->sampler().size(), stepCount.load(), totalSteps.load());
   algorithm->setup(*context);
   asio::post(io, [this] {
     servingReady = true;
     for (const Incoming& request : earlyRequests) serveOne(request);
     earlyRequests.clear();
   });
+  commWaitNs = 0;  // waiting for the others to show up is not communication cost
 
   train::MetricsLog metricsLog(t.metricsPath);
   train::Progress progress(static_cast<std::int64_t>(totalSteps), t.progress);
@@ -909,7 +1078,7 @@ PeerResult Peer::Impl::train() {
   const Clock::time_point start = Clock::now();
   training = true;
   PeerResult result;
-  while (stepCount < totalSteps && !stopRequested && !killed) {
+  while (stepCount < totalSteps && !stopRequested && !leaveRequested && !killed) {
     const Clock::time_point stepStart = Clock::now();
     learner->optimizer().setLearningRate(
         train::scheduledRate(t.optimizer.lr, t.schedule, stepCount, totalSteps));
@@ -939,26 +1108,35 @@ PeerResult Peer::Impl::train() {
       progress.message(fmt::format("step {:>6}  loss {:.4f}  test acc {:.2f}%", step,
                                    lossAverage.load(), 100 * accuracy));
     }
+    if (!t.checkpointDir.empty() && t.checkpointEvery > 0 && step % t.checkpointEvery == 0)
+      saveCheckpoint();
     progress.update(static_cast<std::int64_t>(step),
                     fmt::format("loss {:.4f} {:.1f} MB sent", lossAverage.load(), bytesSent / 1e6));
   }
   progress.finish();
-  result.stopped = stopRequested;
+  result.stopped = stopRequested || leaveRequested;
   result.wallSeconds = Seconds(Clock::now() - start).count();
   result.commWaitSeconds = static_cast<double>(commWaitNs) * 1e-9;
   training = false;
-  if (!killed) {
+  std::vector<PeerId> others;
+  for (PeerId peer : liveMembers())
+    if (peer != self) others.push_back(peer);
+  if (leaveRequested && !killed) {
+    // Leaving while the others go on: hand over what must not leave with this peer; they stop
+    // waiting for it (kFinished), and Peer::run announces the leave to the membership.
+    algorithm->leave(*context);
+    notifyRuntime(others, kFinished);
+  } else if (!killed) {
     // kFinished travels behind this peer's algorithm messages on the data links, so once every
     // member's has arrived, so has everything they sent: finish() can consume all of it.
-    std::vector<PeerId> others;
-    for (PeerId peer : liveMembers())
-      if (peer != self) others.push_back(peer);
     notifyRuntime(others, kFinished);
     awaitBarrier(finishedPeers, "finished training");
     algorithm->finish(*context);
   }
+  if (!t.checkpointDir.empty() && !killed) saveCheckpoint();
   publishSnapshot(true);
   finished = true;
+  const bool leaving = leaveRequested;
   result.peer = self;
   result.algorithm = algorithm->name();
   result.topology = topology->name();
@@ -971,9 +1149,9 @@ PeerResult Peer::Impl::train() {
     result.testAccuracy = static_cast<double>(eval.correct) / static_cast<double>(eval.samples);
     result.testLoss = eval.lossSum / static_cast<double>(eval.samples);
   }
-  if (t.finalConsensus && !killed) result.consensus = pullConsensus();
-  if (!killed) {
-    std::vector<PeerId> others;
+  if (t.finalConsensus && !killed && !leaving) result.consensus = pullConsensus();
+  if (!killed && !leaving) {
+    others.clear();
     for (PeerId peer : liveMembers())
       if (peer != self) others.push_back(peer);
     notifyRuntime(others, kReleased);
@@ -1012,6 +1190,7 @@ PeerResult Peer::run() {
 }
 
 void Peer::requestStop() { impl_->stopRequested = true; }
+void Peer::requestLeave() { impl_->leaveRequested = true; }
 
 void Peer::kill() {
   impl_->killed = true;
