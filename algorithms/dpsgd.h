@@ -39,7 +39,10 @@
 // such a round does not conserve the network mean). After a membership change the runtime
 // rebuilds the graph and calls setup() at the next step boundary; peers that adopt the new view
 // at different steps may miss one another's model in between, which costs at most one deadline.
-// Late models of finished rounds are dropped from the inbox ("dpsgd.late").
+// Late models of finished rounds are dropped from the inbox ("dpsgd.late"). Rounds are matched
+// by step number, so dpsgd assumes the members start together: a peer that joins mid-run (its
+// steps start at 0) or stops early stays out of step with its neighbours, each of whose rounds
+// then costs one deadline.
 //
 // Degree. weightedSum takes at most 16 inputs; a peer with more in-neighbours than fit in one
 // pass (13 with Nesterov, 14 otherwise) mixes in further passes of 15 models each, accumulating
