@@ -1,5 +1,6 @@
 #include "algorithms/builtin.h"
 
+#include "algorithms/dpsgd.h"
 #include "algorithms/gosgd.h"
 #include "engine/builtin.h"
 
@@ -10,6 +11,10 @@ void addBuiltinAlgorithms(engine::Registry& registry) {
     const std::string description = spec.description;
     registry.algorithms.add(name, description, std::move(spec));
   };
+  add("dpsgd", engine::algorithmSpec<Dpsgd, DpsgdOptions>(
+                   "decentralized parallel SGD: send w to the neighbours, await theirs, "
+                   "w = sum_j W_ij w_j - lr g in one fused kernel (Lian et al. 2017)",
+                   "ring"));
   add("gosgd",
       engine::algorithmSpec<Gosgd, GosgdOptions>(
           "sum-weighted gossip: merge received (w, alpha), push (w, alpha/2) with probability p "

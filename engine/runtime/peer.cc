@@ -488,8 +488,13 @@ void Peer::Impl::startNetwork() {
     return {};
   });
   if (error) GOSSAMER_THROW("cannot listen on {}: {}", n.listen.str(), error.message());
-  std::lock_guard lock(viewMutex);
-  view = runOn(io, [this] { return membership->view(); });
+  // On the io thread, in order with the membership events: holding viewMutex here while waiting
+  // for the io thread would deadlock with an event handler waiting for viewMutex there.
+  runOn(io, [this] {
+    std::lock_guard lock(viewMutex);
+    view = membership->view();
+    return 0;
+  });
 }
 
 void Peer::Impl::stopNetwork(bool graceful) {
