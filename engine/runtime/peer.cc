@@ -58,7 +58,7 @@ enum RuntimeKind : std::uint32_t {
   kFinished = 3,      // notify: this peer's training loop is over
   kReleased = 4,      // notify: this peer has what it needs from the others; they may leave
   kStatus = 5,        // request: are you training, at which step, and were you expecting me?
-  kStatusReply = 6,   // scalars: training (0/1), step, total steps, expected (0/1)
+  kStatusReply = 6,   // scalars: training (0/1), step, total steps, expected (0/1), start members
 };
 
 std::size_t payloadBytes(const Message& m) {
@@ -747,17 +747,20 @@ void Peer::Impl::onRuntimeMessage(const Incoming& message) {
       return;
     case kStatus: {
       bool expected = false;
+      std::size_t started = 0;
       {
         std::lock_guard lock(startMutex);
         expected =
             std::find(startMembers.begin(), startMembers.end(), message.from) != startMembers.end();
+        started = startMembers.size();
       }
       net::wire::EnvelopeHeader header;
       header.tag = message.tag;
       header.kind = encodeKind(Route::runtime, kStatusReply);
       header.sender = self;
       header.scalars = {training ? 1.0 : 0.0, static_cast<double>(stepCount.load()),
-                        static_cast<double>(totalSteps.load()), expected ? 1.0 : 0.0};
+                        static_cast<double>(totalSteps.load()), expected ? 1.0 : 0.0,
+                        static_cast<double>(started)};
       sendStaged({message.from}, std::move(header), nullptr);
       return;
     }
@@ -841,6 +844,7 @@ Peer::Impl::StartPlan Peer::Impl::waitForStart() {
   for (;;) {
     if (killed) GOSSAMER_THROW("peer {:016x} was killed before training started", self);
     const std::vector<PeerId> now = liveMembers();
+    std::size_t expectedBy = 0;  // members the cluster started with, when it counted on us
     std::vector<PeerId> others;
     for (PeerId peer : now)
       if (peer != self) others.push_back(peer);
@@ -852,16 +856,24 @@ Peer::Impl::StartPlan Peer::Impl::waitForStart() {
       const GatherResult replies = gather(others, tag, std::chrono::seconds(1));
       StartPlan plan;
       for (const Incoming& reply : replies.messages) {
-        if (reply.scalars.size() < 4 || reply.scalars[0] != 1.0) continue;
-        if (reply.scalars[3] == 1.0)
-          return StartPlan{};  // one of the initial members: start with them
+        if (reply.scalars.size() < 5 || reply.scalars[0] != 1.0) continue;
+        if (reply.scalars[3] == 1.0) {
+          expectedBy = std::max(expectedBy, static_cast<std::size_t>(reply.scalars[4]));
+          continue;
+        }
         plan.late = true;
         plan.totalSteps = static_cast<std::uint64_t>(reply.scalars[2]);
         plan.step = std::max(plan.step, static_cast<std::uint64_t>(reply.scalars[1]));
       }
-      if (plan.late) return plan;
+      // One of the initial members: start with them once this view holds all they started with
+      // (the same member list gives the same shards and graph).
+      if (expectedBy > 0) {
+        if (now.size() >= expectedBy) return StartPlan{};
+      } else if (plan.late) {
+        return plan;
+      }
     }
-    if (now.size() >= t.minPeers) return StartPlan{};
+    if (expectedBy == 0 && now.size() >= t.minPeers) return StartPlan{};
     if (Clock::now() >= deadline) {
       std::string seeds;
       for (const auto& seed : config.network.seeds) {
