@@ -1,5 +1,6 @@
 #include "algorithms/builtin.h"
 
+#include "algorithms/allreduce_sgd.h"
 #include "algorithms/gosgd.h"
 #include "engine/builtin.h"
 
@@ -15,6 +16,11 @@ void addBuiltinAlgorithms(engine::Registry& registry) {
           "sum-weighted gossip: merge received (w, alpha), push (w, alpha/2) with probability p "
           "(Blot et al. 2016)",
           "mesh"));
+  add("allreduce-sgd",
+      engine::algorithmSpec<AllreduceSgd, AllreduceSgdOptions>(
+          "synchronous SGD on the gradient averaged by a pipelined ring all-reduce every step "
+          "(the centralized synchronous baseline)",
+          "ring"));
 }
 
 engine::Registry makeRegistry() {
