@@ -2,6 +2,8 @@
 
 #include "algorithms/allreduce_sgd.h"
 #include "algorithms/gosgd.h"
+#include "algorithms/local_sgd.h"
+#include "algorithms/sparknet.h"
 #include "engine/builtin.h"
 
 namespace gossamer::algorithms {
@@ -21,6 +23,14 @@ void addBuiltinAlgorithms(engine::Registry& registry) {
           "synchronous SGD on the gradient averaged by a pipelined ring all-reduce every step "
           "(the centralized synchronous baseline)",
           "ring"));
+  add("sparknet", engine::algorithmSpec<Sparknet, SparknetOptions>(
+                      "every tau steps the master (star center) averages the workers' models and "
+                      "sends the average back (Moritz et al. 2016)",
+                      "star"));
+  add("local-sgd", engine::algorithmSpec<LocalSgd, LocalSgdOptions>(
+                       "every tau steps the models are averaged by a ring all-reduce, no master "
+                       "(SparkNet's rule without a master)",
+                       "ring"));
 }
 
 engine::Registry makeRegistry() {
