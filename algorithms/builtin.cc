@@ -1,7 +1,10 @@
 #include "algorithms/builtin.h"
 
+#include "algorithms/allreduce_sgd.h"
 #include "algorithms/dpsgd.h"
 #include "algorithms/gosgd.h"
+#include "algorithms/local_sgd.h"
+#include "algorithms/sparknet.h"
 #include "engine/builtin.h"
 
 namespace gossamer::algorithms {
@@ -20,6 +23,19 @@ void addBuiltinAlgorithms(engine::Registry& registry) {
           "sum-weighted gossip: merge received (w, alpha), push (w, alpha/2) with probability p "
           "(Blot et al. 2016)",
           "mesh"));
+  add("allreduce-sgd",
+      engine::algorithmSpec<AllreduceSgd, AllreduceSgdOptions>(
+          "synchronous SGD on the gradient averaged by a pipelined ring all-reduce every step "
+          "(the centralized synchronous baseline)",
+          "ring"));
+  add("sparknet", engine::algorithmSpec<Sparknet, SparknetOptions>(
+                      "every tau steps the master (star center) averages the workers' models and "
+                      "sends the average back (Moritz et al. 2016)",
+                      "star"));
+  add("local-sgd", engine::algorithmSpec<LocalSgd, LocalSgdOptions>(
+                       "every tau steps the models are averaged by a ring all-reduce, no master "
+                       "(SparkNet's rule without a master)",
+                       "ring"));
 }
 
 engine::Registry makeRegistry() {

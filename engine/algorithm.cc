@@ -27,9 +27,13 @@ void Incoming::addPayload(std::span<const float> data, std::shared_ptr<const voi
 }
 
 std::uint64_t Tags::forRound(std::uint32_t kind, std::uint64_t step, std::uint32_t round) {
-  // splitmix64 over the three values; the top bit is left clear (fresh() tags set it).
-  std::uint64_t x = (static_cast<std::uint64_t>(kind) << 32) ^ round;
-  for (std::uint64_t v : {x, step}) {
+  // splitmix64 over the three values; the top bit is left clear (fresh() tags set it). Each
+  // round is a bijection of x for a fixed v and of v for a fixed x, so two tags that differ in one
+  // value collide only if their mixes differ in the top bit alone (starting from x = key instead
+  // made x ^ (x + c), which maps rounds 0 and 2 alike).
+  const std::uint64_t key = (static_cast<std::uint64_t>(kind) << 32) ^ round;
+  std::uint64_t x = 0;
+  for (std::uint64_t v : {key, step}) {
     x ^= v + 0x9e3779b97f4a7c15ull;
     x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
     x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
