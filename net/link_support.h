@@ -1,11 +1,12 @@
-// Building blocks shared by the tcp/ and inproc/ backends; not part of the Transport API (a user
-// of net/ never includes this header):
+// Building blocks shared by the tcp/, inproc/ and ibverbs/ backends; not part of the Transport API
+// (a user of net/ never includes this header):
 // - FifoGate: sends on one link take turns in the order they started.
 // - AsyncCondition: a condition variable for coroutines, notified from any thread.
 // - BufferPool: the bounded, recycling pool that received payloads land in when no PayloadTarget
 //   claims them; its bound is what makes a slow receiver slow down its senders.
 // - checkFrameShape: the Limits check every frame passes before anything is allocated for it.
-// - SharedStateLink: the Link class of both backends, over their per-link state.
+// - storeLe / loadLe: little-endian integers of the wire formats.
+// - SharedStateLink: the Link class of the backends, over their per-link state.
 //
 // Every coroutine here must run on a single-threaded executor (an io_context run by one thread,
 // as every peer's is, or a strand): a waiter and the wake-up posted to it never run at once.
@@ -44,6 +45,18 @@ namespace gossamer::net::detail {
 // Completion token of every asynchronous operation in the backends: errors come back as values,
 // never as exceptions (transport.h).
 inline constexpr auto kUseTuple = asio::experimental::as_tuple(asio::use_awaitable);
+
+// Little-endian integers of `bytes` bytes (1..8) in wire formats.
+inline void storeLe(std::byte* out, std::uint64_t value, int bytes) {
+  for (int i = 0; i < bytes; ++i) out[i] = static_cast<std::byte>(value >> (8 * i));
+}
+
+inline std::uint64_t loadLe(const std::byte* in, int bytes) {
+  std::uint64_t value = 0;
+  for (int i = 0; i < bytes; ++i)
+    value |= std::uint64_t(std::to_integer<std::uint8_t>(in[i])) << (8 * i);
+  return value;
+}
 
 // The first bound of `limits` that a frame with a header of `headerBytes` and `payloadCount`
 // payloads, the i-th of `sizeOf(i)` bytes, breaks: Errc::tooManyPayloads or Errc::frameTooLarge;

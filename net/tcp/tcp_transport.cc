@@ -26,6 +26,8 @@ namespace {
 using Tcp = asio::ip::tcp;
 using Clock = std::chrono::steady_clock;
 using detail::kUseTuple;
+using detail::loadLe;
+using detail::storeLe;
 
 constexpr std::uint32_t kMagic = 0x314d5347;   // the bytes "GSM1"
 constexpr std::size_t kFixedPrefixBytes = 12;  // magic, header bytes, payload count
@@ -38,17 +40,6 @@ constexpr std::size_t kReadAheadBytes = 64 * 1024;
 // as much as the kernel takes, like a plain blocking send()/recv() loop.
 std::size_t transferAllUnchunked(const std::error_code& ec, std::size_t /*transferred*/) {
   return ec ? 0 : std::size_t(1) << 40;
-}
-
-void storeLe(std::byte* out, std::uint64_t value, int bytes) {
-  for (int i = 0; i < bytes; ++i) out[i] = static_cast<std::byte>(value >> (8 * i));
-}
-
-std::uint64_t loadLe(const std::byte* in, int bytes) {
-  std::uint64_t value = 0;
-  for (int i = 0; i < bytes; ++i)
-    value |= std::uint64_t(std::to_integer<std::uint8_t>(in[i])) << (8 * i);
-  return value;
 }
 
 std::string endpointText(const Tcp::endpoint& endpoint) {
