@@ -2,8 +2,15 @@
 // tests/net/fake_verbs.h (two fake devices connected in memory, so it runs on any machine) and
 // over the real devices (each case skips with a message where there is none), plus what only
 // RDMA has: the wire records, the QP state machine, credits and chunking, error completions,
-// device selection and device memory. Built only when this build has the ibverbs backend.
+// device selection and device memory (only in a build with the ibverbs backend); and, in every
+// build, that the benchmark refuses to run RDMA where it cannot, with the reason.
+#include <string>
+
+#include <doctest/doctest.h>
+
 #include "engine/base/config.h"
+#include "engine/builtin.h"
+#include "tests/process_util.h"
 
 #if GOSSAMER_HAVE_IBVERBS
 
@@ -635,3 +642,17 @@ TEST_CASE(
 }  // namespace gossamer::net::ibverbs
 
 #endif  // GOSSAMER_HAVE_IBVERBS
+
+TEST_CASE(
+    "net ibverbs: gossamer-bench transport --transport ibverbs stops at once where it cannot run") {
+  std::string reason;
+  if (gossamer::engine::rdmaViable(&reason)) {
+    MESSAGE("skipped: this machine has a usable RDMA device");
+    return;
+  }
+  const gossamer::test::ProcessResult result = gossamer::test::runCommand(
+      std::string(GOSSAMER_BENCH_BINARY) + " transport --transport ibverbs", 60);
+  CHECK(result.exitCode == 1);
+  CHECK_MESSAGE(result.output.find(reason) != std::string::npos, result.output);
+  MESSAGE(result.output);
+}
