@@ -155,7 +155,7 @@ void Device::registerMemory(std::span<std::byte> memory) {
       why = "no GPUDirect RDMA (the nvidia_peermem module is not loaded)";
     } else {
       MemoryRegion mr;
-      if (auto ec = verbs_->registerMemory(pd_, memory.data(), memory.size(), kLocalWrite, &mr)) {
+      if (auto ec = verbs_->registerMemory(pd_, memory.data(), memory.size(), 0, &mr)) {
         why = fmt::format("registering it failed: {}", ec.message());
       } else {
         regions_.push_back(Region{memory.data(), memory.size(), mr, true});
@@ -172,7 +172,7 @@ void Device::registerMemory(std::span<std::byte> memory) {
     return;
   }
   MemoryRegion mr;
-  if (auto ec = verbs_->registerMemory(pd_, memory.data(), memory.size(), kLocalWrite, &mr)) {
+  if (auto ec = verbs_->registerMemory(pd_, memory.data(), memory.size(), 0, &mr)) {
     log::get("net")->warn("ibverbs: registering {} bytes failed ({}); sends from them are staged",
                           memory.size(), ec.message());
     return;

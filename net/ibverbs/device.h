@@ -1,6 +1,7 @@
 // The opened RDMA device of one transport: its verbs context, port, addressing and protection
 // domain, and the memory registered on it (Transport::registerMemory). Shared by the transport
 // and its links (a link may outlive its transport), used on the transport's io thread only.
+// Internal to the ibverbs backend.
 #pragma once
 
 #include <cstddef>
@@ -51,8 +52,9 @@ class Device final {
     bool device = false;  // device (CUDA) memory registered directly (GPUDirect RDMA)
   };
 
-  // Registers `memory` for sending from (local access only), once; device memory directly only
-  // with GPUDirect RDMA, otherwise it is staged when sent (the choice is logged).
+  // Registers `memory` for sending from (local read access only: read-only memory works too, and
+  // no remote can touch it), once; device memory directly only with GPUDirect RDMA, otherwise it
+  // is staged when sent (the choice is logged).
   void registerMemory(std::span<std::byte> memory);
   // The registered region holding all of [data, data + bytes), or null.
   const Region* findRegion(const void* data, std::size_t bytes) const;

@@ -94,15 +94,21 @@ class TransportState final : public std::enable_shared_from_this<TransportState>
     if (self->closed_) co_return LinkResult{asio::error::operation_aborted, nullptr};
     LinkResult control = co_await self->control_->accept();
     if (control.error) co_return control;
-    co_return co_await self->bootstrap(std::move(control.link));
+    co_return co_await self->bootstrap(std::move(control.link), self->options_.bootstrapTimeout);
   }
 
   static asio::awaitable<LinkResult> connect(std::shared_ptr<TransportState> self, Endpoint remote,
                                              std::chrono::milliseconds timeout) {
     if (self->closed_) co_return LinkResult{asio::error::operation_aborted, nullptr};
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
     LinkResult control = co_await self->control_->connect(remote, timeout);
     if (control.error) co_return control;
-    co_return co_await self->bootstrap(std::move(control.link));
+    // The bootstrap gets what is left of the timeout (and at most bootstrapTimeout).
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    co_return co_await self->bootstrap(
+        std::move(control.link),
+        std::min(std::max(left, std::chrono::milliseconds(1)), self->options_.bootstrapTimeout));
   }
 
   void registerMemory(std::span<std::byte> memory) { device_->registerMemory(memory); }
@@ -117,7 +123,8 @@ class TransportState final : public std::enable_shared_from_this<TransportState>
  private:
   // Both ends run the same steps over the control connection (protocol.h); nothing is sent on
   // the QP before the remote said it is ready to receive.
-  asio::awaitable<LinkResult> bootstrap(std::unique_ptr<Link> control) {
+  asio::awaitable<LinkResult> bootstrap(std::unique_ptr<Link> control,
+                                        std::chrono::milliseconds timeout) {
     const asio::any_io_executor executor = co_await asio::this_coro::executor;
     std::shared_ptr<LinkState> state;
     const std::error_code created =
@@ -130,7 +137,7 @@ class TransportState final : public std::enable_shared_from_this<TransportState>
     }
     std::error_code ec;
     {
-      BootstrapWatch watch(executor, options_.bootstrapTimeout, state);
+      BootstrapWatch watch(executor, timeout, state);
       ec = co_await exchange(*state);
       if (watch.fired()) ec = Errc::handshakeTimeout;
     }

@@ -321,9 +321,13 @@ void LinkState::failed(const WorkCompletion& wc) {
     return;
   }
   if (closed_) return;
-  log::get("net")->warn("ibverbs: link to {}: a work request failed: {} (vendor error {:#x})",
-                        remote_, statusName(wc.status), wc.vendorError);
-  if (wc.status == WcStatus::kRetryExceeded || wc.status == WcStatus::kRnrRetryExceeded) {
+  const bool unanswered =
+      wc.status == WcStatus::kRetryExceeded || wc.status == WcStatus::kRnrRetryExceeded;
+  // Requests to a remote known to be gone are expected to fail: not worth a warning.
+  log::get("net")->log(unanswered && peerGone_ ? spdlog::level::debug : spdlog::level::warn,
+                       "ibverbs: link to {}: a work request failed: {} (vendor error {:#x})",
+                       remote_, statusName(wc.status), wc.vendorError);
+  if (unanswered) {
     // The remote stopped answering: like its disconnect, what it sent before can still be
     // received, but nothing can be sent. Tell it (if it is still there) by closing the control
     // connection.

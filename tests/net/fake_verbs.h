@@ -14,7 +14,9 @@
 //   Each moves the QPs involved to ERROR.
 // - Delivery happens inside postSend (synchronously, under the fabric's lock): the bytes are
 //   copied, one receive is consumed (SEND and WRITE_WITH_IMM), and completions are queued on both
-//   CQs. A remote QP that does not exist or is not ready gives RETRY_EXC_ERR.
+//   CQs. A remote QP that does not exist or is not ready gives RETRY_EXC_ERR, like hardware
+//   only after the retries (kRetryDelay, on a thread of the fake): the sender's QP then goes to
+//   ERROR and what was posted behind it is flushed.
 // - Completion channels: each is an eventfd (semaphore mode), written when a completion lands
 //   on an armed CQ, so the transport's asio wait on the channel's descriptor is real.
 // It is STRICTER than hardware in one way: a message that finds no receive posted is an RNR
@@ -24,6 +26,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -32,6 +35,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -377,6 +381,10 @@ class FakeFabric final : public std::enable_shared_from_this<FakeFabric> {
       finish(WcStatus::kFlushed);
       return {};
     }
+    if (qp.retrying) {  // behind a request that is still being retried
+      qp.held.push_back(request.wrId);
+      return {};
+    }
     // Gather the local bytes (a local protection error when an SGE is outside its region).
     std::vector<std::byte> bytes;
     for (const Sge& sge : request.sges) {
@@ -397,7 +405,7 @@ class FakeFabric final : public std::enable_shared_from_this<FakeFabric> {
     Qp* remote = findRemote(qp);
     if (remote == nullptr ||
         (remote->state != QpState::kReadyToReceive && remote->state != QpState::kReadyToSend)) {
-      finish(WcStatus::kRetryExceeded);
+      retry(id, request.wrId, opcode);
       return {};
     }
     const std::uint64_t remoteId = idOf(*remote);
@@ -518,7 +526,33 @@ class FakeFabric final : public std::enable_shared_from_this<FakeFabric> {
     Gid remoteGid{};
     std::deque<Receive> receives;
     std::uint32_t sendOutstanding = 0;
+    bool retrying = false;            // a request is being retried (see retry)
+    std::vector<std::uint64_t> held;  // requests posted behind it
   };
+
+  // How long the hardware would retry a request nobody acknowledges before RETRY_EXC_ERR.
+  static constexpr std::chrono::milliseconds kRetryDelay{20};
+
+  // With mutex_ held: request `wrId` of QP `id` finds no one; it fails after kRetryDelay.
+  void retry(std::uint64_t id, std::uint64_t wrId, WcOpcode opcode) {
+    qps_.at(id).retrying = true;
+    std::thread([fabric = shared_from_this(), id, wrId, opcode] {
+      std::this_thread::sleep_for(kRetryDelay);
+      std::lock_guard lock(fabric->mutex_);
+      auto it = fabric->qps_.find(id);
+      if (it == fabric->qps_.end()) return;
+      Qp& qp = it->second;
+      qp.retrying = false;
+      fabric->complete(
+          qp.cq, id, true,
+          WorkCompletion{.wrId = wrId, .status = WcStatus::kRetryExceeded, .opcode = opcode});
+      for (const std::uint64_t held : qp.held)
+        fabric->complete(qp.cq, id, true,
+                         WorkCompletion{.wrId = held, .status = WcStatus::kFlushed});
+      qp.held.clear();
+      fabric->toError(qp);
+    }).detach();
+  }
 
   static Gid gidOf(std::uint16_t lid) {
     Gid gid{};
@@ -587,7 +621,6 @@ class FakeFabric final : public std::enable_shared_from_this<FakeFabric> {
     qp.receives.clear();
   }
 
-  friend class FakeVerbs;
   mutable std::mutex mutex_;
   std::vector<FakeDevice> devices_;
   std::map<std::uint64_t, Context> contexts_;

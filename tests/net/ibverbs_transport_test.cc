@@ -32,6 +32,7 @@
 #include "net/ibverbs/ibverbs_transport.h"
 #include "net/ibverbs/protocol.h"
 #include "net/ibverbs/verbs.h"
+#include "net/tcp/tcp_transport.h"
 #include "tests/net/fake_verbs.h"
 #include "tests/net/transport_conformance.h"
 
@@ -330,7 +331,67 @@ TEST_CASE("net ibverbs: links bring their QPs up RESET-INIT-RTR-RTS and free eve
   CHECK(fabric->violations().empty());
 }
 
-TEST_CASE("net ibverbs: a sender never overruns the receiver's slots; it waits for credits") {
+TEST_CASE("net ibverbs: accept bounds a remote that does not bootstrap, before any handshake") {
+  Watchdog watchdog(30s);
+  auto fabric = std::make_shared<FakeFabric>();
+  Peer b;
+  Peer a;
+  Options options;
+  options.verbs = fabric->makeHost();
+  options.bootstrapTimeout = 300ms;
+  b.transport = b.call([&] { return makeTransport(b.io(), options); });
+  const Endpoint where = b.listen();
+  a.transport = a.call([&] { return tcp::makeTransport(a.io()); });  // a plain TCP client
+  auto acceptOne = [&] {
+    return b.spawn(
+        [&]() -> asio::awaitable<LinkResult> { co_return co_await b.transport->accept(); });
+  };
+  auto connectTcp = [&] {
+    LinkResult connected = a.run([&]() -> asio::awaitable<LinkResult> {
+      co_return co_await a.transport->connect(where, 5s);
+    });
+    REQUIRE_MESSAGE(!connected.error, describe(connected.error));
+    Link* link = connected.link.get();
+    a.call([&] { a.links.push_back(std::move(connected.link)); });
+    return link;
+  };
+
+  SUBCASE("a silent remote is cut off after bootstrapTimeout") {
+    auto accepted = acceptOne();
+    connectTcp();
+    const auto start = std::chrono::steady_clock::now();
+    LinkResult result = accepted.get();
+    CHECK_MESSAGE(result.error == make_error_code(Errc::handshakeTimeout), describe(result.error));
+    CHECK(std::chrono::steady_clock::now() - start < 5s);
+  }
+  SUBCASE("garbage, or a record with hostile values, is refused") {
+    protocol::BootstrapInfo hostile{.qpn = 1,
+                                    .mtu = 1024,
+                                    .slotCount = 1,
+                                    .slotBytes = std::uint64_t{1} << 40,  // 1 TiB slots
+                                    .dataWindow = 2,
+                                    .creditWindow = 1,
+                                    .receiveBytes = 256};
+    const auto record = protocol::encodeBootstrap(hostile);
+    const std::vector<std::byte> garbage = patternBytes(76, 1);
+    for (const std::span<const std::byte> bytes :
+         {std::span<const std::byte>(garbage), std::span<const std::byte>(record)}) {
+      auto accepted = acceptOne();
+      Link* link = connectTcp();
+      a.run([&]() -> asio::awaitable<std::error_code> {
+        co_return co_await link->send(OutFrame(bytes));
+      });
+      LinkResult result = accepted.get();
+      CHECK_MESSAGE(result.error == make_error_code(Errc::malformedFrame), describe(result.error));
+    }
+  }
+  // Refused links leave nothing of the device behind (once b's io thread ran what was queued).
+  b.call([] {});
+  CHECK(fabric->live().qps == 0);
+  CHECK(fabric->live().mrs == 0);
+}
+
+TEST_CASE("net ibverbs: a sender never overruns the receiver's slots, it waits for credits") {
   Watchdog watchdog(60s);
   const Options options = smallOptions();  // 4 slots of 4 KiB
   FakeNet net(options, options);
@@ -470,13 +531,19 @@ TEST_CASE("net ibverbs: failed work completions close the link with an error cod
   }
 }
 
-TEST_CASE("net ibverbs: a peer whose device stops answering fails sends with connection_reset") {
+TEST_CASE("net ibverbs: a peer whose device stops answering is a disconnect on both ends") {
   Watchdog watchdog(30s);
   FakeNet net;
-  net.fabric->breakDevice("fake1");  // b's QPs stop answering; its control connection stays up
+  net.fabric->breakDevice("fake1");  // b's QPs go to the error state and stop answering
   const std::vector<std::byte> header = headerOf({1});
+  // a's send fails: after its retries (connection_reset), or sooner when b, which saw its QP
+  // fail, closed the link first (broken_pipe).
   const std::error_code sent = net.send(net.a, net.la, frameOf(header));
-  CHECK_MESSAGE(sent == asio::error::connection_reset, describe(sent));
+  CHECK_MESSAGE(isDisconnect(sent), describe(sent));
+  auto [ec, unused] = net.receive(net.b, net.lb).get();
+  CHECK_MESSAGE(ec == make_error_code(Errc::rdmaFailure), describe(ec));
+  auto [other, unused2] = net.receive(net.a, net.la).get();
+  CHECK_MESSAGE(isDisconnect(other), describe(other));
 }
 
 TEST_CASE("net ibverbs: a receiver gets the frames sent before its peer closed, then eof") {
@@ -534,7 +601,8 @@ TEST_CASE("net ibverbs: busy polling and RoCE (GID) addressing carry frames too"
   CHECK(net.fabric->violations().empty());
 }
 
-TEST_CASE("net ibverbs: registered memory is written in place; device memory is staged or not") {
+TEST_CASE(
+    "net ibverbs: registered memory is written in place, device memory staged or registered") {
   Watchdog watchdog(30s);
   // "Device memory": a host buffer the callbacks call device memory, copies counted.
   std::vector<std::byte> deviceBuffer(64 * 1024);
