@@ -118,7 +118,8 @@ class TransportState final : public std::enable_shared_from_this<TransportState>
     asio::dispatch(io_, [self = shared_from_this()] { self->closeNow(); });
   }
 
-  const Options& options() const { return options_; }
+  std::string name() const { return "ibverbs"; }
+  const Limits& limits() const { return options_.limits; }
 
  private:
   // Both ends run the same steps over the control connection (protocol.h); nothing is sent on
@@ -192,28 +193,6 @@ class TransportState final : public std::enable_shared_from_this<TransportState>
   std::vector<std::weak_ptr<LinkState>> links_;
 };
 
-class IbverbsTransport final : public Transport {
- public:
-  IbverbsTransport(asio::io_context& io, const Options& options)
-      : state_(std::make_shared<TransportState>(io, options)) {}
-  ~IbverbsTransport() override { state_->close(); }
-
-  std::string name() const override { return "ibverbs"; }
-  std::error_code listen(const Endpoint& local) override { return state_->listen(local); }
-  Endpoint localEndpoint() const override { return state_->localEndpoint(); }
-  asio::awaitable<LinkResult> accept() override { return TransportState::accept(state_); }
-  asio::awaitable<LinkResult> connect(const Endpoint& remote,
-                                      std::chrono::milliseconds timeout) override {
-    return TransportState::connect(state_, remote, timeout);
-  }
-  void registerMemory(std::span<std::byte> memory) override { state_->registerMemory(memory); }
-  void close() override { state_->close(); }
-  const Limits& limits() const override { return state_->options().limits; }
-
- private:
-  std::shared_ptr<TransportState> state_;
-};
-
 }  // namespace
 
 bool isViable(std::string* reason, const Options& options) {
@@ -232,7 +211,8 @@ bool isViable(std::string* reason, const Options& options) {
 
 std::unique_ptr<Transport> makeTransport(asio::io_context& io, const Options& options) {
   checkOptions(options);
-  return std::make_unique<IbverbsTransport>(io, options);
+  return std::make_unique<detail::SharedStateTransport<TransportState>>(
+      std::make_shared<TransportState>(io, options));
 }
 
 }  // namespace gossamer::net::ibverbs

@@ -574,33 +574,6 @@ std::error_code LinkState::repostReceive(std::uint32_t index) {
   return {};
 }
 
-asio::awaitable<std::error_code> LinkState::receive(std::shared_ptr<LinkState> self,
-                                                    InFrame& frame) {
-  if (self->receiving_) co_return Errc::receiveInProgress;
-  // Drop what the frame held first: its pooled payloads may be what the pool waits for.
-  frame.payloads.clear();
-  frame.header.clear();
-  if (self->closed_) co_return self->closeError_;
-  // A receive that ends unfinished (cancelled, or an exception from the PayloadTarget) leaves
-  // a frame half read: close the link.
-  struct Scope {
-    LinkState& link;
-    bool finished = false;
-    ~Scope() {
-      link.receiving_ = false;
-      if (!finished) link.closeWith(asio::error::operation_aborted);
-    }
-  } scope{*self};
-  self->receiving_ = true;
-  std::error_code ec = co_await self->readFrame(frame);
-  scope.finished = true;
-  if (ec) {
-    frame.payloads.clear();
-    ec = self->failWith(ec);
-  }
-  co_return ec;
-}
-
 asio::awaitable<std::error_code> LinkState::readFrame(InFrame& frame) {
   midFrame_ = false;
   Arrival first;
@@ -622,34 +595,13 @@ asio::awaitable<std::error_code> LinkState::readFrame(InFrame& frame) {
     if (auto ec = co_await readSegment(std::span(rxMeta_).subspan(message.size()))) co_return ec;
   }
   if (auto ec = protocol::decodeMetaSizes(rxMeta_, prefix, limits(), &sizes_)) co_return ec;
-  const std::size_t count = prefix.payloadCount;
   frame.header.assign(rxMeta_.end() - static_cast<std::ptrdiff_t>(prefix.headerBytes),
                       rxMeta_.end());
 
-  // Where each payload goes: the caller's buffer, or (empty span) the pool.
-  targets_.assign(count, {});
-  pooledSizes_.clear();
-  for (std::size_t i = 0; i < count; ++i) {
-    if (target_) targets_[i] = target_(frame.header, i, sizes_[i]);
-    if (!targets_[i].empty() && targets_[i].size() != sizes_[i])
-      co_return Errc::invalidPayloadTarget;
-    if (targets_[i].empty()) pooledSizes_.push_back(sizes_[i]);
-  }
-  std::vector<Payload> pooled;
-  if (!pooledSizes_.empty()) {
-    // Waits here, freeing no slot, while the receiver holds the pool's bound: the sender runs
-    // out of credits and waits.
-    if (auto ec = co_await pool_->acquire(pooledSizes_, pooled)) co_return ec;
-  }
-  frame.payloads.reserve(count);
-  std::size_t nextPooled = 0;
-  for (std::size_t i = 0; i < count; ++i) {
-    if (targets_[i].empty()) {
-      frame.payloads.push_back(std::move(pooled[nextPooled++]));
-    } else {
-      frame.payloads.emplace_back(targets_[i], nullptr);
-    }
-  }
+  // Where each payload goes: the caller's buffer, or the pool (waiting, freeing no slot, while
+  // the receiver holds the pool's bound: the sender runs out of credits and waits).
+  if (auto ec = co_await detail::placePayloads(target_, *pool_, sizes_, frame, placement_))
+    co_return ec;
   std::size_t bytes = rxMeta_.size();
   for (const Payload& payload : frame.payloads) {
     if (auto ec = co_await readSegment(payload.bytes())) co_return ec;

@@ -30,7 +30,8 @@
 
 namespace gossamer::net::ibverbs {
 
-class LinkState final : public std::enable_shared_from_this<LinkState> {
+class LinkState final : public std::enable_shared_from_this<LinkState>,
+                        public detail::FrameReceiver<LinkState> {
  public:
   // A link over the control connection `control`: creates its CQ, channel and QP, moves the QP
   // to INIT and posts every receive (the remote may write as soon as it has our BootstrapInfo).
@@ -51,7 +52,7 @@ class LinkState final : public std::enable_shared_from_this<LinkState> {
   std::error_code start();
 
   static asio::awaitable<std::error_code> send(std::shared_ptr<LinkState> self, OutFrame frame);
-  static asio::awaitable<std::error_code> receive(std::shared_ptr<LinkState> self, InFrame& frame);
+  // receive(self, frame): detail::FrameReceiver's, over readFrame.
   void setPayloadTarget(PayloadTarget target) { target_ = std::move(target); }
   // Any thread; runs inline on the io thread.
   void close();
@@ -63,6 +64,8 @@ class LinkState final : public std::enable_shared_from_this<LinkState> {
   std::uint64_t bytesReceived() const { return bytesReceived_; }
 
  private:
+  friend class detail::FrameReceiver<LinkState>;
+
   struct Buffer {
     std::unique_ptr<std::byte[]> memory;
     std::size_t bytes = 0;
@@ -174,12 +177,10 @@ class LinkState final : public std::enable_shared_from_this<LinkState> {
   std::uint64_t chunksConsumed_ = 0;
   bool flushWanted_ = false;  // a credit message to flush everything is owed
   std::deque<Arrival> arrivals_;
-  bool receiving_ = false;
   bool midFrame_ = false;
   std::vector<std::byte> rxMeta_;
   std::vector<std::uint64_t> sizes_;
-  std::vector<std::span<std::byte>> targets_;
-  std::vector<std::size_t> pooledSizes_;
+  detail::PayloadPlacement placement_;
   std::shared_ptr<detail::BufferPool> pool_;
   PayloadTarget target_;
 

@@ -410,41 +410,31 @@ class FakeFabric final : public std::enable_shared_from_this<FakeFabric> {
     }
     const std::uint64_t remoteId = idOf(*remote);
     DeviceStats& stats = stats_[self.name];
-    if (request.opcode == SendOpcode::kWriteWithImm) {
-      if (!(remote->access & kRemoteWrite) ||
-          !inRegion(remote->pd, request.rkey, request.remoteAddress, bytes.size(), true,
-                    kRemoteWrite)) {
-        finish(WcStatus::kRemoteAccessError);
-        toError(*remote);
-        return {};
-      }
-      if (remote->receives.empty()) {
-        violations_.push_back("RDMA write with immediate found no receive posted (RNR)");
-        finish(WcStatus::kRnrRetryExceeded);
-        return {};
-      }
+    const bool write = request.opcode == SendOpcode::kWriteWithImm;
+    if (write && (!(remote->access & kRemoteWrite) ||
+                  !inRegion(remote->pd, request.rkey, request.remoteAddress, bytes.size(), true,
+                            kRemoteWrite))) {
+      finish(WcStatus::kRemoteAccessError);
+      toError(*remote);
+      return {};
+    }
+    // Both consume a receive: a SEND for its bytes, a WRITE_WITH_IMM for its immediate.
+    if (remote->receives.empty()) {
+      violations_.push_back(std::string(write ? "RDMA write with immediate" : "SEND") +
+                            " found no receive posted (RNR)");
+      finish(WcStatus::kRnrRetryExceeded);
+      return {};
+    }
+    const Receive receive = std::move(remote->receives.front());
+    remote->receives.pop_front();
+    if (write) {
       if (!bytes.empty())
         std::memcpy(reinterpret_cast<std::byte*>(request.remoteAddress), bytes.data(),
                     bytes.size());
-      const Receive receive = std::move(remote->receives.front());
-      remote->receives.pop_front();
-      complete(remote->cq, remoteId, false,
-               WorkCompletion{.wrId = receive.wrId,
-                              .opcode = WcOpcode::kRecvRdmaWithImm,
-                              .byteLength = static_cast<std::uint32_t>(bytes.size()),
-                              .imm = request.imm,
-                              .hasImm = true});
       ++stats.writes;
       stats.bytesWritten += bytes.size();
       stats.largestWrite = std::max<std::uint64_t>(stats.largestWrite, bytes.size());
     } else {
-      if (remote->receives.empty()) {
-        violations_.push_back("SEND found no receive posted (RNR)");
-        finish(WcStatus::kRnrRetryExceeded);
-        return {};
-      }
-      const Receive receive = std::move(remote->receives.front());
-      remote->receives.pop_front();
       std::size_t room = 0;
       for (const Sge& sge : receive.sges) room += sge.length;
       if (bytes.size() > room) {
@@ -460,14 +450,14 @@ class FakeFabric final : public std::enable_shared_from_this<FakeFabric> {
         if (n > 0) std::memcpy(reinterpret_cast<std::byte*>(sge.address), bytes.data() + offset, n);
         offset += n;
       }
-      complete(remote->cq, remoteId, false,
-               WorkCompletion{.wrId = receive.wrId,
-                              .opcode = WcOpcode::kRecv,
-                              .byteLength = static_cast<std::uint32_t>(bytes.size()),
-                              .imm = request.imm,
-                              .hasImm = true});
       ++(bytes.empty() ? stats.creditSends : stats.frameSends);
     }
+    complete(remote->cq, remoteId, false,
+             WorkCompletion{.wrId = receive.wrId,
+                            .opcode = write ? WcOpcode::kRecvRdmaWithImm : WcOpcode::kRecv,
+                            .byteLength = static_cast<std::uint32_t>(bytes.size()),
+                            .imm = request.imm,
+                            .hasImm = true});
     finish(WcStatus::kSuccess);
     return {};
   }
