@@ -49,6 +49,22 @@ void checkOptions(const Options& o) {
       "ibverbs: DeviceMemory::isDevice needs copyToHost and copyToDevice too");
 }
 
+// The control connections carry a few small frames, before any authentication: bound them
+// tightly (a remote cannot make us allocate more than this for them) and leave the socket
+// buffers at the kernel's defaults.
+tcp::Options controlOptions(const Limits& limits) {
+  tcp::Options options;
+  options.limits.maxHeaderBytes = 256;
+  options.limits.maxPayloads = 0;
+  options.limits.maxFrameBytes = 256;
+  options.limits.maxBufferedBytes = 256;
+  options.limits.maxInFlightSends = 2;
+  options.limits.maxPendingHandshakes = limits.maxPendingHandshakes;  // the listen backlog
+  options.sendBufferBytes = 0;
+  options.receiveBufferBytes = 0;
+  return options;
+}
+
 // Closes a link that is still bootstrapping when its time is up, which ends the pending
 // receive on its control connection; fired() tells the two apart.
 class BootstrapWatch {
@@ -85,7 +101,7 @@ class TransportState final : public std::enable_shared_from_this<TransportState>
       : io_(io),
         options_(options),
         device_(std::make_shared<Device>(verbsOf(options), options)),
-        control_(tcp::makeTransport(io, tcp::Options{.limits = options.limits})) {}
+        control_(tcp::makeTransport(io, controlOptions(options.limits))) {}
 
   std::error_code listen(const Endpoint& local) { return control_->listen(local); }
   Endpoint localEndpoint() const { return control_->localEndpoint(); }

@@ -439,9 +439,11 @@ asio::awaitable<std::error_code> LinkState::send(std::shared_ptr<LinkState> self
   if (self->peerGone_) co_return self->peerError_;
   if (auto ec = co_await self->sendTurn_.enter()) co_return self->closed_ ? self->closeError_ : ec;
   std::uint64_t last = 0;
+  std::size_t bytes = 0;
   {
     detail::FifoGate::Turn turn(self->sendTurn_);
     if (auto ec = co_await self->postFrame(frame, &last)) co_return ec;
+    bytes = self->txMeta_.size();  // the meta buffer is the next turn holder's afterwards
   }
   // The caller's buffers may be read by the HCA until the frame's last request completes.
   if (auto ec = co_await self->waitUntil(
@@ -452,7 +454,6 @@ asio::awaitable<std::error_code> LinkState::send(std::shared_ptr<LinkState> self
     if (self->closed_) co_return self->closeError_;
     co_return self->peerGone_ ? self->peerError_ : make_error_code(Errc::rdmaFailure);
   }
-  std::size_t bytes = self->txMeta_.size();
   for (const auto& payload : frame.payloads) bytes += payload.size();
   self->bytesSent_ += bytes;
   co_return std::error_code{};

@@ -364,7 +364,7 @@ TEST_CASE("net ibverbs: accept bounds a remote that does not bootstrap, before a
     CHECK_MESSAGE(result.error == make_error_code(Errc::handshakeTimeout), describe(result.error));
     CHECK(std::chrono::steady_clock::now() - start < 5s);
   }
-  SUBCASE("garbage, or a record with hostile values, is refused") {
+  SUBCASE("garbage, a record with hostile values, or a large frame is refused") {
     protocol::BootstrapInfo hostile{.qpn = 1,
                                     .mtu = 1024,
                                     .slotCount = 1,
@@ -374,15 +374,25 @@ TEST_CASE("net ibverbs: accept bounds a remote that does not bootstrap, before a
                                     .receiveBytes = 256};
     const auto record = protocol::encodeBootstrap(hostile);
     const std::vector<std::byte> garbage = patternBytes(76, 1);
-    for (const std::span<const std::byte> bytes :
-         {std::span<const std::byte>(garbage), std::span<const std::byte>(record)}) {
+    const std::vector<std::byte> large = patternBytes(64 * 1024, 2);
+    struct Bad {
+      OutFrame frame;
+      std::error_code expected;
+    };
+    const std::vector<Bad> bads{
+        {OutFrame(garbage), Errc::malformedFrame},
+        {OutFrame(record), Errc::malformedFrame},
+        // The control connection takes small frames only, checked before allocating.
+        {OutFrame(large), Errc::frameTooLarge},
+        {OutFrame(record, {large}), Errc::tooManyPayloads},
+    };
+    for (const Bad& bad : bads) {
       auto accepted = acceptOne();
       Link* link = connectTcp();
-      a.run([&]() -> asio::awaitable<std::error_code> {
-        co_return co_await link->send(OutFrame(bytes));
-      });
+      a.run(
+          [&]() -> asio::awaitable<std::error_code> { co_return co_await link->send(bad.frame); });
       LinkResult result = accepted.get();
-      CHECK_MESSAGE(result.error == make_error_code(Errc::malformedFrame), describe(result.error));
+      CHECK_MESSAGE(result.error == bad.expected, describe(result.error));
     }
   }
   // Refused links leave nothing of the device behind (once b's io thread ran what was queued).
