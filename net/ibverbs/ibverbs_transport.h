@@ -16,7 +16,9 @@
 // (they are registered for remote write, nothing else is; registerMemory regions are local
 // only) and make us hold one QP with its buffers (about slotCount * slotBytes + receive buffers)
 // until the handshake fails and the link is closed. accept() bounds a silent remote by
-// Options::bootstrapTimeout; net/wire's handshake server bounds the links pending a handshake.
+// Options::bootstrapTimeout (and serves one bootstrap at a time), the control connection takes
+// frames of at most 256 bytes, and net/wire's handshake server bounds the links pending a
+// handshake.
 //
 // Data path (protocol.h): headers by SEND, payloads by RDMA WRITE with immediate into the
 // receiver's slots, chunked by slot, with credits so that a sender never overruns a slot or a
