@@ -18,8 +18,8 @@ void addMlpCommand(CLI::App& app);
 // (shaped_bench.cc).
 void addShapedCommand(CLI::App& app);
 
-// `transport`: TCP transport bulk GB/s and envelope round trip next to raw blocking sockets
-// (transport_bench.cc).
+// `transport`: transport bulk GB/s and envelope round trip; tcp next to raw blocking sockets,
+// ibverbs (--transport ibverbs) next to tcp (transport_bench.cc).
 void addTransportCommand(CLI::App& app);
 
 // `membership`: SWIM failure detection and join times in units of T, false failures under loss,
