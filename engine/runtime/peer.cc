@@ -167,6 +167,7 @@ struct Peer::Impl {
   std::mutex barrierMutex;
   std::condition_variable barrierChanged;
   std::set<PeerId> finishedPeers, releasedPeers;
+  bool inFinish = false;  // past the finished-training barrier (guarded by barrierMutex)
 
   // Who trained from the start (answers kStatus: a peer in it is expected, not late).
   std::mutex startMutex;
@@ -188,9 +189,12 @@ struct Peer::Impl {
   std::optional<net::Endpoint> addressOf(PeerId peer) const;
   std::vector<PeerId> liveMembers() const;
   bool isLive(PeerId peer) const;
+  // Whether `peer` will send nothing more for the current phase: while training, once it has
+  // finished training; in finish() (after the barrier, when the last rounds run), once it has
+  // released the others.
   bool hasFinished(PeerId peer) {
     std::lock_guard lock(barrierMutex);
-    return finishedPeers.count(peer) > 0;
+    return (inFinish ? releasedPeers : finishedPeers).count(peer) > 0;
   }
 
   // ---- messaging ----
@@ -886,7 +890,8 @@ Peer::Impl::StartPlan Peer::Impl::waitForStart() {
                      seeds.empty() ? "none (this peer started the cluster)" : seeds);
     }
     std::unique_lock lock(viewMutex);
-    viewChanged.wait_for(lock, std::chrono::milliseconds(200));
+    viewChanged.wait_for(lock, std::chrono::milliseconds(200),
+                         [&] { return view.members.size() != now.size(); });
   }
 }
 
@@ -1148,6 +1153,10 @@ PeerResult Peer::Impl::train() {
     // member's has arrived, so has everything they sent: finish() can consume all of it.
     notifyRuntime(others, kFinished);
     awaitBarrier(finishedPeers, "finished training");
+    {
+      std::lock_guard lock(barrierMutex);
+      inFinish = true;
+    }
     algorithm->finish(*context);
   }
   if (!t.checkpointDir.empty() && !killed) saveCheckpoint();
