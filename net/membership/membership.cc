@@ -213,7 +213,12 @@ class Core final : public std::enable_shared_from_this<Core> {
     GOSSAMER_ENFORCE(!started_, "membership service started twice");
     started_ = true;
     running_ = true;
-    self_ = Member{mesh_.selfId(), mesh_.localEndpoint(), 0, MemberState::alive};
+    // The first incarnation comes from the clock (milliseconds): a restarted process with the
+    // same identity outbids its earlier life at once, and the seeds tell the two apart.
+    const auto now = std::chrono::duration_cast<milliseconds>(
+        std::chrono::system_clock::now().time_since_epoch());
+    self_ = Member{mesh_.selfId(), mesh_.localEndpoint(), static_cast<std::uint64_t>(now.count()),
+                   MemberState::alive};
     std::erase(config_.seeds, self_.address);
     refreshView();
     const auto self = shared_from_this();
@@ -279,6 +284,18 @@ class Core final : public std::enable_shared_from_this<Core> {
       return;
     }
     becomeJoined();  // an unjoined peer that admits another forms a cluster with it
+    // A live member asks to join again only from a new life (a restarted process: its incarnation
+    // starts from the clock, above its earlier life's; a retry of the same life repeats the
+    // same one). The earlier life is over: record it failed before the new one rejoins, so that
+    // everyone drops its links and its round state even before the failure detector would.
+    if (const auto it = members_.find(request.peerId);
+        it != members_.end() && isLive(it->second.member.state) &&
+        request.incarnation > it->second.member.incarnation) {
+      const Member& earlier = it->second.member;
+      apply(wire::MemberUpdate{earlier.id, earlier.address, earlier.incarnation,
+                               wire::MemberState::dead},
+            Source::rumour);
+    }
     apply(wire::MemberUpdate{request.peerId, request.address, request.incarnation,
                              wire::MemberState::alive},
           Source::rumour);
@@ -368,7 +385,14 @@ class Core final : public std::enable_shared_from_this<Core> {
     if (source == Source::table && state == MemberState::dead && isLive(member.state))
       state = MemberState::suspect;
     if (!supersedes(update.incarnation, state, member)) return;
-    const MemberState old = member.state;
+    MemberState old = member.state;
+    if (isLive(old) && isLive(state) && !update.address.host.empty() &&
+        update.address != member.address) {
+      // The member came back at another address (restarted): its earlier life failed.
+      member.state = old = MemberState::dead;
+      deliver(EventKind::failed, member);
+      mesh_.disconnect(member.address);
+    }
     member.incarnation = update.incarnation;
     member.state = state;
     if (!update.address.host.empty()) member.address = update.address;

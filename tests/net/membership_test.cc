@@ -311,6 +311,33 @@ TEST_CASE("membership: a peer restarting with the same identity goes joined, fai
   CHECK(peers[0]->view().find(5)->incarnation >= 1);
 }
 
+TEST_CASE(
+    "membership: a peer restarting before its failure is detected is recorded failed, then "
+    "rejoined") {
+  Watchdog watchdog(60s);
+  World world;
+  world.backend = Backend::tcp;
+  const Options options = Options::local();
+  Peers peers = startChain(world, 5, options);
+  REQUIRE(waitUntil(20s, [&] { return allSee(peers, 5); }));
+  const std::uint64_t earlier = peers[0]->view().find(5)->incarnation;
+  peers[4].reset();  // killed, and back at once at another address (port 0), by seed 2
+  std::this_thread::sleep_for(std::chrono::milliseconds(2));  // a new millisecond: a new life
+  peers[4] = std::make_unique<TestPeer>(world, 5, std::vector<Endpoint>{peers[1]->endpoint()},
+                                        options, "cluster-secret");
+  REQUIRE(waitUntil(20s, [&] {
+    for (std::size_t i = 0; i < 4; ++i)
+      if (!peers[i]->saw(5, EventKind::rejoined)) return false;
+    return allSee(peers, 5);
+  }));
+  for (std::size_t i = 0; i < 4; ++i) {
+    CHECK(peers[i]->eventsAbout(5) ==
+          std::vector<EventKind>{EventKind::joined, EventKind::failed, EventKind::rejoined});
+    CHECK(peers[i]->view().find(5)->address == peers[4]->endpoint());
+  }
+  CHECK(peers[0]->view().find(5)->incarnation > earlier);
+}
+
 TEST_CASE("membership: a graceful leave is recorded as left, not failed") {
   Watchdog watchdog(60s);
   World world;
