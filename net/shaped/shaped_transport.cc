@@ -6,6 +6,7 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -106,7 +107,8 @@ class LinkState final : public std::enable_shared_from_this<LinkState> {
         maxInFlight_(std::max<std::size_t>(1, limits.maxInFlightSends)),
         maxDelayedBytes_(maxDelayedBytes),
         timerLead_(timerLead),
-        pumpTimer_(executor_) {
+        pumpTimer_(executor_),
+        faultRng_(seed ^ 0x9e3779b97f4a7c15ULL) {
     if (profile.shapes()) schedule_.emplace(profile, seed);
   }
 
@@ -141,6 +143,13 @@ class LinkState final : public std::enable_shared_from_this<LinkState> {
   bool blocked() const {
     return partitions_ != nullptr && remoteIndex_.has_value() &&
            partitions_->blocked(selfIndex_, *remoteIndex_);
+  }
+  // A frame this link sends is lost: cut, or dropped by the partitions' run-time loss.
+  bool lost() {
+    if (blocked()) return true;
+    if (partitions_ == nullptr || !remoteIndex_) return false;
+    const double rate = partitions_->loss(selfIndex_, *remoteIndex_);
+    return rate > 0 && std::uniform_real_distribution<double>(0, 1)(faultRng_) < rate;
   }
   bool admissible(std::size_t bytes) const {
     return sending_ < maxInFlight_ &&
@@ -191,6 +200,7 @@ class LinkState final : public std::enable_shared_from_this<LinkState> {
   std::size_t delayedBytes_ = 0;               // bytes in line_ plus the frame the pump is sending
   asio::steady_timer pumpTimer_;
   std::vector<DelayedFrame> pool_;  // freed buffers
+  std::mt19937_64 faultRng_;        // run-time loss draws (io thread)
 };
 
 awaitable<std::error_code> LinkState::send(std::shared_ptr<LinkState> self, OutFrame frame) {
@@ -203,9 +213,9 @@ awaitable<std::error_code> LinkState::send(std::shared_ptr<LinkState> self, OutF
   if (bytes > limits.maxFrameBytes) co_return make_error_code(Errc::frameTooLarge);
 
   if (!self->shaping()) {
-    if (self->blocked()) {
-      // Dropped by the partition; yield once so that a sender looping on a cut link cannot
-      // starve the io thread.
+    if (self->lost()) {
+      // Dropped by the partition or the run-time loss; yield once so that a sender looping on a cut
+      // link cannot starve the io thread.
       co_await asio::post(self->executor_, asio::use_awaitable);
       self->bytesSent_ += bytes;
       co_return std::error_code();
@@ -220,7 +230,7 @@ awaitable<std::error_code> LinkState::send(std::shared_ptr<LinkState> self, OutF
   }
   ++self->sending_;
   const LinkSchedule::Slot slot = self->schedule_->admit(Clock::now(), bytes);
-  if (!slot.dropped && !self->blocked()) self->enqueue(frame, bytes, slot.deliverAt);
+  if (!slot.dropped && !self->lost()) self->enqueue(frame, bytes, slot.deliverAt);
   self->wakeNextWaiter();
   // The send completes when its frame starts serializing: the sender is held to the link's
   // rate, yet back-to-back sends never leave the link idle (a transmit queue one frame deep).
@@ -596,6 +606,27 @@ void Partitions::healAll() {
 bool Partitions::blocked(std::size_t a, std::size_t b) const {
   std::lock_guard lock(mutex_);
   return !cut_.empty() && cut_.contains(ordered(a, b));
+}
+
+void Partitions::setLoss(std::size_t from, std::size_t to, double rate) {
+  GOSSAMER_ENFORCE(rate >= 0 && rate <= 1, "a loss rate must be in [0, 1], not {}", rate);
+  std::lock_guard lock(mutex_);
+  if (rate == 0)
+    loss_.erase({from, to});
+  else
+    loss_[{from, to}] = rate;
+}
+
+void Partitions::clearLoss() {
+  std::lock_guard lock(mutex_);
+  loss_.clear();
+}
+
+double Partitions::loss(std::size_t from, std::size_t to) const {
+  std::lock_guard lock(mutex_);
+  if (loss_.empty()) return 0;
+  const auto it = loss_.find({from, to});
+  return it == loss_.end() ? 0 : it->second;
 }
 
 std::size_t Partitions::size() const {

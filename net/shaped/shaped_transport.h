@@ -43,6 +43,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -89,9 +90,16 @@ class Partitions {
   bool blocked(std::size_t a, std::size_t b) const;
   std::size_t size() const;
 
+  // Run-time message loss on top of the profile's: every frame `from` sends to `to` is dropped
+  // with probability `rate` (0 removes it). For fault injection (gossamer-bench chaos).
+  void setLoss(std::size_t from, std::size_t to, double rate);
+  void clearLoss();
+  double loss(std::size_t from, std::size_t to) const;
+
  private:
   mutable std::mutex mutex_;
-  std::set<std::pair<std::size_t, std::size_t>> cut_;  // (min, max)
+  std::set<std::pair<std::size_t, std::size_t>> cut_;           // (min, max)
+  std::map<std::pair<std::size_t, std::size_t>, double> loss_;  // (from, to) -> rate
 };
 
 // Wraps `inner` (which must not have been used yet). name() is "shaped(" + inner's name + ")".

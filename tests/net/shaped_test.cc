@@ -428,6 +428,20 @@ TEST_CASE("net shaped: partition set") {
   CHECK_FALSE(partitions.blocked(4, 5));
 }
 
+TEST_CASE("net shaped: run-time loss rates are per direction and validated") {
+  Partitions partitions;
+  CHECK(partitions.loss(0, 1) == 0);
+  partitions.setLoss(0, 1, 0.25);
+  CHECK(partitions.loss(0, 1) == 0.25);
+  CHECK(partitions.loss(1, 0) == 0);
+  partitions.setLoss(0, 1, 0);
+  CHECK(partitions.loss(0, 1) == 0);
+  partitions.setLoss(2, 3, 1);
+  partitions.clearLoss();
+  CHECK(partitions.loss(2, 3) == 0);
+  CHECK_THROWS_WITH_AS(partitions.setLoss(0, 1, 1.5), doctest::Contains("[0, 1]"), Error);
+}
+
 // ---- the transport ----
 
 TEST_CASE("net shaped: lan passes frames through unchanged") {
@@ -564,6 +578,40 @@ TEST_CASE("net shaped: loss drops frames and keeps the link open") {
   CHECK(std::abs(static_cast<double>(first.size()) - n * (1 - rate)) <= 3 * sigma);
   CHECK(std::is_sorted(first.begin(), first.end()));
   CHECK(run(11) == first);  // the same seed loses the same frames
+}
+
+TEST_CASE("net shaped: run-time loss drops frames in one direction only, then stops") {
+  asio::io_context io;
+  PeerPair peers(io, singleLink(LinkProfile{.latency = 1ms}));
+  runWithWatchdog(io, [&]() -> awaitable<void> {
+    auto [a, b] = co_await peers.connect();
+    std::vector<std::vector<std::byte>> headers;
+    for (std::uint32_t i = 0; i < 20; ++i) headers.push_back(sequenceHeader(i));
+    // Loss 1 from 0 to 1: frames 0-9 from a are lost, b's reach a; then loss 0: 10-19 arrive.
+    peers.partitions->setLoss(0, 1, 1.0);
+    for (int i = 0; i < 10; ++i) {
+      co_await sendOk(*a, frameOf(headers[i]));
+      co_await sendOk(*b, frameOf(headers[i]));
+    }
+    peers.partitions->setLoss(0, 1, 0);
+    for (int i = 10; i < 20; ++i) co_await sendOk(*a, frameOf(headers[i]));
+    std::vector<std::uint32_t> atB, atA;
+    for (int i = 0; i < 10; ++i) {
+      InFrame frame;
+      co_await receiveOk(*b, frame);
+      atB.push_back(sequenceOf(frame));
+      InFrame back;
+      co_await receiveOk(*a, back);
+      atA.push_back(sequenceOf(back));
+    }
+    std::vector<std::uint32_t> later, first;
+    for (std::uint32_t i = 0; i < 10; ++i) {
+      first.push_back(i);
+      later.push_back(i + 10);
+    }
+    CHECK(atB == later);
+    CHECK(atA == first);
+  });
 }
 
 TEST_CASE("net shaped: partitions drop frames and heal at run time") {
