@@ -90,7 +90,11 @@ struct PeerOptions {
   std::string network = "lan";
   std::size_t networkIndex = 0;
   std::string membership = "local";
+  std::string transport = "tcp";
+  engine::RdmaOptions rdma;
+  std::string checkpointDir;
   double commTimeout = 10;
+  double minStepTime = 0;  // milliseconds
   double startTimeout = 120;
   double finishTimeout = 60;
   std::size_t local = 0;
@@ -170,9 +174,14 @@ void addModelOptions(CLI::App& app, PeerOptions& o, const engine::Registry& regi
   app.add_option("--metrics", o.train.metricsPath, "append JSON-lines metrics to this file");
   app.add_option("--checkpoint", o.train.checkpointPath,
                  "single peer: checkpoint file (written atomically)");
+  app.add_option("--checkpoint-dir", o.checkpointDir,
+                 "a cluster peer: directory of its checkpoint DIR/peer-<id>.ckpt (written "
+                 "atomically; params, optimizer, data position and algorithm state)");
   app.add_option("--checkpoint-every", o.train.checkpointEvery,
-                 "single peer: steps between checkpoints (0: only at the end)");
-  app.add_flag("--resume", o.train.resume, "single peer: continue from --checkpoint");
+                 "steps between checkpoints (0: only at the end)");
+  app.add_flag("--resume", o.train.resume,
+               "continue from --checkpoint (single peer) or from this peer's checkpoint in "
+               "--checkpoint-dir, rejoining the cluster (a cluster peer)");
   app.add_option("--log-level", o.logLevel, "trace, debug, info, warn, error, off")
       ->capture_default_str();
   app.add_flag("--json", o.json,
@@ -269,9 +278,33 @@ void addClusterOptions(CLI::App& app, PeerOptions& o, const engine::Registry& re
       ->check(CLI::IsMember({"local", "lan"}))
       ->capture_default_str()
       ->group(cluster);
+  app.add_option("--transport", o.transport,
+                 "between peer processes: tcp, or ibverbs (RDMA; fails at start, naming what "
+                 "is missing, where no RDMA device is usable)")
+      ->check(CLI::IsMember({"tcp", "ibverbs"}))
+      ->capture_default_str()
+      ->group(cluster);
+  app.add_option("--rdma-device", o.rdma.device,
+                 "RDMA device (ibverbs); default: the first with an active port")
+      ->group(cluster);
+  app.add_option("--rdma-port", o.rdma.port, "its port; 0: the first active one")
+      ->check(CLI::Range(0, 255))
+      ->group(cluster);
+  app.add_option("--rdma-gid-index", o.rdma.gidIndex,
+                 "GID index; -1: LID on InfiniBand, the first GID in use on RoCE")
+      ->check(CLI::Range(-1, 255))
+      ->group(cluster);
+  app.add_flag("--rdma-busy-poll", o.rdma.busyPoll,
+               "poll completions on the io thread instead of waiting for events")
+      ->group(cluster);
   app.add_option("--comm-timeout", o.commTimeout, "seconds: the deadline of every synchronous wait")
       ->check(CLI::PositiveNumber)
       ->capture_default_str()
+      ->group(cluster);
+  app.add_option("--min-step-time", o.minStepTime,
+                 "milliseconds: every local step takes at least this long (emulates a slower "
+                 "device; tests and chaos runs)")
+      ->check(CLI::NonNegativeNumber)
       ->group(cluster);
   app.add_option("--start-timeout", o.startTimeout, "seconds to wait for --min-peers members")
       ->check(CLI::PositiveNumber)
@@ -358,9 +391,17 @@ PeerConfig peerConfig(const PeerOptions& o, const engine::Registry& registry) {
   t.commTimeout = seconds(o.commTimeout);
   t.startTimeout = seconds(o.startTimeout);
   t.finishTimeout = seconds(o.finishTimeout);
+  t.minStepTime = std::chrono::microseconds(static_cast<std::int64_t>(o.minStepTime * 1000));
   t.evalEvery = o.train.evalEvery;
   t.evalSamples = o.train.evalSamples == 0 ? 2000 : o.train.evalSamples;
   t.metricsPath = o.train.metricsPath;
+  t.checkpointDir = o.checkpointDir;
+  t.checkpointEvery = o.train.checkpointEvery;
+  t.resume = o.train.resume;
+  GOSSAMER_ENFORCE(!t.resume || !t.checkpointDir.empty(),
+                   "--resume of a cluster peer needs --checkpoint-dir (where its checkpoint is)");
+  GOSSAMER_ENFORCE(o.train.checkpointPath.empty(),
+                   "--checkpoint is for a single peer; a cluster peer takes --checkpoint-dir");
   t.progress = !o.json && o.local == 0;
   t.finalConsensus = o.local == 0;
 
@@ -370,6 +411,8 @@ PeerConfig peerConfig(const PeerOptions& o, const engine::Registry& registry) {
   if (o.network != "lan") n.profile = net::shaped::NetworkProfile::fromSpec(o.network);
   n.profileIndex = o.networkIndex;
   if (o.local > 0) {
+    GOSSAMER_ENFORCE(o.transport == "tcp",
+                     "--transport is for peer processes; --local peers take --local-transport");
     n.transport = o.localTransport;
     if (!o.secretFile.empty()) n.secret = net::wire::readSecretFile(o.secretFile);
   } else {
@@ -378,6 +421,8 @@ PeerConfig peerConfig(const PeerOptions& o, const engine::Registry& registry) {
                      "holding the cluster secret, e.g. made by `head -c 32 "
                      "/dev/urandom | base64 > secret; chmod 600 secret`)");
     n.secret = net::wire::readSecretFile(o.secretFile);
+    n.transport = o.transport;
+    n.rdma = o.rdma;
     n.listen = net::Endpoint::parse(o.listen.empty() ? "127.0.0.1:0" : o.listen);
     if (!o.advertise.empty()) n.advertise = net::Endpoint::parse(o.advertise);
     GOSSAMER_ENFORCE(!o.advertise.empty() || (n.listen.host != "0.0.0.0" && n.listen.host != "::"),

@@ -173,7 +173,8 @@ struct Peer::Impl {
   std::mutex startMutex;
   std::vector<PeerId> startMembers;
   std::atomic<bool> leaveRequested{false};
-  std::optional<train::Checkpoint> resumeFrom;  // --resume: loaded and checked at construction
+  std::atomic<std::int64_t> minStepTimeOverride{0};  // microseconds; setMinStepTime()
+  std::optional<train::Checkpoint> resumeFrom;       // --resume: loaded and checked at construction
 
   // ---- compute thread ----
   std::unique_ptr<train::Learner> learner;
@@ -424,8 +425,10 @@ void Peer::Impl::startNetwork() {
     if (n.transport == "inproc") {
       GOSSAMER_ENFORCE(n.hub != nullptr, "the inproc transport needs a hub");
       transport = net::inproc::makeTransport(io, n.hub);
+    } else if (n.transport == "ibverbs") {
+      transport = makeRdmaTransport(io, n.rdma, net::Limits{});  // throws naming what is missing
     } else {
-      GOSSAMER_ENFORCE(n.transport == "tcp", "unknown transport '{}' (use tcp or inproc)",
+      GOSSAMER_ENFORCE(n.transport == "tcp", "unknown transport '{}' (use tcp, ibverbs or inproc)",
                        n.transport);
       transport = net::tcp::makeTransport(io);
     }
@@ -861,7 +864,9 @@ Peer::Impl::StartPlan Peer::Impl::waitForStart() {
       StartPlan plan;
       for (const Incoming& reply : replies.messages) {
         if (reply.scalars.size() < 5 || reply.scalars[0] != 1.0) continue;
-        if (reply.scalars[3] == 1.0) {
+        // A peer resumed from its checkpoint was a member, but the others went on without it:
+        // it catches up with their step like a newcomer.
+        if (reply.scalars[3] == 1.0 && !resumeFrom) {
           expectedBy = std::max(expectedBy, static_cast<std::size_t>(reply.scalars[4]));
           continue;
         }
@@ -1107,7 +1112,9 @@ PeerResult Peer::Impl::train() {
     refreshMembers(false);
     if (topology->timeVarying()) rebuildGraph();
     const double loss = algorithm->step(*context);
-    if (t.minStepTime.count() > 0) std::this_thread::sleep_until(stepStart + t.minStepTime);
+    const auto minStep = std::max<std::chrono::microseconds>(
+        t.minStepTime, std::chrono::microseconds(minStepTimeOverride.load()));
+    if (minStep.count() > 0) std::this_thread::sleep_until(stepStart + minStep);
     ++stepCount;
     recentLosses.push_back(loss);
     if (recentLosses.size() > 50) recentLosses.pop_front();
@@ -1217,6 +1224,10 @@ PeerResult Peer::run() {
 
 void Peer::requestStop() { impl_->stopRequested = true; }
 void Peer::requestLeave() { impl_->leaveRequested = true; }
+
+void Peer::setMinStepTime(std::chrono::microseconds time) {
+  impl_->minStepTimeOverride = time.count();
+}
 
 void Peer::kill() {
   impl_->killed = true;

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "engine/algorithm.h"
+#include "engine/builtin.h"
 #include "engine/data/sharding.h"
 #include "engine/registry.h"
 #include "engine/train/optimizer.h"
@@ -52,8 +53,10 @@ class Partitions;
 namespace gossamer::engine::runtime {
 
 struct NetworkConfig {
-  // "tcp" between processes and machines, "inproc" between peers of one process (sharing `hub`).
+  // "tcp" between processes and machines, "ibverbs" (RDMA) between machines that have an RDMA
+  // device, "inproc" between peers of one process (sharing `hub`).
   std::string transport = "tcp";
+  RdmaOptions rdma;  // --transport ibverbs only
   std::shared_ptr<net::inproc::Hub> hub;
   net::Endpoint listen{"127.0.0.1", 0};
   net::Endpoint advertise;           // where others reach us; empty host: the bound endpoint
@@ -200,6 +203,9 @@ class Peer {
   // Any thread: stops at once without telling anyone, as kill -9 would look from outside; run()
   // returns soon after with what it had.
   void kill();
+  // Any thread: from the next step on, every step takes at least `time` (or the configured
+  // minStepTime if longer): a straggler, for fault injection. 0 restores the configuration.
+  void setMinStepTime(std::chrono::microseconds time);
 
   // Any thread: this peer's params at its next step boundary (at once after training), or
   // nullopt after `timeout`.
