@@ -30,4 +30,8 @@ void addMembershipCommand(CLI::App& app);
 // (convergence_bench.cc).
 void addConvergenceCommand(CLI::App& app);
 
+// `chaos`: a randomised, replayable fault schedule over a running local cluster; accuracy next
+// to the fault-free run and invariant violations (chaos_bench.cc).
+void addChaosCommand(CLI::App& app);
+
 }  // namespace gossamer::bench

@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   gossamer::bench::addTransportCommand(app);
   gossamer::bench::addMembershipCommand(app);
   gossamer::bench::addConvergenceCommand(app);
+  gossamer::bench::addChaosCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {

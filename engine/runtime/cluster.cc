@@ -20,25 +20,6 @@ namespace {
 
 using Seconds = std::chrono::duration<double>;
 
-// Listen endpoint -> profile index of the cluster's peers, for the shaped transport.
-class EndpointIndex {
- public:
-  void add(const net::Endpoint& endpoint, std::size_t index) {
-    std::lock_guard lock(mutex_);
-    index_[endpoint] = index;
-  }
-  std::optional<std::size_t> find(const net::Endpoint& endpoint) const {
-    std::lock_guard lock(mutex_);
-    const auto it = index_.find(endpoint);
-    if (it == index_.end()) return std::nullopt;
-    return it->second;
-  }
-
- private:
-  mutable std::mutex mutex_;
-  std::map<net::Endpoint, std::size_t> index_;
-};
-
 EvalPoint measure(const std::vector<std::unique_ptr<Peer>>& peers, std::size_t batch,
                   Clock::time_point start) {
   EvalPoint point;
@@ -62,6 +43,45 @@ EvalPoint measure(const std::vector<std::unique_ptr<Peer>>& peers, std::size_t b
 
 }  // namespace
 
+// Listen endpoint -> profile index of the cluster's peers, for the shaped transport.
+struct LocalPeerConfigs::EndpointIndex {
+  mutable std::mutex mutex;
+  std::map<net::Endpoint, std::size_t> index;
+};
+
+LocalPeerConfigs::LocalPeerConfigs(PeerConfig base)
+    : base_(std::move(base)), index_(std::make_shared<EndpointIndex>()) {
+  if (base_.network.secret.empty()) {
+    // The peers share a process: a fresh random secret is as good as any.
+    std::random_device random;
+    for (int i = 0; i < 32; ++i) base_.network.secret.push_back(static_cast<std::byte>(random()));
+  }
+  if (base_.network.transport == "inproc") {
+    if (!base_.network.hub) base_.network.hub = net::inproc::makeHub();
+    base_.network.listen = net::Endpoint{"inproc", 0};
+  }
+  base_.network.indexOf = [index = index_](const net::Endpoint& e) -> std::optional<std::size_t> {
+    std::lock_guard lock(index->mutex);
+    const auto it = index->index.find(e);
+    if (it == index->index.end()) return std::nullopt;
+    return it->second;
+  };
+}
+
+PeerConfig LocalPeerConfigs::make(std::size_t index, std::optional<net::Endpoint> seed) const {
+  PeerConfig c = base_;
+  c.network.peerId = index + 1;
+  c.network.profileIndex = index;
+  c.network.seeds.clear();
+  if (seed) c.network.seeds = {*seed};
+  return c;
+}
+
+void LocalPeerConfigs::listening(const net::Endpoint& endpoint, std::size_t index) {
+  std::lock_guard lock(index_->mutex);
+  index_->index[endpoint] = index;
+}
+
 ClusterResult runLocalCluster(const ClusterConfig& config, const Registry& registry,
                               std::shared_ptr<const DatasetPair> data) {
   GOSSAMER_ENFORCE(config.peers >= 1, "a local cluster needs at least one peer");
@@ -70,26 +90,14 @@ ClusterResult runLocalCluster(const ClusterConfig& config, const Registry& regis
   base.training.finalConsensus = false;  // the cluster evaluates once, below
   base.training.finalLocalEval = false;
   base.training.progress = false;
-  if (base.network.secret.empty()) {
-    // The peers share a process: a fresh random secret is as good as any.
-    std::random_device random;
-    for (int i = 0; i < 32; ++i) base.network.secret.push_back(static_cast<std::byte>(random()));
-  }
-  if (base.network.transport == "inproc") {
-    if (!base.network.hub) base.network.hub = net::inproc::makeHub();
-    base.network.listen = net::Endpoint{"inproc", 0};
-  }
-  auto index = std::make_shared<EndpointIndex>();
-  base.network.indexOf = [index](const net::Endpoint& e) { return index->find(e); };
+  LocalPeerConfigs configs(base);
 
   std::vector<std::unique_ptr<Peer>> peers;
   for (std::size_t i = 0; i < config.peers; ++i) {
-    PeerConfig c = base;
-    c.network.peerId = i + 1;
-    c.network.profileIndex = i;
-    if (i > 0) c.network.seeds = {peers.front()->endpoint()};
-    peers.push_back(std::make_unique<Peer>(std::move(c), registry, data));
-    index->add(peers.back()->endpoint(), i);
+    const std::optional<net::Endpoint> seed =
+        i == 0 ? std::nullopt : std::optional(peers.front()->endpoint());
+    peers.push_back(std::make_unique<Peer>(configs.make(i, seed), registry, data));
+    configs.listening(peers.back()->endpoint(), i);
   }
   if (config.onStart) {
     std::vector<Peer*> raw;

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "engine/runtime/peer.h"
@@ -52,6 +53,25 @@ struct ClusterResult {
   double wallSeconds = 0;         // the slowest peer's training loop
   std::vector<EvalPoint> curve;   // periodic evaluations, then the final one
   std::vector<Snapshot> finals;   // every peer's final params, in peer order
+};
+
+// The configurations of a local cluster's peers, made from one template: a shared inproc hub
+// (or TCP on 127.0.0.1), a fresh random secret unless one is set, and the endpoint -> index map
+// the shaped transport needs. Peer `index` (0-based) gets id index + 1 and profile index `index`;
+// peers may be added while the others run (the chaos benchmark's joins and restarts). Thread-safe.
+class LocalPeerConfigs {
+ public:
+  explicit LocalPeerConfigs(PeerConfig base);
+  // The configuration of peer `index`, joining by `seed` (none: it starts the cluster).
+  PeerConfig make(std::size_t index, std::optional<net::Endpoint> seed) const;
+  // Records where peer `index` listens, once it is constructed.
+  void listening(const net::Endpoint& endpoint, std::size_t index);
+  const PeerConfig& base() const { return base_; }
+
+ private:
+  struct EndpointIndex;
+  PeerConfig base_;
+  std::shared_ptr<EndpointIndex> index_;
 };
 
 // Runs the cluster to the end. Throws gossamer::Error when a peer fails (its message first).

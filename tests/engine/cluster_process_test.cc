@@ -10,6 +10,7 @@
 
 #include <doctest/doctest.h>
 
+#include "tests/engine/peer_processes.h"
 #include "tests/process_util.h"
 #include "tests/support/watchdog.h"
 
@@ -19,34 +20,10 @@ namespace {
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
-std::string peer(const std::string& args) { return std::string(GOSSAMER_PEER_BINARY) + " " + args; }
+using test::listeningPort;
+using test::Scratch;
 
-// A scratch directory with a cluster secret (mode 0600) in it.
-struct Scratch {
-  Scratch() {
-    dir = fs::temp_directory_path() /
-          ("gossamer-cluster-" + std::to_string(::getpid()) + "-" + std::to_string(counter()++));
-    fs::create_directories(dir);
-    secret = (dir / "secret").string();
-    std::ofstream(secret) << "a cluster secret for the test\n";
-    fs::permissions(secret, fs::perms::owner_read | fs::perms::owner_write,
-                    fs::perm_options::replace);
-  }
-  ~Scratch() { fs::remove_all(dir); }
-  static int& counter() {
-    static int n = 0;
-    return n;
-  }
-  fs::path dir;
-  std::string secret;
-};
-
-// The port in the first "listening on 127.0.0.1:PORT" line of a peer's log, or 0.
-int listeningPort(const std::string& output) {
-  std::smatch m;
-  static const std::regex pattern("listening on 127\\.0\\.0\\.1:([0-9]+)");
-  return std::regex_search(output, m, pattern) ? std::stoi(m[1]) : 0;
-}
+std::string peer(const std::string& args) { return test::peerCommand(args); }
 
 TEST_CASE(
     "cluster processes: four gossamer-peer processes joined by seeds train to a target accuracy") {

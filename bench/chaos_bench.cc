@@ -1,0 +1,513 @@
+// gossamer-bench chaos: a randomised fault schedule over a running local cluster (issue "elastic
+// membership and fault tolerance", item 8).
+//
+// Baseline: the same cluster and run length without faults, run first in the same process. The
+// schedule is drawn from --seed before anything runs: when (seconds after training starts), what
+// (kill -9, restart from the checkpoint, join of a new peer, partition of one peer from the
+// others, message loss on one peer's links, a straggler), for how long and how hard, and a draw
+// that picks the target among the peers live at that moment. The same seed gives the same
+// schedule; the targets follow from it, since the live set only changes through the schedule.
+//
+// Invariants (violations are reported and must be 0): every surviving peer ends without an
+// error and takes every step; every final model is finite; the cluster ends within its deadline
+// (no deadlock); for gosgd, the survivors' weights sum to at most 1 (mass is never created).
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <exception>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "algorithms/builtin.h"
+#include "bench/bench_util.h"
+#include "bench/benchmarks.h"
+#include "engine/base/json.h"
+#include "engine/base/log.h"
+#include "engine/runtime/cluster.h"
+#include "net/inproc/inproc_transport.h"
+#include "net/shaped/shaped_transport.h"
+
+namespace gossamer::bench {
+namespace {
+
+using engine::runtime::Peer;
+using engine::runtime::PeerConfig;
+using engine::runtime::PeerResult;
+using Clock = std::chrono::steady_clock;
+using Seconds = std::chrono::duration<double>;
+
+struct ChaosOptions {
+  CommonOptions common;
+  std::uint64_t seed = 1;
+  double minutes = 2;
+  std::size_t peers = 8;
+  std::string algorithm = "gosgd";
+  std::string dataset = "fashion-mnist";
+  std::size_t trainSamples = 0;
+  std::size_t hidden = 64;
+  double stepMs = 20;  // every step takes at least this long: the run lasts `minutes`
+  double lr = 0.05;
+  double faultsPerMinute = 6;
+  bool baseline = true;
+};
+
+enum class FaultKind { kill, restart, join, partition, loss, straggler };
+
+const char* name(FaultKind kind) {
+  switch (kind) {
+    case FaultKind::kill:
+      return "kill -9";
+    case FaultKind::restart:
+      return "restart from checkpoint";
+    case FaultKind::join:
+      return "join of a new peer";
+    case FaultKind::partition:
+      return "partition";
+    case FaultKind::loss:
+      return "message loss";
+    case FaultKind::straggler:
+      return "straggler";
+  }
+  return "?";
+}
+
+struct Fault {
+  double at = 0;  // seconds after training started
+  FaultKind kind = FaultKind::kill;
+  double seconds = 0;    // how long a partition, loss or straggler lasts
+  double magnitude = 0;  // loss rate, or the straggler's slow-down factor
+  std::uint64_t pick = 0;
+};
+
+// The schedule of a seed: faults spread over the run (none in its first and last tenth, so that
+// the cluster forms and ends cleanly).
+std::vector<Fault> drawSchedule(const ChaosOptions& o, double runSeconds) {
+  std::mt19937_64 rng(o.seed);
+  std::uniform_real_distribution<double> unit(0, 1);
+  const auto count = static_cast<std::size_t>(std::round(o.faultsPerMinute * o.minutes));
+  std::vector<Fault> faults;
+  for (std::size_t i = 0; i < count; ++i) {
+    Fault f;
+    f.at = runSeconds * (0.1 + 0.75 * unit(rng));
+    const double k = unit(rng);
+    f.kind = k < 0.25   ? FaultKind::kill
+             : k < 0.45 ? FaultKind::restart
+             : k < 0.55 ? FaultKind::join
+             : k < 0.7  ? FaultKind::partition
+             : k < 0.85 ? FaultKind::loss
+                        : FaultKind::straggler;
+    f.seconds = 2 + 4 * unit(rng);
+    f.magnitude = f.kind == FaultKind::loss ? 0.1 + 0.2 * unit(rng) : 3 + 2 * unit(rng);
+    f.pick = rng();
+    faults.push_back(f);
+  }
+  std::sort(faults.begin(), faults.end(),
+            [](const Fault& a, const Fault& b) { return a.at < b.at; });
+  return faults;
+}
+
+// One peer of the run: its object, its thread, and how it ended.
+struct Member {
+  std::unique_ptr<Peer> peer;
+  std::thread thread;
+  PeerResult result;
+  std::exception_ptr error;
+  bool killed = false;
+  std::atomic<bool> done{false};
+};
+
+struct RunResult {
+  engine::runtime::ConsensusResult consensus;
+  std::vector<std::string> executed;  // the schedule as it ran, with its targets
+  std::vector<std::string> violations;
+  std::size_t survivors = 0;
+  double wallSeconds = 0;
+};
+
+class ChaosRun {
+ public:
+  ChaosRun(const ChaosOptions& o, const engine::Registry& registry,
+           std::shared_ptr<const engine::DatasetPair> data, std::uint64_t totalSteps,
+           const std::filesystem::path& checkpoints)
+      : options_(o),
+        registry_(registry),
+        data_(std::move(data)),
+        partitions_(std::make_shared<net::shaped::Partitions>()),
+        configs_(baseConfig(o, totalSteps, checkpoints, partitions_)),
+        totalSteps_(totalSteps) {}
+
+  ~ChaosRun() {
+    for (auto& m : members_) {
+      if (m->thread.joinable()) {
+        m->peer->kill();
+        m->thread.join();
+      }
+    }
+  }
+
+  RunResult run(const std::vector<Fault>& schedule) {
+    RunResult out;
+    for (std::size_t i = 0; i < options_.peers; ++i) start(i, false);
+    const Clock::time_point formed = Clock::now();
+    while (!anyTraining()) {
+      if (Clock::now() - formed > std::chrono::seconds(120)) {
+        out.violations.push_back("the cluster did not start training within 120 s");
+        return out;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    const Clock::time_point start = Clock::now();
+    const double runSeconds = static_cast<double>(totalSteps_) * options_.stepMs / 1000;
+    const Clock::time_point deadline =
+        start + std::chrono::duration_cast<Clock::duration>(Seconds(3 * runSeconds + 120));
+    std::size_t next = 0;
+    std::vector<std::pair<double, std::function<void()>>> undo;  // (when, what) to end a fault
+    for (;;) {
+      const double now = Seconds(Clock::now() - start).count();
+      while (next < schedule.size() && schedule[next].at <= now) {
+        out.executed.push_back(fmt::format("t={:6.2f}s  {}", now, apply(schedule[next], undo)));
+        ++next;
+      }
+      for (auto it = undo.begin(); it != undo.end();) {
+        if (it->first <= now) {
+          it->second();
+          it = undo.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      if (allLiveFinished()) break;
+      if (Clock::now() > deadline) {
+        out.violations.push_back(fmt::format(
+            "the cluster did not end within {:.0f} s (3x its run plus 120 s): a deadlock?",
+            Seconds(deadline - start).count()));
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    for (auto& [when, what] : undo) what();
+    out.wallSeconds = Seconds(Clock::now() - start).count();
+
+    // The survivors' final models, before anyone leaves; then every thread ends.
+    std::vector<engine::runtime::Snapshot> finals;
+    for (auto& m : members_) {
+      if (m->killed) continue;
+      if (auto s = m->peer->snapshot(std::chrono::seconds(30))) finals.push_back(std::move(*s));
+    }
+    for (auto& m : members_) {
+      if (!m->killed && !m->done) m->peer->requestStop();
+      if (m->thread.joinable()) m->thread.join();
+    }
+    checkInvariants(finals, out);
+    engine::runtime::ConsensusEvaluator evaluator(registry_, configs_.base().training.model,
+                                                  modelConfig(), data_->test);
+    if (!finals.empty()) out.consensus = evaluator.evaluate(finals, 0, true);
+    out.survivors = finals.size();
+    return out;
+  }
+
+ private:
+  static PeerConfig baseConfig(const ChaosOptions& o, std::uint64_t totalSteps,
+                               const std::filesystem::path& checkpoints,
+                               std::shared_ptr<net::shaped::Partitions> partitions) {
+    PeerConfig c;
+    c.network.transport = "inproc";
+    c.network.partitions = std::move(partitions);
+    c.network.membership = net::membership::Options::local();
+    engine::runtime::TrainingConfig& t = c.training;
+    t.algorithm = o.algorithm;
+    t.model = "mlp";
+    t.modelConfig.hidden = {o.hidden};
+    t.optimizer.lr = o.lr;
+    t.batch = 32;
+    t.maxSteps = totalSteps;
+    t.minPeers = o.peers;
+    t.seed = o.seed;
+    t.minStepTime = std::chrono::microseconds(static_cast<std::int64_t>(o.stepMs * 1000));
+    t.commTimeout = std::chrono::seconds(2);
+    t.checkpointDir = checkpoints.string();
+    t.checkpointEvery = 25;
+    t.progress = false;
+    t.finalConsensus = false;
+    t.finalLocalEval = false;
+    return c;
+  }
+
+  engine::ModelConfig modelConfig() const {
+    engine::ModelConfig m = configs_.base().training.modelConfig;
+    m.inputs = data_->train.features;
+    m.classes = data_->train.classes;
+    return m;
+  }
+
+  // Starts peer `index` (a new one, or a restart of a killed one from its checkpoint).
+  void start(std::size_t index, bool resume) {
+    std::optional<net::Endpoint> seed;
+    for (const auto& m : members_) {
+      if (!m->killed && !m->done) {
+        seed = m->peer->endpoint();
+        break;
+      }
+    }
+    PeerConfig c = configs_.make(index, seed);
+    c.training.resume = resume;
+    auto member = std::make_unique<Member>();
+    member->peer = std::make_unique<Peer>(std::move(c), registry_, data_);
+    configs_.listening(member->peer->endpoint(), index);
+    Member* raw = member.get();
+    member->thread = std::thread([raw] {
+      try {
+        raw->result = raw->peer->run();
+      } catch (...) {
+        raw->error = std::current_exception();
+      }
+      raw->done = true;
+    });
+    if (index < slots_.size()) {
+      members_[slots_[index]]->thread.join();  // the killed one's thread ended long ago
+      slots_[index] = members_.size();
+    } else {
+      slots_.push_back(members_.size());
+    }
+    members_.push_back(std::move(member));
+  }
+
+  std::vector<std::size_t> live() const {
+    std::vector<std::size_t> indices;
+    for (std::size_t i = 0; i < slots_.size(); ++i) {
+      const Member& m = *members_[slots_[i]];
+      if (!m.killed && !m.done) indices.push_back(i);
+    }
+    return indices;
+  }
+
+  bool anyTraining() const {
+    return std::any_of(members_.begin(), members_.end(),
+                       [](const auto& m) { return m->peer->status().training; });
+  }
+  bool allLiveFinished() const {
+    for (std::size_t i = 0; i < slots_.size(); ++i) {
+      const Member& m = *members_[slots_[i]];
+      if (!m.killed && !m.done && !m.peer->status().finished) return false;
+    }
+    return true;
+  }
+
+  // Carries out `f`; returns what happened (the line of the executed schedule).
+  std::string apply(const Fault& f, std::vector<std::pair<double, std::function<void()>>>& undo) {
+    const std::vector<std::size_t> alive = live();
+    const double now = f.at;
+    if (alive.empty()) return fmt::format("{}: skipped (no live peer)", name(f.kind));
+    const std::size_t target = alive[f.pick % alive.size()];
+    switch (f.kind) {
+      case FaultKind::kill:
+        if (alive.size() <= std::max<std::size_t>(2, options_.peers / 2))
+          return fmt::format("{}: skipped (only {} live)", name(f.kind), alive.size());
+        members_[slots_[target]]->killed = true;
+        members_[slots_[target]]->peer->kill();
+        return fmt::format("{} of peer {}", name(f.kind), target + 1);
+      case FaultKind::restart: {
+        for (std::size_t i = 0; i < slots_.size(); ++i) {
+          if (members_[slots_[i]]->killed) {
+            start(i, std::filesystem::exists(checkpointOf(i)));
+            return fmt::format("{} of peer {}", name(f.kind), i + 1);
+          }
+        }
+        return fmt::format("{}: skipped (no killed peer)", name(f.kind));
+      }
+      case FaultKind::join:
+        if (slots_.size() >= 2 * options_.peers)
+          return fmt::format("{}: skipped ({} peers so far)", name(f.kind), slots_.size());
+        start(slots_.size(), false);
+        return fmt::format("{}: peer {}", name(f.kind), slots_.size());
+      case FaultKind::partition: {
+        std::vector<std::size_t> others;
+        for (std::size_t i = 0; i < slots_.size(); ++i)
+          if (i != target) others.push_back(i);
+        const std::vector<std::size_t> one{target};
+        partitions_->cut(one, others);
+        undo.emplace_back(now + f.seconds, [this, one, others] { partitions_->heal(one, others); });
+        return fmt::format("{} of peer {} from the others for {:.1f} s", name(f.kind), target + 1,
+                           f.seconds);
+      }
+      case FaultKind::loss: {
+        for (std::size_t i = 0; i < slots_.size(); ++i) {
+          if (i == target) continue;
+          partitions_->setLoss(target, i, f.magnitude);
+          partitions_->setLoss(i, target, f.magnitude);
+        }
+        const std::size_t n = slots_.size();
+        undo.emplace_back(now + f.seconds, [this, target, n] {
+          for (std::size_t i = 0; i < n; ++i) {
+            partitions_->setLoss(target, i, 0);
+            partitions_->setLoss(i, target, 0);
+          }
+        });
+        return fmt::format("{} of {:.0f}% on peer {}'s links for {:.1f} s", name(f.kind),
+                           100 * f.magnitude, target + 1, f.seconds);
+      }
+      case FaultKind::straggler: {
+        Peer* peer = members_[slots_[target]]->peer.get();
+        const auto slow = std::chrono::microseconds(
+            static_cast<std::int64_t>(options_.stepMs * 1000 * f.magnitude));
+        peer->setMinStepTime(slow);
+        const std::size_t slot = slots_[target];
+        undo.emplace_back(now + f.seconds, [this, slot] {
+          if (!members_[slot]->killed) members_[slot]->peer->setMinStepTime({});
+        });
+        return fmt::format("{}: peer {} {:.1f}x slower for {:.1f} s", name(f.kind), target + 1,
+                           f.magnitude, f.seconds);
+      }
+    }
+    return "?";
+  }
+
+  std::filesystem::path checkpointOf(std::size_t index) const {
+    return std::filesystem::path(configs_.base().training.checkpointDir) /
+           fmt::format("peer-{:016x}.ckpt", index + 1);
+  }
+
+  void checkInvariants(const std::vector<engine::runtime::Snapshot>& finals, RunResult& out) {
+    double mass = 0;
+    for (std::size_t i = 0; i < slots_.size(); ++i) {
+      Member& m = *members_[slots_[i]];
+      if (m.killed) continue;
+      if (m.error) {
+        try {
+          std::rethrow_exception(m.error);
+        } catch (const std::exception& e) {
+          out.violations.push_back(fmt::format("peer {} failed: {}", i + 1, e.what()));
+        }
+        continue;
+      }
+      if (m.result.steps != totalSteps_)
+        out.violations.push_back(
+            fmt::format("peer {} took {} of the {} steps", i + 1, m.result.steps, totalSteps_));
+      if (const auto it = m.result.metrics.find("gosgd.alpha"); it != m.result.metrics.end())
+        mass += it->second;
+    }
+    for (const auto& s : finals) {
+      if (!std::all_of(s.params.begin(), s.params.end(), [](float v) { return std::isfinite(v); }))
+        out.violations.push_back(fmt::format("peer {:016x}'s final model is not finite", s.peer));
+    }
+    if (options_.algorithm == "gosgd" && mass > 1 + 1e-6)
+      out.violations.push_back(fmt::format("the survivors' gossip weights sum to {} > 1", mass));
+  }
+
+  const ChaosOptions& options_;
+  const engine::Registry& registry_;
+  std::shared_ptr<const engine::DatasetPair> data_;
+  std::shared_ptr<net::shaped::Partitions> partitions_;
+  engine::runtime::LocalPeerConfigs configs_;
+  std::uint64_t totalSteps_;
+  std::vector<std::unique_ptr<Member>> members_;  // every peer object of the run
+  std::vector<std::size_t> slots_;                // peer index -> its latest object in members_
+};
+
+void runChaos(const ChaosOptions& o) {
+  const engine::Registry registry = algorithms::makeRegistry();
+  auto data = std::make_shared<const engine::DatasetPair>(registry.datasets.get(o.dataset)(
+      {.trainSamples = o.trainSamples, .testSamples = 0, .seed = o.seed}));
+  const auto totalSteps = static_cast<std::uint64_t>(o.minutes * 60000 / o.stepMs);
+  const double runSeconds = static_cast<double>(totalSteps) * o.stepMs / 1000;
+  const std::vector<Fault> schedule = drawSchedule(o, runSeconds);
+  fmt::print("chaos: {} peers of {}, {} steps of >= {} ms ({:.0f} s), seed {}, {} faults\n",
+             o.peers, o.algorithm, totalSteps, o.stepMs, runSeconds, o.seed, schedule.size());
+  for (const Fault& f : schedule) fmt::print("  planned t={:6.2f}s  {}\n", f.at, name(f.kind));
+
+  const auto scratch = std::filesystem::temp_directory_path() /
+                       fmt::format("gossamer-chaos-{}-{}", ::getpid(), o.seed);
+  std::optional<RunResult> baseline;
+  if (o.baseline) {
+    fmt::print("baseline: the same run without faults\n");
+    ChaosRun run(o, registry, data, totalSteps, scratch / "baseline");
+    baseline = run.run({});
+  }
+  fmt::print("chaos run\n");
+  RunResult chaos;
+  {
+    ChaosRun run(o, registry, data, totalSteps, scratch / "chaos");
+    chaos = run.run(schedule);
+  }
+  std::filesystem::remove_all(scratch);
+
+  fmt::print("\nschedule as executed (seed {}):\n", o.seed);
+  for (const std::string& line : chaos.executed) fmt::print("  {}\n", line);
+  std::vector<std::string> violations = chaos.violations;
+  if (baseline)
+    for (const std::string& v : baseline->violations) violations.push_back("baseline: " + v);
+  fmt::print("\ninvariant violations: {}\n", violations.size());
+  for (const std::string& v : violations) fmt::print("  {}\n", v);
+  const double base = baseline ? baseline->consensus.accuracy : std::nan("");
+  fmt::print(
+      "final consensus accuracy: {:.2f}% with faults ({} survivors), {:.2f}% without: "
+      "{:+.2f} points\n",
+      100 * chaos.consensus.accuracy, chaos.survivors, 100 * base,
+      100 * (chaos.consensus.accuracy - base));
+  if (o.common.json) {
+    std::cout << JsonObject()
+                     .add("benchmark", "chaos")
+                     .add("seed", o.seed)
+                     .add("algorithm", o.algorithm)
+                     .add("peers", static_cast<std::uint64_t>(o.peers))
+                     .add("steps", totalSteps)
+                     .add("faults", static_cast<std::uint64_t>(chaos.executed.size()))
+                     .add("survivors", static_cast<std::uint64_t>(chaos.survivors))
+                     .add("accuracy_with_faults", chaos.consensus.accuracy)
+                     .add("accuracy_without_faults", base)
+                     .add("delta_points", 100 * (chaos.consensus.accuracy - base))
+                     .add("invariant_violations", static_cast<std::uint64_t>(violations.size()))
+                     .str()
+              << std::endl;
+  }
+}
+
+}  // namespace
+
+void addChaosCommand(CLI::App& app) {
+  auto options = std::make_shared<ChaosOptions>();
+  CLI::App* command = app.add_subcommand(
+      "chaos",
+      "a randomised fault schedule (kills, restarts, joins, partitions, loss, stragglers) over a "
+      "running local cluster; final accuracy against the same run without faults, invariant "
+      "violations, the schedule (replayable from --seed)");
+  addCommonOptions(*command, options->common);
+  command->add_option("--seed", options->seed, "seed of the schedule (and of the run)")
+      ->capture_default_str();
+  command->add_option("--minutes", options->minutes, "length of each run (baseline, chaos)")
+      ->check(CLI::Range(0.1, 600.0))
+      ->capture_default_str();
+  command->add_option("--peers", options->peers, "peers at the start")
+      ->check(CLI::Range(std::size_t{3}, std::size_t{64}))
+      ->capture_default_str();
+  command->add_option("--algorithm", options->algorithm, "decentralized optimizer")
+      ->capture_default_str();
+  command->add_option("--dataset", options->dataset, "fashion-mnist or synthetic")
+      ->capture_default_str();
+  command->add_option("--train-samples", options->trainSamples, "first N training samples (0: all)")
+      ->capture_default_str();
+  command->add_option("--hidden", options->hidden, "width of the MLP's hidden layer")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  command->add_option("--step-ms", options->stepMs, "minimum step time (sets the step count)")
+      ->check(CLI::Range(1.0, 10000.0))
+      ->capture_default_str();
+  command->add_option("--lr", options->lr, "learning rate")->capture_default_str();
+  command->add_option("--faults-per-minute", options->faultsPerMinute, "faults in the schedule")
+      ->check(CLI::Range(0.0, 600.0))
+      ->capture_default_str();
+  command->add_flag("!--no-baseline", options->baseline, "skip the fault-free run");
+  command->callback([options] { runChaos(*options); });
+}
+
+}  // namespace gossamer::bench

@@ -1,0 +1,128 @@
+// Tier 3 (DESIGN.md section 6), issue "elastic membership and fault tolerance", item 7:
+// gossamer-peer processes on 127.0.0.1 lose peers to kill -9 mid-run and go on, take in a peer
+// that joins mid-run, and take back a killed peer restarted from its checkpoint.
+//
+// Every run: the synthetic task (64 features, 10 classes; about 88% is its ceiling), steps of at
+// least 10 ms (so a kill lands mid-run), the `local` membership profile (failures detected in
+// about 1.5 s) and a 2 s comm timeout (the longest a synchronous round waits for a dead peer).
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <doctest/doctest.h>
+
+#include "tests/engine/peer_processes.h"
+#include "tests/process_util.h"
+#include "tests/support/watchdog.h"
+
+namespace gossamer {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr std::uint64_t kSteps = 400;
+
+std::string commonFlags(const std::string& algorithm, std::size_t minPeers) {
+  std::string flags =
+      "--dataset synthetic --train-samples 6000 --test-samples 1000 --hidden 32 "
+      "--batch 32 --lr 0.05 --min-step-time 10 --comm-timeout 2 "
+      "--membership local --log-level info --algorithm " +
+      algorithm + " --min-peers " + std::to_string(minPeers) + " --steps " + std::to_string(kSteps);
+  if (algorithm == "dpsgd") flags += " --dpsgd.momentum true";
+  return flags;
+}
+
+// The survivors' checks: a clean exit, every step taken, and a consensus model (of the peers
+// still there at the end) that learned the task.
+void checkFinished(test::PeerProcesses& peers, std::size_t id, double minAccuracy) {
+  const int code = peers[id].wait(120s);
+  const std::string output = peers[id].output();
+  INFO("peer " << id << ":\n" << output);
+  REQUIRE(code == 0);
+  const std::string json = test::lastLine(output);
+  CHECK(test::jsonNumber(json, "steps") == kSteps);
+  CHECK(test::jsonNumber(json, "test_accuracy") > minAccuracy);
+}
+
+// Kills `victims` (kill -9) of 6 peers once peer 2 has taken 100 steps; the others finish.
+void checkSurvivesKills(const std::string& algorithm, const std::vector<std::size_t>& victims) {
+  test::Watchdog watchdog(200s);
+  test::PeerProcesses peers(commonFlags(algorithm, 6));
+  for (std::size_t id = 1; id <= 6; ++id) peers.start(id);
+  REQUIRE(peers.waitForStep(2, 100, 90s));
+  for (std::size_t victim : victims) peers[victim].kill(SIGKILL);
+  for (std::size_t id = 1; id <= 6; ++id) {
+    if (std::find(victims.begin(), victims.end(), id) != victims.end()) continue;
+    checkFinished(peers, id, 0.7);
+  }
+}
+
+// Peer 1 is the seed and, for the star algorithms, the center: the second kill takes it.
+#define GOSSAMER_KILL_TESTS(name)                                                         \
+  TEST_CASE("elastic processes: " name ": kill -9 of 1 of 6 peers, the others finish") {  \
+    checkSurvivesKills(name, {4});                                                        \
+  }                                                                                       \
+  TEST_CASE("elastic processes: " name ": kill -9 of 2 of 6 peers (the first one too)") { \
+    checkSurvivesKills(name, {1, 4});                                                     \
+  }
+
+GOSSAMER_KILL_TESTS("gosgd")
+GOSSAMER_KILL_TESTS("dpsgd")
+GOSSAMER_KILL_TESTS("allreduce-sgd")
+GOSSAMER_KILL_TESTS("sparknet")
+GOSSAMER_KILL_TESTS("local-sgd")
+
+// A fifth peer joins four that have taken 100 steps: it takes a neighbour's model, trains to the
+// end with them, and its own model is as good as theirs (within 5 points).
+void checkJoinCatchesUp(const std::string& algorithm) {
+  test::Watchdog watchdog(200s);
+  test::PeerProcesses peers(commonFlags(algorithm, 4));
+  for (std::size_t id = 1; id <= 4; ++id) peers.start(id);
+  REQUIRE(peers.waitForStep(2, 100, 90s));
+  peers.start(5);
+  std::vector<double> accuracy(6);
+  for (std::size_t id = 1; id <= 5; ++id) {
+    const int code = peers[id].wait(120s);
+    const std::string output = peers[id].output();
+    INFO("peer " << id << ":\n" << output);
+    REQUIRE(code == 0);
+    accuracy[id] = test::jsonNumber(test::lastLine(output), "peer_test_accuracy");
+    CHECK(test::jsonNumber(test::lastLine(output), "test_accuracy") > 0.7);
+  }
+  CHECK(peers[5].output().find("joined late") != std::string::npos);
+  const double worst = *std::min_element(accuracy.begin() + 1, accuracy.begin() + 5);
+  CHECK(accuracy[5] > worst - 0.05);
+}
+
+TEST_CASE("elastic processes: gosgd: a peer joining mid-run catches up") {
+  checkJoinCatchesUp("gosgd");
+}
+TEST_CASE("elastic processes: dpsgd: a peer joining mid-run catches up") {
+  checkJoinCatchesUp("dpsgd");
+}
+
+// Peer 3 of 4 (checkpoints every 20 steps) is killed at step 150 and restarted with --resume: it
+// continues from its checkpoint, rejoins, and all four finish.
+void checkRestartFromCheckpoint(const std::string& algorithm) {
+  test::Watchdog watchdog(200s);
+  test::PeerProcesses peers(commonFlags(algorithm, 4));
+  const std::string checkpoints =
+      "--checkpoint-every 20 --checkpoint-dir " + (peers.dir() / "checkpoints").string();
+  for (std::size_t id = 1; id <= 4; ++id) peers.start(id, checkpoints);
+  REQUIRE(peers.waitForStep(3, 150, 90s));
+  peers[3].kill(SIGKILL);
+  REQUIRE(peers[3].wait(10s) == 128 + SIGKILL);
+  peers.start(3, checkpoints + " --resume");
+  for (std::size_t id = 1; id <= 4; ++id) checkFinished(peers, id, 0.7);
+  CHECK(peers[3].output().find("resumed from") != std::string::npos);
+}
+
+TEST_CASE("elastic processes: gosgd: a killed peer restarts from its checkpoint and rejoins") {
+  checkRestartFromCheckpoint("gosgd");
+}
+TEST_CASE("elastic processes: dpsgd: a killed peer restarts from its checkpoint and rejoins") {
+  checkRestartFromCheckpoint("dpsgd");
+}
+
+}  // namespace
+}  // namespace gossamer
