@@ -1,0 +1,173 @@
+// easgd and eamsgd: asynchronous elastic averaging SGD with a center variable (Zhang, Choromanska
+// and LeCun, "Deep learning with Elastic Averaging SGD", NeurIPS 2015, algorithms 1 and 2).
+// Langer et al. (seeds/003) figure 10 and equation 1; the rule is ALGORITHMS.md's "easgd /
+// eamsgd".
+//
+//   communication    star: every worker pulls from and pushes to the center, asynchronously
+//   messages / step  2 / tau per worker (a pull request and its reply, then a notify); the
+//                    center serves 2 n / tau
+//   bytes on wire    2 x |w| x 4 / tau per step and worker (w~ down, delta up)
+//   staleness        unbounded: each worker exchanges on its own clock; the pulled w~ may be
+//                    older than deltas already in flight (the rule stays symmetric regardless)
+//   invariant        with lr 0: sum_i w_i + w~ is conserved by every exchange (delta moves from
+//                    one side to the other), so all of them meet at (sum_i w_i(0) + w~(0)) / (n +
+//                    1)
+//
+// The center variable w~ lives on the star's center peer (ctx.graph().root(); default topology
+// "star"), in host memory owned by the algorithm and guarded by a mutex, because serve() reads and
+// updates it on the IO thread while the compute thread trains. It starts as the center peer's
+// model at its first setup (the common initial model). Every peer, the center peer included, is a
+// worker and runs the same code: its request to itself never touches the network.
+//
+// Worker i, before local step t_i when t_i mod tau == 0 (t_i = local steps done, as in the paper):
+//   w~' = request(center)                    // pull; on timeout the exchange is skipped
+//   delta = alpha (w_i - w~')                // one weightedSum
+//   w_i = w_i - delta                        // one axpby
+//   notify(center, delta)                    // the center: w~ = w~ + delta (hostCompute axpby)
+// Symmetric force: the same delta leaves w_i and enters w~ (alpha = beta in the paper's terms),
+// so one exchange leaves w_i + w~ unchanged. The pulled w~' is a copy of the center: when
+// another worker's delta lands between the pull and this worker's notify, the center still adds
+// exactly the delta this worker subtracted.
+//
+// eamsgd: the same exchange; the local step is Nesterov momentum with this algorithm's own
+// velocity buffer (compute.momentumStep(..., nesterov = true)), whatever --optimizer says: the
+// local optimizer's learning rate and weight decay are used, its update rule and state are not.
+//
+// EASGD's result is the center variable (the paper evaluates w~): with final_center (the default),
+// finish() pulls w~ once more, after every worker has finished its steps and sent its last delta,
+// and every worker adopts it, so the peers end with one model (up to deltas still in flight to the
+// center when a worker pulls). final_center=false keeps each worker's own model.
+//
+// Membership changes: setup() runs again and takes the new graph's root as the center. A peer
+// that becomes the center without one (the old center left) starts w~ from its own model; a peer
+// that stops being the center drops its w~. Requests that reach a peer that is not the center
+// are answered without a model and counted as skipped exchanges.
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/algorithm.h"
+
+namespace gossamer::algorithms {
+
+struct EasgdOptions {
+  std::uint64_t tau = 4;  // communication period
+  double alpha = 0;       // moving rate; 0: 0.9 / n, the paper's beta = n alpha = 0.9
+  std::int64_t timeoutMs = 0;
+  bool finalCenter = true;  // finish() replaces w_i with w~
+
+  template <typename Bind>
+  void bind(Bind& b) {
+    b("tau", tau, "communication period: exchange with the center every tau local steps");
+    b("alpha", alpha,
+      "elastic moving rate alpha = beta, in [0, 1); 0 means 0.9 / n for n workers (the paper's "
+      "beta = n alpha = 0.9), recomputed when the membership changes");
+    b("timeout_ms", timeoutMs,
+      "deadline of a pull from the center in ms (the exchange is skipped after it); 0: "
+      "--comm-timeout");
+    b("final_center", finalCenter,
+      "at the end, every worker takes the center variable w~ as its final model (the model EASGD "
+      "returns); false: each worker keeps its own");
+  }
+  void validate(const char* name = "easgd") const;
+};
+
+struct EamsgdOptions {
+  EasgdOptions elastic;   // the exchange: the same options as easgd
+  double momentum = 0.9;  // Nesterov momentum of the local steps
+
+  template <typename Bind>
+  void bind(Bind& b) {
+    elastic.bind(b);
+    b("momentum", momentum,
+      "Nesterov momentum of the local steps, in [0, 1) (eamsgd runs its own Nesterov step with "
+      "--lr and --weight-decay; --optimizer is not used)");
+  }
+  void validate() const;
+};
+
+// The elastic exchange with the center, shared by easgd and eamsgd: the worker side on the compute
+// thread, the center side in serve() on the IO thread.
+class ElasticCenter {
+ public:
+  // `name` prefixes the metrics ("easgd.exchanges", ...).
+  ElasticCenter(std::string name, EasgdOptions options)
+      : name_(std::move(name)), options_(options) {}
+
+  void setup(engine::PeerContext& ctx);
+  // The exchange, when ctx.step() mod tau == 0.
+  void beforeStep(engine::PeerContext& ctx);
+  void serve(engine::ServiceContext& ctx, const engine::Incoming& request);
+  // With final_center: w_i = w~, pulled once more after every worker has finished.
+  void finish(engine::PeerContext& ctx);
+
+  // A copy of w~ when this peer holds the center, else nullopt. Any thread.
+  std::optional<std::vector<float>> center() const;
+  // The alpha in use (after the 0.9 / n default is resolved by setup()).
+  double alpha() const { return alpha_; }
+
+  // Message kinds: a pull (request, no payload), its reply (w~ as payload 0, or no payload when
+  // the peer asked is not the center) and a delta (notify, payload 0).
+  static constexpr std::uint32_t kPull = 1;
+  static constexpr std::uint32_t kCenter = 2;
+  static constexpr std::uint32_t kDelta = 3;
+
+ private:
+  void exchange(engine::PeerContext& ctx);
+  // Pulls w~ (nullopt, counted as skipped, when none came in time).
+  std::optional<engine::Incoming> pull(engine::PeerContext& ctx);
+  std::string metric(const char* what) const { return name_ + "." + what; }
+
+  std::string name_;
+  EasgdOptions options_;
+  double alpha_ = 0;
+  engine::PeerId centerPeer_ = 0;
+  kernels::Buffer<float> delta_;  // the Compute's memory
+
+  mutable std::mutex mutex_;
+  bool holdsCenter_ = false;   // guarded by mutex_
+  std::vector<float> center_;  // w~, host memory; guarded by mutex_
+};
+
+class Easgd final : public engine::Algorithm {
+ public:
+  explicit Easgd(EasgdOptions options) : elastic_("easgd", options) {}
+  std::string name() const override { return "easgd"; }
+  void setup(engine::PeerContext& ctx) override { elastic_.setup(ctx); }
+  void beforeStep(engine::PeerContext& ctx) override { elastic_.beforeStep(ctx); }
+  void finish(engine::PeerContext& ctx) override { elastic_.finish(ctx); }
+  void serve(engine::ServiceContext& ctx, const engine::Incoming& request) override {
+    elastic_.serve(ctx, request);
+  }
+
+  const ElasticCenter& elastic() const { return elastic_; }
+
+ private:
+  ElasticCenter elastic_;
+};
+
+class Eamsgd final : public engine::Algorithm {
+ public:
+  explicit Eamsgd(EamsgdOptions options) : options_(options), elastic_("eamsgd", options.elastic) {}
+  std::string name() const override { return "eamsgd"; }
+  void setup(engine::PeerContext& ctx) override;
+  // The elastic exchange (every tau steps), the gradient, then one Nesterov momentum step.
+  double step(engine::PeerContext& ctx) override;
+  void finish(engine::PeerContext& ctx) override { elastic_.finish(ctx); }
+  void serve(engine::ServiceContext& ctx, const engine::Incoming& request) override {
+    elastic_.serve(ctx, request);
+  }
+
+  const ElasticCenter& elastic() const { return elastic_; }
+
+ private:
+  EamsgdOptions options_;
+  ElasticCenter elastic_;
+  kernels::Buffer<float> velocity_;  // the Compute's memory, zero at the first setup
+};
+
+}  // namespace gossamer::algorithms
