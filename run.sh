@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Quick start, part 1: installs missing Debian packages, builds a Release build in build/, and
-# runs the embedded default: training an MLP on Fashion-MNIST.
+# runs the embedded default: a local cluster of 4 peers training an MLP on Fashion-MNIST.
 #   ./run.sh              set up, build, run the default
 #   ./run.sh --build-only set up and build (used by ./test.sh)
 #   ./run.sh -- ARGS...   set up, build, run gossamer-peer with ARGS instead of the default
@@ -13,7 +13,7 @@ BUILD_DIR=${BUILD_DIR:-build}
 JOBS=${JOBS:-$(nproc)}
 PACKAGES=(cmake ninja-build g++ pkg-config libasio-dev capnproto libcapnp-dev libspdlog-dev
           libfmt-dev doctest-dev libopenblas-dev libcli11-dev zlib1g-dev dataset-fashion-mnist
-          libibverbs-dev libssl-dev)
+          libibverbs-dev libssl-dev python3-matplotlib)
 
 install_missing() {
   local missing=()
@@ -46,6 +46,7 @@ case "${1:-}" in
   *) echo "run.sh: unknown argument '$1' (use --build-only or -- ARGS)" >&2; exit 2 ;;
 esac
 
-echo "run.sh: training MLP 784-256-256-10 on Fashion-MNIST, 3 epochs, one peer"
-exec "$BUILD_DIR/engine/gossamer-peer" --model mlp --hidden 256,256 --dataset fashion-mnist \
-  --epochs 3 --batch 64 --optimizer momentum --lr 0.02 --eval-every 500 --eval-samples 2000
+echo "run.sh: 4 peers in one process train an MLP 784-256-256-10 on Fashion-MNIST with gosgd (gossip)"
+exec "$BUILD_DIR/engine/gossamer-peer" --local 4 --algorithm gosgd --model mlp --hidden 256,256 \
+  --dataset fashion-mnist --epochs 5 --batch 64 --optimizer momentum --lr 0.05 --lr-schedule cosine \
+  --cluster-eval-every 100 --eval-samples 2000

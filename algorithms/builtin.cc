@@ -1,7 +1,11 @@
 #include "algorithms/builtin.h"
 
+#include "algorithms/allreduce_sgd.h"
+#include "algorithms/dpsgd.h"
 #include "algorithms/easgd.h"
 #include "algorithms/gosgd.h"
+#include "algorithms/local_sgd.h"
+#include "algorithms/sparknet.h"
 #include "algorithms/tree_easgd.h"
 #include "engine/builtin.h"
 
@@ -12,6 +16,10 @@ void addBuiltinAlgorithms(engine::Registry& registry) {
     const std::string description = spec.description;
     registry.algorithms.add(name, description, std::move(spec));
   };
+  add("dpsgd", engine::algorithmSpec<Dpsgd, DpsgdOptions>(
+                   "decentralized parallel SGD: send w to the neighbours, await theirs, "
+                   "w = sum_j W_ij w_j - lr g in one fused kernel (Lian et al. 2017)",
+                   "ring"));
   add("gosgd",
       engine::algorithmSpec<Gosgd, GosgdOptions>(
           "sum-weighted gossip: merge received (w, alpha), push (w, alpha/2) with probability p "
@@ -30,6 +38,19 @@ void addBuiltinAlgorithms(engine::Registry& registry) {
           "elastic averaging along a tree: send w up every tau_up and down every tau_down steps "
           "by depth, pull toward every received model (Zhang 2016)",
           "tree"));
+  add("allreduce-sgd",
+      engine::algorithmSpec<AllreduceSgd, AllreduceSgdOptions>(
+          "synchronous SGD on the gradient averaged by a pipelined ring all-reduce every step "
+          "(the centralized synchronous baseline)",
+          "ring"));
+  add("sparknet", engine::algorithmSpec<Sparknet, SparknetOptions>(
+                      "every tau steps the master (star center) averages the workers' models and "
+                      "sends the average back (Moritz et al. 2016)",
+                      "star"));
+  add("local-sgd", engine::algorithmSpec<LocalSgd, LocalSgdOptions>(
+                       "every tau steps the models are averaged by a ring all-reduce, no master "
+                       "(SparkNet's rule without a master)",
+                       "ring"));
 }
 
 engine::Registry makeRegistry() {

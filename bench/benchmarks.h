@@ -18,12 +18,16 @@ void addMlpCommand(CLI::App& app);
 // (shaped_bench.cc).
 void addShapedCommand(CLI::App& app);
 
-// `transport`: TCP transport bulk GB/s and envelope round trip next to raw blocking sockets
-// (transport_bench.cc).
+// `transport`: transport bulk GB/s and envelope round trip; tcp next to raw blocking sockets,
+// ibverbs (--transport ibverbs) next to tcp (transport_bench.cc).
 void addTransportCommand(CLI::App& app);
 
 // `membership`: SWIM failure detection and join times in units of T, false failures under loss,
 // protocol bytes per member (membership_bench.cc).
 void addMembershipCommand(CLI::App& app);
+
+// `convergence`: a matrix of decentralized training runs; report, CSV and plots
+// (convergence_bench.cc).
+void addConvergenceCommand(CLI::App& app);
 
 }  // namespace gossamer::bench

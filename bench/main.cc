@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   gossamer::bench::addShapedCommand(app);
   gossamer::bench::addTransportCommand(app);
   gossamer::bench::addMembershipCommand(app);
+  gossamer::bench::addConvergenceCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {

@@ -1,11 +1,16 @@
-// `gossamer-bench transport`: the TCP transport on loopback next to plain blocking sockets in the
-// same run (issue 3, item 7).
+// `gossamer-bench transport`: a transport on loopback next to a baseline in the same run
+// (issue 3, item 7; issue 8, item 7).
+//  --transport tcp (default): the TCP transport next to plain blocking sockets.
 //  - bulk: one-way transfer of a 64 MiB payload; GB/s of the transport (scatter-gather send, the
 //    receiver's PayloadTarget puts the bytes in place) vs a blocking send()/recv() loop moving the
 //    same bytes over a socket with the same options. Target >= 0.9.
 //  - rtt: round trip of a small envelope (a 64-byte header, no payload) echoed by the remote;
 //    p50/p99 of the transport vs a raw blocking-socket ping-pong of the same bytes on the wire.
 //    Target p50 <= 1.5x.
+//  --transport ibverbs: the RDMA transport (two peers in this process, over the HCA's loopback;
+//    the bulk buffers registered with registerMemory) next to the TCP transport measured the same
+//    way in the same run; the ratios say how much RDMA gains. Needs an RDMA device: without one
+//    (or in a build without the backend) it exits at once with the reason.
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
@@ -15,8 +20,10 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <future>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -32,7 +39,9 @@
 #include "bench/benchmarks.h"
 #include "engine/base/enforce.h"
 #include "engine/base/json.h"
+#include "engine/builtin.h"
 #include "net/tcp/tcp_transport.h"
+#include "net/transport.h"
 
 namespace gossamer::bench {
 namespace {
@@ -47,6 +56,8 @@ constexpr int kSocketBufferBytes = 4 << 20;
 
 struct TransportBenchOptions {
   CommonOptions common;
+  std::string transport = "tcp";
+  engine::RdmaOptions rdma;
   std::size_t bulkBytes = 64u << 20;
   int bulkRounds = 20;
   int rttRounds = 5000;
@@ -154,12 +165,14 @@ std::vector<double> rawRtt(std::size_t bytes, int rounds) {
 
 // ---- the transport: two peers, each with its own io_context thread ----
 
+using MakeTransport = std::function<std::unique_ptr<net::Transport>(asio::io_context&)>;
+
 struct Peer {
   asio::io_context io;
   asio::executor_work_guard<asio::io_context::executor_type> work = asio::make_work_guard(io);
   std::unique_ptr<net::Transport> transport;
   std::thread thread;
-  Peer() : transport(net::tcp::makeTransport(io)) {
+  explicit Peer(const MakeTransport& make) : transport(make(io)) {
     thread = std::thread([this] { io.run(); });
   }
   ~Peer() {
@@ -185,10 +198,19 @@ std::pair<std::unique_ptr<net::Link>, std::unique_ptr<net::Link>> connectPeers(P
   return {std::move(connected.link), std::move(inbound.link)};
 }
 
-std::vector<double> transportBulk(std::size_t bytes, int rounds) {
-  Peer a, b;
+std::vector<double> transportBulk(const MakeTransport& make, std::size_t bytes, int rounds) {
+  Peer a(make), b(make);
   auto [sender, receiver] = connectPeers(a, b);
   std::vector<std::byte> source(bytes, std::byte{1}), sink(bytes);
+  // Registered once, as a peer registers its flat buffers (a no-op for TCP).
+  a.run([&]() -> asio::awaitable<void> {
+    a.transport->registerMemory(source);
+    co_return;
+  }());
+  b.run([&]() -> asio::awaitable<void> {
+    b.transport->registerMemory(sink);
+    co_return;
+  }());
   receiver->setPayloadTarget(
       [&sink](std::span<const std::byte>, std::size_t, std::size_t size) {
         return size == sink.size() ? std::span<std::byte>(sink) : std::span<std::byte>();
@@ -214,8 +236,8 @@ std::vector<double> transportBulk(std::size_t bytes, int rounds) {
   return times;
 }
 
-std::vector<double> transportRtt(int rounds) {
-  Peer a, b;
+std::vector<double> transportRtt(const MakeTransport& make, int rounds) {
+  Peer a(make), b(make);
   auto [client, server] = connectPeers(a, b);
   asio::co_spawn(
       b.io,
@@ -242,7 +264,14 @@ std::vector<double> transportRtt(int rounds) {
   }());
 }
 
+MakeTransport tcpTransport() {
+  return [](asio::io_context& io) { return net::tcp::makeTransport(io); };
+}
+
+void runRdma(const TransportBenchOptions& o);
+
 void runTransport(const TransportBenchOptions& o) {
+  if (o.transport == "ibverbs") return runRdma(o);
   const double gib = static_cast<double>(o.bulkBytes) / 1e9;
   fmt::print("transport tcp on 127.0.0.1, socket buffers {} MiB, TCP_NODELAY on both sides\n",
              kSocketBufferBytes >> 20);
@@ -252,9 +281,10 @@ void runTransport(const TransportBenchOptions& o) {
   std::vector<double> rawBulkTimes, ourBulkTimes, rawRttTimes, ourRttTimes;
   for (int pass = 0; pass < 2; ++pass) {
     for (double t : rawBulk(o.bulkBytes, o.bulkRounds / 2)) rawBulkTimes.push_back(t);
-    for (double t : transportBulk(o.bulkBytes, o.bulkRounds / 2)) ourBulkTimes.push_back(t);
+    for (double t : transportBulk(tcpTransport(), o.bulkBytes, o.bulkRounds / 2))
+      ourBulkTimes.push_back(t);
     for (double t : rawRtt(kPrefixBytes + kRttHeaderBytes, o.rttRounds / 2)) rawRttTimes.push_back(t);
-    for (double t : transportRtt(o.rttRounds / 2)) ourRttTimes.push_back(t);
+    for (double t : transportRtt(tcpTransport(), o.rttRounds / 2)) ourRttTimes.push_back(t);
   }
   const double rawGbps = gib / percentile(rawBulkTimes, 0.5);
   const double ourGbps = gib / percentile(ourBulkTimes, 0.5);
@@ -294,13 +324,91 @@ void runTransport(const TransportBenchOptions& o) {
   }
 }
 
+// The RDMA transport next to the TCP transport, both measured by the same code in this run.
+void runRdma(const TransportBenchOptions& o) {
+  std::string reason;
+  if (!engine::rdmaViable(&reason, o.rdma))
+    GOSSAMER_THROW("--transport ibverbs: {}", reason);  // e.g. "no RDMA device found (...)"
+  const MakeTransport rdma = [&o](asio::io_context& io) {
+    return engine::makeRdmaTransport(io, o.rdma, net::Limits{});
+  };
+  const double gib = static_cast<double>(o.bulkBytes) / 1e9;
+  fmt::print("transport ibverbs ({}{}) on this host's RDMA loopback, bulk buffers registered\n",
+             o.rdma.device.empty() ? "first active device" : o.rdma.device,
+             o.rdma.busyPoll ? ", busy polling" : "");
+  fmt::print("baseline: the tcp transport on 127.0.0.1, same code, same run\n\n");
+  std::vector<double> rdmaBulkTimes, tcpBulkTimes, rdmaRttTimes, tcpRttTimes;
+  for (int pass = 0; pass < 2; ++pass) {
+    for (double t : transportBulk(rdma, o.bulkBytes, o.bulkRounds / 2)) rdmaBulkTimes.push_back(t);
+    for (double t : transportBulk(tcpTransport(), o.bulkBytes, o.bulkRounds / 2))
+      tcpBulkTimes.push_back(t);
+    for (double t : transportRtt(rdma, o.rttRounds / 2)) rdmaRttTimes.push_back(t);
+    for (double t : transportRtt(tcpTransport(), o.rttRounds / 2)) tcpRttTimes.push_back(t);
+  }
+  const double rdmaGbps = gib / percentile(rdmaBulkTimes, 0.5);
+  const double tcpGbps = gib / percentile(tcpBulkTimes, 0.5);
+  const double rdmaP50 = percentile(rdmaRttTimes, 0.5) * 1e6;
+  const double rdmaP99 = percentile(rdmaRttTimes, 0.99) * 1e6;
+  const double tcpP50 = percentile(tcpRttTimes, 0.5) * 1e6;
+  const double tcpP99 = percentile(tcpRttTimes, 0.99) * 1e6;
+
+  Table table({{"measurement", 0},
+               {"size", 0},
+               {"rounds", 0},
+               {"GB/s or p50 us", 2},
+               {"p99 us", 1},
+               {"tcp transport", 2},
+               {"ratio", 3}});
+  table.addRow({std::string("bulk one-way GB/s"), Count{o.bulkBytes},
+                static_cast<std::int64_t>(rdmaBulkTimes.size()), rdmaGbps,
+                percentile(rdmaBulkTimes, 0.99) * 1e6, tcpGbps, rdmaGbps / tcpGbps});
+  table.addRow({std::string("envelope round trip"), Count{kRttHeaderBytes},
+                static_cast<std::int64_t>(rdmaRttTimes.size()), rdmaP50, rdmaP99, tcpP50,
+                rdmaP50 / tcpP50});
+  fmt::print("{}\n", table.format());
+  fmt::print("tcp transport round trip: p50 {:.1f} us, p99 {:.1f} us\n", tcpP50, tcpP99);
+  if (!o.common.csvPath.empty()) table.writeCsv(o.common.csvPath);
+  if (o.common.json) {
+    fmt::print("{}\n", JsonObject()
+                           .add("benchmark", "transport")
+                           .add("transport", "ibverbs")
+                           .add("bulk_bytes", static_cast<std::uint64_t>(o.bulkBytes))
+                           .add("bulk_gbps", rdmaGbps)
+                           .add("tcp_transport_gbps", tcpGbps)
+                           .add("ratio_vs_tcp_transport", rdmaGbps / tcpGbps)
+                           .add("rtt_p50_us", rdmaP50)
+                           .add("rtt_p99_us", rdmaP99)
+                           .add("tcp_rtt_p50_us", tcpP50)
+                           .add("tcp_rtt_p99_us", tcpP99)
+                           .add("rtt_p50_ratio", rdmaP50 / tcpP50)
+                           .str());
+  }
+}
+
 }  // namespace
 
 void addTransportCommand(CLI::App& app) {
   auto options = std::make_shared<TransportBenchOptions>();
   CLI::App* command = app.add_subcommand(
-      "transport", "TCP transport bulk GB/s and envelope round trip next to raw blocking sockets");
+      "transport",
+      "transport bulk GB/s and envelope round trip: tcp next to raw blocking sockets, ibverbs next "
+      "to tcp");
   addCommonOptions(*command, options->common);
+  command->add_option("--transport", options->transport, "the transport measured")
+      ->check(CLI::IsMember({"tcp", "ibverbs"}))
+      ->capture_default_str();
+  command->add_option("--rdma-device", options->rdma.device,
+                      "RDMA device (ibverbs); default: the first with an active port");
+  command->add_option("--rdma-port", options->rdma.port, "its port; 0: the first active one")
+      ->check(CLI::Range(0, 255))
+      ->capture_default_str();
+  command
+      ->add_option("--rdma-gid-index", options->rdma.gidIndex,
+                   "GID index; -1: LID on InfiniBand, the first GID in use on RoCE")
+      ->check(CLI::Range(-1, 255))
+      ->capture_default_str();
+  command->add_flag("--rdma-busy-poll", options->rdma.busyPoll,
+                    "poll completions on the io threads instead of waiting for events");
   command->add_option("--bulk-bytes", options->bulkBytes, "payload of the one-way transfer")
       ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 30))
       ->capture_default_str();

@@ -27,6 +27,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <random>
@@ -190,9 +191,26 @@ class PeerContext {
   // The default deadline of synchronous exchanges (--comm-timeout).
   virtual Clock::duration commTimeout() const = 0;
 
+  // ---- elasticity ----
+  // A copy of `from`'s params as of its next step boundary (it copies them and goes on; nothing
+  // pauses), with the step it had reached; nullopt when none came within `timeout`. The message
+  // holds the params as payload(0) and the step in `step`.
+  virtual std::optional<Incoming> pullModel(PeerId from, Clock::duration timeout) = 0;
+  // Moves this peer's step count to `step` (forward or back): a peer joining a cluster that is
+  // already training, or one that fell behind, lines its rounds up with the others'. The run
+  // still ends at totalSteps().
+  virtual void adoptStep(std::uint64_t step) = 0;
+
   // ---- services ----
   virtual std::mt19937_64& rng() = 0;  // seeded from the run seed and this peer's id
   virtual Metrics& metrics() = 0;
+};
+
+// What an algorithm keeps across a checkpoint (and may hand over): named tensors (host copies)
+// and named numbers.
+struct AlgorithmState {
+  std::map<std::string, std::vector<float>> tensors;
+  std::map<std::string, double> values;
 };
 
 // What serve() may use, on the io thread.
@@ -234,6 +252,22 @@ class Algorithm {
   // A request or notification addressed to this peer; io thread (see the header comment).
   // The default ignores it.
   virtual void serve(ServiceContext& /*ctx*/, const Incoming& /*request*/) {}
+
+  // ---- elasticity (issue: elastic membership and fault tolerance) ----
+  // Instead of the first setup(), when this peer enters a cluster that is already training
+  // (joining late, or restarting without a checkpoint): take what the algorithm needs from a live
+  // peer, then setup() runs as usual. The default adopts the model and the step of the first
+  // in-neighbour that answers pullModel() (of any member when it has none), and resets the local
+  // optimizer's state.
+  virtual void join(PeerContext& ctx);
+  // Before this peer leaves the cluster on purpose while the others go on (a stop request, a
+  // signal): hand over what must not leave with it (gossip weight, a role). Compute thread, at a
+  // step boundary; the membership leave follows.
+  virtual void leave(PeerContext& /*ctx*/) {}
+  // The algorithm's part of this peer's checkpoint, and its restoration on --resume (before
+  // setup(); throw gossamer::Error on a state that does not fit).
+  virtual void saveState(AlgorithmState& /*state*/) const {}
+  virtual void loadState(const AlgorithmState& /*state*/) {}
 };
 
 // How the registry makes an algorithm: its description, its options (name, default, help) and a

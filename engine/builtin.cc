@@ -15,6 +15,11 @@
 #if GOSSAMER_HAVE_CUDA
 #include "kernels/cuda/cuda_compute.h"
 #endif
+#include "net/limits.h"
+#include "net/transport.h"
+#if GOSSAMER_HAVE_IBVERBS
+#include "net/ibverbs/ibverbs_transport.h"
+#endif
 
 namespace gossamer::engine {
 namespace {
@@ -111,6 +116,60 @@ std::unique_ptr<kernels::Compute> makeCompute(kernels::Device device, std::strin
   }
   if (fallbackReason != nullptr) *fallbackReason = reason;
   return kernels::cpu::makeCompute({.blasThreads = 1});
+}
+
+// ---- the RDMA transport ----
+
+namespace {
+
+#if GOSSAMER_HAVE_IBVERBS
+net::ibverbs::Options ibverbsOptions(const RdmaOptions& rdma, const net::Limits& limits) {
+  net::ibverbs::Options options;
+  options.limits = limits;
+  options.device = rdma.device;
+  options.port = rdma.port;
+  options.gidIndex = rdma.gidIndex;
+  options.busyPoll = rdma.busyPoll;
+  if (rdma.isDeviceMemory && rdma.compute != nullptr) {
+    kernels::Compute* compute = rdma.compute;
+    options.deviceMemory.isDevice = rdma.isDeviceMemory;
+    options.deviceMemory.copyToHost = [compute](void* dst, const void* src, std::size_t n) {
+      compute->copyToHost(dst, src, n);
+    };
+    options.deviceMemory.copyToDevice = [compute](void* dst, const void* src, std::size_t n) {
+      compute->copyToDevice(dst, src, n);
+    };
+  }
+  return options;
+}
+#else
+constexpr const char* kNoIbverbs =
+    "this build has no RDMA transport (configured with GOSSAMER_WITH_IBVERBS=OFF, or "
+    "libibverbs-dev was missing)";
+#endif
+
+}  // namespace
+
+bool rdmaViable(std::string* reason, const RdmaOptions& options) {
+#if GOSSAMER_HAVE_IBVERBS
+  return net::ibverbs::isViable(reason, ibverbsOptions(options, net::Limits{}));
+#else
+  (void)options;
+  if (reason != nullptr) *reason = kNoIbverbs;
+  return false;
+#endif
+}
+
+std::unique_ptr<net::Transport> makeRdmaTransport(asio::io_context& io, const RdmaOptions& options,
+                                                  const net::Limits& limits) {
+#if GOSSAMER_HAVE_IBVERBS
+  return net::ibverbs::makeTransport(io, ibverbsOptions(options, limits));
+#else
+  (void)io;
+  (void)options;
+  (void)limits;
+  GOSSAMER_THROW("the RDMA transport is unavailable: {}", kNoIbverbs);
+#endif
 }
 
 }  // namespace gossamer::engine

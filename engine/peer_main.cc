@@ -61,6 +61,8 @@ struct PeerOptions {
   std::string device = "cpu";
   std::string optimizer = "momentum";
   engine::train::OptimizerOptions optimizerOptions;
+  std::string lrSchedule = "cosine";
+  std::uint64_t warmupSteps = 0;
   std::size_t batch = 64;
   double epochs = 3;
   std::uint64_t maxSteps = 0;
@@ -140,6 +142,11 @@ void addModelOptions(CLI::App& app, PeerOptions& o, const engine::Registry& regi
       ->check(CLI::IsMember({"sgd", "momentum", "nesterov", "adam"}))
       ->capture_default_str();
   app.add_option("--lr", o.optimizerOptions.lr, "learning rate")->capture_default_str();
+  app.add_option("--lr-schedule", o.lrSchedule, "constant or cosine (decays to 0 at the last step)")
+      ->check(CLI::IsMember({"constant", "cosine"}))
+      ->capture_default_str();
+  app.add_option("--warmup-steps", o.warmupSteps, "linear learning-rate warm-up steps")
+      ->capture_default_str();
   app.add_option("--momentum", o.optimizerOptions.momentum, "momentum coefficient")
       ->capture_default_str();
   app.add_option("--weight-decay", o.optimizerOptions.weightDecay, "L2 weight decay")
@@ -337,6 +344,7 @@ PeerConfig peerConfig(const PeerOptions& o, const engine::Registry& registry) {
   t.device = engine::parseDevice(o.device);
   t.optimizer = o.optimizerOptions;
   t.optimizer.kind = engine::train::parseOptimizerKind(o.optimizer);
+  t.schedule = {engine::train::parseLrSchedule(o.lrSchedule), o.warmupSteps};
   t.batch = o.batch;
   t.epochs = o.epochs;
   t.maxSteps = o.maxSteps;
@@ -534,6 +542,7 @@ int runSingle(const PeerOptions& o, const engine::Registry& registry) {
                shards[o.shardIndex].size(), o.shardIndex, o.shards, data->test.count());
   engine::train::TrainOptions train = o.train;
   train.epochs = static_cast<std::size_t>(std::max(1.0, o.epochs));
+  train.schedule = {engine::train::parseLrSchedule(o.lrSchedule), o.warmupSteps};
   train.progress = !o.json;
   train.stopRequested = [] { return gStop.load(); };
   const engine::train::TrainResult result = engine::train::train(learner, evaluator, train);

@@ -14,6 +14,12 @@ void* Compute::allocateHost(std::size_t bytes) {
 
 void Compute::freeHost(void* pointer) { std::free(pointer); }
 
+void Compute::copyToHostAsync(void* hostDst, const void* deviceSrc, std::size_t bytes,
+                              std::function<void()> done) {
+  copyToHost(hostDst, deviceSrc, bytes);
+  done();
+}
+
 const char* deviceName(Device device) {
   switch (device) {
     case Device::kCpu:

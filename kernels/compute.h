@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <span>
@@ -117,6 +118,14 @@ class Compute {
   // 64-byte-aligned memory on the CPU. Any thread. Throws on exhaustion.
   virtual void* allocateHost(std::size_t bytes);
   virtual void freeHost(void* pointer);
+  // Copies `bytes` of device memory at `deviceSrc` to host memory `hostDst` (from allocateHost)
+  // without stalling the compute stream: the source is captured in order with the operations
+  // enqueued so far (later operations may overwrite it at once), the transfer overlaps whatever
+  // comes next, and `done` runs once hostDst holds the bytes, on another thread (CUDA's callback
+  // thread; it must not call into this Compute) or, on the CPU backend, before this returns.
+  // hostDst must stay valid until then.
+  virtual void copyToHostAsync(void* hostDst, const void* deviceSrc, std::size_t bytes,
+                               std::function<void()> done);
 
   // Typed copies of equal-length spans (throws on a length mismatch). The source type is not
   // deduced, so Buffers and std::vectors convert: upload(buffer.span(), hostVector).

@@ -25,6 +25,8 @@ class NetCategory final : public std::error_category {
       case Errc::invalidPayloadTarget: return "a PayloadTarget returned a buffer of the wrong size";
       case Errc::unexpectedMessage: return "unexpected message for this point of the protocol";
       case Errc::cryptoFailure: return "the crypto library failed (random source or MAC)";
+      case Errc::rdmaAccessError: return "an RDMA transfer failed a memory access check";
+      case Errc::rdmaFailure: return "an RDMA work request failed";
     }
     return "unknown gossamer.net error";
   }

@@ -22,6 +22,8 @@ enum class Errc {
   unexpectedMessage,     // a well-formed message that is not valid at this point of the protocol
   cryptoFailure,         // the crypto library failed (random source or MAC computation)
   invalidPayloadTarget,  // a PayloadTarget returned a buffer whose size is not the payload's
+  rdmaAccessError,       // an RDMA work request failed a memory protection check (local or remote)
+  rdmaFailure,           // any other failed RDMA work request (its status is logged)
 };
 
 const std::error_category& netCategory();

@@ -1,17 +1,22 @@
-// Building blocks shared by the tcp/ and inproc/ backends; not part of the Transport API (a user
-// of net/ never includes this header):
+// Building blocks shared by the tcp/, inproc/ and ibverbs/ backends; not part of the Transport API
+// (a user of net/ never includes this header):
 // - FifoGate: sends on one link take turns in the order they started.
 // - AsyncCondition: a condition variable for coroutines, notified from any thread.
 // - BufferPool: the bounded, recycling pool that received payloads land in when no PayloadTarget
 //   claims them; its bound is what makes a slow receiver slow down its senders.
 // - checkFrameShape: the Limits check every frame passes before anything is allocated for it.
-// - SharedStateLink: the Link class of both backends, over their per-link state.
+// - storeLe / loadLe: little-endian integers of the wire formats.
+// - placePayloads / FrameReceiver: where a received frame's payloads go, and the receive of a
+//   link that reads frames off a stream (tcp, ibverbs).
+// - SharedStateLink / SharedStateTransport: the Link and Transport classes of the backends,
+//   over their per-link and per-transport state.
 //
 // Every coroutine here must run on a single-threaded executor (an io_context run by one thread,
 // as every peer's is, or a strand): a waiter and the wake-up posted to it never run at once.
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -44,6 +49,18 @@ namespace gossamer::net::detail {
 // Completion token of every asynchronous operation in the backends: errors come back as values,
 // never as exceptions (transport.h).
 inline constexpr auto kUseTuple = asio::experimental::as_tuple(asio::use_awaitable);
+
+// Little-endian integers of `bytes` bytes (1..8) in wire formats.
+inline void storeLe(std::byte* out, std::uint64_t value, int bytes) {
+  for (int i = 0; i < bytes; ++i) out[i] = static_cast<std::byte>(value >> (8 * i));
+}
+
+inline std::uint64_t loadLe(const std::byte* in, int bytes) {
+  std::uint64_t value = 0;
+  for (int i = 0; i < bytes; ++i)
+    value |= std::uint64_t(std::to_integer<std::uint8_t>(in[i])) << (8 * i);
+  return value;
+}
 
 // The first bound of `limits` that a frame with a header of `headerBytes` and `payloadCount`
 // payloads, the i-th of `sizeOf(i)` bytes, breaks: Errc::tooManyPayloads or Errc::frameTooLarge;
@@ -362,6 +379,83 @@ class BufferPool final : public std::enable_shared_from_this<BufferPool> {
   AsyncCondition spaceFreed_;
 };
 
+// Where the payloads of a received frame go, once its header is in `frame` and the sizes of its
+// payloads are known: for each, the buffer `target` returns (frame.h), or a buffer of `pool`
+// (all pooled ones at once, waiting while the pool is at its bound). Fills frame.payloads, in
+// order. Errc::invalidPayloadTarget when the target returns a span of the wrong size; the pool's
+// errors. `scratch` is reused from frame to frame.
+struct PayloadPlacement {
+  std::vector<std::span<std::byte>> targets;
+  std::vector<std::size_t> pooledSizes;
+};
+
+inline asio::awaitable<std::error_code> placePayloads(const PayloadTarget& target, BufferPool& pool,
+                                                      std::span<const std::uint64_t> sizes,
+                                                      InFrame& frame, PayloadPlacement& scratch) {
+  const std::size_t count = sizes.size();
+  scratch.targets.assign(count, {});
+  scratch.pooledSizes.clear();
+  for (std::size_t i = 0; i < count; ++i) {
+    if (target) scratch.targets[i] = target(frame.header, i, sizes[i]);
+    if (!scratch.targets[i].empty() && scratch.targets[i].size() != sizes[i])
+      co_return Errc::invalidPayloadTarget;
+    if (scratch.targets[i].empty()) scratch.pooledSizes.push_back(sizes[i]);
+  }
+  std::vector<Payload> pooled;
+  if (!scratch.pooledSizes.empty()) {
+    // Waits here, reading nothing, while the receiver holds the pool's bound.
+    if (auto ec = co_await pool.acquire(scratch.pooledSizes, pooled)) co_return ec;
+  }
+  frame.payloads.reserve(count);
+  std::size_t nextPooled = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    if (scratch.targets[i].empty()) {
+      frame.payloads.push_back(std::move(pooled[nextPooled++]));
+    } else {
+      frame.payloads.emplace_back(scratch.targets[i], nullptr);
+    }
+  }
+  co_return std::error_code{};
+}
+
+// The receive of a link that reads its frames off a stream (tcp's socket, ibverbs' slots), as a
+// base of its State: one receive at a time (a second fails with Errc::receiveInProgress); the
+// frame is emptied first (its pooled payloads may be what the pool waits for); an error closes
+// the link, and so does a receive that ends unfinished (cancelled, or an exception from the
+// PayloadTarget): the stream stops mid-frame and cannot be read on. State befriends this class
+// and provides readFrame(InFrame&) -> awaitable<std::error_code>, closeWith(ec), failWith(ec)
+// (closes with ec, returns the error to report), closed_ and closeError_.
+template <typename State>
+class FrameReceiver {
+ public:
+  static asio::awaitable<std::error_code> receive(std::shared_ptr<State> self, InFrame& frame) {
+    FrameReceiver& receiver = *self;
+    if (receiver.receiving_) co_return Errc::receiveInProgress;
+    frame.payloads.clear();
+    frame.header.clear();
+    if (self->closed_) co_return self->closeError_;
+    struct Scope {
+      State& link;
+      bool finished = false;
+      ~Scope() {
+        static_cast<FrameReceiver&>(link).receiving_ = false;
+        if (!finished) link.closeWith(asio::error::operation_aborted);
+      }
+    } scope{*self};
+    receiver.receiving_ = true;
+    std::error_code ec = co_await self->readFrame(frame);
+    scope.finished = true;
+    if (ec) {
+      frame.payloads.clear();
+      ec = self->failWith(ec);
+    }
+    co_return ec;
+  }
+
+ private:
+  bool receiving_ = false;
+};
+
 // The Link a backend hands out: forwards every call to the backend's per-link State, held in a
 // shared_ptr so that the coroutines of send and receive and a close() posted from another thread
 // keep it alive after the Link is dropped. Dropping the Link closes it.
@@ -384,6 +478,31 @@ class SharedStateLink final : public Link {
   std::string remoteAddress() const override { return state_->remoteAddress(); }
   std::uint64_t bytesSent() const override { return state_->bytesSent(); }
   std::uint64_t bytesReceived() const override { return state_->bytesReceived(); }
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
+// The Transport a backend hands out: forwards every call to the backend's per-transport State,
+// held in a shared_ptr so that the coroutines of accept and connect keep it alive after the
+// Transport is dropped. Destroying the Transport closes it.
+template <typename State>
+class SharedStateTransport final : public Transport {
+ public:
+  explicit SharedStateTransport(std::shared_ptr<State> state) : state_(std::move(state)) {}
+  ~SharedStateTransport() override { state_->close(); }
+
+  std::string name() const override { return state_->name(); }
+  std::error_code listen(const Endpoint& local) override { return state_->listen(local); }
+  Endpoint localEndpoint() const override { return state_->localEndpoint(); }
+  asio::awaitable<LinkResult> accept() override { return State::accept(state_); }
+  asio::awaitable<LinkResult> connect(const Endpoint& remote,
+                                      std::chrono::milliseconds timeout) override {
+    return State::connect(state_, remote, timeout);
+  }
+  void registerMemory(std::span<std::byte> memory) override { state_->registerMemory(memory); }
+  void close() override { state_->close(); }
+  const Limits& limits() const override { return state_->limits(); }
 
  private:
   std::shared_ptr<State> state_;

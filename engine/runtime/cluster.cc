@@ -135,6 +135,7 @@ ClusterResult runLocalCluster(const ClusterConfig& config, const Registry& regis
       config.evalEvery > 0 ? static_cast<std::uint64_t>(config.evalEvery) : UINT64_MAX;
   std::unique_ptr<train::Progress> progress;
   double lastAccuracy = -1;
+  Clock::time_point lastEvalAt{};
   for (;;) {
     const bool allDone = std::all_of(peers.begin(), peers.end(), [](const auto& p) {
       const PeerStatus s = p->status();
@@ -151,6 +152,7 @@ ClusterResult runLocalCluster(const ClusterConfig& config, const Registry& regis
                       [](const auto& p) { return p->status().training; })) {
         started = true;
         start = Clock::now();
+        lastEvalAt = start;
         progress = std::make_unique<train::Progress>(
             static_cast<std::int64_t>(peers[0]->status().totalSteps), config.progress);
       } else {
@@ -159,7 +161,11 @@ ClusterResult runLocalCluster(const ClusterConfig& config, const Registry& regis
       }
     }
     EvalPoint point = measure(peers, base.training.batch, start);
-    if (point.minStep >= nextEval && point.minStep < peers[0]->status().totalSteps) {
+    const bool stepsDue = point.minStep >= nextEval;
+    const bool timeDue =
+        config.evalInterval.count() > 0 && Clock::now() - lastEvalAt >= config.evalInterval;
+    if ((stepsDue || timeDue) && point.minStep < peers[0]->status().totalSteps) {
+      lastEvalAt = Clock::now();
       const std::vector<Snapshot> taken = snapshots(base.training.commTimeout);
       point = measure(peers, base.training.batch, start);
       point.consensus = evaluator.evaluate(taken, config.evalSamples, true);

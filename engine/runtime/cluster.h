@@ -35,6 +35,8 @@ struct ClusterConfig {
   PeerConfig peer;  // the template: transport, profile, training (minPeers is set)
   std::size_t peers = 4;
   std::int64_t evalEvery = 0;  // steps between consensus evaluations (0: only at the end)
+  // Or by wall time: a consensus evaluation at least this often (0: by steps only).
+  std::chrono::milliseconds evalInterval{0};
   std::size_t evalSamples = 2000;
   bool progress = true;                          // one progress view for the cluster on stdout
   std::function<void(const EvalPoint&)> onEval;  // called on the monitoring thread

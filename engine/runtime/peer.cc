@@ -5,6 +5,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <filesystem>
 #include <future>
 #include <map>
 #include <mutex>
@@ -26,6 +27,7 @@
 #include "engine/builtin.h"
 #include "engine/runtime/host_buffers.h"
 #include "engine/runtime/message_queue.h"
+#include "engine/train/checkpoint.h"
 #include "engine/train/learner.h"
 #include "engine/train/metrics_log.h"
 #include "engine/train/progress.h"
@@ -55,6 +57,8 @@ enum RuntimeKind : std::uint32_t {
   kSnapshot = 2,      // the reply
   kFinished = 3,      // notify: this peer's training loop is over
   kReleased = 4,      // notify: this peer has what it needs from the others; they may leave
+  kStatus = 5,        // request: are you training, at which step, and were you expecting me?
+  kStatusReply = 6,   // scalars: training (0/1), step, total steps, expected (0/1), start members
 };
 
 std::size_t payloadBytes(const Message& m) {
@@ -137,7 +141,8 @@ struct Peer::Impl {
   MetricsMap metrics;
   mutable std::mutex viewMutex;
   std::condition_variable viewChanged;
-  net::membership::View view;  // the membership view, updated by its events
+  net::membership::View view;                 // the membership view, updated by its events
+  std::map<PeerId, net::Endpoint> heardFrom;  // listen endpoints of authenticated senders
   std::atomic<std::uint64_t> viewEpoch{0};
   std::atomic<std::uint64_t> bytesSent{0}, bytesReceived{0}, sendFailures{0};
   std::atomic<std::int64_t> commWaitNs{0};
@@ -162,9 +167,17 @@ struct Peer::Impl {
   std::mutex barrierMutex;
   std::condition_variable barrierChanged;
   std::set<PeerId> finishedPeers, releasedPeers;
+  bool inFinish = false;  // past the finished-training barrier (guarded by barrierMutex)
+
+  // Who trained from the start (answers kStatus: a peer in it is expected, not late).
+  std::mutex startMutex;
+  std::vector<PeerId> startMembers;
+  std::atomic<bool> leaveRequested{false};
+  std::optional<train::Checkpoint> resumeFrom;  // --resume: loaded and checked at construction
 
   // ---- compute thread ----
   std::unique_ptr<train::Learner> learner;
+  std::size_t shardCount = 0, shardRank = 0;
   std::vector<PeerId> members;
   std::uint64_t epoch = 0;
   std::optional<topology::Graph> graph;
@@ -176,15 +189,24 @@ struct Peer::Impl {
   std::optional<net::Endpoint> addressOf(PeerId peer) const;
   std::vector<PeerId> liveMembers() const;
   bool isLive(PeerId peer) const;
+  // Whether `peer` will send nothing more for the current phase: while training, once it has
+  // finished training; in finish() (after the barrier, when the last rounds run), once it has
+  // released the others.
+  bool hasFinished(PeerId peer) {
+    std::lock_guard lock(barrierMutex);
+    return (inFinish ? releasedPeers : finishedPeers).count(peer) > 0;
+  }
 
   // ---- messaging ----
   void addCommWait(Clock::duration d) {
     commWaitNs += std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();
   }
   // Stages `message` (payloads copied by `copy`) and sends it to `to` on the route.
+  // Where a message's payloads live: the Compute's memory (sends from the compute thread, staged
+  // asynchronously by the Compute) or host memory (replies from serve(), copied at once).
+  enum class Staging { fromCompute, fromHost };
   void sendMessage(std::span<const PeerId> to, const Message& message, Route route,
-                   std::shared_ptr<HostBufferPool>& pool, Clock::duration wait,
-                   const std::function<void(std::byte*, std::span<const float>)>& copy);
+                   std::shared_ptr<HostBufferPool>& pool, Clock::duration wait, Staging staging);
   void sendStaged(const std::vector<PeerId>& to, net::wire::EnvelopeHeader header,
                   std::shared_ptr<HostBuffer> buffer);
   asio::awaitable<void> sendOne(net::Endpoint to, net::wire::EnvelopeHeader header,
@@ -202,7 +224,19 @@ struct Peer::Impl {
   void notifyRuntime(const std::vector<PeerId>& to, RuntimeKind kind);
 
   // ---- compute thread ----
-  void waitForMembers();
+  // How this peer starts training: with the others (fresh), or joining a cluster that is already
+  // training (late), whose total steps and current step it then takes.
+  struct StartPlan {
+    bool late = false;
+    std::uint64_t totalSteps = 0;
+    std::uint64_t step = 0;
+  };
+  StartPlan waitForStart();
+  std::vector<std::size_t> shardFor(std::size_t count, std::size_t rank) const;
+  void rebalance();
+  std::string checkpointPath() const;
+  void saveCheckpoint();
+  void loadResumeCheckpoint();
   void refreshMembers(bool force);
   void rebuildGraph();
   void publishSnapshot(bool final);
@@ -237,13 +271,14 @@ class Peer::Impl::Context final : public PeerContext {
   void applyOptimizer() override { impl_.learner->applyUpdate(); }
 
   void send(std::span<const PeerId> to, const Message& message) override {
-    impl_.sendMessage(to, message, Route::inbox, impl_.sendPool, commTimeout(), stageFromDevice());
+    impl_.sendMessage(to, message, Route::inbox, impl_.sendPool, commTimeout(),
+                      Impl::Staging::fromCompute);
   }
   using PeerContext::send;
 
   void notify(PeerId to, const Message& message) override {
     impl_.sendMessage(std::span<const PeerId>(&to, 1), message, Route::serve, impl_.sendPool,
-                      commTimeout(), stageFromDevice());
+                      commTimeout(), Impl::Staging::fromCompute);
   }
 
   std::optional<Incoming> request(PeerId to, const Message& message,
@@ -251,7 +286,7 @@ class Peer::Impl::Context final : public PeerContext {
     Message tagged = message;
     tagged.tag = impl_.tags.fresh();
     impl_.sendMessage(std::span<const PeerId>(&to, 1), tagged, Route::serve, impl_.sendPool,
-                      timeout, stageFromDevice());
+                      timeout, Impl::Staging::fromCompute);
     GatherResult got = impl_.gather(std::span<const PeerId>(&to, 1), tagged.tag, timeout);
     if (got.messages.empty()) return std::nullopt;
     return std::move(got.messages.front());
@@ -273,18 +308,21 @@ class Peer::Impl::Context final : public PeerContext {
     return DeviceView(view, std::move(copy));
   }
 
+  std::optional<Incoming> pullModel(PeerId from, Clock::duration timeout) override {
+    const std::uint64_t tag = impl_.tags.fresh();
+    impl_.sendMessage(std::span<const PeerId>(&from, 1), Message{.kind = kPullSnapshot, .tag = tag},
+                      Route::runtime, impl_.sendPool, timeout, Impl::Staging::fromHost);
+    GatherResult got = impl_.gather(std::span<const PeerId>(&from, 1), tag, timeout);
+    if (got.messages.empty()) return std::nullopt;
+    return std::move(got.messages.front());
+  }
+  void adoptStep(std::uint64_t step) override { impl_.stepCount = step; }
+
   Clock::duration commTimeout() const override { return impl_.config.training.commTimeout; }
   std::mt19937_64& rng() override { return impl_.rng; }
   Metrics& metrics() override { return impl_.metrics; }
 
  private:
-  // Payloads from the compute thread live in the Compute's memory: copy them out with it.
-  std::function<void(std::byte*, std::span<const float>)> stageFromDevice() {
-    return [this](std::byte* dst, std::span<const float> src) {
-      impl_.compute->copyToHost(dst, src.data(), src.size_bytes());
-    };
-  }
-
   Impl& impl_;
 };
 
@@ -301,10 +339,7 @@ class Peer::Impl::ServiceCtx final : public ServiceContext {
     // The io thread must not wait: a reply that finds no buffer is dropped (the requester's wait
     // ends at its deadline), with a warning.
     impl_.sendMessage(std::span<const PeerId>(&request.from, 1), answer, Route::inbox,
-                      impl_.replyPool, Clock::duration::zero(),
-                      [](std::byte* dst, std::span<const float> src) {
-                        std::memcpy(dst, src.data(), src.size_bytes());
-                      });
+                      impl_.replyPool, Clock::duration::zero(), Impl::Staging::fromHost);
   }
   Metrics& metrics() override { return impl_.metrics; }
 
@@ -350,6 +385,10 @@ Peer::Impl::Impl(PeerConfig c, const Registry& r, std::shared_ptr<const DatasetP
   receivePool =
       HostBufferPool::make(std::max<std::size_t>(t.receiveBuffers, 1), modelBytes, allocate, free);
 
+  if (t.resume) {
+    GOSSAMER_ENFORCE(!t.checkpointDir.empty(), "--resume needs --checkpoint-dir");
+    loadResumeCheckpoint();
+  }
   context = std::make_unique<Context>(*this);
   serviceContext = std::make_unique<ServiceCtx>(*this);
   ioThread = std::thread([this] { io.run(); });
@@ -415,6 +454,10 @@ void Peer::Impl::startNetwork() {
     });
     mesh->onEnvelope([this](const net::Remote& from, net::wire::EnvelopeHeader header,
                             std::vector<net::Payload> payloads) {
+      {
+        std::lock_guard lock(viewMutex);
+        heardFrom[from.peerId] = from.listen;
+      }
       std::vector<std::pair<std::span<const std::byte>, std::shared_ptr<const void>>> held;
       for (net::Payload& p : payloads) {
         auto owner = std::make_shared<net::Payload>(std::move(p));
@@ -422,7 +465,11 @@ void Peer::Impl::startNetwork() {
       }
       onEnvelope(from.peerId, std::move(header), std::move(held));
     });
-    net::membership::Config membershipConfig{n.seeds, n.membership, config.training.seed ^ self};
+    // Over an emulated WAN, failure detection must allow for its round trips.
+    const net::membership::Options membershipOptions =
+        n.profile ? n.membership.forRoundTrip(n.profile->maxRoundTrip()) : n.membership;
+    net::membership::Config membershipConfig{n.seeds, membershipOptions,
+                                             config.training.seed ^ self};
     membership = net::membership::makeService(io, *mesh, std::move(membershipConfig));
     membership->onEvent([this](const net::membership::Event& event) {
       {
@@ -445,8 +492,13 @@ void Peer::Impl::startNetwork() {
     return {};
   });
   if (error) GOSSAMER_THROW("cannot listen on {}: {}", n.listen.str(), error.message());
-  std::lock_guard lock(viewMutex);
-  view = runOn(io, [this] { return membership->view(); });
+  // On the io thread, in order with the membership events: holding viewMutex here while waiting
+  // for the io thread would deadlock with an event handler waiting for viewMutex there.
+  runOn(io, [this] {
+    std::lock_guard lock(viewMutex);
+    view = membership->view();
+    return 0;
+  });
 }
 
 void Peer::Impl::stopNetwork(bool graceful) {
@@ -474,6 +526,8 @@ void Peer::Impl::stopNetwork(bool graceful) {
 std::optional<net::Endpoint> Peer::Impl::addressOf(PeerId peer) const {
   std::lock_guard lock(viewMutex);
   if (const net::membership::Member* m = view.find(peer)) return m->address;
+  // A peer that wrote to us before its membership reached us (a reply must still find it).
+  if (const auto it = heardFrom.find(peer); it != heardFrom.end()) return it->second;
   return std::nullopt;
 }
 
@@ -491,7 +545,7 @@ bool Peer::Impl::isLive(PeerId peer) const {
 
 void Peer::Impl::sendMessage(std::span<const PeerId> to, const Message& message, Route route,
                              std::shared_ptr<HostBufferPool>& pool, Clock::duration wait,
-                             const std::function<void(std::byte*, std::span<const float>)>& copy) {
+                             Staging staging) {
   GOSSAMER_ENFORCE(route == Route::runtime || message.kind < kMaxAlgorithmKind,
                    "message kind {} is reserved (algorithm kinds are below {})", message.kind,
                    kMaxAlgorithmKind);
@@ -502,24 +556,54 @@ void Peer::Impl::sendMessage(std::span<const PeerId> to, const Message& message,
   header.sender = self;
   header.step = message.step;
   header.scalars = message.scalars;
-  std::shared_ptr<HostBuffer> buffer;
-  if (const std::size_t bytes = payloadBytes(message); bytes > 0) {
-    const Clock::time_point start = Clock::now();
-    buffer = wait > Clock::duration::zero() ? pool->acquire(bytes, wait) : pool->tryAcquire(bytes);
-    if (wait > Clock::duration::zero()) addCommWait(Clock::now() - start);
-    if (!buffer) {
-      logger->warn("peer {:016x}: no send buffer free{}; message of kind {} dropped", self,
-                   stopped ? " (shutting down)" : "", message.kind);
-      return;
-    }
+  std::vector<PeerId> recipients(to.begin(), to.end());
+  const std::size_t bytes = payloadBytes(message);
+  if (bytes == 0) {
+    sendStaged(recipients, std::move(header), nullptr);
+    return;
+  }
+  const Clock::time_point start = Clock::now();
+  std::shared_ptr<HostBuffer> buffer =
+      wait > Clock::duration::zero() ? pool->acquire(bytes, wait) : pool->tryAcquire(bytes);
+  if (wait > Clock::duration::zero()) addCommWait(Clock::now() - start);
+  if (!buffer) {
+    logger->warn("peer {:016x}: no send buffer free{}; message of kind {} dropped", self,
+                 stopped ? " (shutting down)" : "", message.kind);
+    return;
+  }
+  for (const auto& payload : message.payloads)
+    header.payloads.push_back({payload.size_bytes(), net::wire::Dtype::f32, payload.size()});
+  if (staging == Staging::fromHost) {
     std::size_t offset = 0;
     for (const auto& payload : message.payloads) {
-      copy(buffer->data() + offset, payload);
-      header.payloads.push_back({payload.size_bytes(), net::wire::Dtype::f32, payload.size()});
+      std::memcpy(buffer->data() + offset, payload.data(), payload.size_bytes());
       offset += payload.size_bytes();
     }
+    sendStaged(recipients, std::move(header), std::move(buffer));
+    return;
   }
-  sendStaged(std::vector<PeerId>(to.begin(), to.end()), std::move(header), std::move(buffer));
+  // The Compute copies every payload out, overlapped with the compute that follows; the last
+  // copy to land hands the staged message to the io thread.
+  struct Staged {
+    std::vector<PeerId> to;
+    net::wire::EnvelopeHeader header;
+    std::shared_ptr<HostBuffer> buffer;
+    std::atomic<std::size_t> left;
+  };
+  auto staged = std::make_shared<Staged>();
+  staged->to = std::move(recipients);
+  staged->header = std::move(header);
+  staged->buffer = buffer;
+  staged->left = message.payloads.size();
+  std::size_t offset = 0;
+  for (const auto& payload : message.payloads) {
+    compute->copyToHostAsync(
+        buffer->data() + offset, payload.data(), payload.size_bytes(), [this, staged] {
+          if (--staged->left == 0)
+            sendStaged(staged->to, std::move(staged->header), std::move(staged->buffer));
+        });
+    offset += payload.size_bytes();
+  }
 }
 
 void Peer::Impl::sendStaged(const std::vector<PeerId>& to, net::wire::EnvelopeHeader header,
@@ -583,7 +667,8 @@ void Peer::Impl::notifyRuntime(const std::vector<PeerId>& to, RuntimeKind kind) 
   Message message;
   message.kind = kind;
   message.step = stepCount;
-  sendMessage(to, message, Route::runtime, sendPool, config.training.commTimeout, {});
+  sendMessage(to, message, Route::runtime, sendPool, config.training.commTimeout,
+              Staging::fromHost);
 }
 
 // ---- receiving (io thread) -------------------------------------------------------------------
@@ -661,8 +746,28 @@ void Peer::Impl::onRuntimeMessage(const Incoming& message) {
       return;
     }
     case kSnapshot:
+    case kStatusReply:
       inbox.push(message);
       return;
+    case kStatus: {
+      bool expected = false;
+      std::size_t started = 0;
+      {
+        std::lock_guard lock(startMutex);
+        expected =
+            std::find(startMembers.begin(), startMembers.end(), message.from) != startMembers.end();
+        started = startMembers.size();
+      }
+      net::wire::EnvelopeHeader header;
+      header.tag = message.tag;
+      header.kind = encodeKind(Route::runtime, kStatusReply);
+      header.sender = self;
+      header.scalars = {training ? 1.0 : 0.0, static_cast<double>(stepCount.load()),
+                        static_cast<double>(totalSteps.load()), expected ? 1.0 : 0.0,
+                        static_cast<double>(started)};
+      sendStaged({message.from}, std::move(header), nullptr);
+      return;
+    }
     case kFinished:
     case kReleased: {
       {
@@ -670,6 +775,7 @@ void Peer::Impl::onRuntimeMessage(const Incoming& message) {
         (message.kind == kFinished ? finishedPeers : releasedPeers).insert(message.from);
       }
       barrierChanged.notify_all();
+      inbox.wake();  // a gather waiting for a peer that has finished can stop waiting
       return;
     }
     default:
@@ -712,8 +818,10 @@ GatherResult Peer::Impl::gather(std::span<const PeerId> from, std::uint64_t tag,
       if (it != queue.end()) {
         got[i] = std::move(*it);
         queue.erase(it);
-      } else if (from[i] != self && !isLive(from[i])) {
-        gone[i] = true;  // it left the view: waiting longer is pointless
+      } else if (from[i] != self && (!isLive(from[i]) || hasFinished(from[i]))) {
+        // It left the view, or stopped stepping (its kFinished came after all it sent): waiting
+        // longer is pointless.
+        gone[i] = true;
       } else {
         done = false;
       }
@@ -734,24 +842,118 @@ GatherResult Peer::Impl::gather(std::span<const PeerId> from, std::uint64_t tag,
 
 // ---- the training loop (compute thread) --------------------------------------------------------
 
-void Peer::Impl::waitForMembers() {
-  const std::size_t wanted = config.training.minPeers;
-  std::unique_lock lock(viewMutex);
-  const bool enough = viewChanged.wait_for(lock, config.training.startTimeout,
-                                           [&] { return view.members.size() >= wanted || killed; });
-  if (killed) GOSSAMER_THROW("peer {:016x} was killed before training started", self);
-  if (!enough) {
-    std::string seeds;
-    for (const auto& s : config.network.seeds) {
-      if (!seeds.empty()) seeds += ',';
-      seeds += s.str();
+Peer::Impl::StartPlan Peer::Impl::waitForStart() {
+  const TrainingConfig& t = config.training;
+  const Clock::time_point deadline = Clock::now() + t.startTimeout;
+  for (;;) {
+    if (killed) GOSSAMER_THROW("peer {:016x} was killed before training started", self);
+    const std::vector<PeerId> now = liveMembers();
+    std::size_t expectedBy = 0;  // members the cluster started with, when it counted on us
+    std::vector<PeerId> others;
+    for (PeerId peer : now)
+      if (peer != self) others.push_back(peer);
+    if (!others.empty()) {
+      // Is the cluster already training, and did it count on this peer from the start?
+      const std::uint64_t tag = tags.fresh();
+      sendMessage(others, Message{.kind = kStatus, .tag = tag}, Route::runtime, sendPool,
+                  t.commTimeout, Staging::fromHost);
+      const GatherResult replies = gather(others, tag, std::chrono::seconds(1));
+      StartPlan plan;
+      for (const Incoming& reply : replies.messages) {
+        if (reply.scalars.size() < 5 || reply.scalars[0] != 1.0) continue;
+        if (reply.scalars[3] == 1.0) {
+          expectedBy = std::max(expectedBy, static_cast<std::size_t>(reply.scalars[4]));
+          continue;
+        }
+        plan.late = true;
+        plan.totalSteps = static_cast<std::uint64_t>(reply.scalars[2]);
+        plan.step = std::max(plan.step, static_cast<std::uint64_t>(reply.scalars[1]));
+      }
+      // One of the initial members: start with them once this view holds all they started with
+      // (the same member list gives the same shards and graph).
+      if (expectedBy > 0) {
+        if (now.size() >= expectedBy) return StartPlan{};
+      } else if (plan.late) {
+        return plan;
+      }
     }
-    GOSSAMER_THROW(
-        "only {} of the {} peers (--min-peers) joined within {} s; seeds: {}", view.members.size(),
-        wanted,
-        std::chrono::duration_cast<std::chrono::seconds>(config.training.startTimeout).count(),
-        seeds.empty() ? "none (this peer started the cluster)" : seeds);
+    if (expectedBy == 0 && now.size() >= t.minPeers) return StartPlan{};
+    if (Clock::now() >= deadline) {
+      std::string seeds;
+      for (const auto& seed : config.network.seeds) {
+        if (!seeds.empty()) seeds += ',';
+        seeds += seed.str();
+      }
+      GOSSAMER_THROW("only {} of the {} peers (--min-peers) joined within {} s; seeds: {}",
+                     now.size(), t.minPeers,
+                     std::chrono::duration_cast<std::chrono::seconds>(t.startTimeout).count(),
+                     seeds.empty() ? "none (this peer started the cluster)" : seeds);
+    }
+    std::unique_lock lock(viewMutex);
+    viewChanged.wait_for(lock, std::chrono::milliseconds(200),
+                         [&] { return view.members.size() != now.size(); });
   }
+}
+
+std::vector<std::size_t> Peer::Impl::shardFor(std::size_t count, std::size_t rank) const {
+  const TrainingConfig& t = config.training;
+  return data::shardIndices(
+      data->train.labels, data->train.classes,
+      {.shards = count, .kind = t.split, .dirichletAlpha = t.dirichletAlpha, .seed = t.seed})[rank];
+}
+
+// The training set split over the current members, this peer taking the shard of its rank: every
+// peer computes the same partition from the same member list, so the data of a peer that left is
+// covered again, and a newcomer gets its share.
+void Peer::Impl::rebalance() {
+  const std::size_t count = members.size();
+  const auto rank =
+      static_cast<std::size_t>(std::find(members.begin(), members.end(), self) - members.begin());
+  if (count == shardCount && rank == shardRank) return;
+  learner->setShard(shardFor(count, rank));
+  logger->debug("peer {:016x}: data rebalanced to shard {} of {}", self, rank, count);
+  shardCount = count;
+  shardRank = rank;
+}
+
+std::string Peer::Impl::checkpointPath() const {
+  return (std::filesystem::path(config.training.checkpointDir) /
+          fmt::format("peer-{:016x}.ckpt", self))
+      .string();
+}
+
+void Peer::Impl::saveCheckpoint() {
+  train::Checkpoint c = learner->checkpoint();
+  AlgorithmState state;
+  algorithm->saveState(state);
+  for (auto& [name, tensor] : state.tensors) c.tensors["algorithm." + name] = std::move(tensor);
+  for (const auto& [name, value] : state.values)
+    c.meta["algorithm.value." + name] = fmt::format("{:.17g}", value);
+  c.meta["algorithm"] = algorithm->name();
+  c.meta["runtime.step"] = std::to_string(stepCount.load());
+  c.meta["runtime.total_steps"] = std::to_string(totalSteps.load());
+  train::saveCheckpoint(checkpointPath(), c);
+}
+
+// --resume: the checkpoint is read and checked before the peer joins anyone, so that a wrong or
+// corrupt file is a clear error at once, and nothing is half-loaded.
+void Peer::Impl::loadResumeCheckpoint() {
+  const std::string path = checkpointPath();
+  GOSSAMER_ENFORCE(std::filesystem::exists(path),
+                   "--resume: no checkpoint of peer {:016x} in {} (expected {}); a peer resumes "
+                   "under the identity it had (same --listen or --peer-id)",
+                   self, config.training.checkpointDir, path);
+  train::Checkpoint c = train::loadCheckpoint(path);
+  GOSSAMER_ENFORCE(
+      c.fingerprint == model->layout().fingerprint(),
+      "checkpoint {} is for a different model (layout fingerprint {:016x}, this model {} "
+      "has {:016x})",
+      path, c.fingerprint, model->name(), model->layout().fingerprint());
+  GOSSAMER_ENFORCE(c.metaString("algorithm") == algorithm->name(),
+                   "checkpoint {} was written by algorithm '{}' but this peer runs '{}'", path,
+                   c.metaString("algorithm"), algorithm->name());
+  c.metaInt("runtime.step");
+  resumeFrom = std::move(c);
 }
 
 void Peer::Impl::rebuildGraph() { graph = topology->build(members, stepCount); }
@@ -762,6 +964,7 @@ void Peer::Impl::refreshMembers(bool force) {
   if (!force && current == epoch) return;
   members = liveMembers();
   epoch = current;
+  rebalance();
   rebuildGraph();
   algorithm->setup(*context);
 }
@@ -811,7 +1014,8 @@ ConsensusResult Peer::Impl::pullConsensus() {
   Message pull;
   pull.kind = kPullSnapshot;
   pull.tag = tag;
-  sendMessage(everyone, pull, Route::runtime, sendPool, config.training.commTimeout, {});
+  sendMessage(everyone, pull, Route::runtime, sendPool, config.training.commTimeout,
+              Staging::fromHost);
   GatherResult got = gather(everyone, tag, config.training.finishTimeout);
   std::vector<Snapshot> snapshots;
   for (const Incoming& m : got.messages) {
@@ -828,43 +1032,66 @@ ConsensusResult Peer::Impl::pullConsensus() {
 
 PeerResult Peer::Impl::train() {
   const TrainingConfig& t = config.training;
-  waitForMembers();
+  const StartPlan plan = waitForStart();
   members = liveMembers();
   epoch = viewEpoch;
-  const std::size_t shards = t.minPeers;
-  const auto rank =
+  {
+    std::lock_guard lock(startMutex);
+    startMembers = members;
+  }
+  shardCount = members.size();
+  shardRank =
       static_cast<std::size_t>(std::find(members.begin(), members.end(), self) - members.begin());
-  const auto allShards = data::shardIndices(
-      data->train.labels, data->train.classes,
-      {.shards = shards, .kind = t.split, .dirichletAlpha = t.dirichletAlpha, .seed = t.seed});
   learner = std::make_unique<train::Learner>(*compute, *model, t.optimizer, data->train,
-                                             allShards[rank % shards], t.batch, t.seed);
-  if (t.initialParams) {
-    const std::vector<float> initial = t.initialParams(rank, learner->params().size());
+                                             shardFor(shardCount, shardRank), t.batch, t.seed);
+  const std::size_t shards = std::max(t.minPeers, shardCount);
+  const auto stepsPerPass =
+      static_cast<std::uint64_t>((data->train.count() + shards * t.batch - 1) / (shards * t.batch));
+  totalSteps =
+      plan.late ? plan.totalSteps
+      : t.maxSteps > 0
+          ? t.maxSteps
+          : static_cast<std::uint64_t>(std::ceil(t.epochs * static_cast<double>(stepsPerPass)));
+  rebuildGraph();
+  if (resumeFrom) {
+    // Params, optimizer and algorithm state from the checkpoint; the place in the data only when
+    // the shard is the one it was written with.
+    const train::Checkpoint& c = *resumeFrom;
+    learner->restore(c, c.metaInt("epoch") == 0 || static_cast<std::size_t>(c.metaInt("cursor")) <=
+                                                       learner->sampler().size());
+    AlgorithmState state;
+    for (const auto& [name, tensor] : c.tensors) {
+      if (name.rfind("algorithm.", 0) == 0) state.tensors[name.substr(10)] = tensor;
+    }
+    for (const auto& [key, value] : c.meta) {
+      if (key.rfind("algorithm.value.", 0) == 0) state.values[key.substr(16)] = std::stod(value);
+    }
+    algorithm->loadState(state);
+    stepCount = static_cast<std::uint64_t>(c.metaInt("runtime.step"));
+    if (plan.late) stepCount = std::max(stepCount.load(), plan.step);
+    logger->info("peer {:016x}: resumed from {} at step {}", self, checkpointPath(),
+                 stepCount.load());
+  } else if (plan.late) {
+    algorithm->join(*context);
+  } else if (t.initialParams) {
+    const std::vector<float> initial = t.initialParams(shardRank, learner->params().size());
     GOSSAMER_ENFORCE_EQ(initial.size(), learner->params().size(),
                         "initialParams returned the wrong size");
     compute->upload(learner->params(), std::span<const float>(initial));
   }
-  const auto stepsPerPass =
-      static_cast<std::uint64_t>((data->train.count() + shards * t.batch - 1) / (shards * t.batch));
-  totalSteps =
-      t.maxSteps > 0
-          ? t.maxSteps
-          : static_cast<std::uint64_t>(std::ceil(t.epochs * static_cast<double>(stepsPerPass)));
   logger->info(
-      "peer {:016x}: {} with {} on {} (gap {:.3f}); {} members; shard {} of {} ({} samples); {} "
-      "steps",
-      self, algorithm->name(), topology->name(), compute->describe(),
-      topology->build(members).spectralGap(), members.size(), rank % shards, shards,
-      allShards[rank % shards].size(), totalSteps.load());
-
-  rebuildGraph();
+      "peer {:016x}: {} with {} on {} (gap {:.3f}); {} members{}; shard {} of {} ({} samples); "
+      "steps {} to {}",
+      self, algorithm->name(), topology->name(), compute->describe(), graph->spectralGap(),
+      members.size(), plan.late ? ", joined late" : "", shardRank, shardCount,
+      learner->sampler().size(), stepCount.load(), totalSteps.load());
   algorithm->setup(*context);
   asio::post(io, [this] {
     servingReady = true;
     for (const Incoming& request : earlyRequests) serveOne(request);
     earlyRequests.clear();
   });
+  commWaitNs = 0;  // waiting for the others to show up is not communication cost
 
   train::MetricsLog metricsLog(t.metricsPath);
   train::Progress progress(static_cast<std::int64_t>(totalSteps), t.progress);
@@ -873,8 +1100,10 @@ PeerResult Peer::Impl::train() {
   const Clock::time_point start = Clock::now();
   training = true;
   PeerResult result;
-  while (stepCount < totalSteps && !stopRequested && !killed) {
+  while (stepCount < totalSteps && !stopRequested && !leaveRequested && !killed) {
     const Clock::time_point stepStart = Clock::now();
+    learner->optimizer().setLearningRate(
+        train::scheduledRate(t.optimizer.lr, t.schedule, stepCount, totalSteps));
     refreshMembers(false);
     if (topology->timeVarying()) rebuildGraph();
     const double loss = algorithm->step(*context);
@@ -901,26 +1130,39 @@ PeerResult Peer::Impl::train() {
       progress.message(fmt::format("step {:>6}  loss {:.4f}  test acc {:.2f}%", step,
                                    lossAverage.load(), 100 * accuracy));
     }
+    if (!t.checkpointDir.empty() && t.checkpointEvery > 0 && step % t.checkpointEvery == 0)
+      saveCheckpoint();
     progress.update(static_cast<std::int64_t>(step),
                     fmt::format("loss {:.4f} {:.1f} MB sent", lossAverage.load(), bytesSent / 1e6));
   }
   progress.finish();
-  result.stopped = stopRequested;
+  result.stopped = stopRequested || leaveRequested;
   result.wallSeconds = Seconds(Clock::now() - start).count();
   result.commWaitSeconds = static_cast<double>(commWaitNs) * 1e-9;
   training = false;
-  if (!killed) {
+  std::vector<PeerId> others;
+  for (PeerId peer : liveMembers())
+    if (peer != self) others.push_back(peer);
+  if (leaveRequested && !killed) {
+    // Leaving while the others go on: hand over what must not leave with this peer; they stop
+    // waiting for it (kFinished), and Peer::run announces the leave to the membership.
+    algorithm->leave(*context);
+    notifyRuntime(others, kFinished);
+  } else if (!killed) {
     // kFinished travels behind this peer's algorithm messages on the data links, so once every
     // member's has arrived, so has everything they sent: finish() can consume all of it.
-    std::vector<PeerId> others;
-    for (PeerId peer : liveMembers())
-      if (peer != self) others.push_back(peer);
     notifyRuntime(others, kFinished);
     awaitBarrier(finishedPeers, "finished training");
+    {
+      std::lock_guard lock(barrierMutex);
+      inFinish = true;
+    }
     algorithm->finish(*context);
   }
+  if (!t.checkpointDir.empty() && !killed) saveCheckpoint();
   publishSnapshot(true);
   finished = true;
+  const bool leaving = leaveRequested;
   result.peer = self;
   result.algorithm = algorithm->name();
   result.topology = topology->name();
@@ -933,9 +1175,9 @@ PeerResult Peer::Impl::train() {
     result.testAccuracy = static_cast<double>(eval.correct) / static_cast<double>(eval.samples);
     result.testLoss = eval.lossSum / static_cast<double>(eval.samples);
   }
-  if (t.finalConsensus && !killed) result.consensus = pullConsensus();
-  if (!killed) {
-    std::vector<PeerId> others;
+  if (t.finalConsensus && !killed && !leaving) result.consensus = pullConsensus();
+  if (!killed && !leaving) {
+    others.clear();
     for (PeerId peer : liveMembers())
       if (peer != self) others.push_back(peer);
     notifyRuntime(others, kReleased);
@@ -974,6 +1216,7 @@ PeerResult Peer::run() {
 }
 
 void Peer::requestStop() { impl_->stopRequested = true; }
+void Peer::requestLeave() { impl_->leaveRequested = true; }
 
 void Peer::kill() {
   impl_->killed = true;

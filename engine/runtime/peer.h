@@ -36,6 +36,7 @@
 #include "engine/data/sharding.h"
 #include "engine/registry.h"
 #include "engine/train/optimizer.h"
+#include "engine/train/schedule.h"
 #include "net/endpoint.h"
 #include "net/membership/membership.h"
 #include "net/shaped/profile.h"
@@ -82,6 +83,7 @@ struct TrainingConfig {
   topology::TopologyOptions topologyOptions;
   kernels::Device device = kernels::Device::kCpu;
   train::OptimizerOptions optimizer;
+  train::ScheduleOptions schedule;  // the learning rate over the run's steps
   std::size_t batch = 64;
   double epochs = 3;           // passes of the whole cluster over the training set
   std::uint64_t maxSteps = 0;  // > 0: stop after this many steps instead
@@ -106,7 +108,14 @@ struct TrainingConfig {
   std::size_t sendBuffers = 8;  // staging buffers for sends (each a model's size)
   std::size_t receiveBuffers = 16;
   std::string metricsPath;  // JSON lines (eval events, final); empty: none
-  bool progress = false;    // draw a progress bar on stdout
+  // Per-peer checkpoints (params, optimizer, data position, algorithm state) written atomically
+  // to DIR/peer-<id>.ckpt every checkpointEvery steps (0: only at the end) and at the end.
+  std::string checkpointDir;
+  std::int64_t checkpointEvery = 0;
+  // Restore this peer's checkpoint from checkpointDir before training and (re)join the cluster;
+  // a missing, corrupt or mismatched checkpoint is an error at construction.
+  bool resume = false;
+  bool progress = false;  // draw a progress bar on stdout
 };
 
 struct PeerConfig {
@@ -182,8 +191,12 @@ class Peer {
   // too few peers joined in time, or on a bug; returns early (stopped) after requestStop().
   PeerResult run();
 
-  // Any thread: training ends at the next step boundary, then finishes as usual.
+  // Any thread: training ends at the next step boundary, then finishes as usual (for a whole
+  // cluster stopping together).
   void requestStop();
+  // Any thread: this peer leaves at its next step boundary while the others go on: the algorithm
+  // hands over what it must (Algorithm::leave), then the membership leave is announced.
+  void requestLeave();
   // Any thread: stops at once without telling anyone, as kill -9 would look from outside; run()
   // returns soon after with what it had.
   void kill();

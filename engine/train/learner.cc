@@ -7,10 +7,12 @@
 namespace gossamer::engine::train {
 
 Learner::Learner(kernels::Compute& compute, Model& model, const OptimizerOptions& optimizer,
-                 const data::Dataset& train, std::vector<std::size_t> shard,
-                 std::size_t batchSize, std::uint64_t seed)
+                 const data::Dataset& train, std::vector<std::size_t> shard, std::size_t batchSize,
+                 std::uint64_t seed)
     : compute_(compute),
       model_(model),
+      train_(train),
+      seed_(seed),
       batchSize_(batchSize),
       params_(compute.allocate<float>(model.parameterCount())),
       grads_(compute.allocate<float>(model.parameterCount())),
@@ -21,8 +23,8 @@ Learner::Learner(kernels::Compute& compute, Model& model, const OptimizerOptions
       inputs_(compute.allocate<float>(batchSize * train.features)),
       labels_(compute.allocate<std::int32_t>(batchSize)) {
   GOSSAMER_ENFORCE_EQ(train.features, model.inputFeatures(),
-                      "dataset '{}' has {} features per sample but model {} expects {}",
-                      train.name, train.features, model.name(), model.inputFeatures());
+                      "dataset '{}' has {} features per sample but model {} expects {}", train.name,
+                      train.features, model.name(), model.inputFeatures());
   GOSSAMER_ENFORCE(train.classes <= model.classes(),
                    "dataset '{}' has {} classes but model {} predicts only {}", train.name,
                    train.classes, model.name(), model.classes());
@@ -46,11 +48,16 @@ double Learner::computeGradients() {
   const std::size_t features = model_.inputFeatures();
   compute_.upload(inputs_.span().first(rows * features),
                   std::span<const float>(hostInputs_).first(rows * features));
-  compute_.upload(labels_.span().first(rows), std::span<const std::int32_t>(hostLabels_).first(rows));
+  compute_.upload(labels_.span().first(rows),
+                  std::span<const std::int32_t>(hostLabels_).first(rows));
   const DeviceBatch batch{inputs_.span().first(rows * features), labels_.span().first(rows), rows};
   const double loss = model_.forwardBackward(batch, params_, grads_);
   samples_ += static_cast<std::int64_t>(rows);
   return loss;
+}
+
+void Learner::setShard(std::vector<std::size_t> shard) {
+  sampler_ = data::BatchSampler(train_, std::move(shard), batchSize_, seed_);
 }
 
 Checkpoint Learner::checkpoint() const {
@@ -74,7 +81,7 @@ Checkpoint Learner::checkpoint() const {
   return c;
 }
 
-void Learner::restore(const Checkpoint& c) {
+void Learner::restore(const Checkpoint& c, bool position) {
   // Validate everything first: a mismatched checkpoint must never be half-loaded.
   GOSSAMER_ENFORCE(c.fingerprint == model_.layout().fingerprint(),
                    "checkpoint is for a different model layout (fingerprint {:016x}, this model "
@@ -97,7 +104,7 @@ void Learner::restore(const Checkpoint& c) {
   const std::int64_t epoch = c.metaInt("epoch");
   const std::int64_t cursor = c.metaInt("cursor");
   GOSSAMER_ENFORCE(step >= 0 && samples >= 0 && epoch >= 0 && cursor >= 0 &&
-                       static_cast<std::size_t>(cursor) <= sampler_.size(),
+                       (!position || static_cast<std::size_t>(cursor) <= sampler_.size()),
                    "checkpoint position is invalid (step {}, epoch {}, cursor {} of {})", step,
                    epoch, cursor, sampler_.size());
 
@@ -107,7 +114,7 @@ void Learner::restore(const Checkpoint& c) {
   }
   optimizer_.setSteps(step);
   samples_ = samples;
-  sampler_.seek(static_cast<std::uint64_t>(epoch), static_cast<std::size_t>(cursor));
+  if (position) sampler_.seek(static_cast<std::uint64_t>(epoch), static_cast<std::size_t>(cursor));
 }
 
 Evaluator::Evaluator(kernels::Compute& compute, Model& model, const data::Dataset& dataset)

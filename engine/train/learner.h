@@ -45,15 +45,22 @@ class Learner {
   // Samples processed so far (partial last batches counted as they are).
   std::int64_t samples() const { return samples_; }
 
+  // Trains on `shard` from now on (a cluster rebalanced its data), from the start of its first
+  // epoch; the batch size and seed stay.
+  void setShard(std::vector<std::size_t> shard);
+
   // Params, optimizer state and position in the data, in host memory.
   Checkpoint checkpoint() const;
   // Verifies everything (fingerprint, sizes, optimizer kind) before changing anything; throws
-  // gossamer::Error with the first mismatch and leaves the learner untouched.
-  void restore(const Checkpoint& checkpoint);
+  // gossamer::Error with the first mismatch and leaves the learner untouched. Without
+  // `position`, the place in the data is not restored (the shard may have changed since).
+  void restore(const Checkpoint& checkpoint, bool position = true);
 
  private:
   kernels::Compute& compute_;
   Model& model_;
+  const data::Dataset& train_;
+  std::uint64_t seed_;
   std::size_t batchSize_;
   kernels::Buffer<float> params_;
   kernels::Buffer<float> grads_;

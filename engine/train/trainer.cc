@@ -37,7 +37,11 @@ TrainResult train(Learner& learner, Evaluator& evaluator, const TrainOptions& op
   std::int64_t epochLossSteps = 0;
   double lastAccuracy = 0;
   const auto stopRequested = [&] { return options.stopRequested && options.stopRequested(); };
+  const float baseLr = learner.optimizer().options().lr;
   while (learner.steps() < totalSteps && !stopRequested()) {
+    learner.optimizer().setLearningRate(scheduledRate(baseLr, options.schedule,
+                                                      static_cast<std::uint64_t>(learner.steps()),
+                                                      static_cast<std::uint64_t>(totalSteps)));
     const double loss = learner.step();
     const std::int64_t step = learner.steps();
     if ((step - 1) % stepsPerEpoch == 0) {
@@ -51,25 +55,27 @@ TrainResult train(Learner& learner, Evaluator& evaluator, const TrainOptions& op
       const EvalResult eval = evaluator.run(learner.params(), options.evalSamples);
       lastAccuracy = static_cast<double>(eval.correct) / static_cast<double>(eval.samples);
       const double seconds = elapsed();
-      metrics.write(JsonObject()
-                        .add("event", "eval")
-                        .add("step", step)
-                        .add("epoch", static_cast<double>(step) / static_cast<double>(stepsPerEpoch))
-                        .add("wall_s", seconds)
-                        .add("train_loss", epochLossSum / static_cast<double>(epochLossSteps))
-                        .add("test_loss", eval.lossSum / static_cast<double>(eval.samples))
-                        .add("test_accuracy", lastAccuracy)
-                        .add("test_samples", eval.samples));
-      progress.message(fmt::format("step {:>6}  epoch {:5.2f}  train loss {:.4f}  test acc {:.2f}%",
-                                   step, static_cast<double>(step) / static_cast<double>(stepsPerEpoch),
-                                   epochLossSum / static_cast<double>(epochLossSteps), 100 * lastAccuracy));
+      metrics.write(
+          JsonObject()
+              .add("event", "eval")
+              .add("step", step)
+              .add("epoch", static_cast<double>(step) / static_cast<double>(stepsPerEpoch))
+              .add("wall_s", seconds)
+              .add("train_loss", epochLossSum / static_cast<double>(epochLossSteps))
+              .add("test_loss", eval.lossSum / static_cast<double>(eval.samples))
+              .add("test_accuracy", lastAccuracy)
+              .add("test_samples", eval.samples));
+      progress.message(
+          fmt::format("step {:>6}  epoch {:5.2f}  train loss {:.4f}  test acc {:.2f}%", step,
+                      static_cast<double>(step) / static_cast<double>(stepsPerEpoch),
+                      epochLossSum / static_cast<double>(epochLossSteps), 100 * lastAccuracy));
     }
     if (options.checkpointEvery > 0 && step % options.checkpointEvery == 0) saveIfAsked();
     const double seconds = elapsed();
-    progress.update(step, fmt::format("loss {:.4f} acc {:.1f}% {:.0f} samples/s", loss,
-                                      100 * lastAccuracy,
-                                      static_cast<double>(learner.samples() - startSamples) /
-                                          std::max(seconds, 1e-9)));
+    progress.update(
+        step, fmt::format(
+                  "loss {:.4f} acc {:.1f}% {:.0f} samples/s", loss, 100 * lastAccuracy,
+                  static_cast<double>(learner.samples() - startSamples) / std::max(seconds, 1e-9)));
   }
   progress.finish();
   saveIfAsked();

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstdint>
 #include <exception>
+#include <functional>
+#include <memory>
 #include <string>
 
 #include <cublas_v2.h>
@@ -90,6 +92,11 @@ class CudaCompute final : public Compute {
   void* allocateHost(std::size_t bytes) override;
   // Never throws: a failure is logged.
   void freeHost(void* pointer) override;
+  // A device-to-device snapshot on the compute stream (so later kernels may overwrite the
+  // source at once), then the device-to-host copy on the copy stream, then `done` from CUDA's
+  // callback thread.
+  void copyToHostAsync(void* hostDst, const void* deviceSrc, std::size_t bytes,
+                       std::function<void()> done) override;
 
   void copy(std::span<float> dst, std::span<const float> src) override;
   void fill(std::span<float> x, float value) override;
@@ -135,6 +142,7 @@ class CudaCompute final : public Compute {
   int multiprocessors_ = 1;
   std::string description_;
   cudaStream_t stream_ = nullptr;
+  cudaStream_t copyStream_ = nullptr;  // device-to-host staging, overlapped with stream_
   cublasHandle_t blas_ = nullptr;
   detail::Scratch* scratch_ = nullptr;             // device memory
   detail::ScratchResults* hostResults_ = nullptr;  // pinned host memory
@@ -157,6 +165,7 @@ CudaCompute::CudaCompute(int device) : device_(device) {
           properties.major, properties.minor);
     }
     GOSSAMER_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    GOSSAMER_CUDA_CHECK(cudaStreamCreateWithFlags(&copyStream_, cudaStreamNonBlocking));
     GOSSAMER_CUBLAS_CHECK(cublasCreate(&blas_));
     GOSSAMER_CUBLAS_CHECK(cublasSetStream(blas_, stream_));
     GOSSAMER_CUBLAS_CHECK(cublasSetPointerMode(blas_, CUBLAS_POINTER_MODE_HOST));
@@ -176,8 +185,9 @@ CudaCompute::~CudaCompute() {
   if (const cudaError_t error = cudaSetDevice(device_); error != cudaSuccess) {
     logCudaError("cudaSetDevice in ~CudaCompute", error);
   }
-  if (stream_ != nullptr) {
-    if (const cudaError_t error = cudaStreamSynchronize(stream_); error != cudaSuccess) {
+  for (cudaStream_t s : {stream_, copyStream_}) {
+    if (s == nullptr) continue;
+    if (const cudaError_t error = cudaStreamSynchronize(s); error != cudaSuccess) {
       logCudaError("cudaStreamSynchronize in ~CudaCompute", error);
     }
   }
@@ -188,6 +198,8 @@ void CudaCompute::release() noexcept {
   // Errors are ignored: this runs on teardown or after a failure that is already reported.
   if (blas_ != nullptr) cublasDestroy(blas_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  if (copyStream_ != nullptr) cudaStreamDestroy(copyStream_);
+  copyStream_ = nullptr;
   if (scratch_ != nullptr) cudaFree(scratch_);
   if (hostResults_ != nullptr) cudaFreeHost(hostResults_);
   blas_ = nullptr;
@@ -261,8 +273,8 @@ void* CudaCompute::allocateHost(std::size_t bytes) {
   if (const cudaError_t error = cudaMallocHost(&pointer, std::max<std::size_t>(bytes, 1));
       error != cudaSuccess) {
     cudaGetLastError();
-    GOSSAMER_THROW("{}: cudaMallocHost of {} bytes (pinned staging) failed: {}", description_, bytes,
-                   cudaGetErrorString(error));
+    GOSSAMER_THROW("{}: cudaMallocHost of {} bytes (pinned staging) failed: {}", description_,
+                   bytes, cudaGetErrorString(error));
   }
   return pointer;
 }
@@ -274,9 +286,43 @@ void CudaCompute::freeHost(void* pointer) {
   }
 }
 
+namespace {
+// cudaLaunchHostFunc's trampoline: runs and frees the std::function.
+void CUDART_CB runDone(void* data) {
+  std::unique_ptr<std::function<void()>> done(static_cast<std::function<void()>*>(data));
+  (*done)();
+}
+}  // namespace
+
+void CudaCompute::copyToHostAsync(void* hostDst, const void* deviceSrc, std::size_t bytes,
+                                  std::function<void()> done) {
+  if (bytes == 0) {
+    done();
+    return;
+  }
+  activate();
+  // Stream-ordered allocation: freed on the copy stream once the transfer has read it.
+  void* snapshot = nullptr;
+  GOSSAMER_CUDA_CHECK(cudaMallocAsync(&snapshot, bytes, stream_));
+  GOSSAMER_CUDA_CHECK(
+      cudaMemcpyAsync(snapshot, deviceSrc, bytes, cudaMemcpyDeviceToDevice, stream_));
+  cudaEvent_t captured = nullptr;
+  GOSSAMER_CUDA_CHECK(cudaEventCreateWithFlags(&captured, cudaEventDisableTiming));
+  GOSSAMER_CUDA_CHECK(cudaEventRecord(captured, stream_));
+  GOSSAMER_CUDA_CHECK(cudaStreamWaitEvent(copyStream_, captured, 0));
+  cudaEventDestroy(captured);  // released once the wait is satisfied
+  GOSSAMER_CUDA_CHECK(
+      cudaMemcpyAsync(hostDst, snapshot, bytes, cudaMemcpyDeviceToHost, copyStream_));
+  GOSSAMER_CUDA_CHECK(cudaFreeAsync(snapshot, copyStream_));
+  auto callback = std::make_unique<std::function<void()>>(std::move(done));
+  GOSSAMER_CUDA_CHECK(cudaLaunchHostFunc(copyStream_, runDone, callback.get()));
+  callback.release();  // runDone owns it now
+}
+
 void CudaCompute::synchronize() {
   activate();
   GOSSAMER_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  GOSSAMER_CUDA_CHECK(cudaStreamSynchronize(copyStream_));
 }
 
 // ---- element-wise BLAS-1 ----

@@ -387,6 +387,8 @@ class TransportState final : public std::enable_shared_from_this<TransportState>
     }
   }
 
+  std::string name() const { return "inproc"; }
+  void registerMemory(std::span<std::byte> /*memory*/) {}  // nothing to register in-process
   const Limits& limits() const { return options_.limits; }
 
  private:
@@ -428,28 +430,6 @@ class TransportState final : public std::enable_shared_from_this<TransportState>
   std::vector<std::weak_ptr<EndState>> links_;
 };
 
-class InprocTransport final : public Transport {
- public:
-  InprocTransport(std::shared_ptr<Hub> hub, const Options& options)
-      : state_(std::make_shared<TransportState>(std::move(hub), options)) {}
-  ~InprocTransport() override { state_->close(); }
-
-  std::string name() const override { return "inproc"; }
-  std::error_code listen(const Endpoint& local) override { return state_->listen(local); }
-  Endpoint localEndpoint() const override { return state_->localEndpoint(); }
-  asio::awaitable<LinkResult> accept() override { return TransportState::accept(state_); }
-  asio::awaitable<LinkResult> connect(const Endpoint& remote,
-                                      std::chrono::milliseconds timeout) override {
-    return TransportState::connect(state_, remote, timeout);
-  }
-  void registerMemory(std::span<std::byte> /*memory*/) override {}
-  void close() override { state_->close(); }
-  const Limits& limits() const override { return state_->limits(); }
-
- private:
-  std::shared_ptr<TransportState> state_;
-};
-
 }  // namespace
 
 std::shared_ptr<Hub> makeHub() { return std::make_shared<Hub>(); }
@@ -457,7 +437,8 @@ std::shared_ptr<Hub> makeHub() { return std::make_shared<Hub>(); }
 std::unique_ptr<Transport> makeTransport(asio::io_context& /*io*/, std::shared_ptr<Hub> hub,
                                          const Options& options) {
   GOSSAMER_ENFORCE(hub != nullptr, "inproc::makeTransport needs a Hub (inproc::makeHub())");
-  return std::make_unique<InprocTransport>(std::move(hub), options);
+  return std::make_unique<detail::SharedStateTransport<TransportState>>(
+      std::make_shared<TransportState>(std::move(hub), options));
 }
 
 }  // namespace gossamer::net::inproc

@@ -136,6 +136,15 @@ Options Options::named(const std::string& name) {
   GOSSAMER_THROW("unknown membership profile '{}' (use local or lan)", name);
 }
 
+Options Options::forRoundTrip(std::chrono::microseconds roundTrip) const {
+  Options o = *this;
+  const auto rtt = std::chrono::ceil<milliseconds>(roundTrip);
+  o.probeTimeout = std::max(o.probeTimeout, 2 * rtt + milliseconds(20));
+  o.probeInterval = std::max(o.probeInterval, o.probeTimeout * 5 / 2);
+  o.connectTimeout = std::max(o.connectTimeout, 3 * rtt + milliseconds(200));
+  return o;
+}
+
 milliseconds Options::suspicionTimeout(std::size_t members) const {
   const double periods =
       std::max(2.0, suspicionMultiplier * std::log10(static_cast<double>(members) + 1.0));

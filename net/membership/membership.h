@@ -72,6 +72,11 @@ struct Options {
   static Options local();
   // "local" or "lan" (the defaults); throws gossamer::Error naming them otherwise.
   static Options named(const std::string& name);
+  // These options stretched for a network whose round trips take up to `roundTrip`: the probe
+  // timeout covers two round trips (a direct probe on an open link needs one), T at least 2.5
+  // probe timeouts, and opening a link (connect + a four-message handshake) at least three.
+  // Unchanged when they already allow for it.
+  Options forRoundTrip(std::chrono::microseconds roundTrip) const;
   // The suspicion timeout for a view of `members` members.
   std::chrono::milliseconds suspicionTimeout(std::size_t members) const;
 };

@@ -350,6 +350,18 @@ const LinkProfile& NetworkProfile::link(std::size_t fromSite, std::size_t toSite
   return links_[fromSite * sites_.size() + toSite];
 }
 
+std::chrono::microseconds NetworkProfile::maxRoundTrip() const {
+  std::chrono::microseconds worst{0};
+  for (std::size_t a = 0; a < sites_.size(); ++a) {
+    for (std::size_t b = 0; b < sites_.size(); ++b) {
+      const LinkProfile& there = link(a, b);
+      const LinkProfile& back = link(b, a);
+      worst = std::max(worst, there.latency + there.jitter + back.latency + back.jitter);
+    }
+  }
+  return worst;
+}
+
 void NetworkProfile::setLink(std::size_t fromSite, std::size_t toSite, const LinkProfile& link) {
   GOSSAMER_ENFORCE(fromSite < sites_.size() && toSite < sites_.size(),
                    "network profile '{}' has {} sites; no link {} -> {}", name_, sites_.size(),

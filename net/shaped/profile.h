@@ -108,6 +108,9 @@ class NetworkProfile {
   const LinkProfile& between(std::size_t fromPeer, std::size_t toPeer) const {
     return link(siteOfPeer(fromPeer), siteOfPeer(toPeer));
   }
+  // The longest round trip between any two sites (latency + jitter, both ways): what timeouts of
+  // protocols over this network must allow for.
+  std::chrono::microseconds maxRoundTrip() const;
 
   // The profile in the text format; parse(str(), ...) gives an equal profile (latencies are
   // kept to the microsecond, bandwidths to the rounding of a double).

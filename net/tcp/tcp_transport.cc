@@ -26,6 +26,8 @@ namespace {
 using Tcp = asio::ip::tcp;
 using Clock = std::chrono::steady_clock;
 using detail::kUseTuple;
+using detail::loadLe;
+using detail::storeLe;
 
 constexpr std::uint32_t kMagic = 0x314d5347;   // the bytes "GSM1"
 constexpr std::size_t kFixedPrefixBytes = 12;  // magic, header bytes, payload count
@@ -38,17 +40,6 @@ constexpr std::size_t kReadAheadBytes = 64 * 1024;
 // as much as the kernel takes, like a plain blocking send()/recv() loop.
 std::size_t transferAllUnchunked(const std::error_code& ec, std::size_t /*transferred*/) {
   return ec ? 0 : std::size_t(1) << 40;
-}
-
-void storeLe(std::byte* out, std::uint64_t value, int bytes) {
-  for (int i = 0; i < bytes; ++i) out[i] = static_cast<std::byte>(value >> (8 * i));
-}
-
-std::uint64_t loadLe(const std::byte* in, int bytes) {
-  std::uint64_t value = 0;
-  for (int i = 0; i < bytes; ++i)
-    value |= std::uint64_t(std::to_integer<std::uint8_t>(in[i])) << (8 * i);
-  return value;
 }
 
 std::string endpointText(const Tcp::endpoint& endpoint) {
@@ -66,7 +57,8 @@ bool retryable(const std::error_code& ec) {
 // One connection. Lives in a shared_ptr so that a close() posted from another thread, and the
 // coroutines of send and receive, keep it alive; all members are used on the io thread only,
 // except the byte counters.
-class LinkState final : public std::enable_shared_from_this<LinkState> {
+class LinkState final : public std::enable_shared_from_this<LinkState>,
+                        public detail::FrameReceiver<LinkState> {
  public:
   LinkState(Tcp::socket socket, const Limits& limits, std::string remote)
       : socket_(std::move(socket)),
@@ -109,32 +101,6 @@ class LinkState final : public std::enable_shared_from_this<LinkState> {
     co_return ec;
   }
 
-  static asio::awaitable<std::error_code> receive(std::shared_ptr<LinkState> self, InFrame& frame) {
-    if (self->receiving_) co_return Errc::receiveInProgress;
-    // Drop what the frame held first: its pooled payloads may be what the pool waits for.
-    frame.payloads.clear();
-    frame.header.clear();
-    if (self->closed_) co_return self->closeError_;
-    // If this coroutine ends without finishing (cancelled, or an exception from the
-    // PayloadTarget), the stream stops mid-frame and cannot be read on: close the link.
-    struct Scope {
-      LinkState& link;
-      bool finished = false;
-      ~Scope() {
-        link.receiving_ = false;
-        if (!finished) link.closeWith(asio::error::operation_aborted);
-      }
-    } scope{*self};
-    self->receiving_ = true;
-    std::error_code ec = co_await self->readFrame(frame);
-    scope.finished = true;
-    if (ec) {
-      frame.payloads.clear();
-      ec = self->failWith(ec);
-    }
-    co_return ec;
-  }
-
   void setPayloadTarget(PayloadTarget target) { target_ = std::move(target); }
 
   // Any thread; runs inline on the io thread.
@@ -170,6 +136,8 @@ class LinkState final : public std::enable_shared_from_this<LinkState> {
   std::uint64_t bytesReceived() const { return bytesReceived_; }
 
  private:
+  friend class detail::FrameReceiver<LinkState>;
+
   asio::awaitable<std::error_code> readFrame(InFrame& frame) {
     std::array<std::byte, kFixedPrefixBytes> fixed;
     if (auto ec = co_await readExact(fixed)) co_return ec;
@@ -191,29 +159,10 @@ class LinkState final : public std::enable_shared_from_this<LinkState> {
     frame.header.resize(headerBytes);
     if (auto ec = co_await readExact(frame.header)) co_return ec;
 
-    // Where each payload goes: the caller's buffer, or (empty span) the pool.
-    targets_.assign(count, {});
-    pooledSizes_.clear();
-    for (std::size_t i = 0; i < count; ++i) {
-      if (target_) targets_[i] = target_(frame.header, i, sizes_[i]);
-      if (!targets_[i].empty() && targets_[i].size() != sizes_[i])
-        co_return Errc::invalidPayloadTarget;
-      if (targets_[i].empty()) pooledSizes_.push_back(sizes_[i]);
-    }
-    std::vector<Payload> pooled;
-    if (!pooledSizes_.empty()) {
-      // Waits here, reading nothing, while the receiver holds the pool's bound.
-      if (auto ec = co_await pool_->acquire(pooledSizes_, pooled)) co_return ec;
-    }
-    frame.payloads.reserve(count);
-    std::size_t nextPooled = 0;
-    for (std::size_t i = 0; i < count; ++i) {
-      if (targets_[i].empty()) {
-        frame.payloads.push_back(std::move(pooled[nextPooled++]));
-      } else {
-        frame.payloads.emplace_back(targets_[i], nullptr);
-      }
-    }
+    // Where each payload goes: the caller's buffer, or the pool (waiting, reading nothing, while
+    // the receiver holds the pool's bound).
+    if (auto ec = co_await detail::placePayloads(target_, *pool_, sizes_, frame, placement_))
+      co_return ec;
     for (const Payload& payload : frame.payloads) {
       if (auto ec = co_await readExact(payload.bytes())) co_return ec;
     }
@@ -261,14 +210,12 @@ class LinkState final : public std::enable_shared_from_this<LinkState> {
   std::vector<asio::const_buffer> txBuffers_;
 
   // Receive side (one receive at a time).
-  bool receiving_ = false;
   std::vector<std::byte> readAhead_;
   std::size_t aheadBegin_ = 0;
   std::size_t aheadEnd_ = 0;
   std::vector<std::byte> lengthBytes_;
   std::vector<std::uint64_t> sizes_;
-  std::vector<std::span<std::byte>> targets_;
-  std::vector<std::size_t> pooledSizes_;
+  detail::PayloadPlacement placement_;
 
   std::atomic<std::uint64_t> bytesSent_{0};
   std::atomic<std::uint64_t> bytesReceived_{0};
@@ -384,7 +331,9 @@ class TransportState final : public std::enable_shared_from_this<TransportState>
     asio::dispatch(io_, [self = shared_from_this()] { self->closeNow(); });
   }
 
-  const Options& options() const { return options_; }
+  std::string name() const { return "tcp"; }
+  void registerMemory(std::span<std::byte> /*memory*/) {}  // nothing to register for sockets
+  const Limits& limits() const { return options_.limits; }
 
  private:
   void closeNow() {
@@ -426,32 +375,11 @@ class TransportState final : public std::enable_shared_from_this<TransportState>
   std::vector<std::weak_ptr<LinkState>> links_;
 };
 
-class TcpTransport final : public Transport {
- public:
-  TcpTransport(asio::io_context& io, const Options& options)
-      : state_(std::make_shared<TransportState>(io, options)) {}
-  ~TcpTransport() override { state_->close(); }
-
-  std::string name() const override { return "tcp"; }
-  std::error_code listen(const Endpoint& local) override { return state_->listen(local); }
-  Endpoint localEndpoint() const override { return state_->localEndpoint(); }
-  asio::awaitable<LinkResult> accept() override { return TransportState::accept(state_); }
-  asio::awaitable<LinkResult> connect(const Endpoint& remote,
-                                      std::chrono::milliseconds timeout) override {
-    return TransportState::connect(state_, remote, timeout);
-  }
-  void registerMemory(std::span<std::byte> /*memory*/) override {}
-  void close() override { state_->close(); }
-  const Limits& limits() const override { return state_->options().limits; }
-
- private:
-  std::shared_ptr<TransportState> state_;
-};
-
 }  // namespace
 
 std::unique_ptr<Transport> makeTransport(asio::io_context& io, const Options& options) {
-  return std::make_unique<TcpTransport>(io, options);
+  return std::make_unique<detail::SharedStateTransport<TransportState>>(
+      std::make_shared<TransportState>(io, options));
 }
 
 }  // namespace gossamer::net::tcp

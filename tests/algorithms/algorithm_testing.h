@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cmath>
+#include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
@@ -136,6 +137,23 @@ inline std::vector<float> meanOf(const std::vector<engine::runtime::Snapshot>& s
   for (std::size_t i = 0; i < sum.size(); ++i)
     out[i] = static_cast<float>(sum[i] / static_cast<double>(snapshots.size()));
   return out;
+}
+
+// Kills peer `index` of the cluster (as kill -9 would) once the slowest peer has made `step`
+// steps. The kill comes from the cluster's monitoring thread (onEval, with evalEvery = step),
+// while every peer is alive; it replaces config.onStart, onEval and evalEvery.
+inline void killPeerAt(engine::runtime::ClusterConfig& config, std::size_t index,
+                       std::uint64_t step) {
+  auto peers = std::make_shared<std::vector<engine::runtime::Peer*>>();
+  auto killed = std::make_shared<bool>(false);
+  config.onStart = [peers](std::vector<engine::runtime::Peer*>& all) { *peers = all; };
+  config.evalEvery = static_cast<std::int64_t>(step);
+  config.evalSamples = 100;
+  config.onEval = [peers, killed, index, step](const engine::runtime::EvalPoint& point) {
+    if (*killed || point.minStep < step) return;
+    *killed = true;
+    (*peers)[index]->kill();
+  };
 }
 
 }  // namespace gossamer::test

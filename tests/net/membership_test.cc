@@ -385,6 +385,11 @@ TEST_CASE("membership: option helpers") {
   CHECK(local.suspicionTimeout(1) == 400ms);  // at least 2 T
   CHECK(local.suspicionTimeout(32).count() ==
         doctest::Approx(3 * std::log10(33.0) * 200).epsilon(0.01));
+  const Options geo = local.forRoundTrip(std::chrono::microseconds(212000));
+  CHECK(geo.probeTimeout == 444ms);
+  CHECK(geo.probeInterval == 1110ms);
+  CHECK(geo.connectTimeout == 836ms);
+  CHECK(local.forRoundTrip(std::chrono::microseconds(1000)).probeInterval == local.probeInterval);
   View view{3, {{1, {"a", 1}, 0, MemberState::alive}, {5, {"b", 2}, 2, MemberState::suspect}}};
   CHECK(view.contains(5));
   CHECK(!view.contains(4));

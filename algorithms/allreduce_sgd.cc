@@ -1,0 +1,35 @@
+#include "algorithms/allreduce_sgd.h"
+
+#include "algorithms/ring_allreduce.h"
+#include "engine/base/enforce.h"
+
+namespace gossamer::algorithms {
+
+void AllreduceSgdOptions::validate() const {
+  GOSSAMER_ENFORCE(pipeline >= 1 && pipeline <= kMaxRingPipeline,
+                   "allreduce-sgd.pipeline must be in [1, {}], not {}", kMaxRingPipeline, pipeline);
+}
+
+void AllreduceSgd::setup(engine::PeerContext& ctx) {
+  if (mean_.size() != ctx.grads().size()) mean_ = ctx.compute().allocate<float>(ctx.grads().size());
+}
+
+double AllreduceSgd::step(engine::PeerContext& ctx) {
+  const double loss = ctx.computeGradients();
+  const RingOutcome outcome = ringAllReduce(ctx, ctx.grads(), mean_,
+                                            {.kind = kGradient,
+                                             .step = ctx.step(),
+                                             .op = ReduceOp::kMean,
+                                             .pipeline = options_.pipeline});
+  if (outcome == RingOutcome::kComplete) {
+    ctx.compute().copy(ctx.grads(), mean_);
+    ctx.metrics().add("allreduce-sgd.rounds", 1);
+  } else {
+    ctx.metrics().add("allreduce-sgd.fallbacks", 1);  // this step uses the local gradient
+    ctx.metrics().add(std::string("allreduce-sgd.") + ringOutcomeName(outcome), 1);
+  }
+  ctx.applyOptimizer();
+  return loss;
+}
+
+}  // namespace gossamer::algorithms

@@ -1,0 +1,57 @@
+// allreduce-sgd: synchronous data-parallel SGD with the gradient averaged by a ring all-reduce,
+// the centralized synchronous baseline (Langer et al. (seeds/003) sections 3.3.1 and 3.4.1,
+// figure 13 right and footnote 3; ALGORITHMS.md "allreduce-sgd").
+//
+//   communication    ring all-reduce of g every step (ring_allreduce.h), synchronous
+//   messages / step  2 (n-1) x pipeline per peer
+//   bytes on wire    2 (n-1)/n x |w| x 4 per step and peer
+//   staleness        none: every step waits for every peer's gradient, up to a deadline
+//
+// Every step, on every peer:
+//   g_i = gradient of this peer's next mini-batch at w
+//   g   = (1/n) sum_i g_i     (ring all-reduce into a scratch buffer, then copied into grads)
+//   w   = optimizer step of w with g (the peer's local optimizer, the same on every peer)
+// The all-reduce hands every peer the same bits, so with the same initial w and optimizer state
+// (the run seed gives both) the peers stay bit-identical, and the run is one SGD on the
+// concatenation of the n mini-batches (exactly, when they are equally sized). When the all-reduce
+// fails (a neighbour missing or gone), the peer applies its own g_i for that step and the next
+// step uses the new view; the peers then differ by that step's update (nothing re-synchronises
+// them: plain SGD keeps the difference, momentum decays it).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "engine/algorithm.h"
+#include "kernels/compute.h"
+
+namespace gossamer::algorithms {
+
+struct AllreduceSgdOptions {
+  std::size_t pipeline = 4;  // sub-chunks per ring chunk
+
+  template <typename Bind>
+  void bind(Bind& b) {
+    b("pipeline", pipeline,
+      "sub-chunks per ring all-reduce chunk, sent back to back so transfer and reduction overlap "
+      "(1-16)");
+  }
+  void validate() const;
+};
+
+class AllreduceSgd final : public engine::Algorithm {
+ public:
+  explicit AllreduceSgd(AllreduceSgdOptions options) : options_(options) {}
+  std::string name() const override { return "allreduce-sgd"; }
+  void setup(engine::PeerContext& ctx) override;
+  double step(engine::PeerContext& ctx) override;
+
+  // Message kind of the all-reduce.
+  static constexpr std::uint32_t kGradient = 1;
+
+ private:
+  AllreduceSgdOptions options_;
+  kernels::Buffer<float> mean_;  // the all-reduce's output
+};
+
+}  // namespace gossamer::algorithms

@@ -1,0 +1,143 @@
+#include "algorithms/dpsgd.h"
+
+#include <chrono>
+#include <cmath>
+#include <span>
+#include <vector>
+
+#include "engine/base/enforce.h"
+#include "engine/base/log.h"
+#include "engine/train/optimizer.h"
+
+namespace gossamer::algorithms {
+namespace {
+
+using engine::train::OptimizerKind;
+
+// out = sum of `inputs`, any number of them: one weightedSum when they fit, else the first
+// kMaxWeightedInputs, then further passes that add (1, out) and up to 15 more. `out` may alias
+// an input of the first pass only (later passes read the inputs again).
+void weightedSumAny(kernels::Compute& compute, std::span<float> out,
+                    std::span<const kernels::WeightedInput> inputs) {
+  constexpr std::size_t kMax = kernels::Compute::kMaxWeightedInputs;
+  std::size_t done = std::min(inputs.size(), kMax);
+  compute.weightedSum(out, inputs.first(done));
+  std::vector<kernels::WeightedInput> pass;
+  while (done < inputs.size()) {
+    const std::size_t take = std::min(inputs.size() - done, kMax - 1);
+    pass.assign({{1.0f, out}});
+    pass.insert(pass.end(), inputs.begin() + done, inputs.begin() + done + take);
+    compute.weightedSum(out, pass);
+    done += take;
+  }
+}
+
+}  // namespace
+
+void DpsgdOptions::validate() const {
+  GOSSAMER_ENFORCE(std::isfinite(timeout) && timeout >= 0,
+                   "dpsgd.timeout must be >= 0 seconds (0: --comm-timeout), not {}", timeout);
+}
+
+void Dpsgd::setup(engine::PeerContext& ctx) {
+  const engine::train::OptimizerOptions& o = ctx.optimizer().options();
+  GOSSAMER_ENFORCE(o.kind != OptimizerKind::kAdam,
+                   "dpsgd applies its own fused step and supports --optimizer sgd (the paper's "
+                   "rule), momentum or nesterov, not {}",
+                   engine::train::optimizerName(o.kind));
+  const bool hasVelocity = o.kind == OptimizerKind::kMomentum || o.kind == OptimizerKind::kNesterov;
+  rule_ = !options_.momentum || !hasVelocity   ? Rule::kPlain
+          : o.kind == OptimizerKind::kNesterov ? Rule::kNesterov
+                                               : Rule::kMomentum;
+  velocity_ = {};
+  for (const auto& [name, buffer] : ctx.optimizer().state())
+    if (name == "velocity") velocity_ = buffer;
+  GOSSAMER_ENFORCE(rule_ == Rule::kPlain || !velocity_.empty(),
+                   "dpsgd: the local optimizer has no velocity buffer");
+  if (hasVelocity && rule_ == Rule::kPlain && !warned_) {
+    log::get("algorithms")
+        ->warn(
+            "dpsgd applies the paper's plain SGD rule: the momentum of --optimizer {} is not used "
+            "(--dpsgd.momentum true uses it)",
+            engine::train::optimizerName(o.kind));
+    warned_ = true;
+  }
+}
+
+double Dpsgd::step(engine::PeerContext& ctx) {
+  const std::uint64_t t = ctx.step();
+  const std::uint64_t tag = engine::Tags::forRound(kModel, t);
+  if (const std::size_t late = ctx.inbox().discardBefore(t); late > 0)
+    ctx.metrics().add("dpsgd.late", static_cast<double>(late));
+  // Line 3: send w_i,t to the peers that mix it in (staged before send returns).
+  ctx.send(ctx.graph().outNeighbors(ctx.self()),
+           engine::Message{.kind = kModel, .step = t, .tag = tag, .payloads = {ctx.params()}});
+  // Lines 4-5: g_i on w_i,t, while the sends fly.
+  const double loss = ctx.computeGradients();
+  // Line 6: await w_j,t from every in-neighbour, until the deadline.
+  const engine::GatherResult got = awaitModels(ctx, tag);
+  // Line 7: w_i,t+1 = sum_j W_ij w_j,t - eta g_i.
+  mixAndDescend(ctx, got.messages);
+  ctx.optimizer().setSteps(ctx.optimizer().steps() + 1);
+  return loss;
+}
+
+engine::GatherResult Dpsgd::awaitModels(engine::PeerContext& ctx, std::uint64_t tag) {
+  std::vector<engine::PeerId> from;
+  for (const topology::WeightedPeer& j : ctx.graph().inNeighbors(ctx.self())) from.push_back(j.id);
+  const engine::Clock::duration timeout = options_.timeout > 0
+                                              ? std::chrono::duration_cast<engine::Clock::duration>(
+                                                    std::chrono::duration<double>(options_.timeout))
+                                              : ctx.commTimeout();
+  engine::GatherResult got = ctx.gather(from, tag, timeout);
+  if (!got.complete()) {
+    ctx.metrics().add("dpsgd.missing", static_cast<double>(got.missing.size()));
+    ctx.metrics().add("dpsgd.partial_rounds", 1);
+  }
+  return got;
+}
+
+void Dpsgd::mixAndDescend(engine::PeerContext& ctx, const std::vector<engine::Incoming>& models) {
+  const topology::Graph& graph = ctx.graph();
+  const engine::PeerId self = ctx.self();
+  // The row over the models present, renormalised to sum to 1 (a no-op when all arrived). W_ii
+  // is 1 minus the others as floats, so that the row the kernel applies sums to 1 as closely as
+  // float allows (the lr-0 mean is then conserved to rounding).
+  double rowSum = graph.selfWeight(self);
+  for (const engine::Incoming& m : models) rowSum += graph.weight(self, m.from);
+  std::vector<engine::DeviceView> views;
+  views.reserve(models.size());
+  std::vector<kernels::WeightedInput> mixing;
+  double others = 0;
+  for (const engine::Incoming& m : models) {
+    views.push_back(ctx.upload(m.payload(0)));
+    mixing.push_back({static_cast<float>(graph.weight(self, m.from) / rowSum), views.back()});
+    others += mixing.back().weight;
+  }
+  const float mine = static_cast<float>(1.0 - others);
+
+  const engine::train::OptimizerOptions& o = ctx.optimizer().options();
+  const float eta = o.lr, wd = o.weightDecay, mu = o.momentum;
+  const std::span<float> w = ctx.params();
+  const std::span<const float> g = ctx.grads();
+  // v_i = mu v_i + g_i + wd w_i,t, as momentumStep does before its update.
+  if (rule_ != Rule::kPlain)
+    ctx.compute().weightedSum(velocity_, {{mu, velocity_}, {1, g}, {wd, w}});
+  // w_i,t and the descent terms first: they are in the first pass for any degree.
+  std::vector<kernels::WeightedInput> inputs;
+  switch (rule_) {
+    case Rule::kPlain:  // d_i = g_i + wd w_i,t
+      inputs = {{mine - eta * wd, w}, {-eta, g}};
+      break;
+    case Rule::kMomentum:  // d_i = v_i
+      inputs = {{mine, w}, {-eta, velocity_}};
+      break;
+    case Rule::kNesterov:  // d_i = g_i + wd w_i,t + mu v_i
+      inputs = {{mine - eta * wd, w}, {-eta, g}, {-eta * mu, velocity_}};
+      break;
+  }
+  inputs.insert(inputs.end(), mixing.begin(), mixing.end());
+  weightedSumAny(ctx.compute(), w, inputs);
+}
+
+}  // namespace gossamer::algorithms

@@ -1,0 +1,61 @@
+// local-sgd: periodic model averaging without a master (ALGORITHMS.md "sparknet": "local-sgd is
+// the same rule with the average computed by the ring all-reduce, no master"; Langer et al.
+// (seeds/003) section 3.3.2; Stich, "Local SGD converges fast and communicates little", ICLR
+// 2019).
+//
+//   communication    ring all-reduce of w every tau steps (ring_allreduce.h), synchronous
+//   messages / step  2 (n-1) x pipeline / tau per peer
+//   bytes on wire    2 (n-1)/n x |w| x 4 per tau steps and peer
+//   staleness        none: a round waits for its data, up to a deadline
+//
+// Round r (after local step r tau), on every peer:
+//   w~ = (1/n) sum_i w_i   (ring all-reduce into a scratch buffer; every peer gets the same bits)
+//   w_i = w~               (each peer keeps its own optimizer state; periodic_averaging.h)
+// When the all-reduce fails (a neighbour missing or gone), the peer keeps its own w_i for that
+// round; the next round uses the new view. The run's last round is in finish() when the step
+// count is not a multiple of tau (periodic_averaging.h).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "algorithms/periodic_averaging.h"
+#include "engine/algorithm.h"
+#include "kernels/compute.h"
+
+namespace gossamer::algorithms {
+
+struct LocalSgdOptions : PeriodicAveragingOptions {
+  std::size_t pipeline = 4;  // sub-chunks per ring chunk
+
+  template <typename Bind>
+  void bind(Bind& b) {
+    b("tau", tau, "local steps between averaging rounds (tau <= 10 converges best)");
+    b("pipeline", pipeline,
+      "sub-chunks per ring all-reduce chunk, sent back to back so transfer and reduction overlap "
+      "(1-16)");
+    b("reset-optimizer", resetOptimizer,
+      "zero the local optimizer's state (momentum) at every round instead of keeping it");
+  }
+  void validate() const;
+};
+
+class LocalSgd final : public PeriodicAveraging {
+ public:
+  explicit LocalSgd(LocalSgdOptions options)
+      : PeriodicAveraging(options), pipeline_(options.pipeline) {}
+  std::string name() const override { return "local-sgd"; }
+  void setup(engine::PeerContext& ctx) override;
+
+  // Message kind of the all-reduce.
+  static constexpr std::uint32_t kAverage = 1;
+
+ protected:
+  void average(engine::PeerContext& ctx, std::uint64_t round) override;
+
+ private:
+  std::size_t pipeline_;
+  kernels::Buffer<float> mean_;  // the all-reduce's output
+};
+
+}  // namespace gossamer::algorithms

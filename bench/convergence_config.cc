@@ -1,0 +1,178 @@
+#include "bench/convergence_config.h"
+
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "engine/base/enforce.h"
+
+namespace gossamer::bench {
+namespace {
+
+std::string trim(const std::string& text) {
+  const auto first = text.find_first_not_of(" \t\r");
+  if (first == std::string::npos) return {};
+  const auto last = text.find_last_not_of(" \t\r");
+  return text.substr(first, last - first + 1);
+}
+
+Split parseSplit(const std::string& text, const std::string& where) {
+  if (text == "iid") return Split{};
+  if (text.rfind("dirichlet", 0) == 0) {
+    Split split{"dirichlet", 0.5};
+    if (const auto colon = text.find(':'); colon != std::string::npos) {
+      engine::detail::parseOne("split alpha", text.substr(colon + 1), split.alpha);
+    }
+    GOSSAMER_ENFORCE(split.alpha > 0, "{}: dirichlet alpha must be positive in '{}'", where, text);
+    return split;
+  }
+  GOSSAMER_THROW("{}: split '{}' is not iid or dirichlet[:ALPHA]", where, text);
+}
+
+}  // namespace
+
+void RunSettings::validate() const {
+  GOSSAMER_ENFORCE(batch > 0 && epochs > 0 && maxSeconds > 0 && evalSeconds > 0,
+                   "batch, epochs, max-seconds and eval-seconds must be positive");
+  GOSSAMER_ENFORCE(target > 0 && target <= 1, "target must be a fraction in (0, 1], not {}",
+                   target);
+  GOSSAMER_ENFORCE(transport == "inproc" || transport == "tcp",
+                   "transport must be inproc or tcp, not {}", transport);
+}
+
+std::string Split::name() const { return kind == "iid" ? kind : fmt::format("{}:{}", kind, alpha); }
+
+std::string Experiment::name() const {
+  return fmt::format("{}/{}/{}/{}p/{}", algorithm, topology.empty() ? "default" : topology, network,
+                     peers, split.name());
+}
+
+std::vector<Experiment> Matrix::experiments() const {
+  std::vector<Experiment> out;
+  for (const std::string& network : networks)
+    for (std::size_t n : peers)
+      for (const Split& split : splits)
+        for (const std::string& topology : topologies)
+          for (const std::string& algorithm : algorithms) {
+            Experiment e;
+            e.algorithm = algorithm;
+            e.topology = topology == "default" ? "" : topology;
+            e.network = network;
+            e.peers = n;
+            e.split = split;
+            if (const auto it = options.find(algorithm); it != options.end())
+              e.options = it->second;
+            out.push_back(std::move(e));
+          }
+  return out;
+}
+
+Matrix presetMatrix(const std::string& name) {
+  Matrix m;
+  if (name == "quick") {
+    // A first look in a few minutes: the baseline and three decentralized families, on a LAN and
+    // on four continents.
+    m.algorithms = {"allreduce-sgd", "gosgd", "dpsgd", "easgd"};
+    m.networks = {"lan", "geo"};
+    m.run.epochs = 2;
+    m.run.maxSeconds = 60;
+  } else if (name == "full") {
+    m.algorithms = {"allreduce-sgd", "local-sgd",  "sparknet", "easgd",
+                    "eamsgd",        "tree-easgd", "dpsgd",    "gosgd"};
+    m.networks = {"lan", "wan", "geo"};
+    m.splits = {Split{}, Split{"dirichlet", 0.5}};
+    m.run.epochs = 3;
+    m.run.maxSeconds = 240;
+  } else {
+    GOSSAMER_THROW("unknown preset '{}' (use quick or full, or --config FILE)", name);
+  }
+  return m;
+}
+
+Matrix parseMatrix(const std::string& text, const std::string& source) {
+  Matrix m;
+  engine::OptionValues run;
+  std::string section;
+  std::istringstream in(text);
+  std::string raw;
+  for (int lineNumber = 1; std::getline(in, raw); ++lineNumber) {
+    const std::string where = fmt::format("{}:{}", source, lineNumber);
+    const std::string line = trim(raw.substr(0, raw.find('#')));
+    if (line.empty()) continue;
+    if (line.front() == '[') {
+      GOSSAMER_ENFORCE(line.back() == ']', "{}: a section header ends with ']': '{}'", where, line);
+      section = trim(line.substr(1, line.size() - 2));
+      GOSSAMER_ENFORCE(!section.empty(), "{}: empty section name", where);
+      continue;
+    }
+    const auto eq = line.find('=');
+    GOSSAMER_ENFORCE(eq != std::string::npos, "{}: expected KEY = VALUE, got '{}'", where, line);
+    const std::string key = trim(line.substr(0, eq));
+    const std::string value = trim(line.substr(eq + 1));
+    GOSSAMER_ENFORCE(!section.empty(), "{}: '{}' is outside any [section]", where, key);
+    try {
+      if (section == "run") {
+        run[key] = value;
+      } else if (section == "matrix") {
+        const std::vector<std::string> items = engine::detail::splitList(value);
+        GOSSAMER_ENFORCE(!items.empty(), "'{}' lists nothing", key);
+        if (key == "algorithms") {
+          m.algorithms = items;
+        } else if (key == "topologies") {
+          m.topologies = items;
+        } else if (key == "networks") {
+          m.networks = items;
+        } else if (key == "peers") {
+          engine::detail::parseOne(key, value, m.peers);
+        } else if (key == "splits") {
+          m.splits.clear();
+          for (const std::string& item : items) m.splits.push_back(parseSplit(item, where));
+        } else {
+          GOSSAMER_THROW(
+              "unknown matrix list '{}' (algorithms, topologies, networks, peers, splits)", key);
+        }
+      } else {
+        m.options[section][key] = value;
+      }
+    } catch (const Error& e) {
+      GOSSAMER_THROW("{}: {}", where, e.what());
+    }
+  }
+  try {
+    m.run = engine::parseOptions<RunSettings>(run);
+  } catch (const Error& e) {
+    GOSSAMER_THROW("{}: [run]: {}", source, e.what());
+  }
+  GOSSAMER_ENFORCE(!m.algorithms.empty(), "{}: [matrix] must list algorithms", source);
+  return m;
+}
+
+Matrix loadMatrix(const std::string& path) {
+  std::ifstream in(path);
+  GOSSAMER_ENFORCE(in.good(), "cannot read the experiment file {}", path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return parseMatrix(text.str(), path);
+}
+
+std::string formatMatrix(const Matrix& m) {
+  std::string out = "# gossamer-bench convergence experiments\n[run]\n";
+  for (const auto& [key, value] : engine::optionValues(m.run))
+    out += fmt::format("{} = {}\n", key, value);
+  out += "\n[matrix]\n";
+  out += fmt::format("algorithms = {}\n", fmt::join(m.algorithms, ", "));
+  out += fmt::format("topologies = {}\n", fmt::join(m.topologies, ", "));
+  out += fmt::format("networks = {}\n", fmt::join(m.networks, ", "));
+  out += fmt::format("peers = {}\n", fmt::join(m.peers, ", "));
+  std::vector<std::string> splits;
+  for (const Split& s : m.splits) splits.push_back(s.name());
+  out += fmt::format("splits = {}\n", fmt::join(splits, ", "));
+  for (const auto& [algorithm, values] : m.options) {
+    out += fmt::format("\n[{}]\n", algorithm);
+    for (const auto& [key, value] : values) out += fmt::format("{} = {}\n", key, value);
+  }
+  return out;
+}
+
+}  // namespace gossamer::bench

@@ -1,0 +1,110 @@
+// The experiment matrix of `gossamer-bench convergence`: settings every experiment shares (so the
+// comparison is fair), the lists whose product is the matrix, and each algorithm's options.
+//
+// Config file format ('#' starts a comment; `--print-config` writes a preset in it):
+//   [run]                      shared settings, KEY = VALUE (names as in RunSettings below)
+//   model = mlp
+//   hidden = 256,256
+//   ...
+//   [matrix]                   comma-separated lists; their product is the experiment list
+//   algorithms = allreduce-sgd, gosgd, dpsgd
+//   topologies = default       "default": each algorithm's own; else topology names
+//   networks = lan, geo        built-in profiles or profile files (net/shaped)
+//   peers = 4, 8
+//   splits = iid, dirichlet:0.5
+//   [gosgd]                    options of one algorithm (as --gosgd.p on gossamer-peer)
+//   p = 0.1
+// Every error is a gossamer::Error naming FILE:LINE.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "engine/options.h"
+
+namespace gossamer::bench {
+
+struct RunSettings {
+  std::string model = "mlp";
+  std::vector<std::size_t> hidden = {256, 256};
+  std::string dataset = "fashion-mnist";
+  std::size_t trainSamples = 0;  // 0: all
+  std::size_t testSamples = 0;
+  std::string optimizer = "momentum";
+  double lr = 0.05;
+  std::string schedule = "cosine";
+  std::size_t batch = 64;
+  double epochs = 3;        // passes of the whole cluster over the training set
+  double maxSeconds = 120;  // wall-clock budget of one experiment (training stops then)
+  double evalSeconds = 2;   // a consensus evaluation this often
+  std::size_t evalSamples = 2000;
+  double target = 0.85;  // consensus accuracy that "time to target" refers to
+  std::uint64_t seed = 1;
+  std::string transport = "inproc";  // the local cluster's transport under the emulated network
+  double commTimeout = 30;           // seconds: deadline of synchronous waits
+
+  template <typename Bind>
+  void bind(Bind& b) {
+    b("model", model, "model of every experiment");
+    b("hidden", hidden, "hidden widths of the MLP");
+    b("dataset", dataset, "dataset");
+    b("train-samples", trainSamples, "training samples (0: all)");
+    b("test-samples", testSamples, "test samples (0: all)");
+    b("optimizer", optimizer, "local optimizer");
+    b("lr", lr, "learning rate");
+    b("schedule", schedule, "learning-rate schedule: constant or cosine");
+    b("batch", batch, "mini-batch size per peer");
+    b("epochs", epochs, "passes of the cluster over the training set");
+    b("max-seconds", maxSeconds, "wall-clock budget of one experiment");
+    b("eval-seconds", evalSeconds, "seconds between consensus evaluations");
+    b("eval-samples", evalSamples, "test samples per periodic evaluation (the final one uses all)");
+    b("target", target, "consensus accuracy of the time-to-target figures");
+    b("seed", seed, "seed of initialisation, shards and shuffling");
+    b("transport", transport, "inproc or tcp (127.0.0.1) under the emulated network");
+    b("comm-timeout", commTimeout, "seconds: deadline of synchronous waits");
+  }
+  void validate() const;
+};
+
+// How the training set is split over the peers.
+struct Split {
+  std::string kind = "iid";  // or "dirichlet"
+  double alpha = 0.5;        // dirichlet concentration
+  std::string name() const;  // "iid", "dirichlet:0.5"
+};
+
+struct Experiment {
+  std::string algorithm;
+  std::string topology;  // empty: the algorithm's default
+  std::string network;
+  std::size_t peers = 4;
+  Split split;
+  engine::OptionValues options;
+  // "gosgd/default/geo/4p/iid": unique within a matrix, safe in file names after replacing '/'.
+  std::string name() const;
+};
+
+struct Matrix {
+  RunSettings run;
+  std::vector<std::string> algorithms;
+  std::vector<std::string> topologies{"default"};
+  std::vector<std::string> networks{"lan"};
+  std::vector<std::size_t> peers{4};
+  std::vector<Split> splits{Split{}};
+  std::map<std::string, engine::OptionValues> options;  // by algorithm
+
+  // The product of the lists, in a stable order (network, peers, split, topology, algorithm).
+  std::vector<Experiment> experiments() const;
+};
+
+// "quick" (a newcomer's first run: <= 10 minutes on a 2-core machine) or "full"; throws listing
+// them otherwise.
+Matrix presetMatrix(const std::string& name);
+Matrix parseMatrix(const std::string& text, const std::string& source);
+Matrix loadMatrix(const std::string& path);
+// The matrix in the config file format; parseMatrix(formatMatrix(m)) gives m back.
+std::string formatMatrix(const Matrix& matrix);
+
+}  // namespace gossamer::bench

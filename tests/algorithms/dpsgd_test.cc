@@ -1,0 +1,263 @@
+// dpsgd (algorithms/dpsgd.h): the conserved mean and consensus with learning rate 0 (ring,
+// one-peer exponential, a degree above one fused pass), the rule step by step against a reference
+// simulation, the convex optimum, learning, a killed neighbour, and option validation.
+#include "algorithms/dpsgd.h"
+
+#include <thread>
+
+#include <doctest/doctest.h>
+
+#include "engine/data/sharding.h"
+#include "engine/train/learner.h"
+#include "tests/algorithms/algorithm_testing.h"
+#include "tests/support/watchdog.h"
+
+namespace gossamer::algorithms {
+namespace {
+
+using namespace std::chrono_literals;
+using engine::train::OptimizerKind;
+
+engine::runtime::ClusterResult run(const engine::runtime::ClusterConfig& config) {
+  return engine::runtime::runLocalCluster(config, test::registry(), test::smallData());
+}
+
+// The final models of a run with learning rate 0 from distinctParams on `topology`.
+engine::runtime::ClusterResult mixOnly(const std::string& topology, std::size_t peers,
+                                       std::uint64_t steps) {
+  auto config = test::algorithmCluster("dpsgd", peers, steps, 0.0);
+  config.peer.training.topology = topology;
+  config.peer.training.initialParams = test::distinctParams;
+  return run(config);
+}
+
+TEST_CASE("dpsgd: with learning rate 0 the mixing keeps the network mean and a ring reaches it") {
+  test::Watchdog watchdog(120s);
+  const std::size_t peers = 5;
+  SUBCASE("after 3 steps the models differ but their mean is the initial one") {
+    const auto result = mixOnly("ring", peers, 3);
+    const std::vector<float> oracle =
+        test::averageOfDistinct(peers, result.finals[0].params.size());
+    CHECK(test::maxAbsDiff(test::meanOf(result.finals), oracle) < 1e-5);
+    CHECK(test::maxAbsDiff(result.finals[0].params, oracle) > 0.1);
+    for (const auto& p : result.peers) CHECK(p.metrics.count("dpsgd.missing") == 0);
+  }
+  SUBCASE("after 150 steps every model is the initial mean") {
+    // Ring of 5 with W_ij = 1/3: the second eigenvalue is 1/3 + 2/3 cos(2 pi / 5) = 0.54.
+    const auto result = mixOnly("ring", peers, 150);
+    const std::vector<float> oracle =
+        test::averageOfDistinct(peers, result.finals[0].params.size());
+    CHECK(test::maxAbsDiff(test::meanOf(result.finals), oracle) < 1e-5);
+    for (const auto& s : result.finals) CHECK(test::maxAbsDiff(s.params, oracle) < 1e-5);
+    CHECK(result.consensus.distance < 1e-9);
+  }
+}
+
+TEST_CASE("dpsgd: the one-peer exponential graph averages exactly in log2(n) steps") {
+  test::Watchdog watchdog(120s);
+  // W_t = (I + P_t) / 2 with P_t the shift by 2^(t mod tau): the product of tau of them is
+  // 11^T / n for n a power of two, so every model is the mean after tau steps, not before.
+  for (const auto& [peers, tau] : {std::pair<std::size_t, std::uint64_t>{4, 2}, {8, 3}}) {
+    CAPTURE(peers);
+    const auto result = mixOnly("one-peer-exponential", peers, tau);
+    const std::vector<float> oracle =
+        test::averageOfDistinct(peers, result.finals[0].params.size());
+    for (const auto& s : result.finals) CHECK(test::maxAbsDiff(s.params, oracle) < 1e-5);
+    const auto early = mixOnly("one-peer-exponential", peers, tau - 1);
+    CHECK(test::maxAbsDiff(early.finals[0].params, oracle) > 0.1);
+  }
+}
+
+TEST_CASE("dpsgd: a degree above one fused pass (17 peers on the full mesh) still mixes exactly") {
+  test::Watchdog watchdog(120s);
+  // 16 in-neighbours: self, g and 14 models in the first weightedSum, 2 more in a second pass.
+  const std::size_t peers = 17;
+  const auto result = mixOnly("mesh", peers, 1);
+  const std::vector<float> oracle = test::averageOfDistinct(peers, result.finals[0].params.size());
+  for (const auto& s : result.finals) CHECK(test::maxAbsDiff(s.params, oracle) < 1e-5);
+}
+
+// The rule run by hand for 3 peers on a ring (every W_ij = 1/3): each peer's gradients come from a
+// Learner built like the runtime builds it (its shard, batch and seed), at that peer's w_i,t.
+std::vector<std::vector<double>> simulate(const engine::train::OptimizerOptions& optimizer,
+                                          std::size_t batch, std::uint64_t steps) {
+  const engine::DatasetPair& data = *test::smallData();
+  const std::size_t peers = 3;
+  auto compute = kernels::cpu::makeCompute({.blasThreads = 1});
+  engine::models::SoftmaxRegression model(*compute, data.train.features, data.train.classes, batch);
+  const auto shards = engine::data::shardIndices(data.train.labels, data.train.classes,
+                                                 {.shards = peers, .seed = 1});
+  std::vector<std::unique_ptr<engine::train::Learner>> learners;
+  std::vector<std::vector<double>> w, v;
+  for (std::size_t r = 0; r < peers; ++r) {
+    learners.push_back(std::make_unique<engine::train::Learner>(*compute, model, optimizer,
+                                                                data.train, shards[r], batch, 1));
+    const std::vector<float> initial = test::distinctParams(r, model.parameterCount());
+    w.emplace_back(initial.begin(), initial.end());
+    v.emplace_back(initial.size(), 0.0);
+  }
+  const double eta = optimizer.lr, wd = optimizer.weightDecay, mu = optimizer.momentum;
+  const std::size_t n = w[0].size();
+  for (std::uint64_t t = 0; t < steps; ++t) {
+    std::vector<std::vector<double>> next(peers, std::vector<double>(n, 0.0));
+    for (std::size_t i = 0; i < peers; ++i) {
+      std::vector<float> wi(w[i].begin(), w[i].end()), g(n);
+      compute->upload(learners[i]->params(), std::span<const float>(wi));
+      learners[i]->computeGradients();
+      compute->download(std::span<float>(g), std::span<const float>(learners[i]->grads()));
+      for (std::size_t k = 0; k < n; ++k) {
+        const double gk = g[k] + wd * w[i][k];
+        v[i][k] = mu * v[i][k] + gk;
+        const double d = optimizer.kind == OptimizerKind::kSgd        ? gk
+                         : optimizer.kind == OptimizerKind::kMomentum ? v[i][k]
+                                                                      : gk + mu * v[i][k];
+        next[i][k] = (w[0][k] + w[1][k] + w[2][k]) / 3.0 - eta * d;
+      }
+    }
+    w = std::move(next);
+  }
+  return w;
+}
+
+TEST_CASE("dpsgd: steps on a 3-peer ring equal the rule computed by hand (and dpsgd.momentum)") {
+  test::Watchdog watchdog(120s);
+  engine::train::OptimizerOptions optimizer{.lr = 0.1f, .momentum = 0.9f, .weightDecay = 0.01f};
+  std::uint64_t steps = 1;
+  SUBCASE("one step, plain SGD: w_i,1 = (w_0 + w_1 + w_2) / 3 - eta (g_i + wd w_i)") {
+    optimizer.kind = OptimizerKind::kSgd;
+  }
+  SUBCASE("six steps, plain SGD") {
+    optimizer.kind = OptimizerKind::kSgd;
+    steps = 6;
+  }
+  SUBCASE("six steps, heavy-ball momentum") {
+    optimizer.kind = OptimizerKind::kMomentum;
+    steps = 6;
+  }
+  SUBCASE("six steps, Nesterov momentum") {
+    optimizer.kind = OptimizerKind::kNesterov;
+    steps = 6;
+  }
+  auto config = test::algorithmCluster("dpsgd", 3, steps, 0.1, {{"momentum", "true"}});
+  config.peer.training.optimizer = optimizer;
+  config.peer.training.initialParams = test::distinctParams;
+  const auto result = run(config);
+  const auto oracle = simulate(optimizer, config.peer.training.batch, steps);
+  for (std::size_t i = 0; i < 3; ++i) {
+    CAPTURE(i);
+    const std::vector<float> expected(oracle[i].begin(), oracle[i].end());
+    CHECK(test::maxAbsDiff(result.finals[i].params, expected) < 1e-5);
+  }
+  if (optimizer.kind != OptimizerKind::kSgd) {
+    // The momentum really entered: plain SGD ends elsewhere.
+    auto plain = optimizer;
+    plain.kind = OptimizerKind::kSgd;
+    const auto other = simulate(plain, config.peer.training.batch, steps);
+    const std::vector<float> elsewhere(other[0].begin(), other[0].end());
+    CHECK(test::maxAbsDiff(result.finals[0].params, elsewhere) > 1e-3);
+  }
+}
+
+TEST_CASE("dpsgd: by default the paper's plain rule ignores --optimizer momentum") {
+  test::Watchdog watchdog(120s);
+  engine::train::OptimizerOptions optimizer{
+      .kind = OptimizerKind::kMomentum, .lr = 0.1f, .momentum = 0.9f, .weightDecay = 0.01f};
+  auto config = test::algorithmCluster("dpsgd", 3, 6);
+  config.peer.training.optimizer = optimizer;
+  config.peer.training.initialParams = test::distinctParams;
+  const auto result = run(config);
+  optimizer.kind = OptimizerKind::kSgd;
+  const auto oracle = simulate(optimizer, config.peer.training.batch, 6);
+  for (std::size_t i = 0; i < 3; ++i) {
+    const std::vector<float> expected(oracle[i].begin(), oracle[i].end());
+    CHECK(test::maxAbsDiff(result.finals[i].params, expected) < 1e-5);
+  }
+}
+
+TEST_CASE("dpsgd: on a strongly convex problem the peers converge to the known optimum") {
+  test::Watchdog watchdog(120s);
+  const float weightDecay = 0.05f;
+  const std::vector<float> optimum = test::convexOptimum(weightDecay);
+  auto config = test::algorithmCluster("dpsgd", 4, 1500, 0.05);
+  config.peer.training.optimizer.weightDecay = weightDecay;
+  config.peer.training.batch = 64;
+  const auto result = run(config);
+  const double error = test::relativeError(test::meanOf(result.finals), optimum);
+  INFO("relative distance of the average model to the optimum: " << error);
+  CHECK(error < 0.05);
+  for (const auto& s : result.finals) CHECK(test::relativeError(s.params, optimum) < 0.1);
+}
+
+TEST_CASE("dpsgd: four peers on a ring learn the synthetic task") {
+  test::Watchdog watchdog(120s);
+  const std::uint64_t steps = 300;
+  const auto result = run(test::algorithmCluster("dpsgd", 4, steps, 0.1));
+  CHECK(result.consensus.accuracy > 0.9);
+  CHECK(result.consensus.minPeerAccuracy > 0.85);
+  const std::size_t modelBytes = result.finals[0].params.size() * sizeof(float);
+  for (const auto& p : result.peers) {
+    CHECK(p.steps == steps);
+    CHECK(p.topology == "ring");
+    // Two ring neighbours per step, one model each (headers on top).
+    CHECK(p.bytesSent >= steps * 2 * modelBytes);
+    CHECK(p.bytesSent < steps * 2 * (modelBytes + 256));
+    CHECK(p.metrics.count("dpsgd.missing") == 0);
+  }
+}
+
+TEST_CASE("dpsgd: a peer killed mid-run does not stall its neighbours") {
+  test::Watchdog watchdog(120s);
+  const std::uint64_t steps = 1000;
+  auto config = test::algorithmCluster("dpsgd", 4, steps, 0.05);
+  config.peer.training.minStepTime = 1ms;  // the kill lands mid-run
+  config.peer.training.commTimeout = 5s;
+  std::thread killer;
+  std::atomic<std::uint64_t> killedAt{0};
+  config.onStart = [&](std::vector<engine::runtime::Peer*>& peers) {
+    engine::runtime::Peer* victim = peers.back();  // id 4: the ring neighbour of ids 1 and 3
+    killer = std::thread([victim, &killedAt] {
+      test::waitUntil(20s, [&] { return victim->status().step >= 200; });
+      killedAt = victim->status().step;
+      victim->kill();
+    });
+  };
+  const auto result = run(config);
+  killer.join();
+  INFO("killed at step " << killedAt.load());
+  CHECK(killedAt.load() >= 200);
+  CHECK(result.peers[3].steps < steps);
+  for (std::size_t i = 0; i < 3; ++i) {
+    CAPTURE(i);
+    CHECK(result.peers[i].steps == steps);
+  }
+  // Ids 1 and 3 mixed without it until the view dropped it, then the ring of 3 took over.
+  for (std::size_t i : {0, 2}) {
+    CAPTURE(i);
+    CHECK(result.peers[i].metrics.count("dpsgd.missing") == 1);
+    CHECK(result.peers[i].metrics.at("dpsgd.partial_rounds") <= 3);
+  }
+  CHECK(result.consensus.accuracy > 0.85);
+}
+
+TEST_CASE("dpsgd: options are validated") {
+  const engine::AlgorithmSpec& spec = test::registry().algorithms.get("dpsgd");
+  CHECK(spec.defaultTopology == "ring");
+  CHECK_THROWS_WITH_AS(spec.make({{"timeout", "-1"}}), doctest::Contains("dpsgd.timeout"),
+                       gossamer::Error);
+  CHECK_THROWS_WITH_AS(spec.make({{"momentum", "maybe"}}), doctest::Contains("momentum"),
+                       gossamer::Error);
+  CHECK_THROWS_WITH_AS(spec.make({{"p", "0.1"}}), doctest::Contains("unknown option 'p'"),
+                       gossamer::Error);
+  CHECK(spec.make({{"timeout", "0.5"}, {"momentum", "false"}})->name() == "dpsgd");
+}
+
+TEST_CASE("dpsgd: --optimizer adam is refused with a clear error") {
+  test::Watchdog watchdog(120s);
+  auto config = test::algorithmCluster("dpsgd", 2, 10);
+  config.peer.training.optimizer.kind = OptimizerKind::kAdam;
+  config.peer.training.finishTimeout = 500ms;
+  CHECK_THROWS_WITH_AS(run(config), doctest::Contains("supports --optimizer sgd"), gossamer::Error);
+}
+
+}  // namespace
+}  // namespace gossamer::algorithms

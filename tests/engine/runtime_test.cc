@@ -1,0 +1,151 @@
+// The peer runtime's contract with algorithms (engine/algorithm.h): request/serve/reply, notify,
+// gather deadlines and missing peers, messages to self, staging, byte counters, start errors.
+#include <atomic>
+#include <chrono>
+#include <mutex>
+
+#include <doctest/doctest.h>
+
+#include "engine/algorithm.h"
+#include "engine/runtime/cluster.h"
+#include "net/inproc/inproc_transport.h"
+#include "tests/algorithms/algorithm_testing.h"
+#include "tests/support/watchdog.h"
+
+namespace gossamer::engine {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Exercises the PeerContext once at the first step and records what it saw in metrics.
+class Prober final : public Algorithm {
+ public:
+  static constexpr std::uint32_t kAsk = 1, kAnswer = 2, kTick = 3, kSelf = 4, kSilent = 5;
+
+  std::string name() const override { return "prober"; }
+  void setup(PeerContext& ctx) override {
+    rank_ = static_cast<std::size_t>(
+        std::find(ctx.members().begin(), ctx.members().end(), ctx.self()) - ctx.members().begin());
+  }
+
+  double step(PeerContext& ctx) override {
+    const double loss = ctx.computeGradients();
+    ctx.applyOptimizer();
+    const auto& members = ctx.members();
+    if (ctx.step() == 0) {
+      // request/reply: the successor answers with its rank as a payload and a scalar.
+      const PeerId next = members[(rank_ + 1) % members.size()];
+      const float mine = static_cast<float>(rank_);
+      std::vector<float> ask{mine, mine};
+      std::optional<Incoming> answer =
+          ctx.request(next, Message{.kind = kAsk, .scalars = {1.5}, .payloads = {ask}}, 5s);
+      const float expected = static_cast<float>((rank_ + 1) % members.size());
+      const bool good = answer && answer->kind == kAnswer && answer->from == next &&
+                        answer->payloadCount() == 1 && answer->payload(0).size() == 3 &&
+                        answer->payload(0)[0] == expected && answer->payload(0)[2] == mine &&
+                        answer->scalar(0) == 3.0;
+      ctx.metrics().set("probe.reply_ok", good ? 1 : 0);
+
+      // A message to self arrives without the network, payload intact.
+      std::vector<float> selfPayload{7, 8, 9};
+      ctx.send(ctx.self(), Message{.kind = kSelf, .step = 0, .tag = 42, .payloads = {selfPayload}});
+      selfPayload[0] = -1;  // staged: the copy in flight must not see this
+      const PeerId me = ctx.self();
+      GatherResult got = ctx.gather(std::span<const PeerId>(&me, 1), 42, 5s);
+      ctx.metrics().set("probe.self_ok",
+                        got.complete() && got.messages[0].payload(0)[0] == 7 ? 1 : 0);
+
+      // A peer that is not a member is missing at once, not after the deadline.
+      const PeerId stranger = 0xdead;
+      const Clock::time_point start = Clock::now();
+      got = ctx.gather(std::span<const PeerId>(&stranger, 1), 43, 10s);
+      ctx.metrics().set("probe.stranger_ok",
+                        got.missing.size() == 1 && Clock::now() - start < 2s ? 1 : 0);
+
+      // A member that never answers: the wait ends at its deadline, no sooner.
+      const Clock::time_point before = Clock::now();
+      std::optional<Incoming> none = ctx.request(next, Message{.kind = kSilent}, 300ms);
+      const auto waited = Clock::now() - before;
+      ctx.metrics().set("probe.silent_ok", !none && waited >= 300ms && waited < 3s ? 1 : 0);
+    }
+    // Everyone tells the first member once per step.
+    ctx.notify(members.front(), Message{.kind = kTick, .step = ctx.step()});
+    return loss;
+  }
+
+  void serve(ServiceContext& ctx, const Incoming& request) override {
+    if (request.kind == kAsk) {
+      std::vector<float> answer{static_cast<float>(rank_), 0, request.payload(0)[0]};
+      ctx.reply(request,
+                Message{.kind = kAnswer, .scalars = {2 * request.scalar(0)}, .payloads = {answer}});
+    } else if (request.kind == kTick) {
+      ctx.metrics().add("probe.ticks", 1);
+    }
+  }
+
+ private:
+  std::size_t rank_ = 0;  // read by serve() only after setup() (the runtime holds serve until then)
+};
+
+struct Empty {
+  template <typename Bind>
+  void bind(Bind&) {}
+};
+
+Registry proberRegistry() {
+  Registry registry = algorithms::makeRegistry();
+  registry.algorithms.add("prober", "test",
+                          AlgorithmSpec{"test", "ring", {}, [](const OptionValues&) {
+                                          return std::unique_ptr<Algorithm>(new Prober());
+                                        }});
+  return registry;
+}
+
+TEST_CASE("runtime: request, reply, notify, gather and messages to self behave as documented") {
+  test::Watchdog watchdog(60s);
+  const Registry registry = proberRegistry();
+  for (const char* transport : {"inproc", "tcp"}) {
+    auto config = test::algorithmCluster("prober", 3, 20);
+    config.peer.network.transport = transport;
+    // Nobody may finish (which ends waits for it early) while another still probes its silence.
+    config.peer.training.minStepTime = 50ms;
+    const auto result = runtime::runLocalCluster(config, registry, test::smallData());
+    INFO("transport " << transport);
+    for (const auto& peer : result.peers) {
+      CHECK(peer.metrics.at("probe.reply_ok") == 1);
+      CHECK(peer.metrics.at("probe.self_ok") == 1);
+      CHECK(peer.metrics.at("probe.stranger_ok") == 1);
+      CHECK(peer.metrics.at("probe.silent_ok") == 1);
+      CHECK(peer.bytesSent > 0);
+      CHECK(peer.commWaitSeconds >= 0.3);  // the silent request was waited for
+    }
+    // Every notify of every step reached the first member's serve().
+    CHECK(result.peers[0].metrics.at("probe.ticks") == 3 * 20);
+  }
+}
+
+TEST_CASE("runtime: a peer of a different model cannot join, and the start timeout says why") {
+  test::Watchdog watchdog(60s);
+  const Registry registry = algorithms::makeRegistry();
+  auto config = test::algorithmCluster("gosgd", 2, 10);
+  config.peer.training.startTimeout = 3s;
+  auto hub = net::inproc::makeHub();
+  runtime::PeerConfig a = config.peer, b = config.peer;
+  a.network.hub = b.network.hub = hub;
+  a.network.listen = b.network.listen = net::Endpoint{"inproc", 0};
+  a.network.secret = b.network.secret = {std::byte{1}, std::byte{2}};
+  a.network.peerId = 1;
+  b.network.peerId = 2;
+  a.training.minPeers = b.training.minPeers = 2;
+  b.training.model = "mlp";  // a has softmax regression
+  runtime::Peer first(a, registry, test::smallData());
+  b.network.seeds = {first.endpoint()};
+  runtime::Peer second(b, registry, test::smallData());
+  CHECK_THROWS_WITH_AS(second.run(),
+                       doctest::Contains("only 1 of the 2 peers (--min-peers) joined"),
+                       gossamer::Error);
+  CHECK(first.view().members.size() == 1);
+}
+
+}  // namespace
+}  // namespace gossamer::engine
