@@ -20,7 +20,7 @@
 // worker and runs the same code: its request to itself never touches the network.
 //
 // Worker i, before local step t_i when t_i mod tau == 0 (t_i = local steps done, as in the paper):
-//   w~' = request(center)                    // pull; on timeout the exchange is skipped
+//   w~' = request(center)                    // pull; on timeout: no exchange, counted
 //   delta = alpha (w_i - w~')                // one weightedSum
 //   w_i = w_i - delta                        // one axpby
 //   notify(center, delta)                    // the center: w~ = w~ + delta (hostCompute axpby)
@@ -38,12 +38,28 @@
 // and every worker adopts it, so the peers end with one model (up to deltas still in flight to the
 // center when a worker pulls). final_center=false keeps each worker's own model.
 //
-// Membership changes: setup() runs again and takes the new graph's root as the center. A peer
-// that becomes the center without one (the old center left) starts w~ from its own model; a peer
-// that stops being the center drops its w~. Requests that reach a peer that is not the center
-// are answered without a model and counted as skipped exchanges.
+// Elastic membership (setup() runs again after every change and takes the new graph's root as the
+// center; the star's center is a position in the sorted members, so every peer agrees on it):
+//   center lost     REBUILD (option b): a peer that becomes the center without a handed-over w~
+//                   starts w~ from its own model ("easgd.center_restarts"). Chosen over a replica
+//                   because it costs no traffic while nothing fails, and because it loses little:
+//                   every worker sits within an elastic pull of w~ (each exchange moves it alpha of
+//                   the way), so the new center's own model is a recent, slightly noisier w~ that
+//                   the workers' next deltas pull back to their mean. A replica pushed every few
+//                   exchanges would cost |w| per push and still be stale by those exchanges.
+//   center leaves   leave() hands w~ over (a notify carrying it) to the next candidate, the
+//                   member after it in the sorted view (the star's center position then holds
+//                   that member), and stops serving it; the receiver adopts it as its w~.
+//   center moves    (a joiner with a smaller id, --star-center) the old center hands w~ over to
+//                   the new one in setup(); a handover that reaches a peer that is not the center
+//                   of its view is passed on to that view's center.
+//   pull timeout    the worker keeps its own model and trains on ("easgd.missed"); so does a
+//                   pull answered by a peer that does not hold the center (yet).
+//   joiner          receives w~ from the center peer as its model, and the center peer's step.
+//   checkpoint      saveState/loadState keep w~ (when this peer holds it) and eamsgd's velocity.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <mutex>
 #include <optional>
@@ -104,29 +120,43 @@ class ElasticCenter {
   void serve(engine::ServiceContext& ctx, const engine::Incoming& request);
   // With final_center: w_i = w~, pulled once more after every worker has finished.
   void finish(engine::PeerContext& ctx);
+  // A joiner: params = w~ pulled from the center (any member that holds it), step = the center
+  // peer's; false when nobody answered with w~.
+  bool join(engine::PeerContext& ctx);
+  // Hands w~ over to the next center candidate when this peer holds it.
+  void leave(engine::PeerContext& ctx);
+  // w~ as tensor "center" when this peer holds it; loadState makes this peer hold it again (until
+  // setup() finds another center in the view, which it then hands w~ over to).
+  void saveState(engine::AlgorithmState& state) const;
+  void loadState(const engine::AlgorithmState& state);
 
   // A copy of w~ when this peer holds the center, else nullopt. Any thread.
   std::optional<std::vector<float>> center() const;
   // The alpha in use (after the 0.9 / n default is resolved by setup()).
   double alpha() const { return alpha_; }
 
-  // Message kinds: a pull (request, no payload), its reply (w~ as payload 0, or no payload when
-  // the peer asked is not the center) and a delta (notify, payload 0).
+  // Message kinds: a pull (request, no payload), its reply (w~ as payload 0 and the center peer's
+  // step, or no payload when the peer asked does not hold the center), a delta (notify, payload
+  // 0) and a handover of w~ to a new center (notify, payload 0).
   static constexpr std::uint32_t kPull = 1;
   static constexpr std::uint32_t kCenter = 2;
   static constexpr std::uint32_t kDelta = 3;
+  static constexpr std::uint32_t kHandover = 4;
 
  private:
   void exchange(engine::PeerContext& ctx);
-  // Pulls w~ (nullopt, counted as skipped, when none came in time).
+  // Pulls w~ (nullopt, counted as missed, when none came in time).
   std::optional<engine::Incoming> pull(engine::PeerContext& ctx);
+  // Sends w~ to `to` and stops holding it.
+  void handOver(engine::PeerContext& ctx, engine::PeerId to);
   std::string metric(const char* what) const { return name_ + "." + what; }
 
   std::string name_;
   EasgdOptions options_;
   double alpha_ = 0;
   engine::PeerId centerPeer_ = 0;
-  kernels::Buffer<float> delta_;  // the Compute's memory
+  kernels::Buffer<float> delta_;        // the Compute's memory
+  std::atomic<std::uint64_t> step_{0};  // the compute thread's step, for replies to joiners
 
   mutable std::mutex mutex_;
   bool holdsCenter_ = false;   // guarded by mutex_
@@ -143,6 +173,10 @@ class Easgd final : public engine::Algorithm {
   void serve(engine::ServiceContext& ctx, const engine::Incoming& request) override {
     elastic_.serve(ctx, request);
   }
+  void join(engine::PeerContext& ctx) override;
+  void leave(engine::PeerContext& ctx) override { elastic_.leave(ctx); }
+  void saveState(engine::AlgorithmState& state) const override { elastic_.saveState(state); }
+  void loadState(const engine::AlgorithmState& state) override { elastic_.loadState(state); }
 
   const ElasticCenter& elastic() const { return elastic_; }
 
@@ -161,13 +195,21 @@ class Eamsgd final : public engine::Algorithm {
   void serve(engine::ServiceContext& ctx, const engine::Incoming& request) override {
     elastic_.serve(ctx, request);
   }
+  // The joiner takes w~ and starts with zero velocity.
+  void join(engine::PeerContext& ctx) override;
+  void leave(engine::PeerContext& ctx) override { elastic_.leave(ctx); }
+  // w~ (when held) and the velocity (tensor "velocity").
+  void saveState(engine::AlgorithmState& state) const override;
+  void loadState(const engine::AlgorithmState& state) override;
 
   const ElasticCenter& elastic() const { return elastic_; }
 
  private:
   EamsgdOptions options_;
   ElasticCenter elastic_;
-  kernels::Buffer<float> velocity_;  // the Compute's memory, zero at the first setup
+  kernels::Compute* compute_ = nullptr;  // the compute thread's, from setup() (for saveState)
+  kernels::Buffer<float> velocity_;      // the Compute's memory, zero at the first setup
+  std::vector<float> restoredVelocity_;  // from loadState, uploaded by the first setup()
 };
 
 }  // namespace gossamer::algorithms

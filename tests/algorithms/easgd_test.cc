@@ -1,6 +1,6 @@
 // easgd and eamsgd (algorithms/easgd.h): the conserved sum of the symmetric elastic force,
 // consensus with learning rate 0, the convex optimum, training, Nesterov local steps, options,
-// and workers outliving their center.
+// killed workers and centers, a center that leaves, a peer that joins, and checkpointed state.
 #include "algorithms/easgd.h"
 
 #include <atomic>
@@ -10,6 +10,7 @@
 
 #include <doctest/doctest.h>
 
+#include "net/inproc/inproc_transport.h"
 #include "tests/algorithms/algorithm_testing.h"
 #include "tests/support/watchdog.h"
 
@@ -111,7 +112,7 @@ void checkConservedSum(const std::string& name) {
   for (const auto& s : result.finals) CHECK(test::maxAbsDiff(s.params, fixedPoint) < 1e-4);
   for (const auto& p : result.peers) {
     CHECK(p.metrics.at(name + ".exchanges") > 250);
-    CHECK(p.metrics.count(name + ".skipped") == 0);
+    CHECK(p.metrics.count(name + ".missed") == 0);
     CHECK(p.metrics.at(name + ".alpha") == doctest::Approx(0.9 / peers));
   }
   // The center applied every delta: one per exchange of every worker, its own included.
@@ -225,39 +226,134 @@ TEST_CASE("easgd: options are validated") {
   CHECK(eamsgd.make({{"momentum", "0.99"}, {"alpha", "0.1"}, {"tau", "8"}}) != nullptr);
 }
 
-// The center (peer 1, the smallest id) is killed after some steps. Until the failure detector
-// removes it, the workers' pulls time out and are skipped; then the next smallest id takes over
-// the center from its own model, and everybody finishes every step.
-TEST_CASE("easgd: workers outlive a killed center and finish") {
+// The center (peer 1, the smallest id) is killed after 100 steps. Until the failure detector
+// removes it, the workers' pulls time out and are counted as missed; then the next smallest id
+// (peer 2) rebuilds the center from its own model, and the survivors finish every step and still
+// learn the task.
+TEST_CASE("easgd: when the center is killed a new center is chosen and the workers still learn") {
   test::Watchdog watchdog(120s);
-  const std::size_t peers = 4;
   auto config =
-      test::algorithmCluster("easgd", peers, 600, 0.05, {{"tau", "2"}, {"timeout_ms", "100"}});
-  config.peer.training.minStepTime = 2ms;
-  std::thread killer;
-  config.onStart = [&](std::vector<engine::runtime::Peer*>& started) {
-    engine::runtime::Peer* center = started[0];
-    killer = std::thread([center] {
-      while (center->status().step < 150) std::this_thread::sleep_for(1ms);
-      center->kill();
-    });
-  };
+      test::algorithmCluster("easgd", 4, 500, 0.05, {{"tau", "2"}, {"timeout_ms", "100"}});
+  config.peer.training.minStepTime = 2ms;  // the kill comes mid-run
+  test::killPeerAt(config, 0, 100);
   const auto result = engine::runtime::runLocalCluster(config, test::registry(), test::smallData());
-  killer.join();
-  CHECK(result.peers[0].steps < 600);
-  for (std::size_t i = 1; i < peers; ++i) {
+  CHECK(result.peers[0].steps < 500);
+  for (std::size_t i = 1; i < 4; ++i) {
+    CAPTURE(i);
     const auto& p = result.peers[i];
-    CHECK(p.steps == 600);
-    CHECK(p.metrics.at("easgd.skipped") > 0);
+    CHECK(p.steps == 500);
+    CHECK(p.metrics.at("easgd.missed") > 0);
     CHECK(p.metrics.at("easgd.exchanges") > 100);
   }
   CHECK(result.peers[1].metrics.at("easgd.center_restarts") == 1);
   CHECK(result.peers[1].metrics.at("easgd.center_updates") > 0);
+  for (std::size_t i : {2, 3}) CHECK(result.peers[i].metrics.count("easgd.center_updates") == 0);
   const std::vector<engine::runtime::Snapshot> survivors(result.finals.begin() + 1,
                                                          result.finals.end());
   engine::runtime::ConsensusEvaluator evaluator(
       test::registry(), "softmax", engine::ModelConfig{16, 4, {}, 256}, test::smallData()->test);
   CHECK(evaluator.evaluate(survivors).accuracy > 0.9);
+}
+
+// A worker (peer 3) killed mid-run: nobody waits for it (exchanges only involve a worker and the
+// center), so the others finish without a single missed pull.
+TEST_CASE("easgd: a killed worker does not stall the others") {
+  test::Watchdog watchdog(120s);
+  auto config = test::algorithmCluster("easgd", 4, 300, 0.1, {{"timeout_ms", "1000"}});
+  config.peer.training.minStepTime = 2ms;  // the kill comes mid-run
+  test::killPeerAt(config, 2, 60);
+  const auto result = engine::runtime::runLocalCluster(config, test::registry(), test::smallData());
+  CHECK(result.peers[2].steps < 300);
+  for (std::size_t i : {0, 1, 3}) {
+    CAPTURE(i);
+    CHECK(result.peers[i].steps == 300);
+    CHECK(result.peers[i].metrics.count("easgd.missed") == 0);
+    CHECK(result.peers[i].metrics.at("easgd.exchanges") == 300 / 4);
+  }
+  CHECK(result.peers[0].metrics.count("easgd.center_restarts") == 0);
+}
+
+// The center leaves on purpose after 100 steps: leave() hands w~ to the next candidate (peer 2),
+// which serves it from then on without rebuilding it.
+TEST_CASE("easgd: a center that leaves hands the center variable over to the next one") {
+  test::Watchdog watchdog(120s);
+  auto config = test::algorithmCluster("easgd", 4, 400, 0.1, {{"timeout_ms", "1000"}});
+  config.peer.training.minStepTime = 2ms;
+  std::thread leaver;
+  config.onStart = [&](std::vector<engine::runtime::Peer*>& started) {
+    leaver = std::thread([center = started[0]] {
+      while (center->status().step < 100) std::this_thread::sleep_for(1ms);
+      center->requestLeave();
+    });
+  };
+  const auto result = engine::runtime::runLocalCluster(config, test::registry(), test::smallData());
+  leaver.join();
+  CHECK(result.peers[0].stopped);
+  CHECK(result.peers[0].metrics.at("easgd.handovers") == 1);
+  CHECK(result.peers[1].metrics.at("easgd.handovers_received") == 1);
+  CHECK(result.peers[1].metrics.count("easgd.center_restarts") == 0);
+  CHECK(result.peers[1].metrics.at("easgd.center_updates") > 0);
+  for (std::size_t i = 1; i < 4; ++i) CHECK(result.peers[i].steps == 400);
+  const std::vector<engine::runtime::Snapshot> survivors(result.finals.begin() + 1,
+                                                         result.finals.end());
+  engine::runtime::ConsensusEvaluator evaluator(
+      test::registry(), "softmax", engine::ModelConfig{16, 4, {}, 256}, test::smallData()->test);
+  CHECK(evaluator.evaluate(survivors).accuracy > 0.9);
+}
+
+// A fifth peer joins a running 4-peer cluster: join() pulls w~ from the center as its model and
+// takes the center peer's step, then it trains and exchanges like the others.
+TEST_CASE("easgd: a peer joining mid-run starts from the center variable") {
+  test::Watchdog watchdog(120s);
+  auto config = test::algorithmCluster("easgd", 4, 400, 0.1, {{"timeout_ms", "1000"}});
+  config.peer.training.minStepTime = 2ms;
+  config.peer.network.hub = net::inproc::makeHub();
+  for (int i = 0; i < 32; ++i) config.peer.network.secret.push_back(static_cast<std::byte>(i + 7));
+  std::thread joiner;
+  engine::runtime::PeerResult joined;
+  std::exception_ptr error;
+  config.onStart = [&](std::vector<engine::runtime::Peer*>& started) {
+    joiner = std::thread([&, seed = started[0]->endpoint(), center = started[0]] {
+      try {
+        while (center->status().step < 100) std::this_thread::sleep_for(1ms);
+        engine::runtime::PeerConfig c = config.peer;
+        c.network.listen = net::Endpoint{"inproc", 0};
+        c.network.peerId = 5;
+        c.network.seeds = {seed};
+        c.training.minPeers = 4;
+        c.training.finalLocalEval = false;
+        engine::runtime::Peer peer(c, test::registry(), test::smallData());
+        joined = peer.run();
+      } catch (...) {
+        error = std::current_exception();
+      }
+    });
+  };
+  const auto result = engine::runtime::runLocalCluster(config, test::registry(), test::smallData());
+  joiner.join();
+  REQUIRE_FALSE(error);
+  CHECK(joined.metrics.at("easgd.joined_from_center") == 1);
+  CHECK(joined.metrics.at("easgd.exchanges") > 0);
+  CHECK(joined.steps == 400);
+  CHECK(result.consensus.accuracy > 0.9);
+}
+
+// The center variable and eamsgd's velocity survive a checkpoint: loadState then saveState gives
+// back the same tensors, and a peer that does not hold the center saves none.
+TEST_CASE("eamsgd: saveState and loadState keep the center variable and the velocity") {
+  const engine::AlgorithmState saved{
+      .tensors = {{"center", {1.0f, -2.0f, 3.5f}}, {"velocity", {0.25f, 0.5f, -1.0f}}}};
+  Eamsgd eamsgd(EamsgdOptions{});
+  eamsgd.loadState(saved);
+  REQUIRE(eamsgd.elastic().center().has_value());
+  CHECK(*eamsgd.elastic().center() == saved.tensors.at("center"));
+  engine::AlgorithmState again;
+  eamsgd.saveState(again);
+  CHECK(again.tensors == saved.tensors);
+  Easgd worker(EasgdOptions{});
+  engine::AlgorithmState none;
+  worker.saveState(none);
+  CHECK(none.tensors.empty());
 }
 
 }  // namespace
