@@ -133,7 +133,7 @@ TEST_CASE("eamsgd: with learning rate 0 sum_i w_i + w~ is conserved and all meet
 // were still on their way to the center when a worker pulled it.
 TEST_CASE("easgd: four peers learn the synthetic task and end with the center variable") {
   test::Watchdog watchdog(120s);
-  auto config = test::algorithmCluster("easgd", 4, 300, 0.1);
+  auto config = test::algorithmCluster("easgd", 4, 300, 0.1, {{"tau", "4"}});
   config.peer.training.minStepTime = 1ms;  // exchanges must keep up with the steps
   const auto result = engine::runtime::runLocalCluster(config, test::registry(), test::smallData());
   CHECK(result.consensus.accuracy > 0.9);
@@ -259,7 +259,8 @@ TEST_CASE("easgd: when the center is killed a new center is chosen and the worke
 // center), so the others finish without a single missed pull.
 TEST_CASE("easgd: a killed worker does not stall the others") {
   test::Watchdog watchdog(120s);
-  auto config = test::algorithmCluster("easgd", 4, 300, 0.1, {{"timeout_ms", "1000"}});
+  auto config =
+      test::algorithmCluster("easgd", 4, 300, 0.1, {{"tau", "4"}, {"timeout_ms", "1000"}});
   config.peer.training.minStepTime = 2ms;  // the kill comes mid-run
   test::killPeerAt(config, 2, 60);
   const auto result = engine::runtime::runLocalCluster(config, test::registry(), test::smallData());
