@@ -30,6 +30,13 @@
 // step ("tree-easgd.dropped"). A peer that finishes early would otherwise take in, at once, every
 // model a slower neighbour sent while it waited, and end up as a copy of that neighbour.
 //
+// Elastic membership: setup() runs again after every change and re-reads parent, children and
+// depth from the rebuilt tree (positions in the sorted members), so a killed or departed inner
+// node's subtree hangs from the new tree at once; models still queued from old neighbours are
+// consumed as usual. Nobody waits for anyone, so a dead neighbour costs nothing but its models.
+// A joiner receives a tree neighbour's model and step (Algorithm::join's default: every peer is a
+// worker, there is no state but the model); leave() hands nothing over, for the same reason.
+//
 // The fixed point is weighted: along an edge, the child is pulled alpha / tau_down(parent) per
 // step and the parent alpha / tau_up(child), so on a convex problem the models settle near the
 // minimiser of sum_i pi_i f_i with pi_child / pi_parent = tau_down(parent) / tau_up(child) (to

@@ -2,8 +2,6 @@
 // training, options, and a tree that loses an inner node.
 #include "algorithms/tree_easgd.h"
 
-#include <thread>
-
 #include <doctest/doctest.h>
 
 #include "tests/algorithms/algorithm_testing.h"
@@ -73,14 +71,14 @@ TEST_CASE("tree-easgd: four peers learn the synthetic task") {
 
 // The fixed point of tree-easgd is the minimiser of a weighted sum of the peers' losses (header
 // comment); equal intervals both ways and a small alpha make the weights equal, so the average
-// model settles at the optimum of the whole training set. Each peer sits between that optimum and
-// its own shard's (0.11 to 0.13 away in relative terms), and the peer that finishes last takes its
-// final steps alone, hence the wider bound for single peers.
+// model settles at the optimum of the whole training set (0.01 away after 800 steps in our runs).
+// Each peer sits between that optimum and its own shard's, and the peer that finishes last takes
+// its final steps alone, hence the wider bound for single peers (0.01 to 0.03 in our runs).
 TEST_CASE("tree-easgd: on a strongly convex problem the peers converge to the known optimum") {
   test::Watchdog watchdog(120s);
   const float weightDecay = 0.05f;
   const std::vector<float> optimum = test::convexOptimum(weightDecay);
-  auto config = test::algorithmCluster("tree-easgd", 4, 1500, 0.1,
+  auto config = test::algorithmCluster("tree-easgd", 4, 800, 0.1,
                                        {{"alpha", "0.2"}, {"tau_up", "1"}, {"tau_down", "1"}});
   config.peer.training.optimizer.weightDecay = weightDecay;
   config.peer.training.minStepTime = 2ms;  // exchanges keep up, peers step at similar speeds
@@ -88,8 +86,8 @@ TEST_CASE("tree-easgd: on a strongly convex problem the peers converge to the kn
   const auto result = engine::runtime::runLocalCluster(config, test::registry(), test::smallData());
   const double error = test::relativeError(test::meanOf(result.finals), optimum);
   INFO("relative distance of the average model to the optimum: " << error);
-  CHECK(error < 0.05);
-  for (const auto& s : result.finals) CHECK(test::relativeError(s.params, optimum) < 0.15);
+  CHECK(error < 0.03);
+  for (const auto& s : result.finals) CHECK(test::relativeError(s.params, optimum) < 0.1);
 }
 
 TEST_CASE("tree-easgd: options are validated") {
@@ -114,26 +112,28 @@ TEST_CASE("tree-easgd: options are validated") {
 
 // tree-easgd never waits for anyone: when an inner node (position 1, parent of position 3) is
 // killed, the others go on; once the failure detector removes it, the tree is rebuilt over the
-// survivors.
-TEST_CASE("tree-easgd: the others finish when an inner node is killed") {
+// survivors, and they still learn the task.
+TEST_CASE("tree-easgd: the others finish and learn when an inner node is killed") {
   test::Watchdog watchdog(120s);
-  const std::size_t peers = 4;
-  auto config = test::algorithmCluster("tree-easgd", peers, 600, 0.05);
-  config.peer.training.minStepTime = 2ms;
-  std::thread killer;
-  config.onStart = [&](std::vector<engine::runtime::Peer*>& started) {
-    engine::runtime::Peer* inner = started[1];
-    killer = std::thread([inner] {
-      while (inner->status().step < 150) std::this_thread::sleep_for(1ms);
-      inner->kill();
-    });
-  };
+  auto config = test::algorithmCluster("tree-easgd", 4, 500, 0.05);
+  config.peer.training.minStepTime = 2ms;  // the kill comes mid-run
+  test::killPeerAt(config, 1, 100);
   const auto result = engine::runtime::runLocalCluster(config, test::registry(), test::smallData());
-  killer.join();
-  CHECK(result.peers[1].steps < 600);
-  for (std::size_t i : {0, 2, 3}) CHECK(result.peers[i].steps == 600);
+  CHECK(result.peers[1].steps < 500);
+  for (std::size_t i : {0, 2, 3}) {
+    CAPTURE(i);
+    CHECK(result.peers[i].steps == 500);
+    CHECK(result.peers[i].metrics.at("tree-easgd.merged") > 0);
+  }
   // After the rebuild the old grandchild (position 3, now 2) hangs from the root.
   CHECK(result.peers[3].metrics.at("tree-easgd.depth") == 1);
+  const std::vector<engine::runtime::Snapshot> survivors{result.finals[0], result.finals[2],
+                                                         result.finals[3]};
+  engine::runtime::ConsensusEvaluator evaluator(
+      test::registry(), "softmax", engine::ModelConfig{16, 4, {}, 256}, test::smallData()->test);
+  const engine::runtime::ConsensusResult consensus = evaluator.evaluate(survivors);
+  CHECK(consensus.accuracy > 0.9);
+  CHECK(consensus.minPeerAccuracy > 0.85);
 }
 
 }  // namespace
