@@ -57,16 +57,8 @@ TEST_CASE("tree-easgd: with learning rate 0 the models reach a consensus inside 
 
 TEST_CASE("tree-easgd: four peers learn the synthetic task") {
   test::Watchdog watchdog(120s);
-  auto config = test::algorithmCluster("tree-easgd", 4, 300, 0.1);
-  config.peer.training.minStepTime = 1ms;  // exchanges must keep up with the steps
-  const auto result = engine::runtime::runLocalCluster(config, test::registry(), test::smallData());
-  CHECK(result.consensus.accuracy > 0.9);
-  CHECK(result.consensus.minPeerAccuracy > 0.85);
-  for (const auto& p : result.peers) {
-    CHECK(p.steps == 300);
-    CHECK(p.bytesSent > 0);
-    CHECK(p.metrics.at("tree-easgd.merged") > 0);
-  }
+  const auto result = test::checkLearnsAsync("tree-easgd");
+  for (const auto& p : result.peers) CHECK(p.metrics.at("tree-easgd.merged") > 0);
 }
 
 // The fixed point of tree-easgd is the minimiser of a weighted sum of the peers' losses (header
@@ -127,11 +119,7 @@ TEST_CASE("tree-easgd: the others finish and learn when an inner node is killed"
   }
   // After the rebuild the old grandchild (position 3, now 2) hangs from the root.
   CHECK(result.peers[3].metrics.at("tree-easgd.depth") == 1);
-  const std::vector<engine::runtime::Snapshot> survivors{result.finals[0], result.finals[2],
-                                                         result.finals[3]};
-  engine::runtime::ConsensusEvaluator evaluator(
-      test::registry(), "softmax", engine::ModelConfig{16, 4, {}, 256}, test::smallData()->test);
-  const engine::runtime::ConsensusResult consensus = evaluator.evaluate(survivors);
+  const engine::runtime::ConsensusResult consensus = test::survivorsConsensus(result, 1);
   CHECK(consensus.accuracy > 0.9);
   CHECK(consensus.minPeerAccuracy > 0.85);
 }
