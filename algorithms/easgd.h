@@ -59,7 +59,8 @@
 //                   that member), and stops serving it; the receiver adopts it as its w~.
 //   center moves    (a joiner with a smaller id, --star-center) the old center hands w~ over to
 //                   the new one in setup(); a handover that reaches a peer that is not the center
-//                   of its view is passed on to that view's center.
+//                   of its next view is passed on to that view's center by that setup() (not
+//                   before: a handover from a leaving center arrives ahead of its leave).
 //   pull timeout    the worker keeps its own model and trains on ("easgd.missed"); so does a
 //                   pull answered by a peer that does not hold the center (yet).
 //   joiner          receives w~ from the center peer as its model, and the center peer's step.
