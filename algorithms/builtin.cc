@@ -2,9 +2,11 @@
 
 #include "algorithms/allreduce_sgd.h"
 #include "algorithms/dpsgd.h"
+#include "algorithms/easgd.h"
 #include "algorithms/gosgd.h"
 #include "algorithms/local_sgd.h"
 #include "algorithms/sparknet.h"
+#include "algorithms/tree_easgd.h"
 #include "engine/builtin.h"
 
 namespace gossamer::algorithms {
@@ -23,6 +25,19 @@ void addBuiltinAlgorithms(engine::Registry& registry) {
           "sum-weighted gossip: merge received (w, alpha), push (w, alpha/2) with probability p "
           "(Blot et al. 2016)",
           "mesh"));
+  add("easgd",
+      engine::algorithmSpec<Easgd, EasgdOptions>(
+          "asynchronous elastic averaging with a center variable on the star's center: "
+          "every tau steps pull w~, w -= alpha (w - w~), push the delta (Zhang et al. 2015)",
+          "star"));
+  add("eamsgd",
+      engine::algorithmSpec<Eamsgd, EamsgdOptions>(
+          "easgd whose local steps are Nesterov momentum steps (Zhang et al. 2015)", "star"));
+  add("tree-easgd",
+      engine::algorithmSpec<TreeEasgd, TreeEasgdOptions>(
+          "elastic averaging along a tree: send w up every tau_up and down every tau_down steps "
+          "by depth, pull toward every received model (Zhang 2016)",
+          "tree"));
   add("allreduce-sgd",
       engine::algorithmSpec<AllreduceSgd, AllreduceSgdOptions>(
           "synchronous SGD on the gradient averaged by a pipelined ring all-reduce every step "

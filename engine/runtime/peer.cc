@@ -221,7 +221,11 @@ struct Peer::Impl {
   void onRuntimeMessage(const Incoming& message);  // io thread
   void replyWithSnapshot(const Incoming& pull,
                          std::shared_ptr<const Snapshot> snapshot);  // io thread
-  GatherResult gather(std::span<const PeerId> from, std::uint64_t tag, Clock::duration timeout);
+  // Stops waiting for a peer that left the view and, when `whileStepping` (messages its compute
+  // thread sends), for one that has finished (hasFinished). Replies from serve() come from the io
+  // thread, which serves until the peer leaves: request() waits for those while it is live.
+  GatherResult gather(std::span<const PeerId> from, std::uint64_t tag, Clock::duration timeout,
+                      bool whileStepping = true);
   void notifyRuntime(const std::vector<PeerId>& to, RuntimeKind kind);
 
   // ---- compute thread ----
@@ -288,7 +292,7 @@ class Peer::Impl::Context final : public PeerContext {
     tagged.tag = impl_.tags.fresh();
     impl_.sendMessage(std::span<const PeerId>(&to, 1), tagged, Route::serve, impl_.sendPool,
                       timeout, Impl::Staging::fromCompute);
-    GatherResult got = impl_.gather(std::span<const PeerId>(&to, 1), tagged.tag, timeout);
+    GatherResult got = impl_.gather(std::span<const PeerId>(&to, 1), tagged.tag, timeout, false);
     if (got.messages.empty()) return std::nullopt;
     return std::move(got.messages.front());
   }
@@ -807,7 +811,7 @@ void Peer::Impl::replyWithSnapshot(const Incoming& pull, std::shared_ptr<const S
 // ---- waiting (compute thread) ------------------------------------------------------------------
 
 GatherResult Peer::Impl::gather(std::span<const PeerId> from, std::uint64_t tag,
-                                Clock::duration timeout) {
+                                Clock::duration timeout, bool whileStepping) {
   const Clock::time_point start = Clock::now();
   std::vector<std::optional<Incoming>> got(from.size());
   std::vector<bool> gone(from.size(), false);
@@ -821,7 +825,7 @@ GatherResult Peer::Impl::gather(std::span<const PeerId> from, std::uint64_t tag,
       if (it != queue.end()) {
         got[i] = std::move(*it);
         queue.erase(it);
-      } else if (from[i] != self && (!isLive(from[i]) || hasFinished(from[i]))) {
+      } else if (from[i] != self && (!isLive(from[i]) || (whileStepping && hasFinished(from[i])))) {
         // It left the view, or stopped stepping (its kFinished came after all it sent): waiting
         // longer is pointless.
         gone[i] = true;

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include <doctest/doctest.h>
+
 #include "algorithms/builtin.h"
 #include "engine/data/synthetic.h"
 #include "engine/models/softmax_regression.h"
@@ -154,6 +156,37 @@ inline void killPeerAt(engine::runtime::ClusterConfig& config, std::size_t index
     *killed = true;
     (*peers)[index]->kill();
   };
+}
+
+// The consensus (average model) of the peers of `result` other than `killed`, evaluated on
+// smallData()'s test set with the softmax model (algorithmCluster's).
+inline engine::runtime::ConsensusResult survivorsConsensus(
+    const engine::runtime::ClusterResult& result, std::size_t killed) {
+  std::vector<engine::runtime::Snapshot> survivors;
+  for (std::size_t i = 0; i < result.finals.size(); ++i)
+    if (i != killed) survivors.push_back(result.finals[i]);
+  engine::runtime::ConsensusEvaluator evaluator(
+      registry(), "softmax", engine::ModelConfig{16, 4, {}, 256}, smallData()->test);
+  return evaluator.evaluate(survivors);
+}
+
+// Four peers of an asynchronous algorithm learn the synthetic task in 300 steps with `lr` (steps
+// of at least 1 ms, so that the exchanges keep up with them): consensus accuracy above 0.9, every
+// peer above 0.85, every step made, something sent. Returns the result for the algorithm's own
+// checks.
+inline engine::runtime::ClusterResult checkLearnsAsync(const std::string& algorithm,
+                                                       engine::OptionValues options = {},
+                                                       double lr = 0.1) {
+  auto config = algorithmCluster(algorithm, 4, 300, lr, std::move(options));
+  config.peer.training.minStepTime = std::chrono::milliseconds(1);
+  auto result = engine::runtime::runLocalCluster(config, registry(), smallData());
+  CHECK(result.consensus.accuracy > 0.9);
+  CHECK(result.consensus.minPeerAccuracy > 0.85);
+  for (const auto& p : result.peers) {
+    CHECK(p.steps == 300);
+    CHECK(p.bytesSent > 0);
+  }
+  return result;
 }
 
 }  // namespace gossamer::test

@@ -1,0 +1,265 @@
+#include "algorithms/easgd.h"
+
+#include <algorithm>
+#include <chrono>
+#include <iterator>
+
+#include "engine/base/enforce.h"
+#include "engine/base/log.h"
+#include "engine/train/optimizer.h"
+
+namespace gossamer::algorithms {
+
+void EasgdOptions::validate(const char* name) const {
+  GOSSAMER_ENFORCE(tau >= 1, "{}.tau must be at least 1, not {}", name, tau);
+  GOSSAMER_ENFORCE(alpha >= 0 && alpha < 1, "{}.alpha must be in [0, 1) (0: 0.9 / n), not {}", name,
+                   alpha);
+  GOSSAMER_ENFORCE(timeoutMs >= 0, "{}.timeout_ms must be >= 0 (0: --comm-timeout), not {}", name,
+                   timeoutMs);
+}
+
+void EamsgdOptions::validate() const {
+  elastic.validate("eamsgd");
+  GOSSAMER_ENFORCE(momentum >= 0 && momentum < 1, "eamsgd.momentum must be in [0, 1), not {}",
+                   momentum);
+}
+
+// ---- ElasticCenter ----------------------------------------------------------------------------
+
+void ElasticCenter::setup(engine::PeerContext& ctx) {
+  const std::size_t workers = ctx.members().size();
+  alpha_ = options_.alpha > 0 ? options_.alpha : 0.9 / static_cast<double>(workers);
+  centerPeer_ = ctx.graph().root();
+  step_ = ctx.step();
+  if (delta_.size() != ctx.params().size())
+    delta_ = ctx.compute().allocate<float>(ctx.params().size());
+  ctx.metrics().set(metric("alpha"), alpha_);
+
+  const bool isCenter = centerPeer_ == ctx.self();
+  std::unique_lock lock(mutex_);
+  if (!isCenter && holdsCenter_) {
+    lock.unlock();
+    handOver(ctx, centerPeer_);  // the center moved: w~ goes with it
+    return;
+  }
+  if (!isCenter || holdsCenter_) return;
+  // Rebuild: w~ starts as this peer's model: the common initial model at the first setup, the
+  // latest local model when the center moves here without a handover (see the header comment).
+  center_.resize(ctx.params().size());
+  ctx.compute().download(std::span<float>(center_), std::span<const float>(ctx.params()));
+  holdsCenter_ = true;
+  if (ctx.step() > 0) {
+    log::get("algorithms")
+        ->info("{}: peer {:016x} rebuilds the center from its model at step {}", name_, ctx.self(),
+               ctx.step());
+    ctx.metrics().add(metric("center_restarts"), 1);
+  }
+}
+
+void ElasticCenter::handOver(engine::PeerContext& ctx, engine::PeerId to) {
+  std::vector<float> center;
+  {
+    std::lock_guard lock(mutex_);
+    if (!holdsCenter_) return;
+    center.swap(center_);
+    holdsCenter_ = false;
+  }
+  log::get("algorithms")
+      ->info("{}: peer {:016x} hands the center over to {:016x}", name_, ctx.self(), to);
+  ctx.notify(to, engine::Message{.kind = kHandover, .step = ctx.step(), .payloads = {center}});
+  ctx.metrics().add(metric("handovers"), 1);
+}
+
+void ElasticCenter::leave(engine::PeerContext& ctx) {
+  // The star's center is a position in the sorted members: without this peer, the member after
+  // it takes that position.
+  const std::vector<engine::PeerId>& members = ctx.members();
+  const auto self = std::find(members.begin(), members.end(), ctx.self());
+  if (members.size() < 2 || self == members.end()) return;
+  const auto next = std::next(self) == members.end() ? members.begin() : std::next(self);
+  handOver(ctx, *next);
+}
+
+bool ElasticCenter::join(engine::PeerContext& ctx) {
+  // The center of this view first; any other member that holds w~ (the center of an older view)
+  // answers too, the others answer without it.
+  std::vector<engine::PeerId> candidates;
+  if (ctx.graph().root() != ctx.self()) candidates.push_back(ctx.graph().root());
+  for (engine::PeerId member : ctx.members())
+    if (member != ctx.self() && member != ctx.graph().root()) candidates.push_back(member);
+  for (engine::PeerId from : candidates) {
+    const std::optional<engine::Incoming> reply =
+        ctx.request(from, engine::Message{.kind = kPull, .step = ctx.step()}, ctx.commTimeout());
+    if (!reply || reply->payloadCount() != 1 || reply->payload(0).size() != ctx.params().size())
+      continue;
+    ctx.compute().upload(ctx.params(), reply->payload(0));
+    ctx.optimizer().resetState();
+    ctx.adoptStep(reply->step);
+    log::get("algorithms")
+        ->info("{}: peer {:016x} joined at step {} with the center of {:016x}", name_, ctx.self(),
+               reply->step, from);
+    ctx.metrics().add(metric("joined_from_center"), 1);
+    return true;
+  }
+  return false;
+}
+
+void ElasticCenter::saveState(engine::AlgorithmState& state) const {
+  std::lock_guard lock(mutex_);
+  if (holdsCenter_) state.tensors["center"] = center_;
+}
+
+void ElasticCenter::loadState(const engine::AlgorithmState& state) {
+  const auto it = state.tensors.find("center");
+  std::lock_guard lock(mutex_);
+  holdsCenter_ = it != state.tensors.end();
+  center_ = holdsCenter_ ? it->second : std::vector<float>{};
+}
+
+void ElasticCenter::beforeStep(engine::PeerContext& ctx) {
+  step_ = ctx.step();
+  if (ctx.step() % options_.tau == 0) exchange(ctx);
+}
+
+std::optional<engine::Incoming> ElasticCenter::pull(engine::PeerContext& ctx) {
+  // Replies to pulls that timed out earlier are of no use now.
+  if (const std::size_t late = ctx.inbox().drain(kCenter).size(); late > 0)
+    ctx.metrics().add(metric("late_replies"), static_cast<double>(late));
+  const engine::Clock::duration timeout =
+      options_.timeoutMs > 0 ? std::chrono::milliseconds(options_.timeoutMs) : ctx.commTimeout();
+  std::optional<engine::Incoming> reply =
+      ctx.request(centerPeer_, engine::Message{.kind = kPull, .step = ctx.step()}, timeout);
+  if (!reply || reply->payloadCount() == 0) {
+    ctx.metrics().add(metric("missed"), 1);
+    return std::nullopt;
+  }
+  return reply;
+}
+
+void ElasticCenter::exchange(engine::PeerContext& ctx) {
+  const std::optional<engine::Incoming> reply = pull(ctx);
+  if (!reply) return;
+  const engine::DeviceView center = ctx.upload(reply->payload(0));
+  kernels::Compute& compute = ctx.compute();
+  const auto a = static_cast<float>(alpha_);
+  compute.weightedSum(delta_, {{a, ctx.params()}, {-a, center}});  // delta = alpha (w_i - w~)
+  compute.axpby(ctx.params(), -1.0f, delta_, 1.0f);                // w_i = w_i - delta
+  ctx.notify(centerPeer_,
+             engine::Message{.kind = kDelta, .step = ctx.step(), .payloads = {delta_.span()}});
+  ctx.metrics().add(metric("exchanges"), 1);
+}
+
+void ElasticCenter::finish(engine::PeerContext& ctx) {
+  if (!options_.finalCenter) return;
+  const std::optional<engine::Incoming> reply = pull(ctx);
+  if (!reply) return;
+  ctx.compute().copy(ctx.params(), ctx.upload(reply->payload(0)));
+  ctx.metrics().set(metric("final_center"), 1);
+}
+
+void ElasticCenter::serve(engine::ServiceContext& ctx, const engine::Incoming& request) {
+  std::lock_guard lock(mutex_);
+  switch (request.kind) {
+    case kPull:
+      if (!holdsCenter_) {
+        ctx.reply(request, engine::Message{.kind = kCenter});
+        ctx.metrics().add(metric("not_center"), 1);
+        return;
+      }
+      ctx.reply(request, engine::Message{.kind = kCenter, .step = step_, .payloads = {center_}});
+      return;
+    case kDelta: {
+      if (!holdsCenter_) {
+        ctx.metrics().add(metric("not_center"), 1);
+        return;
+      }
+      const std::span<const float> delta = request.payload(0);
+      GOSSAMER_ENFORCE_EQ(delta.size(), center_.size(),
+                          "{}: a delta of the wrong size from {:016x}", name_, request.from);
+      ctx.hostCompute().axpby(center_, 1.0f, delta, 1.0f);  // w~ = w~ + delta
+      ctx.metrics().add(metric("center_updates"), 1);
+      return;
+    }
+    case kHandover: {
+      // The handed-over w~ carries every delta the old center applied: it replaces a w~ rebuilt
+      // here in the meantime.
+      const std::span<const float> center = request.payload(0);
+      center_.assign(center.begin(), center.end());
+      holdsCenter_ = true;
+      ctx.metrics().add(metric("handovers_received"), 1);
+      return;
+    }
+    default:
+      GOSSAMER_THROW("{}: unknown request kind {} from {:016x}", name_, request.kind, request.from);
+  }
+}
+
+std::optional<std::vector<float>> ElasticCenter::center() const {
+  std::lock_guard lock(mutex_);
+  if (!holdsCenter_) return std::nullopt;
+  return center_;
+}
+
+// ---- Eamsgd ------------------------------------------------------------------------------------
+
+void Easgd::join(engine::PeerContext& ctx) {
+  if (!elastic_.join(ctx)) Algorithm::join(ctx);
+}
+
+void Eamsgd::join(engine::PeerContext& ctx) {
+  if (!elastic_.join(ctx)) Algorithm::join(ctx);
+  restoredVelocity_.clear();
+}
+
+void Eamsgd::saveState(engine::AlgorithmState& state) const {
+  elastic_.saveState(state);
+  if (!restoredVelocity_.empty()) state.tensors["velocity"] = restoredVelocity_;  // before setup()
+  if (compute_ == nullptr || velocity_.empty()) return;
+  std::vector<float> velocity(velocity_.size());
+  compute_->download(std::span<float>(velocity), velocity_.span());
+  state.tensors["velocity"] = std::move(velocity);
+}
+
+void Eamsgd::loadState(const engine::AlgorithmState& state) {
+  elastic_.loadState(state);
+  if (const auto it = state.tensors.find("velocity"); it != state.tensors.end())
+    restoredVelocity_ = it->second;
+}
+
+void Eamsgd::setup(engine::PeerContext& ctx) {
+  compute_ = &ctx.compute();
+  if (velocity_.size() != ctx.params().size()) {
+    velocity_ = ctx.compute().allocate<float>(ctx.params().size());
+    ctx.compute().fill(velocity_, 0.0f);
+    if (!restoredVelocity_.empty()) {
+      GOSSAMER_ENFORCE_EQ(restoredVelocity_.size(), velocity_.size(),
+                          "eamsgd: the checkpoint's velocity does not fit the model");
+      ctx.compute().upload(velocity_.span(), restoredVelocity_);
+      restoredVelocity_.clear();
+    }
+    const engine::train::OptimizerKind kind = ctx.optimizer().options().kind;
+    if (kind == engine::train::OptimizerKind::kAdam)
+      log::get("algorithms")
+          ->warn(
+              "eamsgd runs its own Nesterov momentum steps: --optimizer {} is not used, only its "
+              "learning rate and weight decay",
+              engine::train::optimizerName(kind));
+  }
+  elastic_.setup(ctx);
+}
+
+double Eamsgd::step(engine::PeerContext& ctx) {
+  elastic_.beforeStep(ctx);
+  const double loss = ctx.computeGradients();
+  engine::train::Optimizer& optimizer = ctx.optimizer();
+  const engine::train::OptimizerOptions& o = optimizer.options();
+  ctx.compute().momentumStep(ctx.params(), ctx.grads(), velocity_,
+                             {.lr = o.lr,
+                              .momentum = static_cast<float>(options_.momentum),
+                              .nesterov = true,
+                              .weightDecay = o.weightDecay});
+  optimizer.setSteps(optimizer.steps() + 1);  // the local optimizer's count stays the step count
+  return loss;
+}
+
+}  // namespace gossamer::algorithms

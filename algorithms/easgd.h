@@ -1,0 +1,226 @@
+// easgd and eamsgd: asynchronous elastic averaging SGD with a center variable (Zhang, Choromanska
+// and LeCun, "Deep learning with Elastic Averaging SGD", NeurIPS 2015, algorithms 1 and 2).
+// Langer et al. (seeds/003) figure 10 and equation 1; the rule is ALGORITHMS.md's "easgd /
+// eamsgd".
+//
+//   communication    star: every worker pulls from and pushes to the center, asynchronously
+//   messages / step  3 / tau per worker (a pull request, its reply carrying w~, the delta); the
+//                    center serves 2 n / tau and sends n / tau
+//   bytes on wire    2 x |w| x 4 / tau per step and worker (w~ down, delta up)
+//   staleness        unbounded: each worker exchanges on its own clock; the pulled w~ may be
+//                    older than deltas already in flight (the rule stays symmetric regardless)
+//   invariant        with lr 0: sum_i w_i + w~ is conserved by every exchange (delta moves from
+//                    one side to the other), so all of them meet at (sum_i w_i(0) + w~(0)) / (n +
+//                    1)
+//
+// The center variable w~ lives on the star's center peer (ctx.graph().root(); default topology
+// "star"), in host memory owned by the algorithm and guarded by a mutex, because serve() reads and
+// updates it on the IO thread while the compute thread trains. It starts as the center peer's
+// model at its first setup (the common initial model). Every peer, the center peer included, is a
+// worker and runs the same code: its request to itself never touches the network.
+//
+// Worker i, before local step t_i when t_i mod tau == 0 (t_i = local steps done, as in the paper):
+//   w~' = request(center)                    // pull; on timeout: no exchange, counted
+//   delta = alpha (w_i - w~')                // one weightedSum
+//   w_i = w_i - delta                        // one axpby
+//   notify(center, delta)                    // the center: w~ = w~ + delta (hostCompute axpby)
+// Symmetric force: the same delta leaves w_i and enters w~ (alpha = beta in the paper's terms),
+// so one exchange leaves w_i + w~ unchanged. The pulled w~' is a copy of the center: when
+// another worker's delta lands between the pull and this worker's notify, the center still adds
+// exactly the delta this worker subtracted.
+//
+// Options: alpha is the per-exchange moving rate of both sides (the paper's alpha = eta rho);
+// 0 picks the paper's beta = n alpha = 0.9. Progress: sum_i w_i + w~ moves only by the n workers'
+// gradient steps but is spread over n + 1 variables, so once they stay close, the models advance
+// at n / (n + 1) of SGD's pace at the same learning rate (4 peers: 80%). On Fashion-MNIST (MLP,
+// 4 peers, 3 epochs) that left 84.6-84.9% at --lr 0.02 for every alpha and tau tried, and 85.2%
+// at --lr 0.025 (= 0.02 x 5 / 4).
+//
+// eamsgd: the same exchange; the local step is Nesterov momentum with this algorithm's own
+// velocity buffer (compute.momentumStep(..., nesterov = true)), whatever --optimizer says: the
+// local optimizer's learning rate and weight decay are used, its update rule and state are not.
+//
+// EASGD's result is the center variable (the paper evaluates w~): with final_center (the default),
+// finish() pulls w~ once more, after every worker has finished its steps and sent its last delta,
+// and every worker adopts it, so the peers end with one model (up to deltas still in flight to the
+// center when a worker pulls). final_center=false keeps each worker's own model.
+//
+// Elastic membership (setup() runs again after every change and takes the new graph's root as the
+// center; the star's center is a position in the sorted members, so every peer agrees on it):
+//   center lost     REBUILD (option b): a peer that becomes the center without a handed-over w~
+//                   starts w~ from its own model ("easgd.center_restarts"). Chosen over a replica
+//                   because it costs no traffic while nothing fails, and because it loses little:
+//                   every worker sits within an elastic pull of w~ (each exchange moves it alpha of
+//                   the way), so the new center's own model is a recent, slightly noisier w~ that
+//                   the workers' next deltas pull back to their mean. A replica pushed every few
+//                   exchanges would cost |w| per push and still be stale by those exchanges.
+//   center leaves   leave() hands w~ over (a notify carrying it) to the next candidate, the
+//                   member after it in the sorted view (the star's center position then holds
+//                   that member), and stops serving it; the receiver adopts it as its w~.
+//   center moves    (a joiner with a smaller id, --star-center) the old center hands w~ over to
+//                   the new one in setup(); a handover that reaches a peer that is not the center
+//                   of its next view is passed on to that view's center by that setup() (not
+//                   before: a handover from a leaving center arrives ahead of its leave).
+//   pull timeout    the worker keeps its own model and trains on ("easgd.missed"); so does a
+//                   pull answered by a peer that does not hold the center (yet).
+//   joiner          receives w~ from the center peer as its model, and the center peer's step.
+//   checkpoint      saveState/loadState keep w~ (when this peer holds it) and eamsgd's velocity.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/algorithm.h"
+
+namespace gossamer::algorithms {
+
+struct EasgdOptions {
+  // Communication period. 8: on Fashion-MNIST (MLP, 4 peers, 3 epochs, --lr 0.02) every tau from 2
+  // to 16 gave 84.6-84.9% (the symmetric force costs a fixed share of the progress, see the header
+  // comment), and comm_wait_fraction fell from 0.10-0.15 at tau = 4 to 0.04-0.08 at tau = 8.
+  std::uint64_t tau = 8;
+  double alpha = 0;  // moving rate; 0: 0.9 / n, the paper's beta = n alpha = 0.9
+  std::int64_t timeoutMs = 0;
+  bool finalCenter = true;  // finish() replaces w_i with w~
+
+  template <typename Bind>
+  void bind(Bind& b) {
+    b("tau", tau, "communication period: exchange with the center every tau local steps");
+    b("alpha", alpha,
+      "elastic moving rate alpha = beta, in [0, 1); 0 means 0.9 / n for n workers (the paper's "
+      "beta = n alpha = 0.9), recomputed when the membership changes");
+    b("timeout_ms", timeoutMs,
+      "deadline of a pull from the center in ms (the exchange is skipped after it); 0: "
+      "--comm-timeout");
+    b("final_center", finalCenter,
+      "at the end, every worker takes the center variable w~ as its final model (the model EASGD "
+      "returns); false: each worker keeps its own");
+  }
+  void validate(const char* name = "easgd") const;
+};
+
+struct EamsgdOptions {
+  EasgdOptions elastic;   // the exchange: the same options as easgd
+  double momentum = 0.9;  // Nesterov momentum of the local steps
+
+  template <typename Bind>
+  void bind(Bind& b) {
+    elastic.bind(b);
+    b("momentum", momentum,
+      "Nesterov momentum of the local steps, in [0, 1) (eamsgd runs its own Nesterov step with "
+      "--lr and --weight-decay; --optimizer is not used)");
+  }
+  void validate() const;
+};
+
+// The elastic exchange with the center, shared by easgd and eamsgd: the worker side on the compute
+// thread, the center side in serve() on the IO thread.
+class ElasticCenter {
+ public:
+  // `name` prefixes the metrics ("easgd.exchanges", ...).
+  ElasticCenter(std::string name, EasgdOptions options)
+      : name_(std::move(name)), options_(options) {}
+
+  void setup(engine::PeerContext& ctx);
+  // The exchange, when ctx.step() mod tau == 0.
+  void beforeStep(engine::PeerContext& ctx);
+  void serve(engine::ServiceContext& ctx, const engine::Incoming& request);
+  // With final_center: w_i = w~, pulled once more after every worker has finished.
+  void finish(engine::PeerContext& ctx);
+  // A joiner: params = w~ pulled from the center (any member that holds it), step = the center
+  // peer's; false when nobody answered with w~.
+  bool join(engine::PeerContext& ctx);
+  // Hands w~ over to the next center candidate when this peer holds it.
+  void leave(engine::PeerContext& ctx);
+  // w~ as tensor "center" when this peer holds it; loadState makes this peer hold it again (until
+  // setup() finds another center in the view, which it then hands w~ over to).
+  void saveState(engine::AlgorithmState& state) const;
+  void loadState(const engine::AlgorithmState& state);
+
+  // A copy of w~ when this peer holds the center, else nullopt. Any thread.
+  std::optional<std::vector<float>> center() const;
+  // The alpha in use (after the 0.9 / n default is resolved by setup()).
+  double alpha() const { return alpha_; }
+
+  // Message kinds: a pull (request, no payload), its reply (w~ as payload 0 and the center peer's
+  // step, or no payload when the peer asked does not hold the center), a delta (notify, payload
+  // 0) and a handover of w~ to a new center (notify, payload 0).
+  static constexpr std::uint32_t kPull = 1;
+  static constexpr std::uint32_t kCenter = 2;
+  static constexpr std::uint32_t kDelta = 3;
+  static constexpr std::uint32_t kHandover = 4;
+
+ private:
+  void exchange(engine::PeerContext& ctx);
+  // Pulls w~ (nullopt, counted as missed, when none came in time).
+  std::optional<engine::Incoming> pull(engine::PeerContext& ctx);
+  // Sends w~ to `to` and stops holding it.
+  void handOver(engine::PeerContext& ctx, engine::PeerId to);
+  std::string metric(const char* what) const { return name_ + "." + what; }
+
+  std::string name_;
+  EasgdOptions options_;
+  double alpha_ = 0;
+  engine::PeerId centerPeer_ = 0;
+  kernels::Buffer<float> delta_;        // the Compute's memory
+  std::atomic<std::uint64_t> step_{0};  // the compute thread's step, for replies to joiners
+
+  mutable std::mutex mutex_;
+  bool holdsCenter_ = false;   // guarded by mutex_
+  std::vector<float> center_;  // w~, host memory; guarded by mutex_
+};
+
+class Easgd final : public engine::Algorithm {
+ public:
+  explicit Easgd(EasgdOptions options) : elastic_("easgd", options) {}
+  std::string name() const override { return "easgd"; }
+  void setup(engine::PeerContext& ctx) override { elastic_.setup(ctx); }
+  void beforeStep(engine::PeerContext& ctx) override { elastic_.beforeStep(ctx); }
+  void finish(engine::PeerContext& ctx) override { elastic_.finish(ctx); }
+  void serve(engine::ServiceContext& ctx, const engine::Incoming& request) override {
+    elastic_.serve(ctx, request);
+  }
+  void join(engine::PeerContext& ctx) override;
+  void leave(engine::PeerContext& ctx) override { elastic_.leave(ctx); }
+  void saveState(engine::AlgorithmState& state) const override { elastic_.saveState(state); }
+  void loadState(const engine::AlgorithmState& state) override { elastic_.loadState(state); }
+
+  const ElasticCenter& elastic() const { return elastic_; }
+
+ private:
+  ElasticCenter elastic_;
+};
+
+class Eamsgd final : public engine::Algorithm {
+ public:
+  explicit Eamsgd(EamsgdOptions options) : options_(options), elastic_("eamsgd", options.elastic) {}
+  std::string name() const override { return "eamsgd"; }
+  void setup(engine::PeerContext& ctx) override;
+  // The elastic exchange (every tau steps), the gradient, then one Nesterov momentum step.
+  double step(engine::PeerContext& ctx) override;
+  void finish(engine::PeerContext& ctx) override { elastic_.finish(ctx); }
+  void serve(engine::ServiceContext& ctx, const engine::Incoming& request) override {
+    elastic_.serve(ctx, request);
+  }
+  // The joiner takes w~ and starts with zero velocity.
+  void join(engine::PeerContext& ctx) override;
+  void leave(engine::PeerContext& ctx) override { elastic_.leave(ctx); }
+  // w~ (when held) and the velocity (tensor "velocity").
+  void saveState(engine::AlgorithmState& state) const override;
+  void loadState(const engine::AlgorithmState& state) override;
+
+  const ElasticCenter& elastic() const { return elastic_; }
+
+ private:
+  EamsgdOptions options_;
+  ElasticCenter elastic_;
+  kernels::Compute* compute_ = nullptr;  // the compute thread's, from setup() (for saveState)
+  kernels::Buffer<float> velocity_;      // the Compute's memory, zero at the first setup
+  std::vector<float> restoredVelocity_;  // from loadState, uploaded by the first setup()
+};
+
+}  // namespace gossamer::algorithms

@@ -1,0 +1,344 @@
+// easgd and eamsgd (algorithms/easgd.h): the conserved sum of the symmetric elastic force,
+// consensus with learning rate 0, the convex optimum, training, Nesterov local steps, options,
+// killed workers and centers, a center that leaves, a peer that joins, and checkpointed state.
+#include "algorithms/easgd.h"
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include <doctest/doctest.h>
+
+#include "net/inproc/inproc_transport.h"
+#include "tests/algorithms/algorithm_testing.h"
+#include "tests/support/watchdog.h"
+
+namespace gossamer::algorithms {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Runs an A made by the registry and, when its peer tears it down (after the peer's io thread has
+// stopped, so every delta sent to it has been applied), records the center variable w~ it holds.
+template <typename A>
+class Probe final : public engine::Algorithm {
+ public:
+  using Centers = std::vector<std::vector<float>>;
+  Probe(std::unique_ptr<A> inner, std::shared_ptr<std::mutex> mutex, std::shared_ptr<Centers> out)
+      : inner_(std::move(inner)), mutex_(std::move(mutex)), out_(std::move(out)) {}
+  ~Probe() override {
+    if (std::optional<std::vector<float>> center = inner_->elastic().center()) {
+      std::lock_guard lock(*mutex_);
+      out_->push_back(std::move(*center));
+    }
+  }
+  std::string name() const override { return inner_->name(); }
+  void setup(engine::PeerContext& ctx) override { inner_->setup(ctx); }
+  double step(engine::PeerContext& ctx) override { return inner_->step(ctx); }
+  void finish(engine::PeerContext& ctx) override { inner_->finish(ctx); }
+  void serve(engine::ServiceContext& ctx, const engine::Incoming& request) override {
+    inner_->serve(ctx, request);
+  }
+
+ private:
+  std::unique_ptr<A> inner_;
+  std::shared_ptr<std::mutex> mutex_;
+  std::shared_ptr<Centers> out_;
+};
+
+// The built-in registry plus "probe", which runs `name` (easgd or eamsgd) in a Probe.
+template <typename A>
+struct ProbedRegistry {
+  engine::Registry registry = makeRegistry();
+  std::shared_ptr<std::mutex> mutex = std::make_shared<std::mutex>();
+  std::shared_ptr<typename Probe<A>::Centers> centers =
+      std::make_shared<typename Probe<A>::Centers>();
+
+  explicit ProbedRegistry(const std::string& name) {
+    engine::AlgorithmSpec spec = registry.algorithms.get(name);
+    spec.make = [make = spec.make, m = mutex, c = centers](const engine::OptionValues& values) {
+      std::unique_ptr<A> inner(static_cast<A*>(make(values).release()));
+      return std::make_unique<Probe<A>>(std::move(inner), m, c);
+    };
+    registry.algorithms.add("probe", "records the center of " + name, std::move(spec));
+  }
+
+  // w~ at the end of the run (one peer held the center when nobody left).
+  std::vector<float> center() const {
+    std::lock_guard lock(*mutex);
+    REQUIRE(centers->size() == 1);
+    return centers->front();
+  }
+};
+
+// Learning rate 0, and every worker keeps its own model at the end (final_center=false): every
+// exchange moves delta = alpha (w_i - w~) from w_i to w~, so sum_i w_i + w~
+// is conserved exactly (up to float rounding), and the fixed point where every w_i equals w~ is
+// (sum_i w_i(0) + w~(0)) / (n + 1). w~(0) is the center's initial model: rank 0, the star's
+// center (the smallest id).
+template <typename A>
+void checkConservedSum(const std::string& name) {
+  test::Watchdog watchdog(120s);
+  const std::size_t peers = 4;
+  ProbedRegistry<A> probed(name);
+  auto config =
+      test::algorithmCluster("probe", peers, 300, 0.0, {{"tau", "1"}, {"final_center", "false"}});
+  config.peer.training.minStepTime = 1ms;  // exchanges must keep up with the steps
+  config.peer.training.initialParams = test::distinctParams;
+  const auto result = engine::runtime::runLocalCluster(config, probed.registry, test::smallData());
+  REQUIRE(result.finals.size() == peers);
+  const std::size_t n = result.finals[0].params.size();
+  const std::vector<float> center = probed.center();
+  REQUIRE(center.size() == n);
+
+  std::vector<double> initial(n, 0.0), final(n, 0.0);
+  for (std::size_t r = 0; r < peers; ++r) {
+    const std::vector<float> w = test::distinctParams(r, n);
+    for (std::size_t k = 0; k < n; ++k) initial[k] += w[k];
+  }
+  const std::vector<float> center0 = test::distinctParams(0, n);
+  for (std::size_t k = 0; k < n; ++k) initial[k] += center0[k];
+  for (const auto& s : result.finals)
+    for (std::size_t k = 0; k < n; ++k) final[k] += s.params[k];
+  for (std::size_t k = 0; k < n; ++k) final[k] += center[k];
+  CHECK(test::maxAbsDiff(std::vector<float>(final.begin(), final.end()),
+                         std::vector<float>(initial.begin(), initial.end())) < 1e-4);
+
+  std::vector<float> fixedPoint(n);
+  for (std::size_t k = 0; k < n; ++k)
+    fixedPoint[k] = static_cast<float>(initial[k] / static_cast<double>(peers + 1));
+  CHECK(test::maxAbsDiff(center, fixedPoint) < 1e-4);
+  for (const auto& s : result.finals) CHECK(test::maxAbsDiff(s.params, fixedPoint) < 1e-4);
+  for (const auto& p : result.peers) {
+    CHECK(p.metrics.at(name + ".exchanges") > 250);
+    CHECK(p.metrics.count(name + ".missed") == 0);
+    CHECK(p.metrics.at(name + ".alpha") == doctest::Approx(0.9 / peers));
+  }
+  // The center applied every delta: one per exchange of every worker, its own included.
+  double exchanges = 0;
+  for (const auto& p : result.peers) exchanges += p.metrics.at(name + ".exchanges");
+  CHECK(result.peers[0].metrics.at(name + ".center_updates") == exchanges);
+}
+
+TEST_CASE("easgd: with learning rate 0 sum_i w_i + w~ is conserved and all meet at its mean") {
+  checkConservedSum<Easgd>("easgd");
+}
+
+TEST_CASE("eamsgd: with learning rate 0 sum_i w_i + w~ is conserved and all meet at its mean") {
+  checkConservedSum<Eamsgd>("eamsgd");
+}
+
+// The workers end with the center variable (final_center): one model, up to the last deltas that
+// were still on their way to the center when a worker pulled it.
+TEST_CASE("easgd: four peers learn the synthetic task and end with the center variable") {
+  test::Watchdog watchdog(120s);
+  const auto result = test::checkLearnsAsync("easgd", {{"tau", "4"}});
+  for (const auto& p : result.peers) {
+    CHECK(p.metrics.at("easgd.exchanges") == 300 / 4);  // tau = 4: steps 0, 4, ..., 296
+    CHECK(p.metrics.at("easgd.final_center") == 1);
+  }
+  CHECK(result.peers[0].metrics.at("easgd.center_updates") == 4 * 300 / 4);
+  for (const auto& s : result.finals)
+    CHECK(test::maxAbsDiff(s.params, result.finals[0].params) < 0.05);
+}
+
+TEST_CASE("eamsgd: four peers learn the synthetic task") {
+  test::Watchdog watchdog(120s);
+  const auto result = test::checkLearnsAsync("eamsgd", {}, 0.02);
+  for (const auto& p : result.peers) CHECK(p.metrics.at("eamsgd.exchanges") == 300 / 8 + 1);
+}
+
+// A strongly convex problem, iid shards: with the symmetric force and equal tau, the fixed point
+// has sum_i grad f_i(w_i) = 0, so the workers' average settles at the optimum of the whole
+// training set; each worker sits between it and its own shard's optimum, and w~ follows them.
+template <typename A>
+void checkConvexOptimum(const std::string& name, double lr) {
+  test::Watchdog watchdog(120s);
+  const float weightDecay = 0.05f;
+  const std::vector<float> optimum = test::convexOptimum(weightDecay);
+  ProbedRegistry<A> probed(name);
+  auto config = test::algorithmCluster("probe", 4, 1500, lr, {{"tau", "2"}});
+  config.peer.training.optimizer.weightDecay = weightDecay;
+  config.peer.training.minStepTime = 1ms;  // exchanges must keep up with the steps
+  config.peer.training.batch = 64;
+  const auto result = engine::runtime::runLocalCluster(config, probed.registry, test::smallData());
+  const double error = test::relativeError(test::meanOf(result.finals), optimum);
+  const double centerError = test::relativeError(probed.center(), optimum);
+  INFO("relative distance to the optimum: average model " << error << ", center " << centerError);
+  CHECK(error < 0.05);
+  CHECK(centerError < 0.1);  // an exponential average of single workers' models
+  for (const auto& s : result.finals) CHECK(test::relativeError(s.params, optimum) < 0.1);
+}
+
+TEST_CASE("easgd: on a strongly convex problem the workers and the center reach the optimum") {
+  checkConvexOptimum<Easgd>("easgd", 0.1);
+}
+
+TEST_CASE("eamsgd: on a strongly convex problem the workers and the center reach the optimum") {
+  checkConvexOptimum<Eamsgd>("eamsgd", 0.01);  // momentum 0.9: an effective rate of 0.1
+}
+
+// One peer, no exchange after step 0 (where w = w~ makes delta exactly 0): eamsgd's steps must be
+// the local optimizer's Nesterov steps, even when --optimizer says sgd.
+TEST_CASE("eamsgd: the local steps are Nesterov momentum steps whatever --optimizer says") {
+  test::Watchdog watchdog(60s);
+  auto eamsgd = test::algorithmCluster("eamsgd", 1, 100, 0.02,
+                                       {{"tau", "1000000"}, {"final_center", "false"}});
+  eamsgd.peer.training.optimizer.kind = engine::train::OptimizerKind::kSgd;
+  // gosgd on one peer has nobody to gossip with: it is the plain local optimizer.
+  auto nesterov = test::algorithmCluster("gosgd", 1, 100, 0.02);
+  nesterov.peer.training.optimizer.kind = engine::train::OptimizerKind::kNesterov;
+  nesterov.peer.training.optimizer.momentum = 0.9f;
+  const auto a = engine::runtime::runLocalCluster(eamsgd, test::registry(), test::smallData());
+  const auto b = engine::runtime::runLocalCluster(nesterov, test::registry(), test::smallData());
+  CHECK(test::maxAbsDiff(a.finals[0].params, b.finals[0].params) < 1e-6);
+  CHECK(a.peers[0].metrics.at("eamsgd.exchanges") == 1);
+}
+
+TEST_CASE("easgd: options are validated") {
+  const auto& easgd = test::registry().algorithms.get("easgd");
+  CHECK_THROWS_WITH_AS(easgd.make({{"tau", "0"}}),
+                       doctest::Contains("easgd.tau must be at least 1"), gossamer::Error);
+  CHECK_THROWS_WITH_AS(easgd.make({{"alpha", "1"}}), doctest::Contains("easgd.alpha must be in"),
+                       gossamer::Error);
+  CHECK_THROWS_WITH_AS(easgd.make({{"alpha", "-0.1"}}), doctest::Contains("easgd.alpha"),
+                       gossamer::Error);
+  CHECK_THROWS_WITH_AS(easgd.make({{"timeout_ms", "-1"}}), doctest::Contains("easgd.timeout_ms"),
+                       gossamer::Error);
+  CHECK_THROWS_WITH_AS(easgd.make({{"momentum", "0.9"}}), doctest::Contains("unknown option"),
+                       gossamer::Error);
+  CHECK(easgd.defaultTopology == "star");
+  const auto& eamsgd = test::registry().algorithms.get("eamsgd");
+  CHECK_THROWS_WITH_AS(eamsgd.make({{"tau", "0"}}), doctest::Contains("eamsgd.tau"),
+                       gossamer::Error);
+  CHECK_THROWS_WITH_AS(eamsgd.make({{"momentum", "1"}}),
+                       doctest::Contains("eamsgd.momentum must be in [0, 1)"), gossamer::Error);
+  CHECK(eamsgd.make({{"momentum", "0.99"}, {"alpha", "0.1"}, {"tau", "8"}}) != nullptr);
+}
+
+// The center (peer 1, the smallest id) is killed after 100 steps. Until the failure detector
+// removes it, the workers' pulls time out and are counted as missed; then the next smallest id
+// (peer 2) rebuilds the center from its own model, and the survivors finish every step and still
+// learn the task.
+TEST_CASE("easgd: when the center is killed a new center is chosen and the workers still learn") {
+  test::Watchdog watchdog(120s);
+  auto config =
+      test::algorithmCluster("easgd", 4, 500, 0.05, {{"tau", "2"}, {"timeout_ms", "100"}});
+  config.peer.training.minStepTime = 2ms;  // the kill comes mid-run
+  test::killPeerAt(config, 0, 100);
+  const auto result = engine::runtime::runLocalCluster(config, test::registry(), test::smallData());
+  CHECK(result.peers[0].steps < 500);
+  for (std::size_t i = 1; i < 4; ++i) {
+    CAPTURE(i);
+    const auto& p = result.peers[i];
+    CHECK(p.steps == 500);
+    CHECK(p.metrics.at("easgd.missed") > 0);
+    CHECK(p.metrics.at("easgd.exchanges") > 100);
+  }
+  CHECK(result.peers[1].metrics.at("easgd.center_restarts") == 1);
+  CHECK(result.peers[1].metrics.at("easgd.center_updates") > 0);
+  for (std::size_t i : {2, 3}) CHECK(result.peers[i].metrics.count("easgd.center_updates") == 0);
+  CHECK(test::survivorsConsensus(result, 0).accuracy > 0.9);
+}
+
+// A worker (peer 3) killed mid-run: nobody waits for it (exchanges only involve a worker and the
+// center), so the others finish without a single missed pull.
+TEST_CASE("easgd: a killed worker does not stall the others") {
+  test::Watchdog watchdog(120s);
+  auto config =
+      test::algorithmCluster("easgd", 4, 300, 0.1, {{"tau", "4"}, {"timeout_ms", "1000"}});
+  config.peer.training.minStepTime = 2ms;  // the kill comes mid-run
+  test::killPeerAt(config, 2, 60);
+  const auto result = engine::runtime::runLocalCluster(config, test::registry(), test::smallData());
+  CHECK(result.peers[2].steps < 300);
+  for (std::size_t i : {0, 1, 3}) {
+    CAPTURE(i);
+    CHECK(result.peers[i].steps == 300);
+    CHECK(result.peers[i].metrics.count("easgd.missed") == 0);
+    CHECK(result.peers[i].metrics.at("easgd.exchanges") == 300 / 4);
+  }
+  CHECK(result.peers[0].metrics.count("easgd.center_restarts") == 0);
+}
+
+// The center leaves on purpose after 100 steps: leave() hands w~ to the next candidate (peer 2),
+// which serves it from then on without rebuilding it.
+TEST_CASE("easgd: a center that leaves hands the center variable over to the next one") {
+  test::Watchdog watchdog(120s);
+  auto config = test::algorithmCluster("easgd", 4, 400, 0.1, {{"timeout_ms", "1000"}});
+  config.peer.training.minStepTime = 2ms;
+  std::thread leaver;
+  config.onStart = [&](std::vector<engine::runtime::Peer*>& started) {
+    leaver = std::thread([center = started[0]] {
+      while (center->status().step < 100) std::this_thread::sleep_for(1ms);
+      center->requestLeave();
+    });
+  };
+  const auto result = engine::runtime::runLocalCluster(config, test::registry(), test::smallData());
+  leaver.join();
+  CHECK(result.peers[0].stopped);
+  CHECK(result.peers[0].metrics.at("easgd.handovers") == 1);
+  CHECK(result.peers[1].metrics.at("easgd.handovers_received") == 1);
+  CHECK(result.peers[1].metrics.count("easgd.center_restarts") == 0);
+  CHECK(result.peers[1].metrics.at("easgd.center_updates") > 0);
+  for (std::size_t i = 1; i < 4; ++i) CHECK(result.peers[i].steps == 400);
+  CHECK(test::survivorsConsensus(result, 0).accuracy > 0.9);
+}
+
+// A fifth peer joins a running 4-peer cluster: join() pulls w~ from the center as its model and
+// takes the center peer's step, then it trains and exchanges like the others.
+TEST_CASE("easgd: a peer joining mid-run starts from the center variable") {
+  test::Watchdog watchdog(120s);
+  auto config = test::algorithmCluster("easgd", 4, 400, 0.1, {{"timeout_ms", "1000"}});
+  config.peer.training.minStepTime = 2ms;
+  config.peer.network.hub = net::inproc::makeHub();
+  for (int i = 0; i < 32; ++i) config.peer.network.secret.push_back(static_cast<std::byte>(i + 7));
+  std::thread joiner;
+  engine::runtime::PeerResult joined;
+  std::exception_ptr error;
+  config.onStart = [&](std::vector<engine::runtime::Peer*>& started) {
+    joiner = std::thread([&, seed = started[0]->endpoint(), center = started[0]] {
+      try {
+        while (center->status().step < 100) std::this_thread::sleep_for(1ms);
+        engine::runtime::PeerConfig c = config.peer;
+        c.network.listen = net::Endpoint{"inproc", 0};
+        c.network.peerId = 5;
+        c.network.seeds = {seed};
+        c.training.minPeers = 4;
+        c.training.finalLocalEval = false;
+        engine::runtime::Peer peer(c, test::registry(), test::smallData());
+        joined = peer.run();
+      } catch (...) {
+        error = std::current_exception();
+      }
+    });
+  };
+  const auto result = engine::runtime::runLocalCluster(config, test::registry(), test::smallData());
+  joiner.join();
+  REQUIRE_FALSE(error);
+  CHECK(joined.metrics.at("easgd.joined_from_center") == 1);
+  CHECK(joined.metrics.at("easgd.exchanges") > 0);
+  CHECK(joined.steps == 400);
+  CHECK(result.consensus.accuracy > 0.9);
+}
+
+// The center variable and eamsgd's velocity survive a checkpoint: loadState then saveState gives
+// back the same tensors, and a peer that does not hold the center saves none.
+TEST_CASE("eamsgd: saveState and loadState keep the center variable and the velocity") {
+  const engine::AlgorithmState saved{
+      .tensors = {{"center", {1.0f, -2.0f, 3.5f}}, {"velocity", {0.25f, 0.5f, -1.0f}}}};
+  Eamsgd eamsgd(EamsgdOptions{});
+  eamsgd.loadState(saved);
+  REQUIRE(eamsgd.elastic().center().has_value());
+  CHECK(*eamsgd.elastic().center() == saved.tensors.at("center"));
+  engine::AlgorithmState again;
+  eamsgd.saveState(again);
+  CHECK(again.tensors == saved.tensors);
+  Easgd worker(EasgdOptions{});
+  engine::AlgorithmState none;
+  worker.saveState(none);
+  CHECK(none.tensors.empty());
+}
+
+}  // namespace
+}  // namespace gossamer::algorithms
