@@ -1148,6 +1148,9 @@ PeerResult Peer::Impl::train() {
     // member's has arrived, so has everything they sent: finish() can consume all of it.
     notifyRuntime(others, kFinished);
     awaitBarrier(finishedPeers, "finished training");
+    // The barrier may have ended because a member left the view (a crash): finish() works with
+    // the members as they are now, like a step would (setup() first when the view changed).
+    refreshMembers(false);
     algorithm->finish(*context);
   }
   if (!t.checkpointDir.empty() && !killed) saveCheckpoint();
