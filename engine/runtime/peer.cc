@@ -1149,8 +1149,9 @@ PeerResult Peer::Impl::train() {
     notifyRuntime(others, kFinished);
     awaitBarrier(finishedPeers, "finished training");
     // The barrier may have ended because a member left the view (a crash): finish() works with
-    // the members as they are now, like a step would (setup() first when the view changed).
-    refreshMembers(false);
+    // the members as they are now, like a step would (setup() first when they changed; a new
+    // epoch with the same members changes nothing).
+    if (liveMembers() != members) refreshMembers(true);
     algorithm->finish(*context);
   }
   if (!t.checkpointDir.empty() && !killed) saveCheckpoint();
