@@ -110,6 +110,15 @@ void killPeersAt(engine::runtime::ClusterConfig& config,
   };
 }
 
+// `peers` peers gossiping with p = 0.5 and learning rate 0 from distinct initial models (the
+// push-sum oracle: sum alpha_i w_i stays the initial average), steps slow enough for the acks.
+engine::runtime::ClusterConfig gossipCluster(std::size_t peers, std::uint64_t steps) {
+  auto config = test::algorithmCluster("gosgd", peers, steps, 0.0, {{"p", "0.5"}});
+  config.peer.training.minStepTime = 1ms;
+  config.peer.training.initialParams = test::distinctParams;
+  return config;
+}
+
 double metric(const engine::runtime::PeerResult& r, const std::string& name) {
   const auto it = r.metrics.find(name);
   return it == r.metrics.end() ? 0.0 : it->second;
@@ -202,9 +211,7 @@ TEST_CASE(
     "alpha_i w_i is the initial average") {
   test::Watchdog watchdog(120s);
   const std::size_t peers = 4;
-  auto config = test::algorithmCluster("gosgd", peers, 300, 0.0, {{"p", "0.5"}});
-  config.peer.training.minStepTime = 1ms;
-  config.peer.training.initialParams = test::distinctParams;
+  auto config = gossipCluster(peers, 300);
   config.peer.training.algorithmOptions["retransmit"] = "0.01";  // 100 ms
   ShellRegistry lossy(0.1);
   const auto result = engine::runtime::runLocalCluster(config, lossy.registry, test::smallData());
@@ -231,9 +238,7 @@ TEST_CASE("gosgd: a killed peer's mass is accounted as lost: live mass + lost ma
   test::Watchdog watchdog(120s);
   const std::size_t peers = 4, dead = 2;
   ShellRegistry recording;
-  auto config = test::algorithmCluster("gosgd", peers, 400, 0.0, {{"p", "0.5"}});
-  config.peer.training.minStepTime = 1ms;
-  config.peer.training.initialParams = test::distinctParams;
+  auto config = gossipCluster(peers, 400);
   test::killPeerAt(config, dead, 100);
   const auto result =
       engine::runtime::runLocalCluster(config, recording.registry, test::smallData());
@@ -284,8 +289,7 @@ TEST_CASE(
     "after kills and 10% message loss") {
   test::Watchdog watchdog(120s);
   const std::size_t peers = 5;
-  auto config = test::algorithmCluster("gosgd", peers, 400, 0.0, {{"p", "0.5"}});
-  config.peer.training.minStepTime = 1ms;
+  auto config = gossipCluster(peers, 400);
   // Peer i's model is (i + 1) x ones: any convex combination of complete models is constant;
   // a model merged in part (some elements from a frame, the rest not) would not be.
   config.peer.training.initialParams = [](std::size_t rank, std::size_t count) {
@@ -309,9 +313,7 @@ TEST_CASE(
 TEST_CASE("gosgd: a peer that leaves hands over its whole weight: the others' alphas sum to 1") {
   test::Watchdog watchdog(120s);
   const std::size_t peers = 4, leaver = 1;
-  auto config = test::algorithmCluster("gosgd", peers, 400, 0.0, {{"p", "0.5"}});
-  config.peer.training.minStepTime = 1ms;
-  config.peer.training.initialParams = test::distinctParams;
+  auto config = gossipCluster(peers, 400);
   auto all = std::make_shared<std::vector<engine::runtime::Peer*>>();
   config.onStart = [all](std::vector<engine::runtime::Peer*>& p) { *all = p; };
   config.evalEvery = 100;
@@ -345,9 +347,7 @@ TEST_CASE("gosgd: a peer that leaves hands over its whole weight: the others' al
 TEST_CASE("gosgd: a peer that joins late starts with weight 0: the total stays 1") {
   test::Watchdog watchdog(120s);
   const std::size_t peers = 3;
-  auto config = test::algorithmCluster("gosgd", peers, 800, 0.0, {{"p", "0.5"}});
-  config.peer.training.minStepTime = 1ms;
-  config.peer.training.initialParams = test::distinctParams;
+  auto config = gossipCluster(peers, 800);
   config.peer.network.hub = net::inproc::makeHub();
   config.peer.network.secret = std::vector<std::byte>(32, std::byte{7});
   struct Late {
