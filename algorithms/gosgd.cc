@@ -1,13 +1,64 @@
 #include "algorithms/gosgd.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "engine/base/enforce.h"
+#include "engine/base/log.h"
 
 namespace gossamer::algorithms {
+namespace {
+
+using engine::Clock;
+using engine::PeerId;
+
+// How often finish() and leave() repeat their announcements while they wait, and how long
+// finish() goes on announcing once it is done (so that a lost SETTLED costs the others nothing).
+constexpr Clock::duration kTick = std::chrono::milliseconds(5);
+constexpr Clock::duration kLinger = 4 * kTick;
+// Transfers in escrow at most: a peer whose acks do not come back stops gossiping (and keeps its
+// weight) instead of piling up model copies.
+constexpr std::size_t kMaxEscrow = 4;
+
+bool contains(const std::vector<PeerId>& ids, PeerId id) {
+  return std::find(ids.begin(), ids.end(), id) != ids.end();
+}
+
+}  // namespace
 
 void GosgdOptions::validate() const {
   GOSSAMER_ENFORCE(p > 0 && p <= 1, "gosgd.p must be in (0, 1], not {}", p);
+  GOSSAMER_ENFORCE(retransmit > 0 && retransmit <= 1, "gosgd.retransmit must be in (0, 1], not {}",
+                   retransmit);
+}
+
+double Gosgd::escrowed() const {
+  double sum = 0;
+  for (const auto& [id, e] : escrow_) sum += e.weight;
+  return sum;
+}
+
+Gosgd::Ledger Gosgd::ledger() const {
+  Ledger l{.alpha = alpha_, .mergedFrom = mergedFrom_, .ackedBy = ackedBy_, .lostTo = lostTo_};
+  for (const auto& [id, e] : escrow_) l.escrowTo[e.to] += e.weight;
+  return l;
+}
+
+Clock::duration Gosgd::retransmitAfter(engine::PeerContext& ctx) const {
+  return std::chrono::duration_cast<Clock::duration>(ctx.commTimeout() * options_.retransmit);
+}
+
+bool Gosgd::choosable(PeerId peer) const {
+  if (leavers_.count(peer) > 0) return false;
+  return std::none_of(escrow_.begin(), escrow_.end(), [&](const auto& entry) {
+    return entry.second.to == peer && entry.second.resent;
+  });
+}
+
+void Gosgd::publish(engine::PeerContext& ctx) {
+  ctx.metrics().set("gosgd.alpha", alpha_);
+  ctx.metrics().set("gosgd.escrow", escrowed());
+  ctx.metrics().set("gosgd.lost", lost_);
 }
 
 void Gosgd::setup(engine::PeerContext& ctx) {
@@ -16,41 +67,257 @@ void Gosgd::setup(engine::PeerContext& ctx) {
     alpha_ = 1.0 / static_cast<double>(ctx.members().size());
     started_ = true;
   }
-  ctx.metrics().set("gosgd.alpha", alpha_);
+  // Escrow toward a peer that left the view stays unresolved for good: it may have merged it
+  // before it went, so it is not reclaimed, but counted as lost with that peer.
+  for (auto it = escrow_.begin(); it != escrow_.end();) {
+    if (contains(ctx.members(), it->second.to)) {
+      ++it;
+      continue;
+    }
+    lost_ += it->second.weight;
+    lostTo_[it->second.to] += it->second.weight;
+    spare_.push_back(std::move(it->second.model));
+    it = escrow_.erase(it);
+  }
+  publish(ctx);
 }
 
-void Gosgd::beforeStep(engine::PeerContext& ctx) {
-  std::vector<engine::Incoming> received = ctx.inbox().drain(kModel);
+void Gosgd::serve(engine::ServiceContext& /*ctx*/, const engine::Incoming& message) {
+  {
+    std::lock_guard lock(mutex_);
+    switch (message.kind) {
+      case kTransfer:
+        arrived_.push_back(message);
+        break;
+      case kAck:
+        for (double id : message.scalars) acks_.push_back(static_cast<std::uint64_t>(id));
+        break;
+      case kSettled:
+        settled_.insert(message.from);
+        break;
+      case kLeaving:
+        leaving_.insert(message.from);
+        break;
+      default:
+        return;
+    }
+    news_ = true;
+  }
+  changed_.notify_all();
+}
+
+void Gosgd::exchange(engine::PeerContext& ctx) {
+  std::vector<engine::Incoming> transfers;
+  std::vector<std::uint64_t> acks;
+  {
+    std::lock_guard lock(mutex_);
+    transfers.swap(arrived_);
+    acks.swap(acks_);
+    leavers_.insert(leaving_.begin(), leaving_.end());
+    news_ = false;
+  }
+  for (std::uint64_t id : acks) {
+    const auto it = escrow_.find(id);
+    if (it == escrow_.end()) continue;  // a duplicate ack
+    ackedBy_[it->second.to] += it->second.weight;
+    spare_.push_back(std::move(it->second.model));
+    escrow_.erase(it);
+  }
+  merge(ctx, transfers);
+  const Clock::time_point now = Clock::now();
+  for (auto& [id, e] : escrow_) {
+    if (e.due > now) continue;
+    sendEscrow(ctx, id, e);
+    e.due = now + retransmitAfter(ctx);
+    e.resent = true;
+    ctx.metrics().add("gosgd.retransmits", 1);
+  }
+  // A leaver waits for every member to owe it nothing; tell it so (again every tick).
+  for (PeerId leaver : leavers_) {
+    if (!contains(ctx.members(), leaver)) continue;
+    const bool owes = std::any_of(escrow_.begin(), escrow_.end(),
+                                  [&](const auto& entry) { return entry.second.to == leaver; });
+    Clock::time_point& last = settledSent_[leaver];
+    if (owes || now - last < kTick) continue;
+    ctx.notify(leaver, engine::Message{.kind = kSettled, .step = ctx.step()});
+    last = now;
+  }
+}
+
+void Gosgd::merge(engine::PeerContext& ctx, std::vector<engine::Incoming>& transfers) {
+  std::map<PeerId, std::vector<double>> acks;
+  std::vector<const engine::Incoming*> fresh;
+  for (const engine::Incoming& m : transfers) {
+    const auto id = static_cast<std::uint64_t>(m.scalar(1));
+    const auto floor = static_cast<std::uint64_t>(m.scalar(2));
+    Merged& seen = merged_[m.from];
+    if (floor > seen.floor) {
+      // The sender has every id below `floor` acknowledged: it will never send them again.
+      seen.floor = floor;
+      seen.ids.erase(seen.ids.begin(), seen.ids.lower_bound(floor));
+    }
+    acks[m.from].push_back(static_cast<double>(id));
+    if (id < seen.floor || !seen.ids.insert(id).second) {
+      ctx.metrics().add("gosgd.duplicates", 1);
+      continue;
+    }
+    fresh.push_back(&m);
+  }
   // Merge in batches that fit one weightedSum: w = (a_i w + sum a_j w_j) / (a_i + sum a_j).
   constexpr std::size_t kBatch = kernels::Compute::kMaxWeightedInputs - 1;
-  for (std::size_t begin = 0; begin < received.size(); begin += kBatch) {
-    const std::size_t end = std::min(received.size(), begin + kBatch);
+  for (std::size_t begin = 0; begin < fresh.size(); begin += kBatch) {
+    const std::size_t end = std::min(fresh.size(), begin + kBatch);
     double total = alpha_;
-    for (std::size_t j = begin; j < end; ++j) total += received[j].scalar(0);
+    for (std::size_t j = begin; j < end; ++j) total += fresh[j]->scalar(0);
     std::vector<engine::DeviceView> models;
     std::vector<kernels::WeightedInput> inputs{{static_cast<float>(alpha_ / total), ctx.params()}};
     for (std::size_t j = begin; j < end; ++j) {
-      models.push_back(ctx.upload(received[j].payload(0)));
-      inputs.push_back({static_cast<float>(received[j].scalar(0) / total), models.back()});
+      models.push_back(ctx.upload(fresh[j]->payload(0)));
+      inputs.push_back({static_cast<float>(fresh[j]->scalar(0) / total), models.back()});
+      mergedFrom_[fresh[j]->from] += fresh[j]->scalar(0);
     }
     ctx.compute().weightedSum(ctx.params(), inputs);
     alpha_ = total;
   }
-  if (!received.empty()) ctx.metrics().add("gosgd.merged", static_cast<double>(received.size()));
+  if (!fresh.empty()) ctx.metrics().add("gosgd.merged", static_cast<double>(fresh.size()));
+  for (auto& [to, ids] : acks)
+    ctx.notify(to, engine::Message{.kind = kAck, .step = ctx.step(), .scalars = std::move(ids)});
+}
+
+void Gosgd::transfer(engine::PeerContext& ctx, PeerId to, double weight) {
+  Escrow e{.to = to, .weight = weight, .due = Clock::now() + retransmitAfter(ctx)};
+  if (!spare_.empty()) {
+    e.model = std::move(spare_.back());
+    spare_.pop_back();
+  } else {
+    e.model = ctx.compute().allocate<float>(ctx.params().size());
+  }
+  ctx.compute().copy(e.model.span(), ctx.params());
+  alpha_ -= weight;
+  const std::uint64_t id = nextId_++;
+  sendEscrow(ctx, id, escrow_.emplace(id, std::move(e)).first->second);
+  ctx.metrics().add("gosgd.sent", 1);
+}
+
+void Gosgd::sendEscrow(engine::PeerContext& ctx, std::uint64_t id, const Escrow& e) {
+  std::uint64_t floor = id;
+  for (const auto& [other, entry] : escrow_)
+    if (entry.to == e.to) floor = std::min(floor, other);
+  ctx.notify(e.to, engine::Message{
+                       .kind = kTransfer,
+                       .step = ctx.step(),
+                       .scalars = {e.weight, static_cast<double>(id), static_cast<double>(floor)},
+                       .payloads = {e.model.span()}});
+}
+
+void Gosgd::broadcast(engine::PeerContext& ctx, std::uint32_t kind, const std::vector<PeerId>& to) {
+  for (PeerId peer : to) ctx.notify(peer, engine::Message{.kind = kind, .step = ctx.step()});
+}
+
+std::vector<PeerId> Gosgd::unsettledOthers(engine::PeerContext& ctx) {
+  std::vector<PeerId> out;
+  std::lock_guard lock(mutex_);
+  for (PeerId peer : ctx.members())
+    if (peer != ctx.self() && settled_.count(peer) == 0) out.push_back(peer);
+  return out;
+}
+
+template <typename Done>
+bool Gosgd::waitUntil(engine::PeerContext& ctx, std::uint32_t announce, Done done) {
+  const Clock::time_point deadline = Clock::now() + ctx.commTimeout();
+  Clock::time_point nextAnnounce{}, doneSince{};
+  bool wasDone = false;
+  for (;;) {
+    exchange(ctx);
+    const Clock::time_point now = Clock::now();
+    std::vector<PeerId> others;
+    for (PeerId peer : ctx.members())
+      if (peer != ctx.self()) others.push_back(peer);
+    const std::vector<PeerId> waiting = unsettledOthers(ctx);
+    const auto [ready, finished] = done(waiting);
+    if (ready && now >= nextAnnounce) {
+      broadcast(ctx, announce, announce == kSettled ? others : waiting);
+      nextAnnounce = now + kTick;
+    }
+    if (finished) {
+      if (!wasDone) doneSince = now;
+      wasDone = true;
+      if (announce != kSettled || now - doneSince >= kLinger) return true;
+    }
+    if (now >= deadline) return false;
+    std::unique_lock lock(mutex_);
+    changed_.wait_until(lock, std::min(deadline, now + kTick), [&] { return news_; });
+  }
+}
+
+void Gosgd::finish(engine::PeerContext& ctx) {
+  // Merge what is left and settle: every transfer acknowledged, and nobody owes us anything.
+  const bool settled = waitUntil(ctx, kSettled, [&](const std::vector<PeerId>& waiting) {
+    const bool mine = escrow_.empty();
+    return std::pair{mine, mine && waiting.empty()};
+  });
+  if (!settled) {
+    ctx.metrics().add("gosgd.unsettled", 1);
+    log::get("algorithms")
+        ->warn("peer {:016x}: gosgd finish: {} transfers unacknowledged (weight {}) after {} ms",
+               ctx.self(), escrow_.size(), escrowed(),
+               std::chrono::duration_cast<std::chrono::milliseconds>(ctx.commTimeout()).count());
+  }
+  publish(ctx);
+}
+
+void Gosgd::join(engine::PeerContext& ctx) {
+  Algorithm::join(ctx);
+  // A newcomer brings no mass: weight 0 and a copy of a live peer's model.
+  alpha_ = 0;
+  started_ = true;
+}
+
+void Gosgd::leave(engine::PeerContext& ctx) {
+  std::vector<PeerId> heirs;
+  for (PeerId peer : ctx.members())
+    if (peer != ctx.self()) heirs.push_back(peer);
+  if (heirs.empty()) return;
+  // Hand the whole weight (and whatever is merged meanwhile) to live peers that stay, and wait
+  // until every member owes us nothing: then nothing unmerged is left behind.
+  const bool clean = waitUntil(ctx, kLeaving, [&](const std::vector<PeerId>& waiting) {
+    std::vector<PeerId> staying;
+    for (PeerId peer : heirs)
+      if (leavers_.count(peer) == 0) staying.push_back(peer);
+    if (alpha_ > 0 && !staying.empty()) {
+      std::uniform_int_distribution<std::size_t> pick(0, staying.size() - 1);
+      transfer(ctx, staying[pick(ctx.rng())], alpha_);
+    }
+    return std::pair{true, alpha_ == 0 && escrow_.empty() && waiting.empty()};
+  });
+  if (!clean) {
+    ctx.metrics().add("gosgd.unsettled", 1);
+    log::get("algorithms")
+        ->warn("peer {:016x}: gosgd leave: weight {} not handed over, {} in escrow after {} ms",
+               ctx.self(), alpha_, escrowed(),
+               std::chrono::duration_cast<std::chrono::milliseconds>(ctx.commTimeout()).count());
+  }
+  publish(ctx);
+}
+
+void Gosgd::beforeStep(engine::PeerContext& ctx) {
+  exchange(ctx);
+  publish(ctx);
 }
 
 void Gosgd::afterStep(engine::PeerContext& ctx) {
   std::uniform_real_distribution<double> coin(0.0, 1.0);
   if (coin(ctx.rng()) >= options_.p) return;
-  const std::optional<engine::PeerId> partner = ctx.graph().randomPartner(ctx.self(), ctx.rng());
-  if (!partner) return;
-  alpha_ /= 2;
-  ctx.send(
-      *partner,
-      engine::Message{
-          .kind = kModel, .step = ctx.step(), .scalars = {alpha_}, .payloads = {ctx.params()}});
-  ctx.metrics().add("gosgd.sent", 1);
-  ctx.metrics().set("gosgd.alpha", alpha_);
+  if (escrow_.size() >= kMaxEscrow) {
+    ctx.metrics().add("gosgd.throttled", 1);
+    return;
+  }
+  std::optional<PeerId> partner;
+  for (int attempt = 0; attempt < 4 && (!partner || !choosable(*partner)); ++attempt)
+    partner = ctx.graph().randomPartner(ctx.self(), ctx.rng());
+  if (!partner || !choosable(*partner)) return;
+  transfer(ctx, *partner, alpha_ / 2);
+  publish(ctx);
 }
 
 }  // namespace gossamer::algorithms

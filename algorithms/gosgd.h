@@ -1,32 +1,78 @@
 // gosgd: sum-weighted gossip SGD (Blot, Picard, Cord and Thome, "Gossip training for deep
 // learning", 2016; the push-sum protocol of Kempe, Dobra and Gehrke, FOCS 2003). Langer et al.
-// (seeds/003) figure 17; the rule is ALGORITHMS.md's "gosgd".
+// (seeds/003) figure 17; the rule is ALGORITHMS.md's "gosgd", with acknowledged transfers.
 //
-//   communication    push to one uniformly random peer of the topology, asynchronous
-//   messages / step  p on average, each (w_i, alpha_i)
-//   bytes on wire    p x |w| x 4 per step and peer
+//   communication    push to one uniformly random peer of the topology, asynchronous; each
+//                    transfer is acknowledged, and sent again until it is
+//   messages / step  p transfers on average, each (w_i, alpha_i, id); one small ack per merge
+//   bytes on wire    p x |w| x 4 per step and peer (plus retransmissions of lost transfers)
 //   staleness        unbounded: whatever arrived is merged, weighted by its alpha
-//   invariant        sum of alpha over peers and messages in flight = 1
+//   invariant        sum over peers of alpha + escrow, plus the mass lost with dead peers, = 1
 //
 // Every peer starts with alpha_i = 1/n and the same w~0. Before each local step it merges every
-// received (w_j, alpha_j): w_i = (alpha_i w_i + sum_j alpha_j w_j) / (alpha_i + sum_j alpha_j) (one
-// fused kernel), alpha_i += sum_j alpha_j. After the step, with probability p, it halves alpha_i
-// and sends (w_i, alpha_i) to a random out-neighbour of the topology (the default topology is
-// the full mesh: any peer, as in the paper).
+// received transfer (w_j, a_j) it has not merged before:
+//   w_i = (alpha_i w_i + sum_j a_j w_j) / (alpha_i + sum_j a_j) (one fused kernel),
+//   alpha_i += sum_j a_j,
+// and acknowledges it. After the step, with probability p, it halves alpha_i and sends
+// (w_i, alpha_i, id) to a random out-neighbour (the default topology is the full mesh).
+//
+// Acknowledged transfers. A message that is lost must not bias the average, so the sender keeps
+// what it sent, (a, w, id), in ESCROW: still its mass, not merged into w_i, until the receiver's
+// ack comes. Without an ack within `retransmit` x --comm-timeout it sends the same (a, w, id)
+// again: the receiver merges an id at most once (per sender) and acknowledges duplicates again.
+// The retransmission repeats the ESCROWED model, not the current one: a receiver that merged the
+// first copy and lost only the ack keeps that copy, so re-binding the weight to a newer w would
+// change sum alpha_i w_i by a (w_new - w_old). Everything is asynchronous: merges and acks happen
+// on the compute thread at step boundaries, nothing waits on a round trip while training.
+//
+// The ledger. live mass = sum over live peers of (alpha + escrow); a peer that leaves the view
+// takes its own alpha and escrow with it, and the escrow of the others toward it is NOT
+// reclaimed (it may have merged it before dying) but moved to `lost`. So
+//   live mass + mass lost with dead peers = 1,
+// exactly up to the transfers a peer merged but could not acknowledge before it died (and the
+// other way round), which an observer of both sides resolves (see the tests). With no failure,
+// finish() drains every escrow, and sum alpha_i = 1 and sum alpha_i w_i = the initial average
+// (lr 0) hold exactly at the end.
+//
+// Finish. After the runtime's barrier every peer merges and acknowledges what is left, resends
+// what is unacknowledged, and announces SETTLED (no escrow left) to the others; it returns once it
+// is settled and has heard every other member settle (nobody owes it anything), or after
+// --comm-timeout. Announcements repeat every few milliseconds while it waits, so a lost one
+// costs nothing.
+//
+// Leave (Algorithm::leave, a graceful departure). The leaver announces LEAVING, hands its whole
+// alpha and model to a live peer as one acknowledged transfer (and again whatever it merges
+// meanwhile), and waits (at most --comm-timeout) until that is acknowledged and every other
+// member has answered SETTLED: it stopped choosing the leaver and has nothing unacknowledged
+// toward it. The leaver exits with alpha 0; the survivors' alphas sum to 1.
+//
+// Join. A peer that joins a cluster already training gets a copy of a live peer's model (the
+// default Algorithm::join) and weight 0: the mass of the cluster stays 1, and the newcomer gains
+// weight from the transfers it receives.
 #pragma once
 
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "engine/algorithm.h"
 
 namespace gossamer::algorithms {
 
 struct GosgdOptions {
-  double p = 0.1;  // probability of gossiping after a step
+  double p = 0.1;            // probability of gossiping after a step
+  double retransmit = 0.05;  // of --comm-timeout: resend an unacknowledged transfer after this
 
   template <typename Bind>
   void bind(Bind& b) {
     b("p", p, "probability of sending (w, alpha/2) to a random peer after a step");
+    b("retransmit", retransmit,
+      "an unacknowledged transfer is sent again after this fraction of --comm-timeout");
   }
   void validate() const;
 };
@@ -38,22 +84,88 @@ class Gosgd final : public engine::Algorithm {
   void setup(engine::PeerContext& ctx) override;
   void beforeStep(engine::PeerContext& ctx) override;
   void afterStep(engine::PeerContext& ctx) override;
-  // Merges what is left, so that no weight is lost in the inbox.
-  void finish(engine::PeerContext& ctx) override {
-    beforeStep(ctx);
-    ctx.metrics().set("gosgd.alpha", alpha_);
-  }
+  void finish(engine::PeerContext& ctx) override;
+  void serve(engine::ServiceContext& ctx, const engine::Incoming& message) override;
+  void join(engine::PeerContext& ctx) override;
+  void leave(engine::PeerContext& ctx) override;
 
-  // This peer's share of the total weight.
+  // This peer's weight, not counting its escrow.
   double alpha() const { return alpha_; }
+  // Weight sent and not acknowledged yet (still this peer's mass).
+  double escrowed() const;
+  // Escrow toward peers that left the view before they acknowledged it.
+  double lost() const { return lost_; }
 
-  // Message kind: a model and its weight (scalars[0]).
-  static constexpr std::uint32_t kModel = 1;
+  // The whole ledger with its counterparts, for observers that see both sides of a transfer
+  // (tests): cumulative weights merged from and acknowledged by each peer, and the escrow and the
+  // lost weight toward each.
+  struct Ledger {
+    double alpha = 0;
+    std::map<engine::PeerId, double> mergedFrom, ackedBy, escrowTo, lostTo;
+  };
+  Ledger ledger() const;
+
+  // Message kinds, all to serve(). kTransfer: payload w, scalars {weight, id, floor} (every id
+  // below floor toward the receiver was acknowledged); kAck: scalars = the ids; kSettled: the
+  // sender owes the receiver nothing and will send it nothing new; kLeaving: the sender is
+  // leaving (choose someone else).
+  static constexpr std::uint32_t kTransfer = 1;
+  static constexpr std::uint32_t kAck = 2;
+  static constexpr std::uint32_t kSettled = 3;
+  static constexpr std::uint32_t kLeaving = 4;
 
  private:
+  struct Escrow {
+    engine::PeerId to = 0;
+    double weight = 0;
+    kernels::Buffer<float> model;
+    engine::Clock::time_point due;  // resend when no ack came by then
+    bool resent = false;
+  };
+  // What this peer merged from one sender: every id below `floor`, and those in `ids`.
+  struct Merged {
+    std::uint64_t floor = 0;
+    std::set<std::uint64_t> ids;
+  };
+
+  // Acks, merges (acknowledged) and retransmissions: what every step boundary and wait does.
+  void exchange(engine::PeerContext& ctx);
+  void merge(engine::PeerContext& ctx, std::vector<engine::Incoming>& transfers);
+  // Moves `weight` of alpha, with the current model, into escrow and sends it to `to`.
+  void transfer(engine::PeerContext& ctx, engine::PeerId to, double weight);
+  void sendEscrow(engine::PeerContext& ctx, std::uint64_t id, const Escrow& escrow);
+  void broadcast(engine::PeerContext& ctx, std::uint32_t kind,
+                 const std::vector<engine::PeerId>& to);
+  // Loops on exchange() until `done()` or the deadline (finish and leave); `announce` is sent
+  // every tick to the members that have not settled.
+  template <typename Done>
+  bool waitUntil(engine::PeerContext& ctx, std::uint32_t announce, Done done);
+  std::vector<engine::PeerId> unsettledOthers(engine::PeerContext& ctx);
+  void publish(engine::PeerContext& ctx);
+  // Whether a gossip may go to `peer`: not a leaver, and not one whose ack is overdue (it may be
+  // dead; the mass sent there would be lost with it).
+  bool choosable(engine::PeerId peer) const;
+  engine::Clock::duration retransmitAfter(engine::PeerContext& ctx) const;
+
   GosgdOptions options_;
+  // ---- compute thread ----
   double alpha_ = 0;
   bool started_ = false;
+  std::uint64_t nextId_ = 1;
+  std::map<std::uint64_t, Escrow> escrow_;
+  std::vector<kernels::Buffer<float>> spare_;  // escrow buffers to reuse
+  std::map<engine::PeerId, Merged> merged_;
+  std::set<engine::PeerId> leavers_;  // announced LEAVING: never chosen again
+  std::map<engine::PeerId, engine::Clock::time_point> settledSent_;
+  double lost_ = 0;
+  std::map<engine::PeerId, double> mergedFrom_, ackedBy_, lostTo_;
+  // ---- shared with serve() (io thread) ----
+  mutable std::mutex mutex_;
+  std::condition_variable changed_;
+  std::vector<engine::Incoming> arrived_;  // transfers
+  std::vector<std::uint64_t> acks_;
+  std::set<engine::PeerId> settled_, leaving_;
+  bool news_ = false;
 };
 
 }  // namespace gossamer::algorithms

@@ -246,7 +246,9 @@ class Algorithm {
 
   // After the last step, once every member has finished its steps too and everything they sent
   // before that has arrived (the inbox holds all of it); before the final evaluation. E.g. merge
-  // what is left, or one last averaging.
+  // what is left, or one last averaging. When the members changed since the last step (a member
+  // that died ends the barrier by leaving the view), setup() runs first, so members() is the
+  // view the barrier ended with.
   virtual void finish(PeerContext& /*ctx*/) {}
 
   // A request or notification addressed to this peer; io thread (see the header comment).

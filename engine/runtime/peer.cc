@@ -1168,6 +1168,10 @@ PeerResult Peer::Impl::train() {
       std::lock_guard lock(barrierMutex);
       inFinish = true;
     }
+    // The barrier may have ended because a member left the view (a crash): finish() works with
+    // the members as they are now, like a step would (setup() first when they changed; a new
+    // epoch with the same members changes nothing).
+    if (liveMembers() != members) refreshMembers(true);
     algorithm->finish(*context);
   }
   if (!t.checkpointDir.empty() && !killed) saveCheckpoint();

@@ -1,8 +1,18 @@
-// gosgd (algorithms/gosgd.h): the conserved mass, consensus with learning rate 0, and training.
+// gosgd (algorithms/gosgd.h): the conserved mass, consensus with learning rate 0, training, and
+// the acknowledged transfers: the mass ledger under message loss, crashes, a graceful leave and a
+// late join, and no half-merged model.
 #include "algorithms/gosgd.h"
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <thread>
 
 #include <doctest/doctest.h>
 
+#include "engine/builtin.h"
+#include "net/inproc/inproc_transport.h"
 #include "tests/algorithms/algorithm_testing.h"
 #include "tests/support/watchdog.h"
 
@@ -10,6 +20,120 @@ namespace gossamer::algorithms {
 namespace {
 
 using namespace std::chrono_literals;
+using engine::PeerId;
+
+// Every peer's Gosgd ledger as it was when the peer's algorithm was destroyed: after finish() for
+// a peer that finished, at its death for a killed one (nothing runs after a kill).
+using Ledgers = std::map<PeerId, Gosgd::Ledger>;
+
+struct Shared {
+  std::mutex mutex;
+  Ledgers ledgers;
+  double loss = 0;
+  std::mt19937_64 rng{7};
+};
+
+// Gosgd behind a forwarding shell that drops each algorithm message it receives with
+// probability `loss` (message loss: transfers, acks and announcements alike; the runtime's own
+// protocols are left alone), and records the ledger when the peer destroys it.
+class Shell final : public engine::Algorithm {
+ public:
+  Shell(std::unique_ptr<Gosgd> inner, std::shared_ptr<Shared> shared)
+      : inner_(std::move(inner)), shared_(std::move(shared)) {}
+  ~Shell() override {
+    std::lock_guard lock(shared_->mutex);
+    shared_->ledgers[self_] = inner_->ledger();
+  }
+  std::string name() const override { return inner_->name(); }
+  void setup(engine::PeerContext& ctx) override {
+    self_ = ctx.self();
+    inner_->setup(ctx);
+  }
+  void beforeStep(engine::PeerContext& ctx) override { inner_->beforeStep(ctx); }
+  void afterStep(engine::PeerContext& ctx) override { inner_->afterStep(ctx); }
+  void finish(engine::PeerContext& ctx) override { inner_->finish(ctx); }
+  void serve(engine::ServiceContext& ctx, const engine::Incoming& m) override {
+    {
+      std::lock_guard lock(shared_->mutex);
+      if (std::uniform_real_distribution<double>(0, 1)(shared_->rng) < shared_->loss) {
+        ctx.metrics().add("test.dropped", 1);
+        return;
+      }
+    }
+    inner_->serve(ctx, m);
+  }
+  void join(engine::PeerContext& ctx) override { inner_->join(ctx); }
+  void leave(engine::PeerContext& ctx) override { inner_->leave(ctx); }
+
+ private:
+  std::unique_ptr<Gosgd> inner_;
+  std::shared_ptr<Shared> shared_;
+  PeerId self_ = 0;
+};
+
+// A registry whose "gosgd" is the Shell: messages lost with probability `loss`, ledgers recorded.
+struct ShellRegistry {
+  explicit ShellRegistry(double loss = 0) { shared->loss = loss; }
+  std::shared_ptr<Shared> shared = std::make_shared<Shared>();
+  engine::Registry registry = [this] {
+    engine::Registry r = engine::makeBuiltinRegistry();
+    engine::AlgorithmSpec spec =
+        engine::algorithmSpec<Gosgd, GosgdOptions>("gosgd in a test shell", "mesh");
+    spec.make = [shared = shared](const engine::OptionValues& values) {
+      return std::unique_ptr<engine::Algorithm>(std::make_unique<Shell>(
+          std::make_unique<Gosgd>(engine::parseOptions<GosgdOptions>(values)), shared));
+    };
+    r.algorithms.add("gosgd", "gosgd in a test shell", std::move(spec));
+    return r;
+  }();
+  Ledgers ledgers() {
+    std::lock_guard lock(shared->mutex);
+    return shared->ledgers;
+  }
+};
+
+// Kills peer kills[k].first (as kill -9 would) once the fastest peer has made kills[k].second
+// steps (in increasing order), from the cluster's monitoring thread (onEval, every ~50 ms: a
+// dead peer's step count stops, so the slowest peer's would not do); replaces onStart, onEval,
+// evalEvery and evalInterval.
+void killPeersAt(engine::runtime::ClusterConfig& config,
+                 std::vector<std::pair<std::size_t, std::uint64_t>> kills) {
+  auto peers = std::make_shared<std::vector<engine::runtime::Peer*>>();
+  auto next = std::make_shared<std::size_t>(0);
+  config.onStart = [peers](std::vector<engine::runtime::Peer*>& all) { *peers = all; };
+  config.evalEvery = 0;
+  config.evalInterval = 20ms;
+  config.evalSamples = 10;
+  config.onEval = [peers, next, kills](const engine::runtime::EvalPoint& point) {
+    while (*next < kills.size() && point.maxStep >= kills[*next].second)
+      (*peers)[kills[(*next)++].first]->kill();
+  };
+}
+
+// `peers` peers gossiping with p = 0.5 and learning rate 0 from distinct initial models (the
+// push-sum oracle: sum alpha_i w_i stays the initial average), steps slow enough for the acks.
+engine::runtime::ClusterConfig gossipCluster(std::size_t peers, std::uint64_t steps) {
+  auto config = test::algorithmCluster("gosgd", peers, steps, 0.0, {{"p", "0.5"}});
+  config.peer.training.minStepTime = 1ms;
+  config.peer.training.initialParams = test::distinctParams;
+  return config;
+}
+
+double metric(const engine::runtime::PeerResult& r, const std::string& name) {
+  const auto it = r.metrics.find(name);
+  return it == r.metrics.end() ? 0.0 : it->second;
+}
+
+// sum_i alpha_i w_i over the peers in `which`, from their final models and alpha metrics.
+std::vector<float> massOf(const engine::runtime::ClusterResult& result,
+                          const std::vector<std::size_t>& which) {
+  std::vector<double> mass(result.finals[0].params.size(), 0.0);
+  for (std::size_t i : which) {
+    const double alpha = metric(result.peers[i], "gosgd.alpha");
+    for (std::size_t k = 0; k < mass.size(); ++k) mass[k] += alpha * result.finals[i].params[k];
+  }
+  return std::vector<float>(mass.begin(), mass.end());
+}
 
 TEST_CASE(
     "gosgd: with learning rate 0 the weights sum to 1 and sum alpha_i w_i is the initial average") {
@@ -76,8 +200,201 @@ TEST_CASE("gosgd: on a strongly convex problem the peers converge to the known o
 TEST_CASE("gosgd: options are validated") {
   CHECK_THROWS_WITH_AS(test::registry().algorithms.get("gosgd").make({{"p", "0"}}),
                        doctest::Contains("gosgd.p must be in (0, 1]"), gossamer::Error);
+  CHECK_THROWS_WITH_AS(test::registry().algorithms.get("gosgd").make({{"retransmit", "0"}}),
+                       doctest::Contains("gosgd.retransmit must be in (0, 1]"), gossamer::Error);
   CHECK_THROWS_WITH_AS(test::registry().algorithms.get("gosgd").make({{"q", "0.1"}}),
                        doctest::Contains("unknown option 'q'"), gossamer::Error);
+}
+
+TEST_CASE(
+    "gosgd: under 10% message loss every transfer is acknowledged: the alphas sum to 1 and sum "
+    "alpha_i w_i is the initial average") {
+  test::Watchdog watchdog(120s);
+  const std::size_t peers = 4;
+  auto config = gossipCluster(peers, 300);
+  config.peer.training.algorithmOptions["retransmit"] = "0.01";  // 100 ms
+  ShellRegistry lossy(0.1);
+  const auto result = engine::runtime::runLocalCluster(config, lossy.registry, test::smallData());
+  REQUIRE(result.finals.size() == peers);
+  double alphaSum = 0, retransmits = 0;
+  std::vector<std::size_t> all;
+  for (std::size_t i = 0; i < peers; ++i) {
+    INFO("peer " << i + 1);
+    CHECK(result.peers[i].steps == 300);
+    CHECK(metric(result.peers[i], "gosgd.escrow") == 0);  // finish() settled every transfer
+    CHECK(metric(result.peers[i], "gosgd.unsettled") == 0);
+    alphaSum += metric(result.peers[i], "gosgd.alpha");
+    retransmits += metric(result.peers[i], "gosgd.retransmits");
+    all.push_back(i);
+  }
+  CHECK(retransmits > 0);  // messages were lost, and the transfers were sent again
+  // The push-sum invariants hold exactly: lost frames were resent, duplicates merged once.
+  CHECK(alphaSum == doctest::Approx(1.0).epsilon(1e-9));
+  const std::vector<float> oracle = test::averageOfDistinct(peers, result.finals[0].params.size());
+  CHECK(test::maxAbsDiff(massOf(result, all), oracle) < 1e-5);
+}
+
+TEST_CASE("gosgd: a killed peer's mass is accounted as lost: live mass + lost mass = 1") {
+  test::Watchdog watchdog(120s);
+  const std::size_t peers = 4, dead = 2;
+  ShellRegistry recording;
+  auto config = gossipCluster(peers, 400);
+  test::killPeerAt(config, dead, 100);
+  const auto result =
+      engine::runtime::runLocalCluster(config, recording.registry, test::smallData());
+  const Ledgers ledgers = recording.ledgers();
+  REQUIRE(ledgers.size() == peers);
+  const PeerId d = dead + 1;  // local cluster ids are 1..N
+  const Gosgd::Ledger& deadLedger = ledgers.at(d);
+  double live = 0, lostWithDead = 0, inDoubt = 0;
+  for (const auto& [id, l] : ledgers) {
+    if (id == d) continue;
+    INFO("peer " << id);
+    CHECK(result.peers[id - 1].steps == 400);
+    double escrow = 0;
+    for (const auto& [to, w] : l.escrowTo) escrow += w;
+    CHECK(escrow == 0);  // everything toward the live peers was acknowledged
+    live += l.alpha + escrow;
+    for (const auto& [to, w] : l.lostTo) {
+      CHECK(to == d);  // only the escrow toward the dead peer is lost
+      lostWithDead += w;
+    }
+    CHECK(metric(result.peers[id - 1], "gosgd.lost") ==
+          doctest::Approx(l.lostTo.count(d) ? l.lostTo.at(d) : 0.0));
+    // Transfers merged on one side whose ack the other side never got: counted by both (once
+    // in the merger's alpha, once in the sender's escrow or lost weight); only an observer of
+    // both sides can tell.
+    const auto get = [](const std::map<PeerId, double>& m, PeerId k) {
+      const auto it = m.find(k);
+      return it == m.end() ? 0.0 : it->second;
+    };
+    inDoubt += get(deadLedger.mergedFrom, id) - get(l.ackedBy, d);
+    inDoubt += get(l.mergedFrom, d) - get(deadLedger.ackedBy, id);
+  }
+  double deadEscrow = 0;
+  for (const auto& [to, w] : deadLedger.escrowTo) deadEscrow += w;
+  // The mass lost with the dead peer: its alpha and escrow at death, and the escrow toward it.
+  const double lost = deadLedger.alpha + deadEscrow + lostWithDead - inDoubt;
+  INFO("live " << live << ", lost " << lost << " (alpha at death " << deadLedger.alpha
+               << ", its escrow " << deadEscrow << ", escrow toward it " << lostWithDead
+               << ", in doubt " << inDoubt << ")");
+  CHECK(inDoubt >= 0);
+  CHECK(live > 0);
+  CHECK(deadLedger.alpha > 0);
+  CHECK(live + lost == doctest::Approx(1.0).epsilon(1e-9));
+}
+
+TEST_CASE(
+    "gosgd: no half-merged model: with constant initial models, every final model is constant "
+    "after kills and 10% message loss") {
+  test::Watchdog watchdog(120s);
+  const std::size_t peers = 5;
+  auto config = gossipCluster(peers, 400);
+  // Peer i's model is (i + 1) x ones: any convex combination of complete models is constant;
+  // a model merged in part (some elements from a frame, the rest not) would not be.
+  config.peer.training.initialParams = [](std::size_t rank, std::size_t count) {
+    return std::vector<float>(count, static_cast<float>(rank + 1));
+  };
+  config.peer.training.algorithmOptions["retransmit"] = "0.01";  // 100 ms
+  killPeersAt(config, {{1, 80}, {3, 200}});
+  ShellRegistry lossy(0.1);
+  const auto result = engine::runtime::runLocalCluster(config, lossy.registry, test::smallData());
+  for (std::size_t i : {0, 2, 4}) {
+    INFO("peer " << i + 1);
+    const std::vector<float>& w = result.finals[i].params;
+    const auto [lo, hi] = std::minmax_element(w.begin(), w.end());
+    CHECK(*hi - *lo <= 1e-5f * *hi);
+    CHECK(*lo >= 1.0f);
+    CHECK(*hi <= static_cast<float>(peers));
+    CHECK(metric(result.peers[i], "gosgd.merged") > 0);
+  }
+}
+
+TEST_CASE("gosgd: a peer that leaves hands over its whole weight: the others' alphas sum to 1") {
+  test::Watchdog watchdog(120s);
+  const std::size_t peers = 4, leaver = 1;
+  auto config = gossipCluster(peers, 400);
+  auto all = std::make_shared<std::vector<engine::runtime::Peer*>>();
+  config.onStart = [all](std::vector<engine::runtime::Peer*>& p) { *all = p; };
+  config.evalEvery = 100;
+  config.evalSamples = 10;
+  config.onEval = [all](const engine::runtime::EvalPoint& point) {
+    if (point.minStep >= 100 && point.minStep < 200) (*all)[leaver]->requestLeave();
+  };
+  const auto result = engine::runtime::runLocalCluster(config, test::registry(), test::smallData());
+  CHECK(result.peers[leaver].stopped);
+  CHECK(result.peers[leaver].steps < 400);
+  CHECK(metric(result.peers[leaver], "gosgd.alpha") == 0);
+  CHECK(metric(result.peers[leaver], "gosgd.escrow") == 0);
+  CHECK(metric(result.peers[leaver], "gosgd.unsettled") == 0);
+  double alphaSum = 0;
+  std::vector<std::size_t> survivors;
+  for (std::size_t i = 0; i < peers; ++i) {
+    if (i == leaver) continue;
+    INFO("peer " << i + 1);
+    CHECK(result.peers[i].steps == 400);
+    CHECK(metric(result.peers[i], "gosgd.lost") == 0);
+    CHECK(metric(result.peers[i], "gosgd.escrow") == 0);
+    alphaSum += metric(result.peers[i], "gosgd.alpha");
+    survivors.push_back(i);
+  }
+  CHECK(alphaSum == doctest::Approx(1.0).epsilon(1e-9));
+  // The leaver's model went with its weight: the survivors still hold the initial average.
+  const std::vector<float> oracle = test::averageOfDistinct(peers, result.finals[0].params.size());
+  CHECK(test::maxAbsDiff(massOf(result, survivors), oracle) < 1e-5);
+}
+
+TEST_CASE("gosgd: a peer that joins late starts with weight 0: the total stays 1") {
+  test::Watchdog watchdog(120s);
+  const std::size_t peers = 3;
+  auto config = gossipCluster(peers, 800);
+  config.peer.network.hub = net::inproc::makeHub();
+  config.peer.network.secret = std::vector<std::byte>(32, std::byte{7});
+  struct Late {
+    std::thread thread;
+    engine::runtime::PeerResult result;
+    std::optional<engine::runtime::Snapshot> final;
+    std::exception_ptr error;
+  };
+  auto late = std::make_shared<Late>();
+  engine::runtime::PeerConfig lateConfig = config.peer;
+  lateConfig.network.listen = net::Endpoint{"inproc", 0};
+  lateConfig.network.peerId = 99;
+  lateConfig.training.minPeers = 2;  // not alone: it waits to see the cluster, then joins it
+  lateConfig.training.finalLocalEval = false;
+  config.onStart = [late, lateConfig](std::vector<engine::runtime::Peer*>& all) mutable {
+    lateConfig.network.seeds = {all.front()->endpoint()};
+    engine::runtime::Peer* first = all.front();
+    late->thread = std::thread([late, lateConfig, first] {
+      try {
+        while (first->status().step < 150) std::this_thread::sleep_for(5ms);
+        engine::runtime::Peer peer(lateConfig, test::registry(), test::smallData());
+        late->result = peer.run();
+        late->final = peer.snapshot(1s);
+      } catch (...) {
+        late->error = std::current_exception();
+      }
+    });
+  };
+  const auto result = engine::runtime::runLocalCluster(config, test::registry(), test::smallData());
+  late->thread.join();
+  REQUIRE(late->error == nullptr);
+  REQUIRE(late->final.has_value());
+  CHECK(late->result.steps == 800);  // it took the cluster's step count and ran to its end
+  CHECK(metric(late->result, "gosgd.escrow") == 0);
+  double alphaSum = metric(late->result, "gosgd.alpha");
+  std::vector<double> mass(result.finals[0].params.size(), 0.0);
+  for (std::size_t k = 0; k < mass.size(); ++k) mass[k] = alphaSum * late->final->params[k];
+  for (std::size_t i = 0; i < peers; ++i) {
+    const double alpha = metric(result.peers[i], "gosgd.alpha");
+    alphaSum += alpha;
+    for (std::size_t k = 0; k < mass.size(); ++k) mass[k] += alpha * result.finals[i].params[k];
+  }
+  CHECK(metric(late->result, "gosgd.merged") > 0);
+  CHECK(alphaSum == doctest::Approx(1.0).epsilon(1e-9));
+  // The newcomer's model copy came with weight 0: the initial average is still the invariant.
+  const std::vector<float> oracle = test::averageOfDistinct(peers, mass.size());
+  CHECK(test::maxAbsDiff(std::vector<float>(mass.begin(), mass.end()), oracle) < 1e-5);
 }
 
 }  // namespace
