@@ -58,6 +58,8 @@ struct ChaosOptions {
   double stepMs = 20;  // every step takes at least this long: the run lasts `minutes`
   double lr = 0.05;
   double faultsPerMinute = 6;
+  std::size_t faults = 0;          // > 0: exactly this many, instead of faultsPerMinute
+  std::vector<std::string> kinds;  // empty: every kind
   bool baseline = true;
 };
 
@@ -91,21 +93,28 @@ struct Fault {
 
 // The schedule of a seed: faults spread over the run (none in its first and last tenth, so that
 // the cluster forms and ends cleanly).
+constexpr FaultKind kKinds[] = {FaultKind::kill,      FaultKind::restart, FaultKind::join,
+                                FaultKind::partition, FaultKind::loss,    FaultKind::straggler};
+constexpr const char* kKindNames[] = {"kill", "restart", "join", "partition", "loss", "straggler"};
+constexpr double kKindWeights[] = {0.25, 0.2, 0.1, 0.15, 0.15, 0.15};
+
 std::vector<Fault> drawSchedule(const ChaosOptions& o, double runSeconds) {
+  std::vector<double> weights(std::begin(kKindWeights), std::end(kKindWeights));
+  if (!o.kinds.empty()) {
+    for (std::size_t k = 0; k < weights.size(); ++k) {
+      if (std::find(o.kinds.begin(), o.kinds.end(), kKindNames[k]) == o.kinds.end()) weights[k] = 0;
+    }
+  }
   std::mt19937_64 rng(o.seed);
   std::uniform_real_distribution<double> unit(0, 1);
-  const auto count = static_cast<std::size_t>(std::round(o.faultsPerMinute * o.minutes));
+  std::discrete_distribution<std::size_t> kind(weights.begin(), weights.end());
+  const std::size_t count =
+      o.faults > 0 ? o.faults : static_cast<std::size_t>(std::round(o.faultsPerMinute * o.minutes));
   std::vector<Fault> faults;
   for (std::size_t i = 0; i < count; ++i) {
     Fault f;
     f.at = runSeconds * (0.1 + 0.75 * unit(rng));
-    const double k = unit(rng);
-    f.kind = k < 0.25   ? FaultKind::kill
-             : k < 0.45 ? FaultKind::restart
-             : k < 0.55 ? FaultKind::join
-             : k < 0.7  ? FaultKind::partition
-             : k < 0.85 ? FaultKind::loss
-                        : FaultKind::straggler;
+    f.kind = kKinds[kind(rng)];
     f.seconds = 2 + 4 * unit(rng);
     f.magnitude = f.kind == FaultKind::loss ? 0.1 + 0.2 * unit(rng) : 3 + 2 * unit(rng);
     f.pick = rng();
@@ -128,6 +137,9 @@ struct Member {
 
 struct RunResult {
   engine::runtime::ConsensusResult consensus;
+  // Per kill: seconds until the survivors' slowest peer steps at >= 90% of its rate in the 2 s
+  // before the kill again (over a 0.5 s window); negative: never within the run.
+  std::vector<double> resumeSeconds;
   std::vector<std::string> executed;  // the schedule as it ran, with its targets
   std::vector<std::string> violations;
   std::size_t survivors = 0;
@@ -172,10 +184,16 @@ class ChaosRun {
         start + std::chrono::duration_cast<Clock::duration>(Seconds(3 * runSeconds + 120));
     std::size_t next = 0;
     std::vector<std::pair<double, std::function<void()>>> undo;  // (when, what) to end a fault
+    std::vector<std::pair<double, std::uint64_t>> progress;      // (t, slowest live peer's step)
+    std::vector<double> kills;
     for (;;) {
       const double now = Seconds(Clock::now() - start).count();
+      progress.emplace_back(now, slowestStep());
       while (next < schedule.size() && schedule[next].at <= now) {
-        out.executed.push_back(fmt::format("t={:6.2f}s  {}", now, apply(schedule[next], undo)));
+        const std::string what = apply(schedule[next], undo);
+        if (schedule[next].kind == FaultKind::kill && what.find("skipped") == std::string::npos)
+          kills.push_back(now);
+        out.executed.push_back(fmt::format("t={:6.2f}s  {}", now, what));
         ++next;
       }
       for (auto it = undo.begin(); it != undo.end();) {
@@ -197,6 +215,7 @@ class ChaosRun {
     }
     for (auto& [when, what] : undo) what();
     out.wallSeconds = Seconds(Clock::now() - start).count();
+    for (double at : kills) out.resumeSeconds.push_back(resumeAfter(progress, at));
 
     // The survivors' final models, before anyone leaves; then every thread ends.
     std::vector<engine::runtime::Snapshot> finals;
@@ -289,6 +308,38 @@ class ChaosRun {
       if (!m.killed && !m.done) indices.push_back(i);
     }
     return indices;
+  }
+
+  // The step of the slowest peer that is training (killed and starting ones excluded).
+  std::uint64_t slowestStep() const {
+    std::uint64_t slowest = UINT64_MAX;
+    for (std::size_t slot : slots_) {
+      const Member& m = *members_[slot];
+      if (m.killed || m.done) continue;
+      const engine::runtime::PeerStatus s = m.peer->status();
+      if (s.training) slowest = std::min(slowest, s.step);
+    }
+    return slowest == UINT64_MAX ? 0 : slowest;
+  }
+
+  // See RunResult::resumeSeconds.
+  static double resumeAfter(const std::vector<std::pair<double, std::uint64_t>>& progress,
+                            double killedAt) {
+    auto stepAt = [&](double t) {
+      std::uint64_t step = 0;
+      for (const auto& [when, s] : progress) {
+        if (when > t) break;
+        step = s;
+      }
+      return static_cast<double>(step);
+    };
+    const double before = (stepAt(killedAt) - stepAt(killedAt - 2)) / 2;
+    for (const auto& [when, s] : progress) {
+      if (when < killedAt) continue;
+      if (when + 0.5 > progress.back().first) break;
+      if ((stepAt(when + 0.5) - stepAt(when)) / 0.5 >= 0.9 * before) return when - killedAt;
+    }
+    return -1;
   }
 
   bool anyTraining() const {
@@ -449,6 +500,11 @@ void runChaos(const ChaosOptions& o) {
   fmt::print("\ninvariant violations: {}\n", violations.size());
   for (const std::string& v : violations) fmt::print("  {}\n", v);
   const double base = baseline ? baseline->consensus.accuracy : std::nan("");
+  double worstResume = 0;
+  for (double r : chaos.resumeSeconds) {
+    fmt::print("after a kill, the survivors stepped at full speed again within {:.2f} s\n", r);
+    worstResume = r < 0 ? INFINITY : std::max(worstResume, r);
+  }
   fmt::print(
       "final consensus accuracy: {:.2f}% with faults ({} survivors), {:.2f}% without: "
       "{:+.2f} points\n",
@@ -467,6 +523,8 @@ void runChaos(const ChaosOptions& o) {
                      .add("accuracy_without_faults", base)
                      .add("delta_points", 100 * (chaos.consensus.accuracy - base))
                      .add("invariant_violations", static_cast<std::uint64_t>(violations.size()))
+                     .add("kills", static_cast<std::uint64_t>(chaos.resumeSeconds.size()))
+                     .add("max_resume_s", worstResume)
                      .str()
               << std::endl;
   }
@@ -506,6 +564,14 @@ void addChaosCommand(CLI::App& app) {
   command->add_option("--faults-per-minute", options->faultsPerMinute, "faults in the schedule")
       ->check(CLI::Range(0.0, 600.0))
       ->capture_default_str();
+  command->add_option("--faults", options->faults, "exactly this many faults (0: per minute)")
+      ->capture_default_str();
+  command
+      ->add_option("--kinds", options->kinds,
+                   "fault kinds to draw from: kill, restart, join, partition, loss, straggler "
+                   "(default: all)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"kill", "restart", "join", "partition", "loss", "straggler"}));
   command->add_flag("!--no-baseline", options->baseline, "skip the fault-free run");
   command->callback([options] { runChaos(*options); });
 }
