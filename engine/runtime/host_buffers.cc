@@ -84,6 +84,13 @@ void HostBufferPool::close() {
   freed_.notify_all();
 }
 
+std::vector<std::span<std::byte>> HostBufferPool::slots() const {
+  std::lock_guard lock(mutex_);
+  std::vector<std::span<std::byte>> out;
+  for (std::byte* slot : all_) out.emplace_back(slot, slotBytes_);
+  return out;
+}
+
 std::size_t HostBufferPool::freeSlots() const {
   std::lock_guard lock(mutex_);
   return free_slots_.size();

@@ -52,6 +52,9 @@ class HostBufferPool : public std::enable_shared_from_this<HostBufferPool> {
 
   std::size_t slotBytes() const { return slotBytes_; }
   std::size_t freeSlots() const;
+  // The preallocated slots (fixed for the pool's life): what a transport registers once
+  // (Transport::registerMemory) so that RDMA sends and receives need no registration per message.
+  std::vector<std::span<std::byte>> slots() const;
 
   HostBufferPool(std::size_t slots, std::size_t slotBytes, Allocate allocate, Free free);
 

@@ -436,6 +436,10 @@ void Peer::Impl::startNetwork() {
                        n.transport);
       transport = net::tcp::makeTransport(io);
     }
+    // The staging buffers every payload is sent from or received into, registered once.
+    for (const auto* pool : {&sendPool, &replyPool, &receivePool}) {
+      for (std::span<std::byte> slot : (*pool)->slots()) transport->registerMemory(slot);
+    }
     if ((n.profile && n.profile->name() != "lan") || n.partitions) {
       net::shaped::Options shaping;
       if (n.profile) shaping.profile = *n.profile;
