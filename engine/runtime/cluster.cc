@@ -1,6 +1,7 @@
 #include "engine/runtime/cluster.h"
 
 #include <algorithm>
+#include <atomic>
 #include <exception>
 #include <map>
 #include <mutex>
@@ -107,7 +108,8 @@ ClusterResult runLocalCluster(const ClusterConfig& config, const Registry& regis
 
   ClusterResult result;
   result.peers.resize(config.peers);
-  std::vector<std::exception_ptr> errors(config.peers);
+  std::vector<std::exception_ptr> errors(config.peers);  // read after the threads are joined
+  std::atomic<bool> anyError{false};                      // what the monitor reads before
   std::vector<std::thread> threads;
   for (std::size_t i = 0; i < config.peers; ++i) {
     threads.emplace_back([&, i] {
@@ -115,6 +117,7 @@ ClusterResult runLocalCluster(const ClusterConfig& config, const Registry& regis
         result.peers[i] = peers[i]->run();
       } catch (...) {
         errors[i] = std::current_exception();
+        anyError = true;
       }
     });
   }
@@ -149,8 +152,6 @@ ClusterResult runLocalCluster(const ClusterConfig& config, const Registry& regis
       const PeerStatus s = p->status();
       return s.finished;
     });
-    const bool anyError =
-        std::any_of(errors.begin(), errors.end(), [](const auto& e) { return e != nullptr; });
     if (allDone || anyError) break;
     if (config.stopRequested && config.stopRequested()) {
       for (const auto& p : peers) p->requestStop();
