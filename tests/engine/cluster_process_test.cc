@@ -88,6 +88,33 @@ TEST_CASE("cluster processes: bad cluster configuration fails with a clear messa
       "only 1 of the 2 peers (--min-peers) joined within 2 s; seeds: 127.0.0.1:1");
 }
 
+TEST_CASE("cluster processes: --resume refuses a missing, corrupt or mismatched checkpoint") {
+  test::Watchdog watchdog(120s);
+  Scratch scratch;
+  const std::string checkpoints = (scratch.dir / "checkpoints").string();
+  const std::string common = "--listen 127.0.0.1:0 --secret-file " + scratch.secret +
+                             " --algorithm gosgd --dataset synthetic --train-samples 500 "
+                             "--test-samples 100 --peer-id 7 --log-level warn --checkpoint-dir " +
+                             checkpoints;
+  const std::string file = checkpoints + "/peer-0000000000000007.ckpt";
+  auto refused = [&](const std::string& args, const std::string& expected) {
+    const test::ProcessResult r = test::runCommand(peer(common + " " + args), 60);
+    INFO(args << "\n" << r.output);
+    CHECK(r.exitCode != 0);
+    CHECK(r.output.find(expected) != std::string::npos);
+  };
+  refused("--resume", "no checkpoint of peer 0000000000000007");
+  // A real checkpoint of a one-peer cluster with 32 hidden units...
+  const test::ProcessResult first = test::runCommand(peer(common + " --steps 5 --hidden 32"), 60);
+  INFO(first.output);
+  REQUIRE(first.exitCode == 0);
+  REQUIRE(fs::exists(file));
+  // ... does not fit a model with 64, and a damaged copy is refused whole.
+  refused("--resume --hidden 64", "is for a different model");
+  fs::resize_file(file, fs::file_size(file) / 2);
+  refused("--resume --hidden 32", file);
+}
+
 TEST_CASE("cluster processes: peers of different models refuse each other") {
   test::Watchdog watchdog(120s);
   Scratch scratch;
