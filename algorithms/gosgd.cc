@@ -273,6 +273,19 @@ void Gosgd::join(engine::PeerContext& ctx) {
   started_ = true;
 }
 
+void Gosgd::saveState(engine::AlgorithmState& state) const {
+  state.values["alpha"] = alpha_ + escrowed();
+}
+
+void Gosgd::loadState(const engine::AlgorithmState& state) {
+  const auto it = state.values.find("alpha");
+  if (it == state.values.end()) return;  // a checkpoint of another algorithm's state: setup()
+  GOSSAMER_ENFORCE(it->second >= 0 && it->second <= 1,
+                   "gosgd: the checkpoint's weight {} is not in [0, 1]", it->second);
+  alpha_ = it->second;
+  started_ = true;
+}
+
 void Gosgd::leave(engine::PeerContext& ctx) {
   std::vector<PeerId> heirs;
   for (PeerId peer : ctx.members())

@@ -88,6 +88,12 @@ class Gosgd final : public engine::Algorithm {
   void serve(engine::ServiceContext& ctx, const engine::Incoming& message) override;
   void join(engine::PeerContext& ctx) override;
   void leave(engine::PeerContext& ctx) override;
+  // A checkpoint keeps this peer's weight with its model (escrow included: unacknowledged
+  // transfers are not known to have arrived). A whole cluster resumed together keeps its mass;
+  // a single peer restarted after a crash brings back the weight of its checkpoint, which the
+  // others had counted as lost with it.
+  void saveState(engine::AlgorithmState& state) const override;
+  void loadState(const engine::AlgorithmState& state) override;
 
   // This peer's weight, not counting its escrow.
   double alpha() const { return alpha_; }

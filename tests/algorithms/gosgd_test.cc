@@ -397,5 +397,22 @@ TEST_CASE("gosgd: a peer that joins late starts with weight 0: the total stays 1
   CHECK(test::maxAbsDiff(std::vector<float>(mass.begin(), mass.end()), oracle) < 1e-5);
 }
 
+// A checkpoint keeps the peer's weight (alpha plus escrow): loadState then saveState gives it
+// back; a weight outside [0, 1] is refused rather than loaded.
+TEST_CASE("gosgd: saveState and loadState keep the peer's weight") {
+  Gosgd gosgd(GosgdOptions{});
+  engine::AlgorithmState saved;
+  saved.values["alpha"] = 0.375;
+  gosgd.loadState(saved);
+  CHECK(gosgd.alpha() == 0.375);
+  engine::AlgorithmState again;
+  gosgd.saveState(again);
+  CHECK(again.values.at("alpha") == 0.375);
+  engine::AlgorithmState bad;
+  bad.values["alpha"] = 1.5;
+  CHECK_THROWS_WITH_AS(gosgd.loadState(bad), doctest::Contains("not in [0, 1]"), gossamer::Error);
+  CHECK(gosgd.alpha() == 0.375);
+}
+
 }  // namespace
 }  // namespace gossamer::algorithms
