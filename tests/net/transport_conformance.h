@@ -50,6 +50,8 @@
 #include "net/errors.h"
 #include "net/inproc/inproc_transport.h"
 #include "net/transport.h"
+#include "tests/support/io_thread.h"
+#include "tests/support/watchdog.h"
 
 namespace gossamer::net::conformance {
 
@@ -79,40 +81,7 @@ bool available() {
 
 // ---- harness ----
 
-// Aborts the test binary with a message naming the case when it outlives `limit`: a hung
-// transport fails the run instead of stalling it.
-class Watchdog {
- public:
-  explicit Watchdog(std::chrono::seconds limit)
-      : name_(doctest::getContextOptions()->currentTest != nullptr
-                  ? doctest::getContextOptions()->currentTest->m_name
-                  : "?"),
-        thread_([this, limit] {
-          std::unique_lock lock(mutex_);
-          if (!done_.wait_for(lock, limit, [this] { return finished_; })) {
-            std::fprintf(stderr,
-                         "WATCHDOG: test case '%s' exceeded its deadline of %lld s; aborting\n",
-                         name_.c_str(), static_cast<long long>(limit.count()));
-            std::fflush(stderr);
-            std::abort();
-          }
-        }) {}
-  ~Watchdog() {
-    {
-      std::lock_guard lock(mutex_);
-      finished_ = true;
-    }
-    done_.notify_all();
-    thread_.join();
-  }
-
- private:
-  std::string name_;
-  std::mutex mutex_;
-  std::condition_variable done_;
-  bool finished_ = false;
-  std::thread thread_;
-};
+using test::Watchdog;  // a hung transport fails the run instead of stalling it
 
 inline std::string describe(const std::error_code& ec) {
   return ec ? ec.category().name() + std::string(":") + std::to_string(ec.value()) + " " +
@@ -120,41 +89,16 @@ inline std::string describe(const std::error_code& ec) {
             : std::string("success");
 }
 
-// A peer: an io_context run by its own thread, with the transport and links that live on it.
-// They are made, used and destroyed on that thread (the destructor closes them there).
-class Peer {
+// A peer: an io_context run by its own thread (test::IoThread: call, spawn, run), with the
+// transport and links that live on it. They are made, used and destroyed on that thread (the
+// destructor closes them there).
+class Peer : public test::IoThread {
  public:
-  Peer() : work_(asio::make_work_guard(io_)), thread_([this] { io_.run(); }) {}
   ~Peer() {
     call([this] {
       links.clear();
       transport.reset();
     });
-    work_.reset();
-    io_.stop();  // coroutines still suspended are destroyed with the io_context
-    thread_.join();
-  }
-
-  asio::io_context& io() { return io_; }
-
-  // Starts the coroutine function `f` on this peer's thread; the future holds its result.
-  template <typename F>
-  auto spawn(F&& f) {
-    return asio::co_spawn(io_, std::forward<F>(f), asio::use_future);
-  }
-  // Runs the coroutine function `f` on this peer's thread and waits for its result.
-  template <typename F>
-  auto run(F&& f) {
-    return spawn(std::forward<F>(f)).get();
-  }
-  // Runs the plain function `f` on this peer's thread and waits for its result.
-  template <typename F>
-  auto call(F&& f) -> std::invoke_result_t<F> {
-    std::packaged_task<std::invoke_result_t<F>()> task(std::forward<F>(f));
-    auto result = task.get_future();
-    // (A packaged_task itself is an Asio completion token, hence the lambda.)
-    asio::post(io_, [task = std::move(task)]() mutable { task(); });
-    return result.get();
   }
 
   // Listens on 127.0.0.1, port 0; returns where.
@@ -168,11 +112,6 @@ class Peer {
 
   std::unique_ptr<Transport> transport;
   std::vector<std::unique_ptr<Link>> links;
-
- private:
-  asio::io_context io_;
-  asio::executor_work_guard<asio::io_context::executor_type> work_;
-  std::thread thread_;
 };
 
 // Peer `a` connected to the listening peer `b`; returns the new links (a's end, b's end), which
