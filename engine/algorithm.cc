@@ -1,6 +1,8 @@
 #include "engine/algorithm.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 
 #include "engine/base/enforce.h"
 #include "engine/base/log.h"
@@ -20,6 +22,72 @@ double Incoming::scalar(std::size_t index) const {
                    "message of kind {} from peer {:016x} has {} scalars, not {}", kind, from,
                    scalars.size(), index + 1);
   return scalars[index];
+}
+
+std::uint64_t Incoming::integer(std::size_t index) const {
+  GOSSAMER_ENFORCE(index < integers.size(),
+                   "message of kind {} from peer {:016x} has {} integers, not {}", kind, from,
+                   integers.size(), index + 1);
+  return integers[index];
+}
+
+namespace {
+
+// The index of the first value that is not finite (NaN or infinite), or data.size(). Compares
+// exponent bits so that the loop vectorises (all-ones exponent <=> not finite).
+std::size_t firstNonFinite(std::span<const float> data) {
+  constexpr std::size_t kBlock = 1024;
+  for (std::size_t begin = 0; begin < data.size(); begin += kBlock) {
+    const std::size_t end = std::min(data.size(), begin + kBlock);
+    std::uint32_t bad = 0;
+    for (std::size_t i = begin; i < end; ++i) {
+      std::uint32_t bits;
+      std::memcpy(&bits, &data[i], sizeof(bits));
+      bad |= static_cast<std::uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
+    }
+    if (bad != 0) {
+      for (std::size_t i = begin; i < end; ++i)
+        if (!std::isfinite(data[i])) return i;
+    }
+  }
+  return data.size();
+}
+
+// What is wrong with `message` against `expected`, or empty.
+std::string defect(const Incoming& message, const Expected& expected) {
+  if (message.scalars.size() < expected.scalars)
+    return fmt::format("{} scalars where {} are needed", message.scalars.size(), expected.scalars);
+  if (message.integers.size() < expected.integers)
+    return fmt::format("{} integers where {} are needed", message.integers.size(),
+                       expected.integers);
+  if (message.payloadCount() != expected.payloads.size())
+    return fmt::format("{} payloads where {} are needed", message.payloadCount(),
+                       expected.payloads.size());
+  for (std::size_t i = 0; i < expected.payloads.size(); ++i) {
+    const std::span<const float> data = message.payload(i);
+    if (data.size() != expected.payloads[i])
+      return fmt::format("payload {} has {} values where {} are needed", i, data.size(),
+                         expected.payloads[i]);
+    if (const std::size_t bad = firstNonFinite(data); bad < data.size())
+      return fmt::format("payload {} holds a non-finite value ({} at index {})", i, data[bad], bad);
+  }
+  for (std::size_t i = 0; i < message.scalars.size(); ++i)
+    if (!std::isfinite(message.scalars[i]))
+      return fmt::format("scalar {} is not finite ({})", i, message.scalars[i]);
+  return {};
+}
+
+}  // namespace
+
+bool acceptMessage(const Incoming& message, const Expected& expected, Metrics& metrics,
+                   const std::string& who) {
+  const std::string problem = defect(message, expected);
+  if (problem.empty()) return true;
+  log::get("algorithms")
+      ->warn("{}: refused a message of kind {} from peer {:016x}: {}", who, message.kind,
+             message.from, problem);
+  metrics.add(who + ".refused", 1);
+  return false;
 }
 
 void Incoming::addPayload(std::span<const float> data, std::shared_ptr<const void> owner) {

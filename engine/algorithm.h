@@ -57,8 +57,14 @@ struct Message {
   std::uint32_t kind = 0;  // < kMaxAlgorithmKind
   std::uint64_t step = 0;  // by convention, the sender's step (or round)
   std::uint64_t tag = 0;   // matched by gather(); requests get a fresh one
-  std::vector<double> scalars;
+  std::vector<double> scalars;         // real numbers (weights, losses)
+  std::vector<std::uint64_t> integers;  // exact integers (peer ids, transfer ids, fingerprints)
   std::vector<std::span<const float>> payloads;
+  // Set when the payloads stay unchanged for as long as `owner` lives (the sender will not write
+  // them again while it holds them): a peer whose Compute uses host memory then sends straight
+  // from them, without a staging copy, and keeps `owner` until the transport is done with them.
+  // Null: the payloads are staged (copied) before send returns, and may change right after.
+  std::shared_ptr<const void> owner;
 };
 
 // A received message. Its payloads are host memory owned by the Incoming (receive buffers return
@@ -70,11 +76,14 @@ class Incoming {
   std::uint64_t step = 0;
   std::uint64_t tag = 0;
   std::vector<double> scalars;
+  std::vector<std::uint64_t> integers;
 
   std::size_t payloadCount() const { return payloads_.size(); }
   std::span<const float> payload(std::size_t index) const;
-  // The scalar at `index`; throws gossamer::Error naming the message when it is missing.
+  // The scalar (integer) at `index`; throws gossamer::Error naming the message when it is
+  // missing. Check what a remote sent with acceptMessage() first: a missing value is then a bug.
   double scalar(std::size_t index) const;
+  std::uint64_t integer(std::size_t index) const;
 
   // For the runtime: a payload and what keeps its memory alive.
   void addPayload(std::span<const float> data, std::shared_ptr<const void> owner);
@@ -115,6 +124,9 @@ class Inbox {
   // Drops queued messages whose step is below `step` (late answers to rounds that are over).
   virtual std::size_t discardBefore(std::uint64_t step) = 0;
   virtual std::size_t size() const = 0;
+  // Blocks until a message of `kind` (any kind when nullopt) is queued, `deadline` passes or the
+  // peer shuts down. True when one is queued; it stays queued (drain() takes it).
+  virtual bool wait(std::optional<std::uint32_t> kind, Clock::time_point deadline) = 0;
 };
 
 // Counters an algorithm may add to; they appear in the peer's metrics (JSON lines, --json).
@@ -124,6 +136,20 @@ class Metrics {
   virtual void add(const std::string& name, double value) = 0;
   virtual void set(const std::string& name, double value) = 0;
 };
+
+// What a received message must carry to be used, and whether it does: at least `scalars` scalars
+// and `integers` integers, and exactly payloads.size() payloads of those element counts, every
+// value finite. A message from another peer is untrusted input: check it before reading it.
+struct Expected {
+  std::vector<std::size_t> payloads;
+  std::size_t scalars = 0;
+  std::size_t integers = 0;
+};
+// True when `message` is as `expected`. Otherwise logs a warning naming the sender, the kind, the
+// algorithm (`who`) and what is wrong, adds 1 to the metric "<who>.refused", and returns false: the
+// caller drops the message and goes on. Any thread (the payloads are host memory).
+bool acceptMessage(const Incoming& message, const Expected& expected, Metrics& metrics,
+                   const std::string& who);
 
 // A device view of received host data: no copy on the CPU backend; on CUDA, a copy in a scratch
 // buffer that lives as long as this object.

@@ -204,15 +204,26 @@ struct PayloadDescriptor {
   elements @2 :UInt64;  # element count (size / element size for typed buffers)
 }
 
-# The one generic header of algorithm messages. net/ routes on nothing but `tag` (the request /
-# reply correlation allocated by the engine); `kind` and the scalars mean what the algorithm says.
+# The one generic header of the engine's messages. net/ interprets none of it but `route`, and
+# that only to count bytes per route (net/mesh); `kind`, the numbers and `control` mean what the
+# engine and the algorithm say.
 struct Envelope {
   tag @0 :UInt64;
   kind @1 :UInt32;
   sender @2 :UInt64;
   step @3 :UInt64;
-  scalars @4 :List(Float64);      # a few numbers: weights, push-sum mass, loss, ...
+  scalars @4 :List(Float64);      # a few real numbers: weights, push-sum mass, loss, ...
   payloads @5 :List(PayloadDescriptor);
+  integers @6 :List(UInt64);      # a few exact integers: peer ids, transfer ids, fingerprints
+  route @7 :Route;                # which part of the receiving peer takes it
+  control @8 :Data;               # route `runtime`: the engine's own control message (its schema)
+}
+
+# Where an envelope goes in the receiving peer.
+enum Route {
+  inbox @0;    # queued for the algorithm on the compute thread
+  serve @1;    # the algorithm's request handler on the io thread
+  runtime @2;  # the peer runtime itself (status, barriers, snapshot pulls)
 }
 
 # ---------------------------------------------------------------------------------------------

@@ -47,6 +47,14 @@ std::vector<Incoming> MessageQueue::drain(std::optional<std::uint32_t> kind) {
   return out;
 }
 
+bool MessageQueue::wait(std::optional<std::uint32_t> kind,
+                        std::chrono::steady_clock::time_point deadline) {
+  return waitUntil(deadline, [&](std::deque<Incoming>& queue) {
+    return std::any_of(queue.begin(), queue.end(),
+                       [&](const Incoming& m) { return !kind || m.kind == *kind; });
+  });
+}
+
 std::size_t MessageQueue::discardBefore(std::uint64_t step) {
   std::lock_guard lock(mutex_);
   const std::size_t before = queue_.size();

@@ -37,6 +37,7 @@ class MessageQueue final : public Inbox {
   }
 
   std::vector<Incoming> drain(std::optional<std::uint32_t> kind = std::nullopt) override;
+  bool wait(std::optional<std::uint32_t> kind, std::chrono::steady_clock::time_point deadline) override;
   std::size_t discardBefore(std::uint64_t step) override;
   std::size_t size() const override;
 

@@ -567,6 +567,7 @@ void Peer::Impl::sendMessage(std::span<const PeerId> to, const Message& message,
   header.sender = self;
   header.step = message.step;
   header.scalars = message.scalars;
+  header.integers = message.integers;
   std::vector<PeerId> recipients(to.begin(), to.end());
   const std::size_t bytes = payloadBytes(message);
   if (bytes == 0) {
@@ -695,6 +696,7 @@ void Peer::Impl::onEnvelope(
   message.tag = header.tag;
   std::size_t bytes = net::wire::encodeEnvelope(header).size();
   message.scalars = std::move(header.scalars);
+  message.integers = std::move(header.integers);
   for (auto& [data, owner] : payloads) {
     if (data.size() % sizeof(float) != 0 ||
         reinterpret_cast<std::uintptr_t>(data.data()) % alignof(float) != 0) {

@@ -130,14 +130,24 @@ MembershipMessage toMembership(m::Membership::Reader r) {
 }
 
 EnvelopeHeader toEnvelope(m::Envelope::Reader r) {
-  EnvelopeHeader out{r.getTag(), r.getKind(), r.getSender(), r.getStep(), {}, {}};
+  EnvelopeHeader out;
+  out.tag = r.getTag();
+  out.kind = r.getKind();
+  out.sender = r.getSender();
+  out.step = r.getStep();
   auto scalars = r.getScalars();
   auto payloads = r.getPayloads();
-  if (scalars.size() > kMaxEnvelopeScalars || payloads.size() > kMaxEnvelopePayloads) {
+  auto integers = r.getIntegers();
+  if (scalars.size() > kMaxEnvelopeScalars || payloads.size() > kMaxEnvelopePayloads ||
+      integers.size() > kMaxEnvelopeIntegers) {
     throw Malformed{};
   }
   out.scalars.reserve(scalars.size());
   for (double s : scalars) out.scalars.push_back(s);
+  out.integers.reserve(integers.size());
+  for (std::uint64_t i : integers) out.integers.push_back(i);
+  out.route = toEnum(r.getRoute(), Route::runtime);
+  out.control = toBytes(r.getControl());
   out.payloads.reserve(payloads.size());
   for (auto p : payloads) {
     out.payloads.push_back(
@@ -292,6 +302,12 @@ void setEnvelope(m::Envelope::Builder b, const EnvelopeHeader& e) {
     payloads[i].setDtype(static_cast<m::Dtype>(e.payloads[i].dtype));
     payloads[i].setElements(e.payloads[i].elements);
   }
+  if (!e.integers.empty()) {
+    auto integers = b.initIntegers(e.integers.size());
+    for (unsigned i = 0; i < e.integers.size(); ++i) integers.set(i, e.integers[i]);
+  }
+  b.setRoute(static_cast<m::Route>(e.route));
+  if (!e.control.empty()) b.setControl(data(e.control));
 }
 
 // Writes the standard stream framing: segment table (count - 1, sizes in words, padded to a

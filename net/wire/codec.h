@@ -32,7 +32,10 @@ struct PayloadDescriptor {
   friend bool operator==(const PayloadDescriptor&, const PayloadDescriptor&) = default;
 };
 
-// The one generic header of algorithm messages (see messages.capnp's Envelope).
+// Where an envelope goes in the receiving peer; values match messages.capnp's Route.
+enum class Route : std::uint16_t { inbox, serve, runtime };
+
+// The one generic header of the engine's messages (see messages.capnp's Envelope).
 struct EnvelopeHeader {
   std::uint64_t tag = 0;
   std::uint32_t kind = 0;  // algorithm-defined
@@ -40,11 +43,16 @@ struct EnvelopeHeader {
   std::uint64_t step = 0;
   std::vector<double> scalars;
   std::vector<PayloadDescriptor> payloads;  // one per raw payload buffer of the frame, in order
+  std::vector<std::uint64_t> integers;
+  Route route = Route::inbox;
+  std::vector<std::byte> control;  // Route::runtime: the engine's control message, encoded
   friend bool operator==(const EnvelopeHeader&, const EnvelopeHeader&) = default;
 };
 
-// Decoded envelopes never hold more than these (a longer list is malformedMessage).
+// Decoded envelopes never hold more than these (a longer list is malformedMessage). The control
+// bytes are bounded by the frame's header limit (net::Limits::maxHeaderBytes).
 inline constexpr std::size_t kMaxEnvelopeScalars = 4096;
+inline constexpr std::size_t kMaxEnvelopeIntegers = 4096;
 inline constexpr std::size_t kMaxEnvelopePayloads = 1024;
 
 // ---- Membership (SWIM) --------------------------------------------------------------------
