@@ -36,6 +36,12 @@ class Payload {
   std::span<std::byte> bytes() const { return bytes_; }
   std::size_t size() const { return bytes_.size(); }
   bool pooled() const { return owner_ != nullptr; }
+  // Hands over what keeps the bytes alive (null for caller memory) and leaves this Payload empty,
+  // so that a consumer takes ownership of received memory without wrapping it again.
+  std::shared_ptr<void> releaseOwner() {
+    bytes_ = {};
+    return std::move(owner_);
+  }
 
  private:
   std::span<std::byte> bytes_;

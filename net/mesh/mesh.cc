@@ -65,9 +65,16 @@ struct LinkEntry {
   // The payload destinations chosen for the frame being received, by payload index; they are
   // released (given back to their owner) if the frame fails.
   std::vector<Payload> targets;
-  wire::EnvelopeHeader targetHeader;  // decoded once per frame, for the target
-  bool targetHeaderValid = false;
+  // The frame's header, decoded once when the payload target first asks for it (before the
+  // payloads are read), and then used by the receive loop.
+  wire::Header header;
+  std::error_code headerError;
+  bool headerDecoded = false;
 };
+
+Traffic trafficOf(const wire::EnvelopeHeader& header) {
+  return header.route == wire::Route::runtime ? Traffic::runtime : Traffic::algorithm;
+}
 
 }  // namespace
 
@@ -84,7 +91,7 @@ struct Mesh::State : std::enable_shared_from_this<Mesh::State> {
   std::map<std::pair<Endpoint, Channel>, std::shared_ptr<LinkEntry>> outbound;
   std::set<std::shared_ptr<LinkEntry>> inbound;
   bool closed = false;
-  std::array<AtomicCounters, 2> counters;
+  std::array<AtomicCounters, kTrafficKinds> counters;
 
   AtomicCounters& countersOf(Traffic traffic) {
     return counters[static_cast<std::size_t>(traffic)];
@@ -112,12 +119,14 @@ struct Mesh::State : std::enable_shared_from_this<Mesh::State> {
       if (!self || !e || !self->envelopeTarget) return std::span<std::byte>{};
       if (index == 0) {
         e->targets.clear();
-        e->targetHeaderValid = !wire::decodeEnvelope(header, e->targetHeader);
+        e->headerError = wire::decodeHeader(header, e->header);
+        e->headerDecoded = true;
       }
-      if (!e->targetHeaderValid) return std::span<std::byte>{};
+      const auto* envelope = std::get_if<wire::EnvelopeHeader>(&e->header);
+      if (e->headerError || envelope == nullptr) return std::span<std::byte>{};
       Payload target;
       guarded("envelope target",
-              [&] { target = self->envelopeTarget(e->remote, e->targetHeader, index, size); });
+              [&] { target = self->envelopeTarget(e->remote, *envelope, index, size); });
       if (target.size() != size) return std::span<std::byte>{};  // the pool takes it
       if (e->targets.size() <= index) e->targets.resize(index + 1);
       e->targets[index] = target;
@@ -134,6 +143,7 @@ struct Mesh::State : std::enable_shared_from_this<Mesh::State> {
       const std::error_code error = co_await entry->link->receive(frame);
       if (error) {
         entry->targets.clear();
+        entry->headerDecoded = false;
         if (!self->closed && error != asio::error::eof && error != asio::error::operation_aborted)
           logger->debug("link with peer {:016x} ({}) ended: {}", entry->remote.peerId,
                         entry->remote.listen.str(), error.message());
@@ -146,8 +156,17 @@ struct Mesh::State : std::enable_shared_from_this<Mesh::State> {
       }
       entry->targets.clear();
 
+      // Decoded once: by the payload target when the frame has payloads, else here.
       wire::Header header;
-      if (const std::error_code bad = wire::decodeHeader(frame.header, header)) {
+      std::error_code bad;
+      if (entry->headerDecoded) {
+        header = std::move(entry->header);
+        bad = entry->headerError;
+        entry->headerDecoded = false;
+      } else {
+        bad = wire::decodeHeader(frame.header, header);
+      }
+      if (bad) {
         logger->warn("closing the link with peer {:016x} ({}): undecodable frame header ({})",
                      entry->remote.peerId, entry->remote.listen.str(), bad.message());
         self->drop(entry);
@@ -172,7 +191,7 @@ struct Mesh::State : std::enable_shared_from_this<Mesh::State> {
           self->drop(entry);
           co_return;
         }
-        AtomicCounters& c = self->countersOf(Traffic::algorithm);
+        AtomicCounters& c = self->countersOf(trafficOf(*envelope));
         ++c.framesReceived;
         c.bytesReceived += bytes;
         if (self->envelopeHandler)
@@ -263,15 +282,11 @@ struct Mesh::State : std::enable_shared_from_this<Mesh::State> {
   }
 
   static asio::awaitable<std::error_code> sendEnvelope(
-      std::shared_ptr<State> self, Endpoint to, Channel channel, wire::EnvelopeHeader header,
+      std::shared_ptr<State> self, Endpoint to, Channel channel,
+      std::shared_ptr<const EncodedEnvelope> envelope,
       std::vector<std::span<const std::byte>> payloads, std::chrono::milliseconds timeout) {
-    if (header.payloads.empty()) {
-      for (const auto& payload : payloads)
-        header.payloads.push_back({payload.size(), wire::Dtype::bytes, payload.size()});
-    }
-    const std::vector<std::byte> bytes = wire::encodeEnvelope(header);
-    co_return co_await send(std::move(self), std::move(to), channel, Traffic::algorithm, bytes,
-                            std::move(payloads), timeout);
+    co_return co_await send(std::move(self), std::move(to), channel, envelope->traffic,
+                            envelope->bytes, std::move(payloads), timeout);
   }
 
   static asio::awaitable<std::error_code> send(std::shared_ptr<State> self, Endpoint to,
@@ -339,10 +354,26 @@ asio::awaitable<std::error_code> Mesh::sendMembership(Endpoint to, wire::Members
 }
 
 asio::awaitable<std::error_code> Mesh::sendEnvelope(
+    Endpoint to, Channel channel, std::shared_ptr<const EncodedEnvelope> envelope,
+    std::vector<std::span<const std::byte>> payloads, std::chrono::milliseconds connectTimeout) {
+  return State::sendEnvelope(state_, std::move(to), channel, std::move(envelope),
+                             std::move(payloads), connectTimeout);
+}
+
+asio::awaitable<std::error_code> Mesh::sendEnvelope(
     Endpoint to, Channel channel, wire::EnvelopeHeader header,
     std::vector<std::span<const std::byte>> payloads, std::chrono::milliseconds connectTimeout) {
-  return State::sendEnvelope(state_, std::move(to), channel, std::move(header), std::move(payloads),
-                             connectTimeout);
+  if (header.payloads.empty()) {
+    for (const auto& payload : payloads)
+      header.payloads.push_back({payload.size(), wire::Dtype::bytes, payload.size()});
+  }
+  return State::sendEnvelope(state_, std::move(to), channel, EncodedEnvelope::of(header),
+                             std::move(payloads), connectTimeout);
+}
+
+std::shared_ptr<const EncodedEnvelope> EncodedEnvelope::of(const wire::EnvelopeHeader& header) {
+  return std::make_shared<const EncodedEnvelope>(
+      EncodedEnvelope{wire::encodeEnvelope(header), trafficOf(header)});
 }
 
 void Mesh::disconnect(const Endpoint& to) {

@@ -10,8 +10,8 @@
 //   traffic and frames from one sender to one receiver on one channel arrive in the order their
 //   sends started. Two channels keep small control frames (membership probes, requests) from
 //   queueing behind bulk parameter transfers.
-// - Every link runs a receive loop that decodes each header (net/wire/codec.h: bounded, hostile
-//   input safe) and hands membership messages and algorithm envelopes to their handlers, tagged
+// - Every link runs a receive loop that decodes each header once (net/wire/codec.h: bounded,
+//   hostile input safe) and hands membership messages and algorithm envelopes to their handlers, tagged
 //   with the sender's identity as its handshake authenticated it. A malformed frame or a
 //   handshake message after the handshake closes the link with a warning; nothing throws.
 // - Envelope payloads land where the envelope target says (the engine's preallocated receive
@@ -54,8 +54,18 @@ struct Remote {
   Endpoint listen;  // where the sender accepts links: the address to reply to
 };
 
-// What a mesh carries: SWIM membership messages, and algorithm envelopes (with their payloads).
-enum class Traffic : std::uint8_t { membership = 0, algorithm = 1 };
+// What a mesh carries: SWIM membership messages, and envelopes (with their payloads), counted
+// apart by their route: the algorithm's (inbox, serve) and the peer runtime's own.
+enum class Traffic : std::uint8_t { membership = 0, algorithm = 1, runtime = 2 };
+inline constexpr std::size_t kTrafficKinds = 3;
+
+// An envelope header encoded once, for any number of sends (one message to several peers).
+struct EncodedEnvelope {
+  std::vector<std::byte> bytes;
+  Traffic traffic = Traffic::algorithm;
+  // Encodes `header` (its payload descriptors must describe the payloads it is sent with).
+  static std::shared_ptr<const EncodedEnvelope> of(const wire::EnvelopeHeader& header);
+};
 
 // Frames and bytes (header + payloads) of one kind of traffic since the mesh started.
 struct TrafficCounters {
@@ -114,8 +124,13 @@ class Mesh final {
   // gone (co_spawn), and it keeps the mesh's state alive, not the Mesh object.
   asio::awaitable<std::error_code> sendMembership(Endpoint to, wire::MembershipMessage message,
                                                   std::chrono::milliseconds connectTimeout);
-  // Encodes `header` (its payload descriptors are filled from `payloads`' sizes when empty) and
-  // sends it with the payloads.
+  // Sends an envelope encoded once (encodeEnvelope) with its payloads.
+  asio::awaitable<std::error_code> sendEnvelope(Endpoint to, Channel channel,
+                                                std::shared_ptr<const EncodedEnvelope> envelope,
+                                                std::vector<std::span<const std::byte>> payloads,
+                                                std::chrono::milliseconds connectTimeout);
+  // The same for one header: its payload descriptors are filled from `payloads`' sizes when
+  // empty.
   asio::awaitable<std::error_code> sendEnvelope(Endpoint to, Channel channel,
                                                 wire::EnvelopeHeader header,
                                                 std::vector<std::span<const std::byte>> payloads,

@@ -1,35 +1,17 @@
 #include "net/wire/codec.h"
 
-#include <array>
-#include <cstring>
-#include <exception>
 #include <type_traits>
 
 #include <capnp/message.h>
-#include <capnp/serialize.h>
-#include <kj/array.h>
-#include <kj/exception.h>
 
 #include "net/errors.h"
 #include "net/messages.capnp.h"
+#include "net/wire/flat.h"
 
 namespace gossamer::net::wire {
 namespace {
 
 namespace m = ::gossamer::net::messages;
-
-// Thrown by the converters below for a well-formed Cap'n Proto message that our schema does
-// not allow (unknown enum value or union member, over-long list); caught in decodeHeader.
-struct Malformed {};
-
-std::uint32_t loadLe32(const std::byte* p) {
-  return static_cast<std::uint32_t>(p[0]) | static_cast<std::uint32_t>(p[1]) << 8 |
-         static_cast<std::uint32_t>(p[2]) << 16 | static_cast<std::uint32_t>(p[3]) << 24;
-}
-
-void storeLe32(std::byte* p, std::uint32_t v) {
-  for (int i = 0; i < 4; ++i) p[i] = static_cast<std::byte>(v >> (8 * i));
-}
 
 // ---- Cap'n Proto -> plain ------------------------------------------------------------------
 
@@ -310,24 +292,6 @@ void setEnvelope(m::Envelope::Builder b, const EnvelopeHeader& e) {
   if (!e.control.empty()) b.setControl(data(e.control));
 }
 
-// Writes the standard stream framing: segment table (count - 1, sizes in words, padded to a
-// word) followed by the segments.
-std::vector<std::byte> flatten(capnp::MessageBuilder& builder) {
-  auto segments = builder.getSegmentsForOutput();
-  const std::size_t tableBytes = (4 + 4 * segments.size() + 7) & ~std::size_t{7};
-  std::size_t total = tableBytes;
-  for (auto s : segments) total += s.size() * sizeof(capnp::word);
-  std::vector<std::byte> out(total);
-  storeLe32(out.data(), static_cast<std::uint32_t>(segments.size() - 1));
-  std::size_t offset = tableBytes;
-  for (std::size_t i = 0; i < segments.size(); ++i) {
-    storeLe32(out.data() + 4 + 4 * i, static_cast<std::uint32_t>(segments[i].size()));
-    std::memcpy(out.data() + offset, segments[i].begin(), segments[i].size() * sizeof(capnp::word));
-    offset += segments[i].size() * sizeof(capnp::word);
-  }
-  return out;
-}
-
 // A first segment large enough for any handshake or envelope header with a few scalars, so
 // that the common headers are one segment.
 constexpr unsigned kFirstSegmentWords = 128;
@@ -344,56 +308,8 @@ std::error_code decodeAs(std::span<const std::byte> bytes, Alternative& out) {
 
 }  // namespace
 
-std::uint64_t traversalLimitWords(std::size_t bytes) {
-  return 4 * static_cast<std::uint64_t>(bytes / sizeof(capnp::word)) + 1024;
-}
-
 std::error_code decodeHeader(std::span<const std::byte> bytes, Header& out) {
-  constexpr std::size_t kWord = sizeof(capnp::word);
-  // 1. The segment table, read from the raw bytes before anything is allocated: a whole number
-  //    of words, a bounded segment count, and claimed sizes adding up exactly to what is here.
-  if (bytes.size() < 2 * kWord || bytes.size() % kWord != 0) return Errc::malformedMessage;
-  const std::uint64_t segmentCount = std::uint64_t{loadLe32(bytes.data())} + 1;
-  if (segmentCount > kMaxSegments) return Errc::malformedMessage;
-  const std::size_t tableBytes = (4 + 4 * segmentCount + 7) & ~std::size_t{7};
-  if (tableBytes >= bytes.size()) return Errc::malformedMessage;
-  std::array<std::uint32_t, kMaxSegments> sizes{};
-  std::uint64_t claimedWords = 0;
-  for (std::size_t i = 0; i < segmentCount; ++i) {
-    sizes[i] = loadLe32(bytes.data() + 4 + 4 * i);
-    claimedWords += sizes[i];  // at most 64 * (2^32 - 1): no overflow
-  }
-  if (sizes[0] == 0 || claimedWords != (bytes.size() - tableBytes) / kWord) {
-    return Errc::malformedMessage;
-  }
-
-  try {
-    // 2. An aligned copy of exactly the claimed words (the input may sit at any address).
-    const std::size_t words = claimedWords;
-    auto buffer = kj::heapArray<capnp::word>(words);
-    std::memcpy(buffer.begin(), bytes.data() + tableBytes, words * kWord);
-    std::array<kj::ArrayPtr<const capnp::word>, kMaxSegments> segments;
-    std::size_t offset = 0;
-    for (std::size_t i = 0; i < segmentCount; ++i) {
-      segments[i] = kj::arrayPtr(buffer.begin() + offset, sizes[i]);
-      offset += sizes[i];
-    }
-
-    // 3. Read within limits scaled to the frame, converting to plain values as we go.
-    capnp::ReaderOptions options;
-    options.traversalLimitInWords = traversalLimitWords(bytes.size());
-    options.nestingLimit = kNestingLimit;
-    capnp::SegmentArrayMessageReader reader(
-        kj::arrayPtr(segments.data(), static_cast<std::size_t>(segmentCount)), options);
-    out = toHeader(reader.getRoot<m::Header>());
-    return {};
-  } catch (const Malformed&) {
-    return Errc::malformedMessage;
-  } catch (const kj::Exception&) {
-    return Errc::malformedMessage;
-  } catch (const std::exception&) {
-    return Errc::malformedMessage;
-  }
+  return readFlat<m::Header>(bytes, [&](m::Header::Reader root) { out = toHeader(root); });
 }
 
 std::vector<std::byte> encodeHeader(const Header& header) {

@@ -144,6 +144,28 @@ void checkDelivery(bool inproc) {
   CHECK(sent.framesReceived == 200);
   CHECK(sent.bytesSent > 9);
   CHECK(a.mesh_->counters(Traffic::membership).framesSent == 0);
+
+  // Envelopes of the runtime route are counted apart from the algorithm's, on both sides; one
+  // encoded header serves several sends.
+  wire::EnvelopeHeader control;
+  control.route = wire::Route::runtime;
+  control.control = bytesOf("status");
+  const auto encoded = EncodedEnvelope::of(control);
+  CHECK(encoded->traffic == Traffic::runtime);
+  for (int i = 0; i < 2; ++i) {
+    REQUIRE(!a.io_.run([&]() -> asio::awaitable<std::error_code> {
+      std::vector<std::span<const std::byte>> none;
+      co_return co_await a.mesh_->sendEnvelope(b.endpoint_, Channel::control, encoded,
+                                               std::move(none), 2s);
+    }));
+  }
+  REQUIRE(waitUntil(5s, [&] { return b.envelopes().size() == 3; }));
+  CHECK(b.envelopes()[2].header.control == bytesOf("status"));
+  CHECK(a.mesh_->counters(Traffic::runtime).framesSent == 2);
+  CHECK(a.mesh_->counters(Traffic::runtime).bytesSent == 2 * encoded->bytes.size());
+  CHECK(b.mesh_->counters(Traffic::runtime).framesReceived == 2);
+  CHECK(b.mesh_->counters(Traffic::algorithm).framesReceived == 1);
+  CHECK(a.mesh_->counters(Traffic::algorithm).framesSent == 1);
 }
 
 TEST_CASE(
