@@ -5,6 +5,7 @@
 #include "algorithms/easgd.h"
 #include "algorithms/gosgd.h"
 #include "algorithms/local_sgd.h"
+#include "algorithms/none.h"
 #include "algorithms/sparknet.h"
 #include "algorithms/tree_easgd.h"
 #include "engine/builtin.h"
@@ -47,6 +48,10 @@ void addBuiltinAlgorithms(engine::Registry& registry) {
                       "every tau steps the master (star center) averages the workers' models and "
                       "sends the average back (Moritz et al. 2016)",
                       "star"));
+  add("none", engine::algorithmSpec<NoExchange, NoExchangeOptions>(
+                  "no exchange: every peer trains alone on its shard (a single peer; the floor of "
+                  "every comparison)",
+                  "mesh"));
   add("local-sgd", engine::algorithmSpec<LocalSgd, LocalSgdOptions>(
                        "every tau steps the models are averaged by a ring all-reduce, no master "
                        "(SparkNet's rule without a master)",

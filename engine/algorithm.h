@@ -151,19 +151,20 @@ struct Expected {
 bool acceptMessage(const Incoming& message, const Expected& expected, Metrics& metrics,
                    const std::string& who);
 
-// A device view of received host data: no copy on the CPU backend; on CUDA, a copy in a scratch
-// buffer that lives as long as this object.
+// A device view of received host data: no copy on the CPU backend; on CUDA, a copy in a pooled
+// device buffer that is reserved for as long as this object lives.
 class DeviceView {
  public:
   DeviceView() = default;
-  DeviceView(std::span<const float> data, kernels::Buffer<float> owned)
-      : data_(data), owned_(std::move(owned)) {}
+  // `keep` holds what `data` lives in (null when the caller's memory outlives the view).
+  DeviceView(std::span<const float> data, std::shared_ptr<const void> keep)
+      : data_(data), keep_(std::move(keep)) {}
   std::span<const float> span() const { return data_; }
   operator std::span<const float>() const { return data_; }
 
  private:
   std::span<const float> data_;
-  kernels::Buffer<float> owned_;
+  std::shared_ptr<const void> keep_;
 };
 
 // Everything an algorithm may use on the compute thread.

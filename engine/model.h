@@ -55,6 +55,11 @@ struct EvalResult {
   double lossSum = 0;         // sum of per-sample cross-entropy losses
   std::size_t correct = 0;    // samples whose argmax equals the label
   std::size_t samples = 0;
+  // Fraction correct and mean loss (0 for no samples).
+  double accuracy() const {
+    return samples > 0 ? static_cast<double>(correct) / static_cast<double>(samples) : 0;
+  }
+  double meanLoss() const { return samples > 0 ? lossSum / static_cast<double>(samples) : 0; }
 };
 
 class Model {

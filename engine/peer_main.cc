@@ -6,7 +6,8 @@
 //   gossamer-peer --local N --algorithm NAME ...
 //       N peers in this process (threads), over the in-process transport or TCP on 127.0.0.1
 //   gossamer-peer --model mlp --epochs 3 ...
-//       (no network flags) one peer training alone, with checkpoints and --resume
+//       (no network flags) one peer training alone, with checkpoints and --resume: a cluster of
+//       one, through the same runtime and training loop as every peer
 //   gossamer-peer --describe-topology NAME --peers N
 //       degree, diameter and spectral gap of a topology
 #include <atomic>
@@ -31,7 +32,6 @@
 #include "engine/data/sharding.h"
 #include "engine/runtime/cluster.h"
 #include "engine/runtime/peer.h"
-#include "engine/train/trainer.h"
 #include "net/shaped/profile.h"
 #include "net/wire/handshake.h"
 
@@ -67,7 +67,12 @@ struct PeerOptions {
   double epochs = 3;
   std::uint64_t maxSteps = 0;
   std::uint64_t seed = 1;
-  engine::train::TrainOptions train;
+  std::int64_t evalEvery = -1;  // -1: the default of the mode (single peer: each epoch; else none)
+  std::size_t evalSamples = 0;
+  std::string metricsPath;
+  std::string checkpointFile;
+  std::int64_t checkpointEvery = 0;
+  bool resume = false;
   std::string logLevel = "info";
   bool json = false;
 
@@ -166,20 +171,20 @@ void addModelOptions(CLI::App& app, PeerOptions& o, const engine::Registry& regi
       ->capture_default_str();
   app.add_option("--seed", o.seed, "seed of initialisation, sharding and shuffling")
       ->capture_default_str();
-  app.add_option("--eval-every", o.train.evalEvery,
-                 "steps between test evaluations (single peer "
-                 "default: each epoch; a peer: none)");
-  app.add_option("--eval-samples", o.train.evalSamples,
+  app.add_option("--eval-every", o.evalEvery,
+                 "steps between evaluations of this peer's model on the test set (0: none; "
+                 "default: each epoch for a single peer, none for a cluster peer)");
+  app.add_option("--eval-samples", o.evalSamples,
                  "test samples per periodic evaluation (0: all; the final one uses all)");
-  app.add_option("--metrics", o.train.metricsPath, "append JSON-lines metrics to this file");
-  app.add_option("--checkpoint", o.train.checkpointPath,
+  app.add_option("--metrics", o.metricsPath, "append JSON-lines metrics to this file");
+  app.add_option("--checkpoint", o.checkpointFile,
                  "single peer: checkpoint file (written atomically)");
   app.add_option("--checkpoint-dir", o.checkpointDir,
                  "a cluster peer: directory of its checkpoint DIR/peer-<id>.ckpt (written "
                  "atomically; params, optimizer, data position and algorithm state)");
-  app.add_option("--checkpoint-every", o.train.checkpointEvery,
+  app.add_option("--checkpoint-every", o.checkpointEvery,
                  "steps between checkpoints (0: only at the end)");
-  app.add_flag("--resume", o.train.resume,
+  app.add_flag("--resume", o.resume,
                "continue from --checkpoint (single peer) or from this peer's checkpoint in "
                "--checkpoint-dir, rejoining the cluster (a cluster peer)");
   app.add_option("--log-level", o.logLevel, "trace, debug, info, warn, error, off")
@@ -355,6 +360,54 @@ std::shared_ptr<const engine::DatasetPair> loadData(const PeerOptions& o,
                                         .seed = o.seed}));
 }
 
+// What every peer trains with, alone or in a cluster.
+engine::runtime::TrainingConfig trainingConfig(const PeerOptions& o) {
+  engine::runtime::TrainingConfig t;
+  t.model = o.model;
+  t.modelConfig.hidden = o.hidden;
+  t.device = engine::parseDevice(o.device);
+  t.optimizer = o.optimizerOptions;
+  t.optimizer.kind = engine::train::parseOptimizerKind(o.optimizer);
+  t.schedule = {engine::train::parseLrSchedule(o.lrSchedule), o.warmupSteps};
+  t.batch = o.batch;
+  t.epochs = o.epochs;
+  t.maxSteps = o.maxSteps;
+  t.split = engine::data::parseSplitKind(o.split);
+  t.dirichletAlpha = o.dirichletAlpha;
+  t.seed = o.seed;
+  auto seconds = [](double s) {
+    return std::chrono::milliseconds(static_cast<std::int64_t>(s * 1000));
+  };
+  t.commTimeout = seconds(o.commTimeout);
+  t.startTimeout = seconds(o.startTimeout);
+  t.finishTimeout = seconds(o.finishTimeout);
+  t.minStepTime = std::chrono::microseconds(static_cast<std::int64_t>(o.minStepTime * 1000));
+  t.evalSamples = o.evalSamples;
+  t.metricsPath = o.metricsPath;
+  t.checkpointEvery = o.checkpointEvery;
+  t.resume = o.resume;
+  return t;
+}
+
+// A peer training alone: a cluster of one, with nobody to exchange with.
+PeerConfig singleConfig(const PeerOptions& o) {
+  GOSSAMER_ENFORCE(o.shardIndex < o.shards, "--shard-index {} must be below --shards {}",
+                   o.shardIndex, o.shards);
+  GOSSAMER_ENFORCE(!o.resume || !o.checkpointFile.empty(), "--resume needs --checkpoint FILE");
+  PeerConfig c;
+  engine::runtime::TrainingConfig& t = c.training = trainingConfig(o);
+  t.algorithm = "none";
+  t.shards = o.shards;
+  t.shardIndex = o.shardIndex;
+  t.epochs = std::max(1.0, o.epochs);
+  t.evalEvery = o.evalEvery >= 0 ? o.evalEvery : engine::runtime::TrainingConfig::kEachEpoch;
+  t.checkpointFile = o.checkpointFile;
+  t.progress = !o.json;
+  c.network.transport = "inproc";
+  c.network.listen = net::Endpoint{"inproc", 0};
+  return c;
+}
+
 PeerConfig peerConfig(const PeerOptions& o, const engine::Registry& registry) {
   GOSSAMER_ENFORCE(!o.algorithm.empty(),
                    "--algorithm is required with --local, --listen or --seeds "
@@ -366,41 +419,19 @@ PeerConfig peerConfig(const PeerOptions& o, const engine::Registry& registry) {
                      values.begin()->first, name, o.algorithm);
   }
   PeerConfig c;
-  engine::runtime::TrainingConfig& t = c.training;
-  t.model = o.model;
-  t.modelConfig.hidden = o.hidden;
+  engine::runtime::TrainingConfig& t = c.training = trainingConfig(o);
   t.algorithm = o.algorithm;
   if (const auto it = o.algorithmOptions.find(o.algorithm); it != o.algorithmOptions.end())
     t.algorithmOptions = engine::OptionValues(it->second.begin(), it->second.end());
   t.topology = o.topology;
   t.topologyOptions = topologyOptions(o);
-  t.device = engine::parseDevice(o.device);
-  t.optimizer = o.optimizerOptions;
-  t.optimizer.kind = engine::train::parseOptimizerKind(o.optimizer);
-  t.schedule = {engine::train::parseLrSchedule(o.lrSchedule), o.warmupSteps};
-  t.batch = o.batch;
-  t.epochs = o.epochs;
-  t.maxSteps = o.maxSteps;
   t.minPeers = o.local > 0 ? o.local : o.minPeers;
-  t.split = engine::data::parseSplitKind(o.split);
-  t.dirichletAlpha = o.dirichletAlpha;
-  t.seed = o.seed;
-  auto seconds = [](double s) {
-    return std::chrono::milliseconds(static_cast<std::int64_t>(s * 1000));
-  };
-  t.commTimeout = seconds(o.commTimeout);
-  t.startTimeout = seconds(o.startTimeout);
-  t.finishTimeout = seconds(o.finishTimeout);
-  t.minStepTime = std::chrono::microseconds(static_cast<std::int64_t>(o.minStepTime * 1000));
-  t.evalEvery = o.train.evalEvery;
-  t.evalSamples = o.train.evalSamples == 0 ? 2000 : o.train.evalSamples;
-  t.metricsPath = o.train.metricsPath;
+  t.evalEvery = std::max<std::int64_t>(o.evalEvery, 0);
+  if (t.evalSamples == 0) t.evalSamples = 2000;
   t.checkpointDir = o.checkpointDir;
-  t.checkpointEvery = o.train.checkpointEvery;
-  t.resume = o.train.resume;
   GOSSAMER_ENFORCE(!t.resume || !t.checkpointDir.empty(),
                    "--resume of a cluster peer needs --checkpoint-dir (where its checkpoint is)");
-  GOSSAMER_ENFORCE(o.train.checkpointPath.empty(),
+  GOSSAMER_ENFORCE(o.checkpointFile.empty(),
                    "--checkpoint is for a single peer; a cluster peer takes --checkpoint-dir");
   t.progress = !o.json && o.local == 0;
   t.finalConsensus = o.local == 0;
@@ -465,7 +496,7 @@ int runLocalCluster(const PeerOptions& o, const engine::Registry& registry) {
   config.peers = o.local;
   config.progress = !o.json;
   config.evalEvery = o.clusterEvalEvery;
-  config.evalSamples = o.train.evalSamples == 0 ? 2000 : o.train.evalSamples;
+  config.evalSamples = o.evalSamples == 0 ? 2000 : o.evalSamples;
   auto logger = log::get("engine");
   auto data = loadData(o, registry);
   logger->info("local cluster: {} peers over {} ({} network), {} on {} ({} training samples)",
@@ -494,10 +525,8 @@ int runLocalCluster(const PeerOptions& o, const engine::Registry& registry) {
   return 0;
 }
 
-int runPeer(const PeerOptions& o, const engine::Registry& registry) {
-  auto data = loadData(o, registry);
-  engine::runtime::Peer peer(peerConfig(o, registry), registry, data);
-  log::get("engine")->info("peer {:016x} listening on {}", peer.id(), peer.endpoint().str());
+// Runs `peer` on this thread; SIGINT/SIGTERM end its training at the next step boundary.
+PeerResult runStoppable(engine::runtime::Peer& peer) {
   std::atomic<bool> done{false};
   std::thread stopper([&] {
     while (!done) {
@@ -508,16 +537,22 @@ int runPeer(const PeerOptions& o, const engine::Registry& registry) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
   });
-  PeerResult result;
-  try {
-    result = peer.run();
-  } catch (...) {
-    done = true;
-    stopper.join();
-    throw;
-  }
-  done = true;
-  stopper.join();
+  struct Join {
+    std::atomic<bool>& done;
+    std::thread& stopper;
+    ~Join() {
+      done = true;
+      stopper.join();
+    }
+  } join{done, stopper};
+  return peer.run();
+}
+
+int runPeer(const PeerOptions& o, const engine::Registry& registry) {
+  auto data = loadData(o, registry);
+  engine::runtime::Peer peer(peerConfig(o, registry), registry, data);
+  log::get("engine")->info("peer {:016x} listening on {}", peer.id(), peer.endpoint().str());
+  const PeerResult result = runStoppable(peer);
   const engine::runtime::ConsensusResult consensus =
       result.consensus.value_or(engine::runtime::ConsensusResult{});
   log::get("engine")->info(
@@ -558,52 +593,26 @@ int describeTopology(const PeerOptions& o, const engine::Registry& registry) {
   return 0;
 }
 
-// One peer training alone (no network).
+// One peer training alone: the same runtime and loop as a cluster peer, in a cluster of one.
 int runSingle(const PeerOptions& o, const engine::Registry& registry) {
   auto logger = log::get("engine");
-  GOSSAMER_ENFORCE(o.shardIndex < o.shards, "--shard-index {} must be below --shards {}",
-                   o.shardIndex, o.shards);
-  GOSSAMER_ENFORCE(!o.train.resume || !o.train.checkpointPath.empty(),
-                   "--resume needs --checkpoint FILE");
+  PeerConfig config = singleConfig(o);
   const auto data = loadData(o, registry);
-  auto compute = engine::makeCompute(engine::parseDevice(o.device));
-  auto model =
-      registry.models.get(o.model)(*compute, {.inputs = data->train.features,
-                                              .classes = data->train.classes,
-                                              .hidden = o.hidden,
-                                              .maxBatch = std::max<std::size_t>(o.batch, 256)});
-  const auto shards = engine::data::shardIndices(data->train.labels, data->train.classes,
-                                                 {.shards = o.shards,
-                                                  .kind = engine::data::parseSplitKind(o.split),
-                                                  .dirichletAlpha = o.dirichletAlpha,
-                                                  .seed = o.seed});
-  engine::train::OptimizerOptions optimizer = o.optimizerOptions;
-  optimizer.kind = engine::train::parseOptimizerKind(o.optimizer);
-  engine::train::Learner learner(*compute, *model, optimizer, data->train, shards[o.shardIndex],
-                                 o.batch, o.seed);
-  engine::train::Evaluator evaluator(*compute, *model, data->test);
-  logger->info("{} ({} parameters) on {}; {} training samples (shard {}/{}), {} test samples",
-               model->name(), model->parameterCount(), compute->describe(),
-               shards[o.shardIndex].size(), o.shardIndex, o.shards, data->test.count());
-  engine::train::TrainOptions train = o.train;
-  train.epochs = static_cast<std::size_t>(std::max(1.0, o.epochs));
-  train.schedule = {engine::train::parseLrSchedule(o.lrSchedule), o.warmupSteps};
-  train.progress = !o.json;
-  train.stopRequested = [] { return gStop.load(); };
-  const engine::train::TrainResult result = engine::train::train(learner, evaluator, train);
+  engine::runtime::Peer peer(config, registry, data);
+  const PeerResult result = runStoppable(peer);
   logger->info(
       "done: test accuracy {:.2f}%, test loss {:.4f}, {} steps in {:.1f}s ({:.0f} samples/s)",
       100 * result.testAccuracy, result.testLoss, result.steps, result.wallSeconds,
       result.samplesPerSecond);
   if (o.json) {
     std::cout << JsonObject()
-                     .add("model", model->name())
-                     .add("parameters", model->parameterCount())
+                     .add("model", o.model)
+                     .add("parameters", result.parameters)
                      .add("dataset", o.dataset)
-                     .add("device", compute->describe())
+                     .add("device", result.device)
                      .add("optimizer", o.optimizer)
                      .add("lr",
-                          std::stod(fmt::format("{}", optimizer.lr)))  // 0.05, not 0.0500000007
+                          std::stod(fmt::format("{}", o.optimizerOptions.lr)))  // 0.05, not 0.0500000007
                      .add("batch", o.batch)
                      .add("epochs", result.epochs)
                      .add("steps", result.steps)

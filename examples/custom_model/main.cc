@@ -1,5 +1,6 @@
 // A user-written model, plugged into gossamer next to the built-ins and trained by the engine's
-// own loop. Copy this file to start your own.
+// own loop: first by one peer alone, then by four peers in this process averaging it with
+// gossip. Copy this file to start your own.
 //
 // The model: logits = relu(X W1) W2 + b2 — a one-hidden-layer network whose hidden layer has no
 // bias. All it must do is describe its tensors in a ParamLayout (views into ONE flat buffer)
@@ -9,9 +10,9 @@
 #include <cstdio>
 #include <random>
 
-#include "engine/builtin.h"
-#include "engine/data/synthetic.h"
-#include "engine/train/trainer.h"
+#include "algorithms/builtin.h"
+#include "engine/runtime/cluster.h"
+#include "engine/runtime/peer.h"
 
 using namespace gossamer;
 using kernels::Transpose;
@@ -98,25 +99,42 @@ class NoBiasHiddenNet final : public engine::Model {
 };
 
 int main() {
-  // Register the model next to the built-ins, then build it by name like any other.
-  engine::Registry registry = engine::makeBuiltinRegistry();
+  // Register the model next to the built-ins, then name it like any other.
+  engine::Registry registry = algorithms::makeRegistry();
   registry.models.add("no-bias-hidden", "example: relu(X W1) W2 + b2",
                       [](kernels::Compute& compute, const engine::ModelConfig& config) {
                         return std::make_unique<NoBiasHiddenNet>(compute, config);
                       });
+  const auto data = std::make_shared<const engine::DatasetPair>(
+      registry.datasets.get("synthetic")({.trainSamples = 8000, .testSamples = 2000}));
 
-  const engine::DatasetPair data = registry.datasets.get("synthetic")({.trainSamples = 8000, .testSamples = 2000});
-  auto compute = engine::makeCompute(kernels::Device::kCpu);
-  auto model = registry.models.get("no-bias-hidden")(
-      *compute, {.inputs = data.train.features, .classes = data.train.classes, .hidden = {64}, .maxBatch = 256});
+  engine::runtime::PeerConfig config;
+  engine::runtime::TrainingConfig& t = config.training;
+  t.model = "no-bias-hidden";
+  t.modelConfig.hidden = {64};
+  t.optimizer = {.kind = engine::train::OptimizerKind::kMomentum, .lr = 0.05f};
+  t.batch = 64;
+  t.epochs = 3;
+  t.seed = 7;
 
-  std::vector<std::size_t> all(data.train.count());
-  for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
-  engine::train::Learner learner(*compute, *model, {.kind = engine::train::OptimizerKind::kMomentum, .lr = 0.05f},
-                                 data.train, all, /*batchSize=*/64, /*seed=*/7);
-  engine::train::Evaluator evaluator(*compute, *model, data.test);
-  const auto result = engine::train::train(learner, evaluator, {.epochs = 3});
-  std::printf("custom model: test accuracy %.2f%% after %lld steps\n", 100 * result.testAccuracy,
-              static_cast<long long>(result.steps));
-  return result.testAccuracy > 0.5 ? 0 : 1;
+  // One peer alone: a cluster of one, with nobody to exchange with.
+  t.algorithm = "none";
+  config.network.transport = "inproc";
+  config.network.listen = net::Endpoint{"inproc", 0};
+  engine::runtime::Peer alone(config, registry, data);
+  const engine::runtime::PeerResult single = alone.run();
+  std::printf("custom model, one peer: test accuracy %.2f%% after %llu steps\n",
+              100 * single.testAccuracy, static_cast<unsigned long long>(single.steps));
+
+  // Four peers in this process, averaging the same model by gossip.
+  engine::runtime::ClusterConfig cluster;
+  cluster.peer = config;
+  cluster.peer.training.algorithm = "gosgd";
+  cluster.peers = 4;
+  cluster.progress = false;
+  const engine::runtime::ClusterResult four =
+      engine::runtime::runLocalCluster(cluster, registry, data);
+  std::printf("custom model, four peers (gosgd): consensus accuracy %.2f%%\n",
+              100 * four.consensus.accuracy);
+  return single.testAccuracy > 0.5 && four.consensus.accuracy > 0.5 ? 0 : 1;
 }

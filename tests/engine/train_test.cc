@@ -1,5 +1,6 @@
 // The single-peer training path: optimizer, checkpoints (atomic, verified, never half-loaded),
-// exact resume, and that training learns.
+// exact resume, and that training learns: a single peer is a cluster of one, trained by the
+// runtime's one training loop.
 #include <doctest/doctest.h>
 
 #include <filesystem>
@@ -7,12 +8,17 @@
 #include <numeric>
 #include <random>
 
+#include <thread>
+
+#include "algorithms/builtin.h"
 #include "engine/base/enforce.h"
 #include "engine/builtin.h"
 #include "engine/data/idx.h"
 #include "engine/data/synthetic.h"
 #include "engine/models/mlp.h"
-#include "engine/train/trainer.h"
+#include "engine/runtime/peer.h"
+#include "engine/train/checkpoint.h"
+#include "engine/train/learner.h"
 #include "kernels/cpu/cpu_compute.h"
 
 namespace gossamer::engine::train {
@@ -43,6 +49,26 @@ data::Dataset smallSynthetic(std::uint64_t sampleSeed) {
 }
 
 std::vector<float> hostCopy(std::span<const float> s) { return {s.begin(), s.end()}; }
+
+// One peer training alone on smallSynthetic: an MLP 12-16-3 with momentum, batch 32.
+runtime::PeerConfig singlePeer(double epochs) {
+  runtime::PeerConfig c;
+  c.network.transport = "inproc";
+  c.network.listen = net::Endpoint{"inproc", 0};
+  runtime::TrainingConfig& t = c.training;
+  t.algorithm = "none";
+  t.model = "mlp";
+  t.modelConfig.hidden = {16};
+  t.optimizer = {.kind = OptimizerKind::kMomentum, .lr = 0.05f};
+  t.batch = 32;
+  t.epochs = epochs;
+  t.seed = 3;
+  return c;
+}
+
+std::shared_ptr<const DatasetPair> syntheticPair() {
+  return std::make_shared<const DatasetPair>(DatasetPair{smallSynthetic(1), smallSynthetic(2)});
+}
 
 TEST_CASE("train: optimizer names parse and unknown names are refused") {
   CHECK(parseOptimizerKind("adam") == OptimizerKind::kAdam);
@@ -135,22 +161,27 @@ TEST_CASE("train: a mismatched checkpoint is refused and nothing is loaded") {
 
 TEST_CASE("train: the training loop learns a synthetic problem and logs JSON lines") {
   TempDir dir;
-  const data::Dataset train = smallSynthetic(1);
-  const data::Dataset test = smallSynthetic(2);
+  const Registry registry = algorithms::makeRegistry();
+  const auto data = syntheticPair();
+  runtime::PeerConfig config = singlePeer(5);
+  config.training.evalEvery = 20;
+  config.training.metricsPath = (dir.path / "metrics.jsonl").string();
+  // The model before training: the same seed gives the same initial params.
   auto compute = kernels::cpu::makeCompute();
   models::Mlp model(*compute, {.inputs = 12, .hidden = {16}, .classes = 3, .maxBatch = 64});
-  Learner learner(*compute, model, {.kind = OptimizerKind::kMomentum, .lr = 0.05f}, train,
-                  allIndices(train), 32, 3);
-  Evaluator evaluator(*compute, model, test);
-  const EvalResult before = evaluator.run(learner.params());
-  const std::string metrics = (dir.path / "metrics.jsonl").string();
-  const TrainResult result = train::train(
-      learner, evaluator, {.epochs = 5, .evalEvery = 20, .metricsPath = metrics, .progress = false});
-  CHECK(result.steps == 5 * 19);
-  CHECK(result.testLoss < before.lossSum / static_cast<double>(before.samples));
-  CHECK(result.testAccuracy > 0.9);
+  Learner initial(*compute, model, config.training.optimizer, data->train, allIndices(data->train),
+                  32, 3);
+  const EvalResult before = Evaluator(*compute, model, data->test).run(initial.params());
 
-  std::ifstream in(metrics);
+  runtime::Peer peer(config, registry, data);
+  const runtime::PeerResult result = peer.run();
+  CHECK(result.steps == 5 * 19);  // 600 samples in batches of 32: 19 a pass
+  CHECK(result.epochs == doctest::Approx(5));
+  CHECK(result.testLoss < before.meanLoss());
+  CHECK(result.testAccuracy > 0.9);
+  CHECK(result.bytesSent == 0);  // alone: nothing to exchange
+
+  std::ifstream in(config.training.metricsPath);
   std::string line;
   int evals = 0, finals = 0;
   while (std::getline(in, line)) {
@@ -163,19 +194,20 @@ TEST_CASE("train: the training loop learns a synthetic problem and logs JSON lin
   CHECK(finals == 1);
 }
 
-TEST_CASE("train: a stop request ends training at the next step boundary") {
-  const data::Dataset train = smallSynthetic(1);
-  const data::Dataset test = smallSynthetic(2);
-  auto compute = kernels::cpu::makeCompute();
-  models::Mlp model(*compute, {.inputs = 12, .hidden = {16}, .classes = 3, .maxBatch = 64});
-  Learner learner(*compute, model, {.kind = OptimizerKind::kMomentum, .lr = 0.05f}, train,
-                  allIndices(train), 32, 3);
-  Evaluator evaluator(*compute, model, test);
-  int polls = 0;
-  TrainOptions options{.epochs = 100, .progress = false};
-  options.stopRequested = [&] { return ++polls > 7; };  // true at the 8th boundary
-  const TrainResult result = train::train(learner, evaluator, options);
-  CHECK(result.steps == 7);
+TEST_CASE("train: a stop request ends training at the next step boundary, then it finishes") {
+  const Registry registry = algorithms::makeRegistry();
+  runtime::PeerConfig config = singlePeer(100);
+  config.training.minStepTime = std::chrono::milliseconds(20);
+  runtime::Peer peer(config, registry, syntheticPair());
+  std::thread stopper([&] {
+    while (peer.status().step < 7) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    peer.requestStop();
+  });
+  const runtime::PeerResult result = peer.run();
+  stopper.join();
+  CHECK(result.stopped);
+  CHECK(result.steps >= 7);
+  CHECK(result.steps < 100 * 19);
   CHECK(result.testAccuracy > 0);  // the final evaluation still ran
 }
 

@@ -1,0 +1,87 @@
+#include "engine/runtime/checkpoints.h"
+
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "engine/base/enforce.h"
+
+namespace gossamer::engine::runtime {
+namespace {
+
+constexpr const char* kAlgorithmTensor = "algorithm.";
+constexpr const char* kAlgorithmValue = "algorithm.value.";
+
+bool startsWith(const std::string& s, const std::string& prefix) {
+  return s.rfind(prefix, 0) == 0;
+}
+
+}  // namespace
+
+PeerCheckpoints::PeerCheckpoints(const TrainingConfig& config, PeerId self)
+    : every_(config.checkpointEvery), self_(self) {
+  if (!config.checkpointFile.empty()) {
+    path_ = config.checkpointFile;
+  } else if (!config.checkpointDir.empty()) {
+    path_ = (std::filesystem::path(config.checkpointDir) / fmt::format("peer-{:016x}.ckpt", self))
+                .string();
+  }
+}
+
+bool PeerCheckpoints::dueAfter(std::uint64_t step) const {
+  return enabled() && every_ > 0 && step % static_cast<std::uint64_t>(every_) == 0;
+}
+
+void PeerCheckpoints::save(const train::Learner& learner, const Algorithm& algorithm,
+                           std::uint64_t step, std::uint64_t totalSteps) const {
+  train::Checkpoint c = learner.checkpoint();
+  AlgorithmState state;
+  algorithm.saveState(state);
+  for (auto& [name, tensor] : state.tensors) c.tensors[kAlgorithmTensor + name] = std::move(tensor);
+  for (const auto& [name, value] : state.values)
+    c.meta[kAlgorithmValue + name] = fmt::format("{:.17g}", value);
+  c.meta["algorithm"] = algorithm.name();
+  c.meta["runtime.step"] = std::to_string(step);
+  c.meta["runtime.total_steps"] = std::to_string(totalSteps);
+  train::saveCheckpoint(path_, c);
+}
+
+train::Checkpoint PeerCheckpoints::load(const Model& model, const Algorithm& algorithm) const {
+  GOSSAMER_ENFORCE(std::filesystem::exists(path_),
+                   "--resume: no checkpoint of peer {:016x} at {}; a peer resumes under the "
+                   "identity it had (same --listen or --peer-id) and the same checkpoint path",
+                   self_, path_);
+  train::Checkpoint c = train::loadCheckpoint(path_);
+  GOSSAMER_ENFORCE(
+      c.fingerprint == model.layout().fingerprint(),
+      "checkpoint {} is for a different model (layout fingerprint {:016x}, this model {} "
+      "has {:016x})",
+      path_, c.fingerprint, model.name(), model.layout().fingerprint());
+  // A checkpoint of a single peer written before the runtime kept its own keys trained alone.
+  const std::string writer = c.meta.count("algorithm") ? c.metaString("algorithm") : "none";
+  GOSSAMER_ENFORCE(writer == algorithm.name(),
+                   "checkpoint {} was written by algorithm '{}' but this peer runs '{}'", path_,
+                   writer, algorithm.name());
+  c.metaInt(c.meta.count("runtime.step") ? "runtime.step" : "step");  // present and well formed
+  return c;
+}
+
+std::uint64_t PeerCheckpoints::restore(const train::Checkpoint& c, train::Learner& learner,
+                                       Algorithm& algorithm) {
+  learner.restore(c, c.metaInt("epoch") == 0 || static_cast<std::size_t>(c.metaInt("cursor")) <=
+                                                    learner.sampler().size());
+  AlgorithmState state;
+  for (const auto& [name, tensor] : c.tensors) {
+    if (startsWith(name, kAlgorithmTensor) && !startsWith(name, kAlgorithmValue))
+      state.tensors[name.substr(std::string(kAlgorithmTensor).size())] = tensor;
+  }
+  for (const auto& [key, value] : c.meta) {
+    if (startsWith(key, kAlgorithmValue))
+      state.values[key.substr(std::string(kAlgorithmValue).size())] = std::stod(value);
+  }
+  algorithm.loadState(state);
+  return static_cast<std::uint64_t>(
+      c.metaInt(c.meta.count("runtime.step") ? "runtime.step" : "step"));
+}
+
+}  // namespace gossamer::engine::runtime

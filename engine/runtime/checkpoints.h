@@ -1,0 +1,47 @@
+// A peer's checkpoints: the learner (params, optimizer state, place in the data), the algorithm's
+// state and the runtime's step, in one atomic file (engine/train/checkpoint.h): the configured
+// file, or DIR/peer-<id>.ckpt. A resumed peer's checkpoint is read and checked before the peer
+// joins anyone, so that a wrong or corrupt file is a clear error at once and nothing is
+// half-loaded.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "engine/algorithm.h"
+#include "engine/model.h"
+#include "engine/runtime/config.h"
+#include "engine/train/checkpoint.h"
+#include "engine/train/learner.h"
+
+namespace gossamer::engine::runtime {
+
+class PeerCheckpoints {
+ public:
+  PeerCheckpoints(const TrainingConfig& config, PeerId self);
+
+  bool enabled() const { return !path_.empty(); }
+  const std::string& path() const { return path_; }
+  // Whether one is due after `step` steps (every checkpointEvery steps; the last one is written
+  // by the caller).
+  bool dueAfter(std::uint64_t step) const;
+
+  // Writes the checkpoint atomically.
+  void save(const train::Learner& learner, const Algorithm& algorithm, std::uint64_t step,
+            std::uint64_t totalSteps) const;
+  // --resume: the checkpoint of this peer, checked against `model` and `algorithm`. Throws
+  // gossamer::Error naming the file and the mismatch.
+  train::Checkpoint load(const Model& model, const Algorithm& algorithm) const;
+  // Puts a loaded checkpoint into `learner` and `algorithm`; returns the step to go on from. The
+  // place in the data is restored only when it fits the learner's current shard.
+  static std::uint64_t restore(const train::Checkpoint& checkpoint, train::Learner& learner,
+                               Algorithm& algorithm);
+
+ private:
+  std::string path_;
+  std::int64_t every_;
+  PeerId self_;
+};
+
+}  // namespace gossamer::engine::runtime

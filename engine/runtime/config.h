@@ -1,0 +1,120 @@
+// What a peer is configured with: its network (transport, address, seeds, secret, emulated
+// network, membership) and its training (model, algorithm, topology, optimizer, schedule, data,
+// timeouts, evaluation, checkpoints). gossamer-peer fills these from its flags; a program that
+// embeds peers fills them itself (engine/runtime/peer.h).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/builtin.h"
+#include "engine/data/sharding.h"
+#include "engine/options.h"
+#include "engine/registry.h"
+#include "engine/train/optimizer.h"
+#include "engine/train/schedule.h"
+#include "net/endpoint.h"
+#include "net/membership/membership.h"
+#include "net/shaped/profile.h"
+#include "topology/topology.h"
+
+namespace gossamer::net::inproc {
+class Hub;
+}
+namespace gossamer::net::shaped {
+class Partitions;
+}
+
+namespace gossamer::engine::runtime {
+
+struct NetworkConfig {
+  // "tcp" between processes and machines, "ibverbs" (RDMA) between machines that have an RDMA
+  // device, "inproc" between peers of one process (sharing `hub`; a peer without one gets a hub
+  // of its own: a cluster of one).
+  std::string transport = "tcp";
+  RdmaOptions rdma;  // --transport ibverbs only
+  std::shared_ptr<net::inproc::Hub> hub;
+  net::Endpoint listen{"127.0.0.1", 0};
+  net::Endpoint advertise;           // where others reach us; empty host: the bound endpoint
+  std::vector<net::Endpoint> seeds;  // empty: this peer starts the cluster
+  // 0: derived from the listen endpoint when its port is fixed (a peer restarting there keeps
+  // its identity), else random.
+  std::uint64_t peerId = 0;
+  std::string clusterId = "gossamer";
+  std::vector<std::byte> secret;  // the cluster secret; never logged; empty: a random one
+  // An emulated network (net/shaped) around the transport: a profile, this peer's index in it
+  // (its site and its side of partitions), the indices of the others by listen endpoint, and
+  // run-time partitions. Unshaped when no profile is set and no partitions are given.
+  std::optional<net::shaped::NetworkProfile> profile;
+  std::size_t profileIndex = 0;
+  std::function<std::optional<std::size_t>(const net::Endpoint&)> indexOf;
+  std::shared_ptr<net::shaped::Partitions> partitions;
+  net::membership::Options membership = net::membership::Options::local();
+  std::chrono::milliseconds connectTimeout{2000};
+};
+
+struct TrainingConfig {
+  std::string model = "mlp";
+  ModelConfig modelConfig;  // inputs and classes are taken from the dataset
+  std::string algorithm = "gosgd";
+  OptionValues algorithmOptions;
+  std::string topology;  // empty: the algorithm's default
+  topology::TopologyOptions topologyOptions;
+  kernels::Device device = kernels::Device::kCpu;
+  train::OptimizerOptions optimizer;
+  train::ScheduleOptions schedule;  // the learning rate over the run's steps
+  std::size_t batch = 64;
+  double epochs = 3;           // passes of the whole cluster over the training set
+  std::uint64_t maxSteps = 0;  // > 0: stop after this many steps instead
+  std::size_t minPeers = 1;    // training starts with this many members; also the shard count
+  data::SplitKind split = data::SplitKind::kIid;
+  double dirichletAlpha = 0.5;
+  // Fixed shards: train on shard `shardIndex` of `shards` whatever the members are (a single peer
+  // taking its part of a dataset). 0: one shard per member, this peer's by its rank.
+  std::size_t shards = 0;
+  std::size_t shardIndex = 0;
+  std::uint64_t seed = 1;  // initial model (the same on every peer), shards, shuffling
+  std::chrono::milliseconds commTimeout{10000};    // default deadline of every wait
+  std::chrono::milliseconds startTimeout{120000};  // for minPeers to join
+  std::chrono::milliseconds finishTimeout{60000};  // for the others to finish
+  // Steps between evaluations of this peer's own model on evalSamples test samples, logged to
+  // the metrics and the progress view; 0: none; kEachEpoch: after every pass over its shard.
+  static constexpr std::int64_t kEachEpoch = -1;
+  std::int64_t evalEvery = 0;
+  std::size_t evalSamples = 2000;  // 0: the whole test set
+  // Replaces the seeded initial model (the same on every peer) with initialParams(rank, count),
+  // host values for the peer of that rank among the members: for tests and experiments of
+  // consensus, whose oracle is the average of distinct initial models.
+  std::function<std::vector<float>(std::size_t rank, std::size_t count)> initialParams;
+  bool finalLocalEval = true;   // evaluate this peer's model on the whole test set at the end
+  bool finalConsensus = false;  // pull every member's model at the end and evaluate the average
+  // Emulates a slower device: a step takes at least this long (the peer sleeps out the rest).
+  // For tests and experiments of asynchrony, where tiny models step far faster than messages fly.
+  std::chrono::microseconds minStepTime{0};
+  std::size_t sendBuffers = 8;  // staging buffers for sends (each a model's size)
+  std::size_t receiveBuffers = 16;
+  std::string metricsPath;  // JSON lines (eval events, final); empty: none
+  // Checkpoints (params, optimizer, data position, algorithm state), written atomically every
+  // checkpointEvery steps (0: only at the end) and at the end: to checkpointFile, or when that is
+  // empty to checkpointDir/peer-<id>.ckpt; neither: none.
+  std::string checkpointFile;
+  std::string checkpointDir;
+  std::int64_t checkpointEvery = 0;
+  // Restore this peer's checkpoint before training and (re)join the cluster; a missing, corrupt
+  // or mismatched checkpoint is an error at construction.
+  bool resume = false;
+  bool progress = false;  // draw a progress bar on stdout
+};
+
+struct PeerConfig {
+  NetworkConfig network;
+  TrainingConfig training;
+};
+
+}  // namespace gossamer::engine::runtime

@@ -1,0 +1,62 @@
+#include "engine/runtime/consensus.h"
+
+#include <algorithm>
+
+#include "engine/base/enforce.h"
+#include "engine/train/learner.h"
+#include "kernels/cpu/cpu_compute.h"
+
+namespace gossamer::engine::runtime {
+
+struct ConsensusEvaluator::Impl {
+  std::unique_ptr<kernels::Compute> compute = kernels::cpu::makeCompute({.blasThreads = 1});
+  std::unique_ptr<Model> model;
+  std::unique_ptr<train::Evaluator> evaluator;
+};
+
+ConsensusEvaluator::ConsensusEvaluator(const Registry& registry, const std::string& model,
+                                       ModelConfig config, const data::Dataset& test)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->model = registry.models.get(model)(*impl_->compute, config);
+  impl_->evaluator = std::make_unique<train::Evaluator>(*impl_->compute, *impl_->model, test);
+}
+
+ConsensusEvaluator::~ConsensusEvaluator() = default;
+
+ConsensusResult ConsensusEvaluator::evaluate(std::span<const Snapshot> snapshots,
+                                             std::size_t samples, bool perPeer) {
+  ConsensusResult result;
+  result.peers = snapshots.size();
+  if (snapshots.empty()) return result;
+  const std::size_t n = snapshots.front().params.size();
+  std::vector<double> sum(n, 0.0);
+  for (const Snapshot& s : snapshots) {
+    GOSSAMER_ENFORCE_EQ(s.params.size(), n, "snapshots of different models");
+    for (std::size_t i = 0; i < n; ++i) sum[i] += s.params[i];
+  }
+  std::vector<float> mean(n);
+  const double count = static_cast<double>(snapshots.size());
+  for (std::size_t i = 0; i < n; ++i) mean[i] = static_cast<float>(sum[i] / count);
+  for (const Snapshot& s : snapshots) {
+    double distance = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      const double d = static_cast<double>(s.params[i]) - mean[i];
+      distance += d * d;
+    }
+    result.distance += distance / count;
+  }
+  const EvalResult consensus = impl_->evaluator->run(mean, samples);
+  result.accuracy = consensus.accuracy();
+  result.loss = consensus.meanLoss();
+  if (perPeer) {
+    result.minPeerAccuracy = 1;
+    for (const Snapshot& s : snapshots) {
+      const double a = impl_->evaluator->run(s.params, samples).accuracy();
+      result.minPeerAccuracy = std::min(result.minPeerAccuracy, a);
+      result.meanPeerAccuracy += a / count;
+    }
+  }
+  return result;
+}
+
+}  // namespace gossamer::engine::runtime

@@ -1,0 +1,94 @@
+#include "engine/runtime/context.h"
+
+#include "engine/base/log.h"
+
+namespace gossamer::engine::runtime {
+
+ComputeContext::ComputeContext(ComputeParts parts)
+    : p_(parts), rng_(parts.config.seed * 0x9e3779b97f4a7c15ull ^ parts.self) {}
+
+void ComputeContext::sendOn(std::span<const PeerId> to, const Message& message, Route route,
+                            Clock::duration wait) {
+  const Clock::time_point start = Clock::now();
+  p_.messenger.send(to, message, Envelope{.route = route}, wait);
+  p_.status.addCommWait(Clock::now() - start);  // back-pressure: waiting for a send slot
+}
+
+void ComputeContext::send(std::span<const PeerId> to, const Message& message) {
+  sendOn(to, message, Route::inbox, commTimeout());
+}
+
+void ComputeContext::notify(PeerId to, const Message& message) {
+  sendOn(std::span<const PeerId>(&to, 1), message, Route::serve, commTimeout());
+}
+
+std::optional<Incoming> ComputeContext::request(PeerId to, const Message& message,
+                                                Clock::duration timeout) {
+  Message tagged = message;
+  tagged.tag = tags_.fresh();
+  sendOn(std::span<const PeerId>(&to, 1), tagged, Route::serve, timeout);
+  GatherResult got = gatherFrom(std::span<const PeerId>(&to, 1), tagged.tag, timeout, false);
+  if (got.messages.empty()) return std::nullopt;
+  return std::move(got.messages.front());
+}
+
+GatherResult ComputeContext::gather(std::span<const PeerId> from, std::uint64_t tag,
+                                    Clock::duration timeout) {
+  return gatherFrom(from, tag, timeout, true);
+}
+
+GatherResult ComputeContext::gatherFrom(std::span<const PeerId> from, std::uint64_t tag,
+                                        Clock::duration timeout, bool whileStepping) {
+  const Clock::time_point start = Clock::now();
+  GatherResult result =
+      runtime::gather(p_.inbox, from, tag, start + timeout, [&](PeerId peer) {
+        if (peer == p_.self) return false;
+        if (!p_.network.isMember(peer)) return true;
+        if (!whileStepping) return false;
+        return p_.roster.finishing ? p_.control.hasReleased(peer) : p_.control.hasFinished(peer);
+      });
+  p_.status.addCommWait(Clock::now() - start);
+  return result;
+}
+
+std::optional<Incoming> ComputeContext::pullModel(PeerId from, Clock::duration timeout) {
+  const Clock::time_point start = Clock::now();
+  std::optional<Incoming> model = p_.control.pullModel(from, timeout);
+  p_.status.addCommWait(Clock::now() - start);
+  return model;
+}
+
+void ServeContext::reply(const Incoming& request, const Message& message) {
+  Message answer = message;
+  answer.tag = request.tag;
+  // The io thread must not wait: a reply that finds no buffer is dropped (the requester's wait
+  // ends at its deadline), with a warning.
+  messenger_.sendFromHost(std::span<const PeerId>(&request.from, 1), answer,
+                          Envelope{.route = Route::inbox}, true, {});
+}
+
+void ServeGate::deliver(Incoming request) {
+  if (open_) {
+    serve(request);
+  } else {
+    early_.push_back(std::move(request));
+  }
+}
+
+void ServeGate::open() {
+  open_ = true;
+  for (const Incoming& request : early_) serve(request);
+  early_.clear();
+}
+
+void ServeGate::serve(const Incoming& request) {
+  try {
+    algorithm_.serve(context_, request);
+  } catch (const std::exception& e) {
+    log::get("peer")->error("peer {:016x}: {}::serve failed on a message of kind {} from {:016x}: {}",
+                            context_.self(), algorithm_.name(), request.kind, request.from,
+                            e.what());
+  }
+}
+
+}  // namespace gossamer::engine::runtime

@@ -1,0 +1,139 @@
+// The contexts an algorithm sees (engine/algorithm.h), as adapters over the peer's parts:
+// ComputeContext on the compute thread (PeerContext) and ServeContext on the io thread
+// (ServiceContext), plus the gate that holds serve() requests back until the algorithm is set up.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <random>
+#include <span>
+#include <vector>
+
+#include "engine/algorithm.h"
+#include "engine/runtime/config.h"
+#include "engine/runtime/control.h"
+#include "engine/runtime/messenger.h"
+#include "engine/runtime/peer_state.h"
+#include "engine/runtime/staging.h"
+#include "engine/train/learner.h"
+#include "topology/graph.h"
+
+namespace gossamer::engine::runtime {
+
+// The members in training as the compute thread sees them: fixed between step boundaries.
+struct Roster {
+  std::vector<PeerId> members;  // sorted, self included
+  std::uint64_t epoch = 0;      // of the membership view they come from
+  std::optional<topology::Graph> graph;
+  // Past the finish barrier, where finish() runs its last rounds: a wait ends early for a peer
+  // that released the others, no longer for one that finished training (they all have).
+  bool finishing = false;
+};
+
+// What a ComputeContext works with; every reference outlives it.
+struct ComputeParts {
+  PeerId self;
+  const TrainingConfig& config;
+  kernels::Compute& compute;
+  train::Learner& learner;
+  const Roster& roster;
+  PeerNetwork& network;
+  Messenger& messenger;
+  MessageQueue& inbox;
+  ClusterControl& control;
+  Staging& staging;
+  LoopStatus& status;
+  MetricsMap& metrics;
+};
+
+class ComputeContext final : public PeerContext {
+ public:
+  explicit ComputeContext(ComputeParts parts);
+
+  PeerId self() const override { return p_.self; }
+  const std::vector<PeerId>& members() const override { return p_.roster.members; }
+  std::uint64_t epoch() const override { return p_.roster.epoch; }
+  const topology::Graph& graph() const override { return *p_.roster.graph; }
+  std::uint64_t step() const override { return p_.status.step; }
+  std::uint64_t totalSteps() const override { return p_.status.totalSteps; }
+
+  kernels::Compute& compute() override { return p_.compute; }
+  std::span<float> params() override { return p_.learner.params(); }
+  std::span<float> grads() override { return p_.learner.grads(); }
+  train::Optimizer& optimizer() override { return p_.learner.optimizer(); }
+  double computeGradients() override { return p_.learner.computeGradients(); }
+  void applyOptimizer() override { p_.learner.applyUpdate(); }
+
+  void send(std::span<const PeerId> to, const Message& message) override;
+  using PeerContext::send;
+  void notify(PeerId to, const Message& message) override;
+  std::optional<Incoming> request(PeerId to, const Message& message,
+                                  Clock::duration timeout) override;
+  GatherResult gather(std::span<const PeerId> from, std::uint64_t tag,
+                      Clock::duration timeout) override;
+  Inbox& inbox() override { return p_.inbox; }
+  Tags& tags() override { return tags_; }
+  DeviceView upload(std::span<const float> host) override { return p_.staging.upload(host); }
+  Clock::duration commTimeout() const override { return p_.config.commTimeout; }
+
+  std::optional<Incoming> pullModel(PeerId from, Clock::duration timeout) override;
+  void adoptStep(std::uint64_t step) override { p_.status.step = step; }
+
+  std::mt19937_64& rng() override { return rng_; }
+  Metrics& metrics() override { return p_.metrics; }
+
+ private:
+  // Sends staged from the Compute, counting a wait for a send slot as communication time.
+  void sendOn(std::span<const PeerId> to, const Message& message, Route route,
+              Clock::duration wait);
+  // gather() with what ends a wait for a peer early: it left the view, or (`whileStepping`,
+  // messages its compute thread sends) it will send nothing more: it finished training (or, in
+  // finish(), released the others). Replies from serve() come from its io thread, which serves
+  // until it leaves: request() waits for those while it is a member.
+  GatherResult gatherFrom(std::span<const PeerId> from, std::uint64_t tag,
+                          Clock::duration timeout, bool whileStepping);
+
+  ComputeParts p_;
+  TagSource tags_;
+  std::mt19937_64 rng_;
+};
+
+// What serve() sees on the io thread.
+class ServeContext final : public ServiceContext {
+ public:
+  ServeContext(PeerId self, kernels::Compute& hostCompute, Messenger& messenger,
+               MetricsMap& metrics)
+      : self_(self), hostCompute_(hostCompute), messenger_(messenger), metrics_(metrics) {}
+  PeerId self() const override { return self_; }
+  kernels::Compute& hostCompute() override { return hostCompute_; }
+  void reply(const Incoming& request, const Message& message) override;
+  Metrics& metrics() override { return metrics_; }
+
+ private:
+  PeerId self_;
+  kernels::Compute& hostCompute_;
+  Messenger& messenger_;
+  MetricsMap& metrics_;
+};
+
+// Holds serve() requests back until the algorithm is set up, then hands each to serve(),
+// catching what it throws (a bug in serve() must not end the io thread). Io thread only.
+class ServeGate {
+ public:
+  ServeGate(Algorithm& algorithm, ServiceContext& context)
+      : algorithm_(algorithm), context_(context) {}
+  void deliver(Incoming request);
+  // From now on requests go straight to serve(); those held back go first.
+  void open();
+
+ private:
+  void serve(const Incoming& request);
+
+  Algorithm& algorithm_;
+  ServiceContext& context_;
+  bool open_ = false;
+  std::vector<Incoming> early_;
+};
+
+}  // namespace gossamer::engine::runtime

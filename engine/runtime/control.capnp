@@ -1,0 +1,35 @@
+# The peer runtime's own messages between peers (engine/runtime/control.h). Each travels as the
+# `control` bytes of an envelope of route `runtime` (net/messages.capnp); a payload, when there is
+# one, travels beside it as any envelope's does. Read with the limits of net/wire/flat.h.
+# Evolution: only append fields and union members with the next ordinal.
+
+@0xa3867719d3c7761d;
+
+using Cxx = import "/capnp/c++.capnp";
+$Cxx.namespace("gossamer::engine::runtime::schema");
+
+struct Control {
+  union {
+    statusRequest @0 :Void;  # "are you training, at which step, and did you start with me?"
+    status @1 :Status;       # the answer
+    finished @2 :Mark;       # the sender's training loop is over
+    released @3 :Mark;       # the sender has what it needs from the others: they may leave
+    pullModel @4 :Void;      # "send me your params at your next step boundary"
+    model @5 :Void;          # the answer: the params as the payload, their step in the envelope
+  }
+}
+
+struct Status {
+  training @0 :Bool;
+  step @1 :UInt64;
+  totalSteps @2 :UInt64;
+  expected @3 :Bool;        # the asker is one of the members the answerer started training with
+  startMembers @4 :UInt32;  # how many members the answerer started training with
+}
+
+# `finished` and `released` are each sent once on each of the two links (control and data),
+# behind everything the sender's compute thread sent on it: when both marks are in, everything
+# the sender sent before has arrived (a mark on one link could overtake data on the other).
+struct Mark {
+  channel @0 :UInt8;
+}

@@ -1,0 +1,254 @@
+#include "engine/runtime/control.h"
+
+#include <algorithm>
+
+#include "engine/base/enforce.h"
+#include "engine/base/log.h"
+
+namespace gossamer::engine::runtime {
+namespace {
+
+using std::chrono::duration_cast;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+constexpr unsigned kBothMarks = 0b11;
+
+bool hasBothMarks(const std::map<PeerId, unsigned>& marks, PeerId peer) {
+  const auto it = marks.find(peer);
+  return it != marks.end() && it->second == kBothMarks;
+}
+
+bool contains(const std::vector<PeerId>& ids, PeerId id) {
+  return std::find(ids.begin(), ids.end(), id) != ids.end();
+}
+
+}  // namespace
+
+ClusterControl::ClusterControl(PeerNetwork& network, Messenger& messenger,
+                               SnapshotBoard& snapshots, const LoopStatus& status)
+    : network_(network), messenger_(messenger), snapshots_(snapshots), status_(status) {}
+
+std::vector<PeerId> ClusterControl::others() const {
+  std::vector<PeerId> out = network_.members();
+  std::erase(out, network_.self());
+  return out;
+}
+
+void ClusterControl::request(const std::vector<PeerId>& to, const control::Message& message,
+                             std::uint64_t tag) {
+  messenger_.sendFromHost(to, Message{.tag = tag},
+                          Envelope{.route = Route::runtime, .control = control::encode(message)},
+                          false, seconds(1));
+}
+
+// ---- io thread ---------------------------------------------------------------------------------
+
+void ClusterControl::onMessage(Incoming message, std::vector<std::byte> bytes) {
+  control::Message decoded;
+  if (const std::error_code error = control::decode(bytes, decoded)) {
+    log::get("peer")->warn("peer {:016x}: dropping a malformed control message from {:016x}: {}",
+                           network_.self(), message.from, error.message());
+    return;
+  }
+  const PeerId from = message.from;
+  if (std::holds_alternative<control::StatusRequest>(decoded)) {
+    control::Status status{status_.training, status_.step, status_.totalSteps, false, 0};
+    {
+      std::lock_guard lock(mutex_);
+      status.expected = contains(startMembers_, from);
+      status.startMembers = static_cast<std::uint32_t>(startMembers_.size());
+    }
+    messenger_.sendFromHost(
+        std::span<const PeerId>(&from, 1), Message{.tag = message.tag},
+        Envelope{.route = Route::runtime, .control = control::encode(status)}, true, {});
+  } else if (auto* status = std::get_if<control::Status>(&decoded)) {
+    {
+      std::lock_guard lock(mutex_);
+      if (message.tag == statusTag_) statuses_[from] = *status;
+    }
+    wake();
+  } else if (auto* finished = std::get_if<control::Finished>(&decoded)) {
+    {
+      std::lock_guard lock(mutex_);
+      finishedMarks_[from] |= 1u << finished->channel;
+    }
+    wake();
+  } else if (auto* released = std::get_if<control::Released>(&decoded)) {
+    {
+      std::lock_guard lock(mutex_);
+      releasedMarks_[from] |= 1u << released->channel;
+    }
+    wake();
+  } else if (std::holds_alternative<control::PullModel>(decoded)) {
+    if (std::shared_ptr<const Snapshot> snapshot = snapshots_.pull(message))
+      answerPulls({message}, std::move(snapshot));
+  } else {  // control::Model: the answer to a pull
+    replies_.push(std::move(message));
+  }
+}
+
+void ClusterControl::answerPulls(const std::vector<Incoming>& pulls,
+                                 std::shared_ptr<const Snapshot> snapshot) {
+  for (const Incoming& pull : pulls) {
+    messenger_.sendFromHost(
+        std::span<const PeerId>(&pull.from, 1),
+        Message{.step = snapshot->step,
+                .tag = pull.tag,
+                .payloads = {snapshot->params},
+                .owner = snapshot},
+        Envelope{.route = Route::runtime, .control = control::encode(control::Model{})}, true, {});
+  }
+}
+
+void ClusterControl::wake() {
+  {
+    std::lock_guard lock(mutex_);
+    ++wakeups_;
+  }
+  changed_.notify_all();
+  replies_.wake();
+}
+
+void ClusterControl::stop() {
+  {
+    std::lock_guard lock(mutex_);
+    stopped_ = true;
+  }
+  changed_.notify_all();
+  replies_.close();
+}
+
+// ---- compute thread ----------------------------------------------------------------------------
+
+StartPlan ClusterControl::awaitStart(std::size_t minPeers, bool resumed, Clock::duration timeout,
+                                     const std::string& seeds) {
+  const Clock::time_point deadline = Clock::now() + timeout;
+  for (;;) {
+    const std::uint64_t seen = [&] {
+      std::lock_guard lock(mutex_);
+      return wakeups_;
+    }();
+    const std::vector<PeerId> members = network_.members();
+    const std::vector<PeerId> peers = others();
+    std::size_t expectedBy = 0;  // members the cluster started with, when it counted on us
+    StartPlan plan;
+    if (!peers.empty()) {
+      // Is the cluster already training, and did it count on this peer from the start?
+      for (const control::Status& status : askStatus(peers, seconds(1))) {
+        if (!status.training) continue;
+        // A peer resumed from its checkpoint was a member, but the others went on without it:
+        // it catches up with their step like a newcomer.
+        if (status.expected && !resumed) {
+          expectedBy = std::max<std::size_t>(expectedBy, status.startMembers);
+          continue;
+        }
+        plan.late = true;
+        plan.totalSteps = status.totalSteps;
+        plan.step = std::max(plan.step, status.step);
+      }
+      if (expectedBy > 0) {
+        if (members.size() >= expectedBy) return StartPlan{};
+      } else if (plan.late) {
+        return plan;
+      }
+    }
+    if (expectedBy == 0 && members.size() >= minPeers) return StartPlan{};
+    if (Clock::now() >= deadline)
+      GOSSAMER_THROW("only {} of the {} peers (--min-peers) joined within {} s; seeds: {}",
+                     members.size(), minPeers, duration_cast<seconds>(timeout).count(), seeds);
+    std::unique_lock lock(mutex_);
+    if (stopped_) GOSSAMER_THROW("peer {:016x} was stopped before training started",
+                                 network_.self());
+    // Wake on a membership change (wake()) or poll: a peer's status can change unannounced.
+    changed_.wait_for(lock, milliseconds(200), [&] { return stopped_ || wakeups_ != seen; });
+  }
+}
+
+std::vector<control::Status> ClusterControl::askStatus(const std::vector<PeerId>& peers,
+                                                       Clock::duration timeout) {
+  const std::uint64_t tag = tags_.fresh();
+  {
+    std::lock_guard lock(mutex_);
+    statusTag_ = tag;
+    statuses_.clear();
+  }
+  request(peers, control::StatusRequest{}, tag);
+  std::unique_lock lock(mutex_);
+  changed_.wait_for(lock, timeout, [&] {
+    return stopped_ || std::all_of(peers.begin(), peers.end(), [&](PeerId peer) {
+             return statuses_.count(peer) > 0 || !network_.isMember(peer);
+           });
+  });
+  std::vector<control::Status> out;
+  for (const auto& [peer, status] : statuses_) out.push_back(status);
+  statusTag_ = 0;
+  return out;
+}
+
+void ClusterControl::startedWith(std::vector<PeerId> members) {
+  std::lock_guard lock(mutex_);
+  startMembers_ = std::move(members);
+}
+
+void ClusterControl::announce(Barrier barrier, const std::vector<PeerId>& to,
+                              Clock::duration wait) {
+  const Message mark{.step = status_.step};
+  // One mark per link, each behind everything this thread sent on it.
+  for (const net::Channel channel : {net::Channel::control, net::Channel::data}) {
+    const auto index = static_cast<std::uint8_t>(channel);
+    const control::Message what = barrier == Barrier::released
+                                      ? control::Message{control::Released{index}}
+                                      : control::Message{control::Finished{index}};
+    messenger_.send(to, mark,
+                    Envelope{.route = Route::runtime,
+                             .control = control::encode(what),
+                             .channel = channel},
+                    wait);
+  }
+}
+
+bool ClusterControl::hasFinished(PeerId peer) const {
+  std::lock_guard lock(mutex_);
+  return hasBothMarks(finishedMarks_, peer);
+}
+
+bool ClusterControl::hasReleased(PeerId peer) const {
+  std::lock_guard lock(mutex_);
+  return hasBothMarks(releasedMarks_, peer);
+}
+
+bool ClusterControl::await(Barrier barrier, Clock::duration timeout) {
+  std::unique_lock lock(mutex_);
+  const bool all = changed_.wait_for(lock, timeout, [&] {
+    if (stopped_) return true;
+    for (PeerId peer : network_.members()) {  // the view's lock, inside ours (see the header)
+      if (peer == network_.self()) continue;
+      if (!hasBothMarks(barrier == Barrier::released ? releasedMarks_ : finishedMarks_, peer))
+        return false;
+    }
+    return true;
+  });
+  if (!all)
+    log::get("peer")->warn("peer {:016x}: not every member {} within {} s; going on",
+                           network_.self(),
+                           barrier == Barrier::released ? "released the others" : "finished training",
+                           duration_cast<seconds>(timeout).count());
+  return all;
+}
+
+std::optional<Incoming> ClusterControl::pullModel(PeerId from, Clock::duration timeout) {
+  GatherResult got = pullModels({from}, timeout);
+  if (got.messages.empty()) return std::nullopt;
+  return std::move(got.messages.front());
+}
+
+GatherResult ClusterControl::pullModels(const std::vector<PeerId>& from, Clock::duration timeout) {
+  const std::uint64_t tag = tags_.fresh();
+  request(from, control::PullModel{}, tag);
+  return gather(replies_, from, tag, Clock::now() + timeout, [this](PeerId peer) {
+    return peer != network_.self() && !network_.isMember(peer);
+  });
+}
+
+}  // namespace gossamer::engine::runtime

@@ -1,0 +1,114 @@
+// The peer runtime's own protocol between peers (route `runtime`, messages of control.capnp):
+//
+//   status         "are you training, at which step of how many, and did you start with me?"
+//                  A starting peer asks every member: one that the cluster started with waits
+//                  until its view holds all of them (the same member list gives every peer the
+//                  same shards and graph); one that finds the cluster training joins late.
+//   finished       "my training loop is over", sent once on each link (control and data) behind
+//                  everything the sender's compute thread sent on it: once both marks are in,
+//                  everything it sent is in the inbox. The finish barrier waits for every live
+//                  member's; a gather stops waiting for a peer that finished.
+//   released       "I have what I need from the others (their final models): they may leave".
+//   pull / model   a copy of the receiver's params at its next step boundary (SnapshotBoard),
+//                  for a joiner and for the final consensus.
+//
+// Replies to the runtime's own requests go to a queue of their own, never to the algorithm's
+// inbox. Threading: onMessage() on the io thread; wake() on any thread; everything else on the
+// compute thread. Lock order: mutex_ may be held while the view is read (PeerNetwork's lock), never
+// the other way round.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "engine/runtime/control_codec.h"
+#include "engine/runtime/message_queue.h"
+#include "engine/runtime/messenger.h"
+#include "engine/runtime/network.h"
+#include "engine/runtime/peer_state.h"
+#include "engine/runtime/snapshots.h"
+
+namespace gossamer::engine::runtime {
+
+// How this peer starts training: with the others (fresh), or joining a cluster that is already
+// training (late), whose total steps and current step it then takes.
+struct StartPlan {
+  bool late = false;
+  std::uint64_t totalSteps = 0;
+  std::uint64_t step = 0;
+};
+
+class ClusterControl {
+ public:
+  ClusterControl(PeerNetwork& network, Messenger& messenger, SnapshotBoard& snapshots,
+                 const LoopStatus& status);
+
+  // Io thread: a message of the runtime's route.
+  void onMessage(Incoming message, std::vector<std::byte> control);
+  // Any thread: waits re-check their conditions (a membership change).
+  void wake();
+  // Any thread: every wait ends now and later ones return at once (kill, shutdown).
+  void stop();
+
+  // ---- compute thread ----
+  // Waits until training can start (see the header comment): `minPeers` members, or the members
+  // an initial member was expected with, or a cluster already training. A peer resumed from a
+  // checkpoint catches up like a newcomer. Throws gossamer::Error after `timeout`, naming how
+  // many joined and `seeds`, or when stopped.
+  StartPlan awaitStart(std::size_t minPeers, bool resumed, Clock::duration timeout,
+                       const std::string& seeds);
+  // The members this peer starts training with (answers `expected` to them).
+  void startedWith(std::vector<PeerId> members);
+
+  // The end-of-run barriers.
+  enum class Barrier { finished, released };
+  void announce(Barrier barrier, const std::vector<PeerId>& to, Clock::duration wait);
+  // Waits until every live member but this peer has announced `barrier`, or `timeout`; false on
+  // timeout (logged).
+  bool await(Barrier barrier, Clock::duration timeout);
+  bool hasFinished(PeerId peer) const;
+  bool hasReleased(PeerId peer) const;
+
+  // `from`'s params at its next step boundary (payload 0, the step in `step`), or nullopt when
+  // none came within `timeout` (or `from` left). Counts the wait in `status`.
+  std::optional<Incoming> pullModel(PeerId from, Clock::duration timeout);
+  // The same from several peers at once (the final consensus).
+  GatherResult pullModels(const std::vector<PeerId>& from, Clock::duration timeout);
+
+  // Any thread: answers pulls with `snapshot` (sent from it in place, no copy).
+  void answerPulls(const std::vector<Incoming>& pulls, std::shared_ptr<const Snapshot> snapshot);
+
+  MessageQueue& replies() { return replies_; }
+
+ private:
+  void request(const std::vector<PeerId>& to, const control::Message& message, std::uint64_t tag);
+  // The status of each of `peers` that answers within `timeout`.
+  std::vector<control::Status> askStatus(const std::vector<PeerId>& peers,
+                                         Clock::duration timeout);
+  std::vector<PeerId> others() const;
+
+  PeerNetwork& network_;
+  Messenger& messenger_;
+  SnapshotBoard& snapshots_;
+  const LoopStatus& status_;
+  MessageQueue replies_;
+  TagSource tags_;
+  mutable std::mutex mutex_;
+  std::condition_variable changed_;
+  std::vector<PeerId> startMembers_;
+  std::map<PeerId, unsigned> finishedMarks_;  // bit c: the mark of channel c came
+  std::map<PeerId, unsigned> releasedMarks_;  // the same for the released marks
+  std::uint64_t statusTag_ = 0;  // of the status request in flight
+  std::map<PeerId, control::Status> statuses_;
+  std::uint64_t wakeups_ = 0;  // counts wake(): a wait returns when the view may have changed
+  bool stopped_ = false;
+};
+
+}  // namespace gossamer::engine::runtime

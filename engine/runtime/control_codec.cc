@@ -1,0 +1,76 @@
+#include "engine/runtime/control_codec.h"
+
+#include <capnp/message.h>
+
+#include "engine/runtime/control.capnp.h"
+#include "net/wire/flat.h"
+
+namespace gossamer::engine::runtime::control {
+namespace {
+
+namespace s = ::gossamer::engine::runtime::schema;
+
+template <typename... F>
+struct Overloaded : F... {
+  using F::operator()...;
+};
+template <typename... F>
+Overloaded(F...) -> Overloaded<F...>;
+
+Message toMessage(s::Control::Reader r) {
+  switch (r.which()) {
+    case s::Control::STATUS_REQUEST:
+      return StatusRequest{};
+    case s::Control::STATUS: {
+      auto status = r.getStatus();
+      return Status{status.getTraining(), status.getStep(), status.getTotalSteps(),
+                    status.getExpected(), status.getStartMembers()};
+    }
+    case s::Control::FINISHED: {
+      const std::uint8_t channel = r.getFinished().getChannel();
+      if (channel > 1) throw net::wire::Malformed{};
+      return Finished{channel};
+    }
+    case s::Control::RELEASED: {
+      const std::uint8_t channel = r.getReleased().getChannel();
+      if (channel > 1) throw net::wire::Malformed{};
+      return Released{channel};
+    }
+    case s::Control::PULL_MODEL:
+      return PullModel{};
+    case s::Control::MODEL:
+      return Model{};
+  }
+  throw net::wire::Malformed{};  // a union member from a newer schema
+}
+
+}  // namespace
+
+std::vector<std::byte> encode(const Message& message) {
+  capnp::MallocMessageBuilder builder(16);
+  auto root = builder.initRoot<s::Control>();
+  std::visit(Overloaded{
+                 [&](const StatusRequest&) { root.setStatusRequest(); },
+                 [&](const Status& v) {
+                   auto status = root.initStatus();
+                   status.setTraining(v.training);
+                   status.setStep(v.step);
+                   status.setTotalSteps(v.totalSteps);
+                   status.setExpected(v.expected);
+                   status.setStartMembers(v.startMembers);
+                 },
+                 [&](const Finished& v) { root.initFinished().setChannel(v.channel); },
+                 [&](const Released& v) { root.initReleased().setChannel(v.channel); },
+                 [&](const PullModel&) { root.setPullModel(); },
+                 [&](const Model&) { root.setModel(); },
+             },
+             message);
+  return net::wire::flatten(builder);
+}
+
+std::error_code decode(std::span<const std::byte> bytes, Message& out) {
+  return net::wire::readFlat<s::Control>(bytes,
+                                         [&](s::Control::Reader root) { out = toMessage(root); });
+}
+
+}  // namespace gossamer::engine::runtime::control

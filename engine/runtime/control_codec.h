@@ -1,0 +1,48 @@
+// The runtime's control messages (engine/runtime/control.capnp) as plain C++ values, and their
+// encoding. Decoding treats the bytes as hostile (net/wire/flat.h's limits) and never throws.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <system_error>
+#include <variant>
+#include <vector>
+
+namespace gossamer::engine::runtime::control {
+
+struct StatusRequest {
+  friend bool operator==(const StatusRequest&, const StatusRequest&) = default;
+};
+struct Status {
+  bool training = false;
+  std::uint64_t step = 0;
+  std::uint64_t totalSteps = 0;
+  bool expected = false;
+  std::uint32_t startMembers = 0;
+  friend bool operator==(const Status&, const Status&) = default;
+};
+// Finished and Released are marks sent once per link (channel 0: control, 1: data).
+struct Finished {
+  std::uint8_t channel = 0;
+  friend bool operator==(const Finished&, const Finished&) = default;
+};
+struct Released {
+  std::uint8_t channel = 0;
+  friend bool operator==(const Released&, const Released&) = default;
+};
+struct PullModel {
+  friend bool operator==(const PullModel&, const PullModel&) = default;
+};
+struct Model {
+  friend bool operator==(const Model&, const Model&) = default;
+};
+
+using Message = std::variant<StatusRequest, Status, Finished, Released, PullModel, Model>;
+
+std::vector<std::byte> encode(const Message& message);
+// net::Errc::malformedMessage for anything but one well-formed message (an unknown union member,
+// a channel above 1, bad framing).
+std::error_code decode(std::span<const std::byte> bytes, Message& out);
+
+}  // namespace gossamer::engine::runtime::control

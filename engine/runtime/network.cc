@@ -1,0 +1,186 @@
+#include "engine/runtime/network.h"
+
+#include <random>
+
+#include <asio/co_spawn.hpp>
+
+#include "engine/base/enforce.h"
+#include "engine/base/log.h"
+#include "net/inproc/inproc_transport.h"
+#include "net/shaped/shaped_transport.h"
+#include "net/tcp/tcp_transport.h"
+
+namespace gossamer::engine::runtime {
+
+PeerNetwork::PeerNetwork(NetworkConfig config, PeerId self)
+    : config_(std::move(config)), self_(self), work_(asio::make_work_guard(io_)) {
+  if (config_.secret.empty()) {
+    // Nobody outside this process can know it: a cluster of one, or of peers sharing a config.
+    std::random_device random;
+    for (int i = 0; i < 32; ++i) config_.secret.push_back(static_cast<std::byte>(random()));
+  }
+}
+
+PeerNetwork::~PeerNetwork() { shutdown(); }
+
+void PeerNetwork::shutdown() {
+  stop(false);
+  if (thread_.joinable()) {
+    runOn(io_, [this] {
+      membership_.reset();
+      std::unique_ptr<net::Mesh> mesh;
+      {
+        std::lock_guard lock(viewMutex_);
+        for (std::size_t kind = 0; kind < net::kTrafficKinds; ++kind)
+          if (mesh_) finalTraffic_[kind] = mesh_->counters(static_cast<net::Traffic>(kind));
+        mesh = std::move(mesh_);
+      }
+      mesh.reset();
+      transport_.reset();
+      return 0;
+    });
+    work_.reset();
+    io_.stop();
+    thread_.join();
+  }
+  // Coroutines suspended on the io_context die with it; what they held goes back to its pools.
+}
+
+std::unique_ptr<net::Transport> PeerNetwork::makeTransport(std::uint64_t seed) {
+  const NetworkConfig& n = config_;
+  std::unique_ptr<net::Transport> transport;
+  if (n.transport == "inproc") {
+    transport = net::inproc::makeTransport(io_, n.hub ? n.hub : net::inproc::makeHub());
+  } else if (n.transport == "ibverbs") {
+    transport = makeRdmaTransport(io_, n.rdma, net::Limits{});  // throws naming what is missing
+  } else {
+    GOSSAMER_ENFORCE(n.transport == "tcp", "unknown transport '{}' (use tcp, ibverbs or inproc)",
+                     n.transport);
+    transport = net::tcp::makeTransport(io_);
+  }
+  if ((n.profile && n.profile->name() != "lan") || n.partitions) {
+    net::shaped::Options shaping;
+    if (n.profile) shaping.profile = *n.profile;
+    shaping.selfIndex = n.profileIndex;
+    shaping.indexOf = n.indexOf;
+    shaping.seed = net::shaped::mixSeed(seed, n.profileIndex);
+    transport = net::shaped::makeTransport(std::move(transport), std::move(shaping), n.partitions);
+  }
+  return transport;
+}
+
+std::error_code PeerNetwork::startOnIo(Handlers& handlers, net::wire::ModelFingerprint model,
+                                       std::uint64_t seed) {
+  const NetworkConfig& n = config_;
+  transport_ = makeTransport(seed);
+  if (handlers.registerMemory) handlers.registerMemory(*transport_);
+  net::MeshOptions meshOptions;
+  meshOptions.handshake.clusterId = n.clusterId;
+  meshOptions.handshake.peerId = self_;
+  meshOptions.handshake.secret = n.secret;
+  meshOptions.handshake.model = std::move(model);
+  meshOptions.advertise = n.advertise;
+  {
+    std::lock_guard lock(viewMutex_);
+    mesh_ = std::make_unique<net::Mesh>(io_, *transport_, meshOptions);
+  }
+  mesh_->setEnvelopeTarget(std::move(handlers.target));
+  mesh_->onEnvelope([this, handler = std::move(handlers.envelope)](
+                        const net::Remote& from, net::wire::EnvelopeHeader header,
+                        std::vector<net::Payload> payloads) {
+    {
+      std::lock_guard lock(viewMutex_);
+      heardFrom_[from.peerId] = from.listen;
+    }
+    handler(from, std::move(header), std::move(payloads));
+  });
+  // Over an emulated WAN, failure detection must allow for its round trips.
+  const net::membership::Options membershipOptions =
+      n.profile ? n.membership.forRoundTrip(n.profile->maxRoundTrip()) : n.membership;
+  membership_ = net::membership::makeService(
+      io_, *mesh_, net::membership::Config{n.seeds, membershipOptions, seed ^ self_});
+  membership_->onEvent([this, changed = std::move(handlers.membershipChanged)](
+                           const net::membership::Event& event) {
+    {
+      std::lock_guard lock(viewMutex_);
+      view_ = membership_->view();
+    }
+    epoch_ = event.epoch;
+    changed(event);
+  });
+  if (const std::error_code e = mesh_->listen(n.listen)) return e;
+  endpoint_ = mesh_->localEndpoint();
+  membership_->start();
+  // In order with the membership events (they run on this thread too).
+  std::lock_guard lock(viewMutex_);
+  view_ = membership_->view();
+  return {};
+}
+
+void PeerNetwork::start(Handlers handlers, net::wire::ModelFingerprint model, std::uint64_t seed) {
+  thread_ = std::thread([this] { io_.run(); });
+  std::error_code error;
+  try {
+    error = runOn(io_, [&] { return startOnIo(handlers, std::move(model), seed); });
+  } catch (...) {
+    stop(false);
+    throw;
+  }
+  if (error) {
+    stop(false);
+    GOSSAMER_THROW("cannot listen on {}: {}", config_.listen.str(), error.message());
+  }
+}
+
+void PeerNetwork::stop(bool graceful) {
+  std::call_once(stopped_, [&] {
+    if (!thread_.joinable()) return;
+    if (graceful && membership_) {
+      std::promise<void> left;
+      asio::co_spawn(io_, membership_->leave(std::chrono::milliseconds(2000)),
+                     [&left](std::exception_ptr) { left.set_value(); });
+      left.get_future().wait();
+    }
+    runOn(io_, [this] {
+      if (membership_) membership_->stop();
+      if (mesh_) mesh_->close();
+      return 0;
+    });
+  });
+}
+
+net::membership::View PeerNetwork::view() const {
+  std::lock_guard lock(viewMutex_);
+  return view_;
+}
+
+std::vector<PeerId> PeerNetwork::members() const {
+  std::lock_guard lock(viewMutex_);
+  return view_.ids();
+}
+
+bool PeerNetwork::isMember(PeerId peer) const {
+  std::lock_guard lock(viewMutex_);
+  return view_.contains(peer);
+}
+
+std::optional<net::Endpoint> PeerNetwork::addressOf(PeerId peer) const {
+  std::lock_guard lock(viewMutex_);
+  if (const net::membership::Member* m = view_.find(peer)) return m->address;
+  if (const auto it = heardFrom_.find(peer); it != heardFrom_.end()) return it->second;
+  return std::nullopt;
+}
+
+net::TrafficCounters PeerNetwork::traffic(net::Traffic kind) const {
+  std::lock_guard lock(viewMutex_);
+  return mesh_ ? mesh_->counters(kind) : finalTraffic_[static_cast<std::size_t>(kind)];
+}
+
+asio::awaitable<std::error_code> PeerNetwork::send(
+    net::Endpoint to, net::Channel channel, std::shared_ptr<const net::EncodedEnvelope> envelope,
+    std::vector<std::span<const std::byte>> payloads) {
+  co_return co_await mesh_->sendEnvelope(std::move(to), channel, std::move(envelope),
+                                         std::move(payloads), config_.connectTimeout);
+}
+
+}  // namespace gossamer::engine::runtime

@@ -1,0 +1,123 @@
+// The network side of one peer: its io thread, and on it the transport (optionally inside the
+// emulated network of net/shaped), the mesh of authenticated links and the membership service;
+// and the membership view as any thread may read it.
+//
+// Threading: start() and stop() from a thread other than the io thread (they wait for it). The
+// handlers given to start() run on the io thread. view(), members(), isMember(), addressOf(),
+// epoch() and traffic() are thread-safe; send() is an io-thread coroutine.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <system_error>
+#include <thread>
+#include <vector>
+
+#include <asio/awaitable.hpp>
+#include <asio/executor_work_guard.hpp>
+#include <asio/io_context.hpp>
+
+#include "engine/algorithm.h"
+#include "engine/runtime/config.h"
+#include "net/mesh/mesh.h"
+#include "net/membership/membership.h"
+
+namespace gossamer::engine::runtime {
+
+class PeerNetwork {
+ public:
+  // What the peer does with the network's events (io thread).
+  struct Handlers {
+    net::EnvelopeTarget target;  // where an envelope's payloads land
+    net::EnvelopeHandler envelope;
+    std::function<void(const net::membership::Event&)> membershipChanged;  // after the view
+    std::function<void(net::Transport&)> registerMemory;  // once, before listening
+  };
+
+  PeerNetwork(NetworkConfig config, PeerId self);
+  // shutdown().
+  ~PeerNetwork();
+  PeerNetwork(const PeerNetwork&) = delete;
+  PeerNetwork& operator=(const PeerNetwork&) = delete;
+
+  // Starts the io thread, makes the transport, listens and starts joining by the seeds, as a peer
+  // of the model `model` (peers of other models are refused) whose run is seeded by `seed`.
+  // Throws gossamer::Error when the transport cannot be made or cannot listen (the io thread is
+  // then stopped again).
+  void start(Handlers handlers, net::wire::ModelFingerprint model, std::uint64_t seed);
+  // Leaves the cluster gracefully (members record `left`) when `graceful`, then closes every
+  // link; later sends fail. Idempotent; the first call decides.
+  void stop(bool graceful);
+  // Stops (as a crash would, if stop() was not called), destroys the transport, the mesh and the
+  // membership service, and joins the io thread: after it no handler runs. Idempotent.
+  void shutdown();
+
+  asio::io_context& io() { return io_; }
+  PeerId self() const { return self_; }
+  net::Endpoint endpoint() const { return endpoint_; }
+
+  // Any thread.
+  net::membership::View view() const;
+  std::vector<PeerId> members() const;  // the view's ids, sorted
+  bool isMember(PeerId peer) const;
+  std::uint64_t epoch() const { return epoch_; }
+  // Where `peer` listens: its member address, or for a peer that wrote to us before its
+  // membership reached us, the address it authenticated with (a reply must still find it).
+  std::optional<net::Endpoint> addressOf(PeerId peer) const;
+  net::TrafficCounters traffic(net::Traffic kind) const;
+
+  // Io thread: sends an encoded envelope to the peer listening at `to`.
+  asio::awaitable<std::error_code> send(net::Endpoint to, net::Channel channel,
+                                        std::shared_ptr<const net::EncodedEnvelope> envelope,
+                                        std::vector<std::span<const std::byte>> payloads);
+
+ private:
+  std::unique_ptr<net::Transport> makeTransport(std::uint64_t seed);
+  // Io thread.
+  std::error_code startOnIo(Handlers& handlers, net::wire::ModelFingerprint model,
+                            std::uint64_t seed);
+
+  NetworkConfig config_;
+  PeerId self_;
+  asio::io_context io_;
+  asio::executor_work_guard<asio::io_context::executor_type> work_;
+  std::thread thread_;
+  // Made, used and destroyed on the io thread (the mesh pointer also under viewMutex_, for
+  // traffic() on other threads; its last counters stay readable after shutdown()).
+  std::unique_ptr<net::Transport> transport_;
+  std::unique_ptr<net::Mesh> mesh_;
+  std::unique_ptr<net::membership::Service> membership_;
+  net::Endpoint endpoint_;
+  mutable std::mutex viewMutex_;  // leaf: guards view_, heardFrom_, mesh_ (pointer), finalTraffic_
+  std::array<net::TrafficCounters, net::kTrafficKinds> finalTraffic_{};
+  net::membership::View view_;
+  std::map<PeerId, net::Endpoint> heardFrom_;
+  std::atomic<std::uint64_t> epoch_{0};
+  std::once_flag stopped_;
+};
+
+// Runs `f` on `io`'s thread and returns its result (or rethrows its exception). Not from the io
+// thread itself.
+template <typename F>
+auto runOn(asio::io_context& io, F f) -> decltype(f());
+
+}  // namespace gossamer::engine::runtime
+
+#include <future>
+
+#include <asio/post.hpp>
+
+template <typename F>
+auto gossamer::engine::runtime::runOn(asio::io_context& io, F f) -> decltype(f()) {
+  std::packaged_task<decltype(f())()> task(std::move(f));
+  auto result = task.get_future();
+  asio::post(io, [&task] { task(); });
+  return result.get();
+}
