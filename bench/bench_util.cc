@@ -110,7 +110,7 @@ std::unique_ptr<kernels::Compute> makeBenchCompute(std::string_view device,
   fallbackReason->clear();
   if (device == "cuda") {
     std::unique_ptr<kernels::Compute> compute =
-        engine::makeCompute(kernels::Device::kCuda, fallbackReason);
+        engine::makeCompute(engine::DeviceChoice::kAuto, fallbackReason);
     if (compute->device() == kernels::Device::kCuda) return compute;
     if (fallbackReason->empty()) *fallbackReason = "the CUDA backend is not available";
   }

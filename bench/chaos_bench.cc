@@ -155,7 +155,7 @@ class ChaosRun {
         registry_(registry),
         data_(std::move(data)),
         partitions_(std::make_shared<net::shaped::Partitions>()),
-        configs_(baseConfig(o, totalSteps, checkpoints, partitions_)),
+        configs_(baseConfig(o, totalSteps, checkpoints, partitions_), registry),
         totalSteps_(totalSteps) {}
 
   ~ChaosRun() {

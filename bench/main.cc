@@ -7,6 +7,9 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "engine/base/enforce.h"
+#include "engine/base/log.h"
+
 #include "bench/benchmarks.h"
 #include "engine/base/config.h"
 
@@ -26,6 +29,11 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
     return app.exit(error);
+  } catch (const gossamer::Error& error) {
+    fmt::print(stderr, "gossamer-bench: {}\n", error.what());
+    if (!error.where().empty())
+      gossamer::log::get("bench")->debug("that error was raised at {}", error.where());
+    return 1;
   } catch (const std::exception& error) {
     fmt::print(stderr, "gossamer-bench: {}\n", error.what());
     return 1;

@@ -57,7 +57,7 @@ constexpr int kSocketBufferBytes = 4 << 20;
 struct TransportBenchOptions {
   CommonOptions common;
   std::string transport = "tcp";
-  engine::RdmaOptions rdma;
+  engine::OptionValues rdma;  // the ibverbs transport's options (net/ibverbs Options::bind)
   std::size_t bulkBytes = 64u << 20;
   int bulkRounds = 20;
   int rttRounds = 5000;
@@ -326,16 +326,17 @@ void runTransport(const TransportBenchOptions& o) {
 
 // The RDMA transport next to the TCP transport, both measured by the same code in this run.
 void runRdma(const TransportBenchOptions& o) {
+  const engine::Registry registry = engine::makeBuiltinRegistry();
+  const engine::TransportSpec& spec = registry.transports.get("ibverbs");
   std::string reason;
-  if (!engine::rdmaViable(&reason, o.rdma))
+  if (!spec.viable(o.rdma, &reason))
     GOSSAMER_THROW("--transport ibverbs: {}", reason);  // e.g. "no RDMA device found (...)"
-  const MakeTransport rdma = [&o](asio::io_context& io) {
-    return engine::makeRdmaTransport(io, o.rdma, net::Limits{});
+  const MakeTransport rdma = [maker = spec.prepare(o.rdma)](asio::io_context& io) {
+    return maker(engine::TransportEnvironment{io, {}});
   };
   const double gib = static_cast<double>(o.bulkBytes) / 1e9;
-  fmt::print("transport ibverbs ({}{}) on this host's RDMA loopback, bulk buffers registered\n",
-             o.rdma.device.empty() ? "first active device" : o.rdma.device,
-             o.rdma.busyPoll ? ", busy polling" : "");
+  fmt::print("transport ibverbs ({}) on this host's RDMA loopback, bulk buffers registered\n",
+             o.rdma.empty() ? "first active device" : engine::formatOptionList(o.rdma));
   fmt::print("baseline: the tcp transport on 127.0.0.1, same code, same run\n\n");
   std::vector<double> rdmaBulkTimes, tcpBulkTimes, rdmaRttTimes, tcpRttTimes;
   for (int pass = 0; pass < 2; ++pass) {
@@ -397,18 +398,18 @@ void addTransportCommand(CLI::App& app) {
   command->add_option("--transport", options->transport, "the transport measured")
       ->check(CLI::IsMember({"tcp", "ibverbs"}))
       ->capture_default_str();
-  command->add_option("--rdma-device", options->rdma.device,
-                      "RDMA device (ibverbs); default: the first with an active port");
-  command->add_option("--rdma-port", options->rdma.port, "its port; 0: the first active one")
-      ->check(CLI::Range(0, 255))
-      ->capture_default_str();
-  command
-      ->add_option("--rdma-gid-index", options->rdma.gidIndex,
-                   "GID index; -1: LID on InfiniBand, the first GID in use on RoCE")
-      ->check(CLI::Range(-1, 255))
-      ->capture_default_str();
-  command->add_flag("--rdma-busy-poll", options->rdma.busyPoll,
-                    "poll completions on the io threads instead of waiting for events");
+  auto rdmaFlag = [&](const char* flag, const char* key, const char* help) {
+    return command->add_option_function<std::string>(
+        flag, [options, key](const std::string& value) { options->rdma[key] = value; }, help);
+  };
+  rdmaFlag("--rdma-device", "device", "RDMA device (ibverbs); default: the first with an active port");
+  rdmaFlag("--rdma-port", "port", "its port; 0: the first active one")->check(CLI::Range(0, 255));
+  rdmaFlag("--rdma-gid-index", "gid-index",
+           "GID index; -1: LID on InfiniBand, the first GID in use on RoCE")
+      ->check(CLI::Range(-1, 255));
+  command->add_flag_callback(
+      "--rdma-busy-poll", [options] { options->rdma["busy-poll"] = "true"; },
+      "poll completions on the io threads instead of waiting for events");
   command->add_option("--bulk-bytes", options->bulkBytes, "payload of the one-way transfer")
       ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 30))
       ->capture_default_str();

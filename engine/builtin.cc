@@ -17,9 +17,9 @@
 #endif
 #include "net/limits.h"
 #include "net/transport.h"
-#if GOSSAMER_HAVE_IBVERBS
-#include "net/ibverbs/ibverbs_transport.h"
-#endif
+#include "net/ibverbs/ibverbs_transport.h"  // its Options; the transport itself when built
+#include "net/inproc/inproc_transport.h"
+#include "net/tcp/tcp_transport.h"
 
 namespace gossamer::engine {
 namespace {
@@ -85,6 +85,58 @@ void addTopologies(Registry& registry) {
   }
 }
 
+// ---- transports: one line each; a new backend adds its own ----
+
+TransportMaker tcpTransport(const net::tcp::Options& options) {
+  return [options](const TransportEnvironment& env) { return net::tcp::makeTransport(env.io, options); };
+}
+
+// One hub per maker: the peers given this maker reach each other, nobody else.
+TransportMaker inprocTransport(const net::inproc::Options& options) {
+  return [options, hub = net::inproc::makeHub()](const TransportEnvironment& env) {
+    return net::inproc::makeTransport(env.io, hub, options);
+  };
+}
+
+#if GOSSAMER_HAVE_IBVERBS
+// A CUDA peer's device memory is registered with the RDMA device (GPUDirect) or staged through
+// registered host memory, as the transport finds the driver able.
+TransportMaker ibverbsTransport(const net::ibverbs::Options& options) {
+  return [options](const TransportEnvironment& env) {
+    net::ibverbs::Options withMemory = options;
+    withMemory.deviceMemory = env.deviceMemory;
+    return net::ibverbs::makeTransport(env.io, withMemory);
+  };
+}
+bool ibverbsViable(const net::ibverbs::Options& options, std::string* reason) {
+  return net::ibverbs::isViable(reason, options);
+}
+#else
+constexpr const char* kNoIbverbs =
+    "this build has no RDMA transport (configured with GOSSAMER_WITH_IBVERBS=OFF, or "
+    "libibverbs-dev was missing)";
+// Registered all the same, so that --transport ibverbs names the reason instead of "unknown".
+TransportMaker ibverbsTransport(const net::ibverbs::Options&) {
+  return [](const TransportEnvironment&) -> std::unique_ptr<net::Transport> {
+    GOSSAMER_THROW("the RDMA transport is unavailable: {}", kNoIbverbs);
+  };
+}
+bool ibverbsViable(const net::ibverbs::Options&, std::string* reason) {
+  if (reason != nullptr) *reason = kNoIbverbs;
+  return false;
+}
+#endif
+
+void addTransports(Registry& registry) {
+  registry.transports.add("tcp", "TCP, between processes and machines",
+                          transportSpec<net::tcp::Options>({"127.0.0.1", 0}, tcpTransport));
+  registry.transports.add("inproc", "in-process, between the peers of one process",
+                          transportSpec<net::inproc::Options>({"inproc", 0}, inprocTransport));
+  registry.transports.add(
+      "ibverbs", "RDMA (libibverbs), between machines with an RDMA device",
+      transportSpec<net::ibverbs::Options>({"127.0.0.1", 0}, ibverbsTransport, ibverbsViable));
+}
+
 }  // namespace
 
 Registry makeBuiltinRegistry() {
@@ -92,84 +144,64 @@ Registry makeBuiltinRegistry() {
   addModels(registry);
   addDatasets(registry);
   addTopologies(registry);
+  addTransports(registry);
   return registry;
 }
 
-kernels::Device parseDevice(const std::string& name) {
-  if (name == "cpu") return kernels::Device::kCpu;
-  if (name == "cuda") return kernels::Device::kCuda;
-  GOSSAMER_THROW("unknown device '{}' (use cpu or cuda)", name);
+DeviceChoice parseDevice(const std::string& name) {
+  if (name == "auto") return DeviceChoice::kAuto;
+  if (name == "cpu") return DeviceChoice::kCpu;
+  if (name == "cuda") return DeviceChoice::kCuda;
+  GOSSAMER_THROW("unknown device '{}' (use auto, cpu or cuda)", name);
 }
 
-std::unique_ptr<kernels::Compute> makeCompute(kernels::Device device, std::string* fallbackReason) {
-  std::string reason;
-  if (device == kernels::Device::kCuda) {
+const char* deviceChoiceName(DeviceChoice choice) {
+  switch (choice) {
+    case DeviceChoice::kAuto:
+      return "auto";
+    case DeviceChoice::kCpu:
+      return "cpu";
+    case DeviceChoice::kCuda:
+      return "cuda";
+  }
+  return "?";
+}
+
+bool cudaUsable(std::string* reason) {
 #if GOSSAMER_HAVE_CUDA
-    if (kernels::cuda::isViable(&reason)) {
-      if (fallbackReason != nullptr) fallbackReason->clear();
-      return kernels::cuda::makeCompute();
-    }
+  return kernels::cuda::isViable(reason);
 #else
-    reason = "this build has no CUDA backend (configured with GOSSAMER_WITH_CUDA=OFF or no nvcc)";
-#endif
-    log::get("kernels")->warn("CUDA requested but unavailable: {}; falling back to the CPU", reason);
-  }
-  if (fallbackReason != nullptr) *fallbackReason = reason;
-  return kernels::cpu::makeCompute({.blasThreads = 1});
-}
-
-// ---- the RDMA transport ----
-
-namespace {
-
-#if GOSSAMER_HAVE_IBVERBS
-net::ibverbs::Options ibverbsOptions(const RdmaOptions& rdma, const net::Limits& limits) {
-  net::ibverbs::Options options;
-  options.limits = limits;
-  options.device = rdma.device;
-  options.port = rdma.port;
-  options.gidIndex = rdma.gidIndex;
-  options.busyPoll = rdma.busyPoll;
-  if (rdma.isDeviceMemory && rdma.compute != nullptr) {
-    kernels::Compute* compute = rdma.compute;
-    options.deviceMemory.isDevice = rdma.isDeviceMemory;
-    options.deviceMemory.copyToHost = [compute](void* dst, const void* src, std::size_t n) {
-      compute->copyToHost(dst, src, n);
-    };
-    options.deviceMemory.copyToDevice = [compute](void* dst, const void* src, std::size_t n) {
-      compute->copyToDevice(dst, src, n);
-    };
-  }
-  return options;
-}
-#else
-constexpr const char* kNoIbverbs =
-    "this build has no RDMA transport (configured with GOSSAMER_WITH_IBVERBS=OFF, or "
-    "libibverbs-dev was missing)";
-#endif
-
-}  // namespace
-
-bool rdmaViable(std::string* reason, const RdmaOptions& options) {
-#if GOSSAMER_HAVE_IBVERBS
-  return net::ibverbs::isViable(reason, ibverbsOptions(options, net::Limits{}));
-#else
-  (void)options;
-  if (reason != nullptr) *reason = kNoIbverbs;
+  if (reason != nullptr)
+    *reason = "this build has no CUDA backend (configured with GOSSAMER_WITH_CUDA=OFF or no nvcc)";
   return false;
 #endif
 }
 
-std::unique_ptr<net::Transport> makeRdmaTransport(asio::io_context& io, const RdmaOptions& options,
-                                                  const net::Limits& limits) {
-#if GOSSAMER_HAVE_IBVERBS
-  return net::ibverbs::makeTransport(io, ibverbsOptions(options, limits));
-#else
-  (void)io;
-  (void)options;
-  (void)limits;
-  GOSSAMER_THROW("the RDMA transport is unavailable: {}", kNoIbverbs);
+std::unique_ptr<kernels::Compute> makeCompute(DeviceChoice choice, std::string* fallbackReason) {
+  if (fallbackReason != nullptr) fallbackReason->clear();
+  if (choice != DeviceChoice::kCpu) {
+    std::string reason;
+    if (cudaUsable(&reason)) {
+#if GOSSAMER_HAVE_CUDA
+      return kernels::cuda::makeCompute();
 #endif
+    }
+    GOSSAMER_ENFORCE(choice != DeviceChoice::kCuda, "--device cuda: no usable GPU: {}", reason);
+    log::get("kernels")->info("no usable GPU ({}); computing on the CPU", reason);
+    if (fallbackReason != nullptr) *fallbackReason = reason;
+  }
+  return kernels::cpu::makeCompute({.blasThreads = 1});
+}
+
+net::DeviceMemory deviceMemoryOf(kernels::Compute& compute) {
+  if (compute.device() == kernels::Device::kCpu) return {};
+  kernels::Compute* c = &compute;
+  return net::DeviceMemory{
+      .isDevice = [c](const void* pointer) { return c->isDeviceMemory(pointer); },
+      .copyToHost = [c](void* dst, const void* src, std::size_t n) { c->copyToHost(dst, src, n); },
+      .copyToDevice = [c](void* dst, const void* src,
+                          std::size_t n) { c->copyToDevice(dst, src, n); },
+  };
 }
 
 }  // namespace gossamer::engine

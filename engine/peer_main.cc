@@ -58,7 +58,7 @@ struct PeerOptions {
   std::size_t shardIndex = 0;
   std::string split = "iid";
   double dirichletAlpha = 0.5;
-  std::string device = "cpu";
+  std::string device = "auto";
   std::string optimizer = "momentum";
   engine::train::OptimizerOptions optimizerOptions;
   std::string lrSchedule = "cosine";
@@ -95,8 +95,8 @@ struct PeerOptions {
   std::string network = "lan";
   std::size_t networkIndex = 0;
   std::string membership = "local";
-  std::string transport = "tcp";
-  engine::RdmaOptions rdma;
+  std::string transport;  // empty: tcp
+  engine::OptionValues transportOptions;  // --transport-option and the --rdma-* flags
   std::string checkpointDir;
   double commTimeout = 10;
   double minStepTime = 0;  // milliseconds
@@ -143,9 +143,9 @@ void addModelOptions(CLI::App& app, PeerOptions& o, const engine::Registry& regi
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_option("--device", o.device,
-                 "compute device: cpu or cuda (falls back to cpu, with a "
-                 "warning, when no CUDA device is usable)")
-      ->check(CLI::IsMember({"cpu", "cuda"}))
+                 "compute device: auto (CUDA when a GPU is usable, else the CPU, logging why), "
+                 "cpu, or cuda (fails at start, with the reason, when no GPU is usable)")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
       ->capture_default_str();
   app.add_option("--optimizer", o.optimizer, "local optimizer: sgd, momentum, nesterov or adam")
       ->check(CLI::IsMember({"sgd", "momentum", "nesterov", "adam"}))
@@ -283,24 +283,43 @@ void addClusterOptions(CLI::App& app, PeerOptions& o, const engine::Registry& re
       ->check(CLI::IsMember({"local", "lan"}))
       ->capture_default_str()
       ->group(cluster);
+  std::string transports;
+  for (const std::string& name : registry.transports.names()) {
+    std::string knobs;
+    for (const engine::OptionInfo& info : registry.transports.get(name).options)
+      knobs += fmt::format("\n      {}={} ({})", info.name, info.defaultValue, info.help);
+    transports += fmt::format("\n  {}: {}{}", name, registry.transports.description(name), knobs);
+  }
   app.add_option("--transport", o.transport,
-                 "between peer processes: tcp, or ibverbs (RDMA; fails at start, naming what "
-                 "is missing, where no RDMA device is usable)")
-      ->check(CLI::IsMember({"tcp", "ibverbs"}))
-      ->capture_default_str()
+                 "between peer processes (ibverbs fails at start, naming what is missing, where "
+                 "no RDMA device is usable); default tcp:" + transports)
+      ->check(CLI::IsMember(registry.transports.names()))
       ->group(cluster);
-  app.add_option("--rdma-device", o.rdma.device,
-                 "RDMA device (ibverbs); default: the first with an active port")
+  app.add_option_function<std::string>(
+         "--transport-option",
+         [&o](const std::string& text) {
+           for (const auto& [key, value] : engine::parseOptionList(text))
+             o.transportOptions[key] = value;
+         },
+         "KEY=VALUE[,KEY=VALUE...]: the transport's options (listed under --transport)")
       ->group(cluster);
-  app.add_option("--rdma-port", o.rdma.port, "its port; 0: the first active one")
+  // The RDMA transport's options under their own names.
+  auto rdmaFlag = [&](const char* flag, const char* key, const char* help) {
+    return app.add_option_function<std::string>(
+        flag, [&o, key](const std::string& value) { o.transportOptions[key] = value; }, help);
+  };
+  rdmaFlag("--rdma-device", "device", "RDMA device (ibverbs); default: the first with an active port")
+      ->group(cluster);
+  rdmaFlag("--rdma-port", "port", "its port; 0: the first active one")
       ->check(CLI::Range(0, 255))
       ->group(cluster);
-  app.add_option("--rdma-gid-index", o.rdma.gidIndex,
-                 "GID index; -1: LID on InfiniBand, the first GID in use on RoCE")
+  rdmaFlag("--rdma-gid-index", "gid-index",
+           "GID index; -1: LID on InfiniBand, the first GID in use on RoCE")
       ->check(CLI::Range(-1, 255))
       ->group(cluster);
-  app.add_flag("--rdma-busy-poll", o.rdma.busyPoll,
-               "poll completions on the io thread instead of waiting for events")
+  app.add_flag_callback(
+         "--rdma-busy-poll", [&o] { o.transportOptions["busy-poll"] = "true"; },
+         "poll completions on the io thread instead of waiting for events")
       ->group(cluster);
   app.add_option("--comm-timeout", o.commTimeout, "seconds: the deadline of every synchronous wait")
       ->check(CLI::PositiveNumber)
@@ -403,8 +422,7 @@ PeerConfig singleConfig(const PeerOptions& o) {
   t.evalEvery = o.evalEvery >= 0 ? o.evalEvery : engine::runtime::TrainingConfig::kEachEpoch;
   t.checkpointFile = o.checkpointFile;
   t.progress = !o.json;
-  c.network.transport = "inproc";
-  c.network.listen = net::Endpoint{"inproc", 0};
+  c.network.transport = "inproc";  // a cluster of one: no other peer can reach it
   return c;
 }
 
@@ -442,8 +460,9 @@ PeerConfig peerConfig(const PeerOptions& o, const engine::Registry& registry) {
   if (o.network != "lan") n.profile = net::shaped::NetworkProfile::fromSpec(o.network);
   n.profileIndex = o.networkIndex;
   if (o.local > 0) {
-    GOSSAMER_ENFORCE(o.transport == "tcp",
-                     "--transport is for peer processes; --local peers take --local-transport");
+    GOSSAMER_ENFORCE(o.transport.empty() && o.transportOptions.empty(),
+                     "--transport and its options are for peer processes; --local peers take "
+                     "--local-transport");
     n.transport = o.localTransport;
     if (!o.secretFile.empty()) n.secret = net::wire::readSecretFile(o.secretFile);
   } else {
@@ -452,9 +471,9 @@ PeerConfig peerConfig(const PeerOptions& o, const engine::Registry& registry) {
                      "holding the cluster secret, e.g. made by `head -c 32 "
                      "/dev/urandom | base64 > secret; chmod 600 secret`)");
     n.secret = net::wire::readSecretFile(o.secretFile);
-    n.transport = o.transport;
-    n.rdma = o.rdma;
-    n.listen = net::Endpoint::parse(o.listen.empty() ? "127.0.0.1:0" : o.listen);
+    if (!o.transport.empty()) n.transport = o.transport;
+    n.transportOptions = o.transportOptions;
+    if (!o.listen.empty()) n.listen = net::Endpoint::parse(o.listen);  // else the transport's default
     if (!o.advertise.empty()) n.advertise = net::Endpoint::parse(o.advertise);
     GOSSAMER_ENFORCE(!o.advertise.empty() || (n.listen.host != "0.0.0.0" && n.listen.host != "::"),
                      "--listen {} accepts on every interface; add --advertise HOST:PORT, the "
@@ -649,7 +668,9 @@ int main(int argc, char** argv) {
     if (options.networked()) return runPeer(options, registry);
     return runSingle(options, registry);
   } catch (const gossamer::Error& e) {
+    // The sentence for the user; the failed check and its source location for a developer.
     fmt::print(stderr, "gossamer-peer: error: {}\n", e.what());
+    if (!e.where().empty()) log::get("engine")->debug("that error was raised at {}", e.where());
     return 1;
   } catch (const std::exception& e) {
     fmt::print(stderr, "gossamer-peer: unexpected error: {}\n", e.what());

@@ -14,7 +14,13 @@
 #include "engine/data/dataset.h"
 #include "engine/model.h"
 #include "kernels/compute.h"
+#include "net/endpoint.h"
+#include "net/transport.h"
 #include "topology/topology.h"
+
+namespace asio {
+class io_context;
+}
 
 namespace gossamer::engine {
 
@@ -30,6 +36,8 @@ class NamedFactories {
   const Factory& get(const std::string& name) const;
   bool contains(const std::string& name) const { return entries_.count(name) > 0; }
   std::vector<std::string> names() const;
+  // The one-line description of `name` (throws as get() does).
+  const std::string& description(const std::string& name) const;
   // "name: description" lines, for --help.
   std::string describe() const;
 
@@ -65,12 +73,55 @@ using DatasetFactory = std::function<DatasetPair(const DatasetConfig& config)>;
 using TopologyFactory =
     std::function<std::unique_ptr<topology::Topology>(const topology::TopologyOptions& options)>;
 
+// What a transport is given when a peer starts: the io_context its sockets and links live on (the
+// peer's io thread), and the device memory the peer's payloads may live in (a CUDA peer's; a
+// transport that can reach it registers it, the others ignore it).
+struct TransportEnvironment {
+  asio::io_context& io;
+  net::DeviceMemory deviceMemory;
+};
+// A transport ready to make: its options parsed and checked, and what its peers share (an
+// in-process hub) made once. Called once per peer; the peers given one maker share that state.
+using TransportMaker =
+    std::function<std::unique_ptr<net::Transport>(const TransportEnvironment& environment)>;
+
+// How the registry makes a transport: its options (name, default, help), where a peer listens
+// when the user names nothing, and `prepare`, which parses option values (unknown names and bad
+// values throw gossamer::Error) into a maker. `viable`, when set, tells whether this machine can
+// run it, with the reason when not (an RDMA device is missing); unset: always.
+struct TransportSpec {
+  std::vector<OptionInfo> options;
+  net::Endpoint defaultListen;
+  std::function<TransportMaker(const OptionValues& values)> prepare;
+  std::function<bool(const OptionValues& values, std::string* reason)> viable;
+};
+
+// The spec of a transport with a typed options struct O (with a `bind` as algorithms' options
+// have); `prepare` turns parsed options into a maker.
+template <typename O>
+TransportSpec transportSpec(net::Endpoint defaultListen,
+                            std::function<TransportMaker(const O& options)> prepare,
+                            std::function<bool(const O& options, std::string* reason)> viable = {}) {
+  TransportSpec spec{describeOptions<O>(), std::move(defaultListen),
+                     [prepare](const OptionValues& values) {
+                       return prepare(parseOptions<O>(values));
+                     },
+                     {}};
+  if (viable)
+    spec.viable = [viable](const OptionValues& values, std::string* reason) {
+      return viable(parseOptions<O>(values), reason);
+    };
+  return spec;
+}
+
 struct Registry {
   NamedFactories<ModelFactory> models{"model"};
   NamedFactories<DatasetFactory> datasets{"dataset"};
   NamedFactories<TopologyFactory> topologies{"topology"};
   // Decentralized optimizers (algorithms/ holds the built-ins: algorithms::addBuiltinAlgorithms).
   NamedFactories<AlgorithmSpec> algorithms{"algorithm"};
+  // Transports (net/ holds the backends; engine/builtin.cc registers tcp, inproc and ibverbs).
+  NamedFactories<TransportSpec> transports{"transport"};
 };
 
 }  // namespace gossamer::engine

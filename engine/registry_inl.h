@@ -30,6 +30,12 @@ std::vector<std::string> NamedFactories<Factory>::names() const {
 }
 
 template <typename Factory>
+const std::string& NamedFactories<Factory>::description(const std::string& name) const {
+  get(name);
+  return entries_.at(name).first;
+}
+
+template <typename Factory>
 std::string NamedFactories<Factory>::describe() const {
   std::string text;
   for (const auto& [name, entry] : entries_) text += fmt::format("  {:<16} {}\n", name, entry.first);

@@ -108,6 +108,9 @@ class Compute {
   // Raw allocation in device memory; contents are unspecified. Throws on exhaustion.
   virtual void* allocateBytes(std::size_t bytes) = 0;
   virtual void freeBytes(void* pointer) = 0;
+  // True when `pointer` points into device memory (allocateBytes' on CUDA); never on the CPU,
+  // where "device" memory is host memory. Any thread.
+  virtual bool isDeviceMemory(const void* /*pointer*/) const { return false; }
   // Host <-> device copies of `bytes` bytes; block until done.
   virtual void copyToDevice(void* deviceDst, const void* hostSrc, std::size_t bytes) = 0;
   virtual void copyToHost(void* hostDst, const void* deviceSrc, std::size_t bytes) = 0;

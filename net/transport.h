@@ -11,6 +11,8 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -60,6 +62,18 @@ class Link {
   // Counters since the link opened, for metrics.
   virtual std::uint64_t bytesSent() const = 0;
   virtual std::uint64_t bytesReceived() const = 0;
+};
+
+// What a transport needs to know about device (CUDA) memory that payloads may live in, supplied
+// by the engine (net/ knows no CUDA). Empty `isDevice`: all memory is host memory. A transport
+// that can reach device memory (RDMA: GPUDirect, or staged through registered host memory) uses
+// it; the others never see device pointers.
+struct DeviceMemory {
+  // True when `pointer` is device memory.
+  std::function<bool(const void* pointer)> isDevice;
+  // Blocking copies between device and host memory.
+  std::function<void(void* hostDst, const void* deviceSrc, std::size_t bytes)> copyToHost;
+  std::function<void(void* deviceDst, const void* hostSrc, std::size_t bytes)> copyToDevice;
 };
 
 // What connect and accept return: an error, or an open link.

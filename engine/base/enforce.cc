@@ -3,11 +3,13 @@
 namespace gossamer::detail {
 
 void throwEnforce(const char* file, int line, const char* condition, const std::string& message) {
-  std::string text = message;
-  if (condition != nullptr) {
-    text = fmt::format("{}{}(check failed: {})", message, message.empty() ? "" : " ", condition);
-  }
-  throw Error(fmt::format("{} [{}:{}]", text, file, line));
+  const std::string check =
+      condition != nullptr ? fmt::format("(check failed: {}) ", condition) : std::string();
+  // A check without a message: the check is all a reader gets.
+  const std::string what =
+      message.empty() ? fmt::format("check failed: {}", condition != nullptr ? condition : "?")
+                      : message;
+  throw Error(what, fmt::format("{}[{}:{}]", check, file, line));
 }
 
 }  // namespace gossamer::detail

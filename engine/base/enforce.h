@@ -5,16 +5,25 @@
 
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include <fmt/format.h>
 #include <fmt/ostream.h>
 
 namespace gossamer {
 
-// The one exception type of the engine. what() is a complete, user-readable message.
+// The one exception type of the engine. what() is a complete sentence for the user; where() is
+// for developers: the failed check and the source location ("(check failed: x > 0)
+// [engine/peer_main.cc:419]"), empty when thrown without one. Top-level catches print what() and
+// log where() at debug level.
 class Error : public std::runtime_error {
  public:
-  using std::runtime_error::runtime_error;
+  explicit Error(const std::string& what, std::string where = {})
+      : std::runtime_error(what), where_(std::move(where)) {}
+  const std::string& where() const noexcept { return where_; }
+
+ private:
+  std::string where_;
 };
 
 namespace detail {

@@ -1,5 +1,7 @@
 #include "engine/runtime/cluster.h"
 
+#include "engine/runtime/network.h"
+
 #include <algorithm>
 #include <atomic>
 #include <exception>
@@ -13,7 +15,6 @@
 #include "engine/base/enforce.h"
 #include "engine/base/log.h"
 #include "engine/train/progress.h"
-#include "net/inproc/inproc_transport.h"
 #include "net/shaped/shaped_transport.h"
 
 namespace gossamer::engine::runtime {
@@ -50,17 +51,15 @@ struct LocalPeerConfigs::EndpointIndex {
   std::map<net::Endpoint, std::size_t> index;
 };
 
-LocalPeerConfigs::LocalPeerConfigs(PeerConfig base)
+LocalPeerConfigs::LocalPeerConfigs(PeerConfig base, const Registry& registry)
     : base_(std::move(base)), index_(std::make_shared<EndpointIndex>()) {
   if (base_.network.secret.empty()) {
     // The peers share a process: a fresh random secret is as good as any.
     std::random_device random;
     for (int i = 0; i < 32; ++i) base_.network.secret.push_back(static_cast<std::byte>(random()));
   }
-  if (base_.network.transport == "inproc") {
-    if (!base_.network.hub) base_.network.hub = net::inproc::makeHub();
-    base_.network.listen = net::Endpoint{"inproc", 0};
-  }
+  // One maker for every peer: they share what the transport shares (inproc: one hub).
+  prepareTransport(base_.network, registry);
   base_.network.indexOf = [index = index_](const net::Endpoint& e) -> std::optional<std::size_t> {
     std::lock_guard lock(index->mutex);
     const auto it = index->index.find(e);
@@ -91,7 +90,7 @@ ClusterResult runLocalCluster(const ClusterConfig& config, const Registry& regis
   base.training.finalConsensus = false;  // the cluster evaluates once, below
   base.training.finalLocalEval = false;
   base.training.progress = false;
-  LocalPeerConfigs configs(base);
+  LocalPeerConfigs configs(base, registry);
 
   std::vector<std::unique_ptr<Peer>> peers;
   for (std::size_t i = 0; i < config.peers; ++i) {

@@ -55,13 +55,13 @@ struct ClusterResult {
   std::vector<Snapshot> finals;   // every peer's final params, in peer order
 };
 
-// The configurations of a local cluster's peers, made from one template: a shared inproc hub
-// (or TCP on 127.0.0.1), a fresh random secret unless one is set, and the endpoint -> index map
+// The configurations of a local cluster's peers, made from one template: one transport maker
+// for all (inproc peers share its hub), a fresh random secret unless one is set, and the endpoint -> index map
 // the shaped transport needs. Peer `index` (0-based) gets id index + 1 and profile index `index`;
 // peers may be added while the others run (the chaos benchmark's joins and restarts). Thread-safe.
 class LocalPeerConfigs {
  public:
-  explicit LocalPeerConfigs(PeerConfig base);
+  LocalPeerConfigs(PeerConfig base, const Registry& registry);
   // The configuration of peer `index`, joining by `seed` (none: it starts the cluster).
   PeerConfig make(std::size_t index, std::optional<net::Endpoint> seed) const;
   // Records where peer `index` listens, once it is constructed.

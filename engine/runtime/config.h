@@ -24,9 +24,6 @@
 #include "net/shaped/profile.h"
 #include "topology/topology.h"
 
-namespace gossamer::net::inproc {
-class Hub;
-}
 namespace gossamer::net::shaped {
 class Partitions;
 }
@@ -34,13 +31,15 @@ class Partitions;
 namespace gossamer::engine::runtime {
 
 struct NetworkConfig {
-  // "tcp" between processes and machines, "ibverbs" (RDMA) between machines that have an RDMA
-  // device, "inproc" between peers of one process (sharing `hub`; a peer without one gets a hub
-  // of its own: a cluster of one).
+  // The transport by its registry name (built in: "tcp" between processes and machines,
+  // "ibverbs" (RDMA) between machines with an RDMA device, "inproc" between peers of one process)
+  // and its options. `transportMaker`, when set, is used instead of preparing a fresh one: the
+  // peers given one maker share what the transport shares (LocalPeerConfigs gives its inproc
+  // peers one hub; an inproc peer on its own is a cluster of one).
   std::string transport = "tcp";
-  RdmaOptions rdma;  // --transport ibverbs only
-  std::shared_ptr<net::inproc::Hub> hub;
-  net::Endpoint listen{"127.0.0.1", 0};
+  OptionValues transportOptions;
+  TransportMaker transportMaker;
+  net::Endpoint listen;              // empty host: the transport's default (127.0.0.1:0, inproc:0)
   net::Endpoint advertise;           // where others reach us; empty host: the bound endpoint
   std::vector<net::Endpoint> seeds;  // empty: this peer starts the cluster
   // 0: derived from the listen endpoint when its port is fixed (a peer restarting there keeps
@@ -66,7 +65,8 @@ struct TrainingConfig {
   OptionValues algorithmOptions;
   std::string topology;  // empty: the algorithm's default
   topology::TopologyOptions topologyOptions;
-  kernels::Device device = kernels::Device::kCpu;
+  // The CPU (the reference backend) unless asked; gossamer-peer's --device defaults to auto.
+  DeviceChoice device = DeviceChoice::kCpu;
   train::OptimizerOptions optimizer;
   train::ScheduleOptions schedule;  // the learning rate over the run's steps
   std::size_t batch = 64;

@@ -6,14 +6,19 @@
 
 #include "engine/base/enforce.h"
 #include "engine/base/log.h"
-#include "net/inproc/inproc_transport.h"
 #include "net/shaped/shaped_transport.h"
-#include "net/tcp/tcp_transport.h"
 
 namespace gossamer::engine::runtime {
 
+void prepareTransport(NetworkConfig& n, const Registry& registry) {
+  const TransportSpec& transport = registry.transports.get(n.transport);
+  if (n.listen.host.empty()) n.listen = transport.defaultListen;
+  if (!n.transportMaker) n.transportMaker = transport.prepare(n.transportOptions);
+}
+
 PeerNetwork::PeerNetwork(NetworkConfig config, PeerId self)
     : config_(std::move(config)), self_(self), work_(asio::make_work_guard(io_)) {
+  GOSSAMER_ENFORCE(config_.transportMaker != nullptr, "a peer network needs a transport maker");
   if (config_.secret.empty()) {
     // Nobody outside this process can know it: a cluster of one, or of peers sharing a config.
     std::random_device random;
@@ -46,18 +51,12 @@ void PeerNetwork::shutdown() {
   // Coroutines suspended on the io_context die with it; what they held goes back to its pools.
 }
 
-std::unique_ptr<net::Transport> PeerNetwork::makeTransport(std::uint64_t seed) {
+std::unique_ptr<net::Transport> PeerNetwork::makeTransport(const Handlers& handlers,
+                                                           std::uint64_t seed) {
   const NetworkConfig& n = config_;
-  std::unique_ptr<net::Transport> transport;
-  if (n.transport == "inproc") {
-    transport = net::inproc::makeTransport(io_, n.hub ? n.hub : net::inproc::makeHub());
-  } else if (n.transport == "ibverbs") {
-    transport = makeRdmaTransport(io_, n.rdma, net::Limits{});  // throws naming what is missing
-  } else {
-    GOSSAMER_ENFORCE(n.transport == "tcp", "unknown transport '{}' (use tcp, ibverbs or inproc)",
-                     n.transport);
-    transport = net::tcp::makeTransport(io_);
-  }
+  // Throws naming what is missing (an RDMA device, say): the peer fails at start.
+  std::unique_ptr<net::Transport> transport =
+      n.transportMaker(TransportEnvironment{io_, handlers.deviceMemory});
   if ((n.profile && n.profile->name() != "lan") || n.partitions) {
     net::shaped::Options shaping;
     if (n.profile) shaping.profile = *n.profile;
@@ -72,7 +71,7 @@ std::unique_ptr<net::Transport> PeerNetwork::makeTransport(std::uint64_t seed) {
 std::error_code PeerNetwork::startOnIo(Handlers& handlers, net::wire::ModelFingerprint model,
                                        std::uint64_t seed) {
   const NetworkConfig& n = config_;
-  transport_ = makeTransport(seed);
+  transport_ = makeTransport(handlers, seed);
   if (handlers.registerMemory) handlers.registerMemory(*transport_);
   net::MeshOptions meshOptions;
   meshOptions.handshake.clusterId = n.clusterId;

@@ -31,6 +31,10 @@
 
 namespace gossamer::engine::runtime {
 
+// Completes `n` from the registry: the transport's default listen endpoint when none is set, and
+// its maker (options parsed: a bad one throws gossamer::Error) when none is given.
+void prepareTransport(NetworkConfig& n, const Registry& registry);
+
 class PeerNetwork {
  public:
   // What the peer does with the network's events (io thread).
@@ -39,8 +43,10 @@ class PeerNetwork {
     net::EnvelopeHandler envelope;
     std::function<void(const net::membership::Event&)> membershipChanged;  // after the view
     std::function<void(net::Transport&)> registerMemory;  // once, before listening
+    net::DeviceMemory deviceMemory;  // where payloads may live besides the host (a CUDA peer's)
   };
 
+  // `config.transportMaker` must be set (Peer prepares it from the registry).
   PeerNetwork(NetworkConfig config, PeerId self);
   // shutdown().
   ~PeerNetwork();
@@ -79,7 +85,7 @@ class PeerNetwork {
                                         std::vector<std::span<const std::byte>> payloads);
 
  private:
-  std::unique_ptr<net::Transport> makeTransport(std::uint64_t seed);
+  std::unique_ptr<net::Transport> makeTransport(const Handlers& handlers, std::uint64_t seed);
   // Io thread.
   std::error_code startOnIo(Handlers& handlers, net::wire::ModelFingerprint model,
                             std::uint64_t seed);

@@ -173,6 +173,7 @@ Peer::Impl::Impl(PeerConfig c, const Registry& r, std::shared_ptr<const DatasetP
     resumeFrom = checkpoints.load(*model, *algorithm);
   }
 
+  prepareTransport(config.network, registry);
   comms = std::make_unique<Comms>(config.network, self, *compute, *hostCompute, *algorithm,
                                   model->parameterCount() * sizeof(float), t, status, metrics);
   comms->messenger.setRoutes(Routes{
@@ -193,6 +194,7 @@ Peer::Impl::Impl(PeerConfig c, const Registry& r, std::shared_ptr<const DatasetP
               },
           .membershipChanged = [this](const net::membership::Event& e) { onMembershipEvent(e); },
           .registerMemory = [this](net::Transport& t) { comms->staging.registerWith(t); },
+          .deviceMemory = deviceMemoryOf(*compute),
       },
       net::wire::ModelFingerprint{model->parameterCount(), "f32", model->layout().fingerprint()},
       t.seed);

@@ -120,7 +120,6 @@ int main() {
   // One peer alone: a cluster of one, with nobody to exchange with.
   t.algorithm = "none";
   config.network.transport = "inproc";
-  config.network.listen = net::Endpoint{"inproc", 0};
   engine::runtime::Peer alone(config, registry, data);
   const engine::runtime::PeerResult single = alone.run();
   std::printf("custom model, one peer: test accuracy %.2f%% after %llu steps\n",

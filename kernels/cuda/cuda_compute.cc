@@ -86,6 +86,7 @@ class CudaCompute final : public Compute {
   void* allocateBytes(std::size_t bytes) override;
   // Never throws (it runs in Buffer destructors): a failure is logged.
   void freeBytes(void* pointer) override;
+  bool isDeviceMemory(const void* pointer) const override;
   void copyToDevice(void* deviceDst, const void* hostSrc, std::size_t bytes) override;
   void copyToHost(void* hostDst, const void* deviceSrc, std::size_t bytes) override;
   void synchronize() override;
@@ -224,6 +225,15 @@ detail::ScratchResults CudaCompute::readResults() {
 }
 
 // ---- memory ----
+
+bool CudaCompute::isDeviceMemory(const void* pointer) const {
+  cudaPointerAttributes attributes{};
+  if (cudaPointerGetAttributes(&attributes, pointer) != cudaSuccess) {
+    cudaGetLastError();  // an unknown host pointer is not an error worth keeping
+    return false;
+  }
+  return attributes.type == cudaMemoryTypeDevice || attributes.type == cudaMemoryTypeManaged;
+}
 
 void* CudaCompute::allocateBytes(std::size_t bytes) {
   activate();

@@ -46,16 +46,6 @@ namespace gossamer::net::ibverbs {
 
 class Verbs;
 
-// What the transport needs to know about device (CUDA) memory, supplied by the engine (net/
-// knows no CUDA). Empty: all memory is host memory.
-struct DeviceMemory {
-  // True when `pointer` is device memory.
-  std::function<bool(const void* pointer)> isDevice;
-  // Blocking copies between device and host memory.
-  std::function<void(void* hostDst, const void* deviceSrc, std::size_t bytes)> copyToHost;
-  std::function<void(void* deviceDst, const void* hostSrc, std::size_t bytes)> copyToDevice;
-};
-
 enum class GpuDirect {
   kAuto,  // register device memory directly when the driver supports it (peer memory module)
   kOff,   // always stage device memory through registered host memory
@@ -89,6 +79,18 @@ struct Options {
   int rnrRetry = 7;
   // The verbs to use; empty: libibverbs. Tests pass a fake (tests/net/fake_verbs.h).
   std::shared_ptr<Verbs> verbs;
+
+  // The user's knobs by name (engine/options.h reads them from `--transport-option` and the
+  // `--rdma-*` flags).
+  template <typename Bind>
+  void bind(Bind& b) {
+    b("device", device, "RDMA device (mlx5_0); empty: the first with an active port");
+    b("port", port, "its port (1-based); 0: the first active one");
+    b("gid-index", gidIndex, "GID index; -1: LID on InfiniBand, the first GID in use on RoCE");
+    b("busy-poll", busyPoll, "poll completions on the io thread (a busy core, lower latency)");
+    b("slot-bytes", slotBytes, "bytes per receive slot");
+    b("slot-count", slotCount, "receive slots per link");
+  }
 };
 
 // True when `options` name a usable device and port (the default: any device with an active

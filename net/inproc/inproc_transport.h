@@ -37,6 +37,9 @@ class Hub;
 
 struct Options {
   Limits limits;
+
+  template <typename Bind>
+  void bind(Bind& /*b*/) {}  // no user knobs
 };
 
 std::shared_ptr<Hub> makeHub();

@@ -39,6 +39,15 @@ struct Options {
   // maxBackoff, until its timeout.
   std::chrono::milliseconds initialBackoff{20};
   std::chrono::milliseconds maxBackoff{1000};
+
+  // The user's knobs by name (engine/options.h reads them from `--transport-option`).
+  template <typename Bind>
+  void bind(Bind& b) {
+    b("send-buffer-bytes", sendBufferBytes, "SO_SNDBUF of every socket; 0: the kernel's default");
+    b("receive-buffer-bytes", receiveBufferBytes,
+      "SO_RCVBUF of every socket; 0: the kernel's default");
+    b("keep-alive", keepAlive, "SO_KEEPALIVE on every socket");
+  }
 };
 
 // A TCP transport whose sockets, links and timers live on `io`, which must outlive it and every

@@ -24,6 +24,12 @@ inline const engine::Registry& registry() {
   return r;
 }
 
+// One in-process network for peers made apart from runLocalCluster's (late joiners): the peers
+// given this maker reach each other.
+inline engine::TransportMaker sharedInprocNetwork() {
+  return registry().transports.get("inproc").prepare({});
+}
+
 // 4000 training and 1000 test samples of 16 features in 4 well separated Gaussian classes.
 inline std::shared_ptr<const engine::DatasetPair> smallData() {
   static const auto data = [] {

@@ -291,7 +291,7 @@ TEST_CASE("easgd: a peer joining mid-run starts from the center variable") {
   test::Watchdog watchdog(120s);
   auto config = test::algorithmCluster("easgd", 4, 400, 0.1, {{"timeout_ms", "1000"}});
   config.peer.training.minStepTime = 2ms;
-  config.peer.network.hub = net::inproc::makeHub();
+  config.peer.network.transportMaker = test::sharedInprocNetwork();
   for (int i = 0; i < 32; ++i) config.peer.network.secret.push_back(static_cast<std::byte>(i + 7));
   std::thread joiner;
   engine::runtime::PeerResult joined;
@@ -301,7 +301,6 @@ TEST_CASE("easgd: a peer joining mid-run starts from the center variable") {
       try {
         while (center->status().step < 100) std::this_thread::sleep_for(1ms);
         engine::runtime::PeerConfig c = config.peer;
-        c.network.listen = net::Endpoint{"inproc", 0};
         c.network.peerId = 5;
         c.network.seeds = {seed};
         c.training.minPeers = 4;

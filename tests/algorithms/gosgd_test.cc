@@ -348,7 +348,7 @@ TEST_CASE("gosgd: a peer that joins late starts with weight 0: the total stays 1
   test::Watchdog watchdog(120s);
   const std::size_t peers = 3;
   auto config = gossipCluster(peers, 800);
-  config.peer.network.hub = net::inproc::makeHub();
+  config.peer.network.transportMaker = test::sharedInprocNetwork();
   config.peer.network.secret = std::vector<std::byte>(32, std::byte{7});
   struct Late {
     std::thread thread;
@@ -358,7 +358,6 @@ TEST_CASE("gosgd: a peer that joins late starts with weight 0: the total stays 1
   };
   auto late = std::make_shared<Late>();
   engine::runtime::PeerConfig lateConfig = config.peer;
-  lateConfig.network.listen = net::Endpoint{"inproc", 0};
   lateConfig.network.peerId = 99;
   lateConfig.training.minPeers = 2;  // not alone: it waits to see the cluster, then joins it
   lateConfig.training.finalLocalEval = false;

@@ -3,6 +3,8 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <functional>
+#include <string>
 
 #include "engine/base/enforce.h"
 #include "engine/base/json.h"
@@ -12,13 +14,29 @@
 namespace gossamer {
 namespace {
 
-TEST_CASE("base: GOSSAMER_ENFORCE messages carry the values, the condition and file:line") {
+// what() is the sentence a user reads; where() the check and file:line a developer needs.
+Error thrown(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e;
+  }
+  FAIL("no gossamer::Error was thrown");
+  return Error("");
+}
+
+TEST_CASE("base: GOSSAMER_ENFORCE errors: the sentence in what(), the check and file:line in where()") {
   const std::size_t got = 3, want = 4;
-  CHECK_THROWS_WITH_AS(GOSSAMER_ENFORCE_EQ(got, want, "buffer '{}' size", "params"),
-                       doctest::Contains("(3 vs 4) buffer 'params' size (check failed: got == want)"),
-                       Error);
-  CHECK_THROWS_WITH_AS(GOSSAMER_ENFORCE(got > want, "need more"), doctest::Contains("base_test.cc:"), Error);
-  CHECK_THROWS_WITH_AS(GOSSAMER_THROW("plain {}", 1), doctest::Contains("plain 1 ["), Error);
+  const Error eq = thrown([&] { GOSSAMER_ENFORCE_EQ(got, want, "buffer '{}' size", "params"); });
+  CHECK(std::string(eq.what()) == "(3 vs 4) buffer 'params' size");
+  CHECK(eq.where().starts_with("(check failed: got == want) ["));
+  CHECK(eq.where().find("base_test.cc:") != std::string::npos);
+  const Error plain = thrown([] { GOSSAMER_THROW("plain {}", 1); });
+  CHECK(std::string(plain.what()) == "plain 1");
+  CHECK(plain.where().starts_with("["));
+  // A check without a message still says what failed.
+  const Error bare = thrown([&] { GOSSAMER_ENFORCE(got > want); });
+  CHECK(std::string(bare.what()) == "check failed: got > want");
   CHECK_NOTHROW(GOSSAMER_ENFORCE_LT(got, want));
 }
 
@@ -44,19 +62,28 @@ TEST_CASE("base: named loggers share a level and unknown levels are refused") {
   log::setLevel("info");
 }
 
-TEST_CASE("base: asking for CUDA without a usable device falls back to the CPU and says why") {
+TEST_CASE("base: --device auto falls back to the CPU and says why; --device cuda fails without a GPU") {
   std::string reason = "unset";
-  auto compute = engine::makeCompute(kernels::Device::kCuda, &reason);
+  auto compute = engine::makeCompute(engine::DeviceChoice::kAuto, &reason);
   REQUIRE(compute != nullptr);
-  if (compute->device() == kernels::Device::kCpu) {
-    MESSAGE("CUDA fallback reason: " << reason);
+  std::string whyNot;
+  const bool gpu = engine::cudaUsable(&whyNot);
+  if (!gpu) {
+    MESSAGE("no usable GPU: " << whyNot);
+    CHECK(compute->device() == kernels::Device::kCpu);
+    CHECK(reason == whyNot);
     CHECK_FALSE(reason.empty());
-    CHECK(reason != "unset");
+    CHECK_THROWS_WITH_AS(engine::makeCompute(engine::DeviceChoice::kCuda),
+                         doctest::Contains(("--device cuda: no usable GPU: " + whyNot).c_str()),
+                         Error);
   } else {
+    CHECK(compute->device() == kernels::Device::kCuda);
     CHECK(reason.empty());
+    CHECK(engine::makeCompute(engine::DeviceChoice::kCuda)->device() == kernels::Device::kCuda);
   }
-  CHECK(engine::makeCompute(kernels::Device::kCpu, &reason)->device() == kernels::Device::kCpu);
+  CHECK(engine::makeCompute(engine::DeviceChoice::kCpu, &reason)->device() == kernels::Device::kCpu);
   CHECK(reason.empty());
+  CHECK(engine::parseDevice("auto") == engine::DeviceChoice::kAuto);
   CHECK_THROWS_WITH_AS(engine::parseDevice("tpu"), doctest::Contains("unknown device 'tpu'"), Error);
 }
 

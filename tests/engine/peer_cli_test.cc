@@ -4,6 +4,14 @@
 
 #include <string>
 
+#include <algorithm>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <vector>
+
+#include "engine/builtin.h"
+#include "tests/engine/peer_processes.h"
 #include "tests/process_util.h"
 
 namespace gossamer {
@@ -26,12 +34,15 @@ TEST_CASE("peer cli: --json prints one JSON result object as the last stdout lin
   CHECK(test::jsonNumber(last, "test_accuracy") > 0.5);
 }
 
-TEST_CASE("peer cli: bad flags and bad input fail with a clear message") {
+TEST_CASE("peer cli: bad flags and bad input fail with a clear message, the sentence only") {
   auto check = [](const std::string& args, const std::string& expected) {
     const test::ProcessResult r = test::runCommand(peer(args));
     INFO(args << "\n" << r.output);
     CHECK(r.exitCode != 0);
     CHECK(r.output.find(expected) != std::string::npos);
+    // The user's error is the sentence; the check and source location are for --log-level debug.
+    CHECK(r.output.find("check failed") == std::string::npos);
+    CHECK(r.output.find(".cc:") == std::string::npos);
   };
   check("--optimizer lion", "--optimizer");
   check("--batch 0", "--batch");
@@ -41,6 +52,82 @@ TEST_CASE("peer cli: bad flags and bad input fail with a clear message") {
   check("--dataset synthetic --resume", "--resume needs --checkpoint");
   check("--dataset synthetic --shards 2 --shard-index 2", "--shard-index 2 must be below --shards 2");
   check("--dataset synthetic --resume --checkpoint /nonexistent/ckpt", "/nonexistent/ckpt");
+  check("--device tpu", "--device");
+  check("--algorithm gosgd --listen 127.0.0.1:0", "--secret-file is required");
+  check("--local 2 --algorithm gosgd --dataset synthetic --transport-option keep-alive=false",
+        "--local peers take --local-transport");
+}
+
+TEST_CASE("peer cli: the source location of an error goes to the debug log") {
+  const test::ProcessResult r =
+      test::runCommand(peer("--dataset synthetic --resume --log-level debug"));
+  INFO(r.output);
+  CHECK(r.exitCode != 0);
+  CHECK(r.output.find("--resume needs --checkpoint") != std::string::npos);
+  CHECK(r.output.find("that error was raised at") != std::string::npos);
+  CHECK(r.output.find("peer_main.cc:") != std::string::npos);
+}
+
+TEST_CASE("peer cli: --device cuda fails at start where no GPU is usable; auto falls back") {
+  std::string reason;
+  if (engine::cudaUsable(&reason)) {
+    MESSAGE("skipped: this machine has a usable GPU");
+    return;
+  }
+  const std::string run =
+      "--dataset synthetic --train-samples 500 --test-samples 100 --hidden 8 --epochs 1 --json ";
+  const test::ProcessResult cuda = test::runCommand(peer(run + "--device cuda"));
+  INFO(cuda.output);
+  CHECK(cuda.exitCode == 1);
+  CHECK(cuda.output.find("--device cuda: no usable GPU: " + reason) != std::string::npos);
+  const test::ProcessResult automatic = test::runCommand(peer(run + "--log-level info"));
+  INFO(automatic.output);
+  CHECK(automatic.exitCode == 0);
+  CHECK(automatic.output.find("no usable GPU (" + reason + "); computing on the CPU") !=
+        std::string::npos);
+  CHECK(test::lastLine(automatic.output).find("\"device\":\"cpu") != std::string::npos);
+}
+
+// A single peer is a cluster of one: the same loop, so the same evaluation events (keys and
+// all) in the metrics file as a cluster peer's, and a checkpoint it can resume from.
+TEST_CASE("peer cli: a single peer runs the cluster's training loop, metrics and checkpoints") {
+  test::Scratch scratch;
+  const std::string data =
+      "--dataset synthetic --train-samples 2000 --test-samples 500 --hidden 16 --batch 32 "
+      "--log-level warn --json ";
+  const std::string single = (scratch.dir / "single.jsonl").string();
+  const std::string cluster = (scratch.dir / "cluster.jsonl").string();
+  const std::string checkpoint = (scratch.dir / "single.ckpt").string();
+  REQUIRE(test::runCommand(peer(data + "--epochs 2 --metrics " + single + " --checkpoint " +
+                                checkpoint)).exitCode == 0);
+  REQUIRE(test::runCommand(peer(data + "--epochs 2 --local 2 --algorithm gosgd --eval-every 63 "
+                                "--metrics " + cluster)).exitCode == 0);
+  // The keys of the first evaluation event in a metrics file.
+  auto evalKeys = [](const std::string& path) {
+    std::ifstream in(path);
+    std::string line;
+    std::getline(in, line);
+    INFO(path << ": " << line);
+    CHECK(line.find("\"event\":\"eval\"") != std::string::npos);
+    std::vector<std::string> keys;
+    static const std::regex key("\"([a-z_]+)\":");
+    for (std::sregex_iterator it(line.begin(), line.end(), key), end; it != end; ++it)
+      keys.push_back((*it)[1]);
+    return keys;
+  };
+  const std::vector<std::string> singleKeys = evalKeys(single);
+  CHECK(singleKeys == evalKeys(cluster));
+  for (const char* key : {"peer", "step", "epoch", "train_loss", "test_accuracy", "bytes_sent"})
+    CHECK(std::find(singleKeys.begin(), singleKeys.end(), key) != singleKeys.end());
+  // Two more epochs from the checkpoint: the run goes on from step 126, not from 0.
+  const test::ProcessResult resumed = test::runCommand(
+      peer(data + "--epochs 4 --resume --checkpoint " + checkpoint + " --metrics " + single));
+  INFO(resumed.output);
+  REQUIRE(resumed.exitCode == 0);
+  CHECK(test::jsonNumber(test::lastLine(resumed.output), "steps") == 252);
+  std::stringstream written;
+  written << std::ifstream(single).rdbuf();
+  CHECK(written.str().find("\"step\":189") != std::string::npos);  // epoch 3, appended
 }
 
 }  // namespace

@@ -129,10 +129,8 @@ TEST_CASE("runtime: a peer of a different model cannot join, and the start timeo
   const Registry registry = algorithms::makeRegistry();
   auto config = test::algorithmCluster("gosgd", 2, 10);
   config.peer.training.startTimeout = 3s;
-  auto hub = net::inproc::makeHub();
   runtime::PeerConfig a = config.peer, b = config.peer;
-  a.network.hub = b.network.hub = hub;
-  a.network.listen = b.network.listen = net::Endpoint{"inproc", 0};
+  a.network.transportMaker = b.network.transportMaker = test::sharedInprocNetwork();
   a.network.secret = b.network.secret = {std::byte{1}, std::byte{2}};
   a.network.peerId = 1;
   b.network.peerId = 2;
@@ -145,6 +143,53 @@ TEST_CASE("runtime: a peer of a different model cannot join, and the start timeo
                        doctest::Contains("only 1 of the 2 peers (--min-peers) joined"),
                        gossamer::Error);
   CHECK(first.view().members.size() == 1);
+}
+
+TEST_CASE("runtime: transports come from the registry: a user's own is used, bad options are refused") {
+  test::Watchdog watchdog(60s);
+  Registry registry = algorithms::makeRegistry();
+  // A transport of the user's: inproc, counting the transports made and what they were given.
+  struct Seen {
+    std::atomic<int> made{0};
+    std::atomic<int> withDeviceMemory{0};
+  };
+  auto seen = std::make_shared<Seen>();
+  registry.transports.add(
+      "counted", "inproc, counted",
+      transportSpec<net::inproc::Options>(
+          {"inproc", 0}, [seen](const net::inproc::Options& options) -> TransportMaker {
+            return [seen, options, hub = net::inproc::makeHub()](const TransportEnvironment& env) {
+              ++seen->made;
+              if (env.deviceMemory.isDevice) ++seen->withDeviceMemory;
+              return net::inproc::makeTransport(env.io, hub, options);
+            };
+          }));
+  auto config = test::algorithmCluster("gosgd", 3, 30);
+  config.peer.network.transport = "counted";
+  const auto result = runtime::runLocalCluster(config, registry, test::smallData());
+  CHECK(seen->made == 3);  // one maker for the cluster, one transport per peer
+  CHECK(seen->withDeviceMemory == 0);  // CPU peers: host memory only
+  for (const auto& peer : result.peers) CHECK(peer.bytesSent > 0);
+
+  // Options are checked when the peer is made, naming the option and the ones known.
+  runtime::PeerConfig bad = config.peer;
+  bad.network.transport = "tcp";
+  bad.network.transportOptions = {{"bogus", "1"}};
+  CHECK_THROWS_WITH_AS(runtime::Peer(bad, registry, test::smallData()),
+                       doctest::Contains("unknown option 'bogus' (known: keep-alive"), Error);
+  bad.network.transport = "carrier-pigeon";
+  bad.network.transportOptions.clear();
+  CHECK_THROWS_WITH_AS(runtime::Peer(bad, registry, test::smallData()),
+                       doctest::Contains("unknown transport 'carrier-pigeon' (known: counted, "
+                                         "ibverbs, inproc, tcp)"),
+                       Error);
+  // RDMA is registered whether or not this build or machine can run it: it says why it cannot.
+  std::string reason;
+  if (!registry.transports.get("ibverbs").viable({}, &reason)) {
+    bad.network.transport = "ibverbs";
+    CHECK_THROWS_WITH_AS(runtime::Peer(bad, registry, test::smallData()),
+                         doctest::Contains(reason.c_str()), Error);
+  }
 }
 
 }  // namespace

@@ -54,7 +54,6 @@ std::vector<float> hostCopy(std::span<const float> s) { return {s.begin(), s.end
 runtime::PeerConfig singlePeer(double epochs) {
   runtime::PeerConfig c;
   c.network.transport = "inproc";
-  c.network.listen = net::Endpoint{"inproc", 0};
   runtime::TrainingConfig& t = c.training;
   t.algorithm = "none";
   t.model = "mlp";

@@ -724,7 +724,7 @@ TEST_CASE(
 TEST_CASE(
     "net ibverbs: gossamer-bench transport --transport ibverbs stops at once where it cannot run") {
   std::string reason;
-  if (gossamer::engine::rdmaViable(&reason)) {
+  if (gossamer::engine::makeBuiltinRegistry().transports.get("ibverbs").viable({}, &reason)) {
     MESSAGE("skipped: this machine has a usable RDMA device");
     return;
   }
