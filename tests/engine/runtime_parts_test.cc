@@ -1,0 +1,330 @@
+// The runtime's parts alone (engine/runtime/README.md): the control codec, the message queue's
+// gather, and staging (sends in place, staging order, pooled device buffers).
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <doctest/doctest.h>
+
+#include "engine/runtime/control.h"
+#include "engine/runtime/control_codec.h"
+#include "engine/runtime/message_queue.h"
+#include "engine/runtime/messenger.h"
+#include "engine/runtime/network.h"
+#include "engine/runtime/peer_state.h"
+#include "engine/runtime/snapshots.h"
+#include "engine/runtime/staging.h"
+#include "kernels/cpu/cpu_compute.h"
+#include "net/errors.h"
+
+namespace gossamer::engine::runtime {
+namespace {
+
+using namespace std::chrono_literals;
+
+// ---- control codec -----------------------------------------------------------------------------
+
+TEST_CASE("runtime parts: every control message survives encode and decode") {
+  const std::vector<control::Message> messages = {
+      control::StatusRequest{},
+      control::Status{.training = true,
+                      .step = 1ull << 40,
+                      .totalSteps = 123456789,
+                      .expected = true,
+                      .startMembers = 7},
+      control::Finished{0},
+      control::Finished{1},
+      control::Released{0},
+      control::Released{1},
+      control::PullModel{},
+      control::Model{},
+  };
+  for (const control::Message& message : messages) {
+    control::Message decoded;
+    CAPTURE(message.index());
+    REQUIRE_FALSE(control::decode(control::encode(message), decoded));
+    CHECK(decoded == message);
+  }
+}
+
+TEST_CASE("runtime parts: malformed control bytes are refused as values, never thrown") {
+  control::Message out;
+  CHECK(control::decode({}, out) == net::Errc::malformedMessage);
+  const std::vector<std::byte> good = control::encode(control::Status{.step = 5});
+  for (std::size_t cut = 0; cut < good.size(); ++cut)  // every truncation
+    CHECK(control::decode(std::span(good).first(cut), out));
+  // A mark on a channel that does not exist.
+  for (const control::Message& bad : {control::Message{control::Finished{2}},
+                                      control::Message{control::Released{7}}})
+    CHECK(control::decode(control::encode(bad), out) == net::Errc::malformedMessage);
+  // Garbage and a segment table claiming more than the bytes hold.
+  std::vector<std::byte> garbage(64, std::byte{0xff});
+  CHECK(control::decode(garbage, out));
+  std::vector<std::byte> huge = good;
+  huge[4] = std::byte{0xff};
+  huge[5] = std::byte{0xff};
+  CHECK(control::decode(huge, out));
+}
+
+// ---- cluster control ---------------------------------------------------------------------------
+
+// A peer's `finished` (and `released`) counts only when its mark came on both links: the mark on
+// one link can overtake the last data the peer sent on the other (a ring all-reduce then saw
+// its left neighbour as finished while its abort or last chunk was still on the way).
+TEST_CASE("runtime parts: a peer has finished or released only when both of its marks came") {
+  NetworkConfig config;
+  config.transportMaker = [](const TransportEnvironment&) -> std::unique_ptr<net::Transport> {
+    return nullptr;  // never started
+  };
+  PeerNetwork network(config, 1);
+  auto compute = kernels::cpu::makeCompute({.blasThreads = 1});
+  Staging staging(*compute, 16, {});
+  Messenger messenger(network, staging);
+  SnapshotBoard snapshots(1);
+  LoopStatus status;
+  ClusterControl control(network, messenger, snapshots, status);
+  Incoming from2;
+  from2.from = 2;
+  control.onMessage(from2, control::encode(control::Finished{1}));  // the data link's
+  CHECK_FALSE(control.hasFinished(2));
+  control.onMessage(from2, control::encode(control::Released{0}));
+  CHECK_FALSE(control.hasReleased(2));
+  control.onMessage(from2, control::encode(control::Finished{0}));  // and the control link's
+  CHECK(control.hasFinished(2));
+  CHECK_FALSE(control.hasReleased(2));
+  control.onMessage(from2, control::encode(control::Released{1}));
+  CHECK(control.hasReleased(2));
+  CHECK_FALSE(control.hasFinished(3));
+  // A malformed control message is dropped with a warning; nothing changes.
+  Incoming from3;
+  from3.from = 3;
+  control.onMessage(from3, std::vector<std::byte>(8, std::byte{0xff}));
+  CHECK_FALSE(control.hasFinished(3));
+}
+
+// ---- message queue -----------------------------------------------------------------------------
+
+Incoming from(PeerId peer, std::uint64_t tag) {
+  Incoming m;
+  m.from = peer;
+  m.tag = tag;
+  return m;
+}
+
+TEST_CASE("runtime parts: gather takes one message per peer by tag, in the order asked") {
+  MessageQueue queue;
+  queue.push(from(2, 9));
+  queue.push(from(3, 7));  // another round's: stays queued
+  queue.push(from(3, 9));
+  const std::vector<PeerId> peers = {3, 2};
+  const GatherResult got =
+      gather(queue, peers, 9, Clock::now() + 1s, [](PeerId) { return false; });
+  REQUIRE(got.messages.size() == 2);
+  CHECK(got.messages[0].from == 3);
+  CHECK(got.messages[1].from == 2);
+  CHECK(got.missing.empty());
+  CHECK(queue.size() == 1);
+}
+
+TEST_CASE("runtime parts: gather ends at its deadline, or early when the missing peer is gone") {
+  MessageQueue queue;
+  const std::vector<PeerId> peers = {4};
+  auto start = Clock::now();
+  GatherResult got = gather(queue, peers, 1, start + 100ms, [](PeerId) { return false; });
+  CHECK(got.missing == peers);
+  CHECK(Clock::now() - start >= 100ms);
+
+  // Gone, but what it sent before is still taken.
+  queue.push(from(4, 1));
+  got = gather(queue, peers, 1, Clock::now() + 10s, [](PeerId) { return true; });
+  CHECK(got.messages.size() == 1);
+
+  // Gone while waited for: the wait ends with the wake, long before the deadline.
+  std::atomic<bool> gone{false};
+  std::thread leaver([&] {
+    std::this_thread::sleep_for(50ms);
+    gone = true;
+    queue.wake();
+  });
+  start = Clock::now();
+  got = gather(queue, peers, 1, start + 10s, [&](PeerId) { return gone.load(); });
+  leaver.join();
+  CHECK(got.missing == peers);
+  CHECK(Clock::now() - start < 5s);
+}
+
+// ---- staging -----------------------------------------------------------------------------------
+
+// A Compute that behaves as a GPU would for staging: it says it is CUDA, its allocations are
+// "device memory", and its asynchronous copies land only when the test says so, in any order.
+// The arithmetic is the CPU backend's.
+class DeviceLike final : public kernels::Compute {
+ public:
+  kernels::Device device() const override { return kernels::Device::kCuda; }
+  std::string describe() const override { return "device-like (test)"; }
+  void* allocateBytes(std::size_t bytes) override {
+    void* p = cpu_->allocateBytes(bytes);
+    std::lock_guard lock(mutex_);
+    allocations_.insert(p);
+    return p;
+  }
+  void freeBytes(void* pointer) override {
+    {
+      std::lock_guard lock(mutex_);
+      allocations_.erase(pointer);
+    }
+    cpu_->freeBytes(pointer);
+  }
+  bool isDeviceMemory(const void* pointer) const override {
+    std::lock_guard lock(mutex_);
+    return allocations_.count(const_cast<void*>(pointer)) > 0;
+  }
+  std::size_t allocations() const {
+    std::lock_guard lock(mutex_);
+    return allocations_.size();
+  }
+  void copyToDevice(void* d, const void* h, std::size_t n) override { std::memcpy(d, h, n); }
+  void copyToHost(void* h, const void* d, std::size_t n) override { std::memcpy(h, d, n); }
+  void synchronize() override {}
+  void copyToHostAsync(void* h, const void* d, std::size_t n,
+                       std::function<void()> done) override {
+    std::memcpy(h, d, n);
+    std::lock_guard lock(mutex_);
+    pending_.push_back(std::move(done));
+  }
+  // Lands the pending copies, last first.
+  void landInReverse() {
+    std::vector<std::function<void()>> pending;
+    {
+      std::lock_guard lock(mutex_);
+      pending.swap(pending_);
+    }
+    for (auto it = pending.rbegin(); it != pending.rend(); ++it) (*it)();
+  }
+
+  void copy(std::span<float> d, std::span<const float> s) override { cpu_->copy(d, s); }
+  void fill(std::span<float> x, float v) override { cpu_->fill(x, v); }
+  void scale(std::span<float> x, float a) override { cpu_->scale(x, a); }
+  void axpby(std::span<float> y, float a, std::span<const float> x, float b) override {
+    cpu_->axpby(y, a, x, b);
+  }
+  void weightedSum(std::span<float> out, std::span<const kernels::WeightedInput> in) override {
+    cpu_->weightedSum(out, in);
+  }
+  void elasticPull(std::span<float> x, std::span<float> c, float a, float b) override {
+    cpu_->elasticPull(x, c, a, b);
+  }
+  double dot(std::span<const float> x, std::span<const float> y) override { return cpu_->dot(x, y); }
+  double norm2(std::span<const float> x) override { return cpu_->norm2(x); }
+  void sgdStep(std::span<float> w, std::span<const float> g, const kernels::SgdHyper& h) override {
+    cpu_->sgdStep(w, g, h);
+  }
+  void momentumStep(std::span<float> w, std::span<const float> g, std::span<float> v,
+                    const kernels::MomentumHyper& h) override {
+    cpu_->momentumStep(w, g, v, h);
+  }
+  void adamStep(std::span<float> w, std::span<const float> g, std::span<float> m,
+                std::span<float> v, std::int64_t step, const kernels::AdamHyper& h) override {
+    cpu_->adamStep(w, g, m, v, step, h);
+  }
+  void gemm(kernels::Transpose ta, kernels::Transpose tb, std::size_t m, std::size_t n,
+            std::size_t k, float alpha, std::span<const float> a, std::span<const float> b,
+            float beta, std::span<float> c) override {
+    cpu_->gemm(ta, tb, m, n, k, alpha, a, b, beta, c);
+  }
+  void biasAdd(std::span<float> y, std::span<const float> b, std::size_t rows) override {
+    cpu_->biasAdd(y, b, rows);
+  }
+  void biasGrad(std::span<float> db, std::span<const float> dy, std::size_t rows) override {
+    cpu_->biasGrad(db, dy, rows);
+  }
+  void relu(std::span<float> x) override { cpu_->relu(x); }
+  void reluBackward(std::span<float> dy, std::span<const float> y) override {
+    cpu_->reluBackward(dy, y);
+  }
+  double softmaxCrossEntropy(std::span<const float> logits, std::span<const std::int32_t> labels,
+                             std::size_t classes, std::span<float> dlogits,
+                             float gradScale) override {
+    return cpu_->softmaxCrossEntropy(logits, labels, classes, dlogits, gradScale);
+  }
+  void argmax(std::span<const float> x, std::size_t classes, std::span<std::int32_t> out) override {
+    cpu_->argmax(x, classes, out);
+  }
+  std::size_t countCorrect(std::span<const float> logits, std::span<const std::int32_t> labels,
+                           std::size_t classes) override {
+    return cpu_->countCorrect(logits, labels, classes);
+  }
+
+ private:
+  std::unique_ptr<kernels::Compute> cpu_ = kernels::cpu::makeCompute({.blasThreads = 1});
+  mutable std::mutex mutex_;
+  std::set<void*> allocations_;
+  std::vector<std::function<void()>> pending_;
+};
+
+TEST_CASE("runtime parts: on the CPU a send with an owner leaves from where it is, others copy") {
+  auto compute = kernels::cpu::makeCompute({.blasThreads = 1});
+  Staging staging(*compute, 64 * sizeof(float), {});
+  auto params = std::make_shared<std::vector<float>>(64, 1.5f);
+  Message owned{.payloads = {std::span<const float>(*params)}, .owner = params};
+  std::vector<StagedBytes> sent;
+  REQUIRE(staging.stageFromCompute(owned, 1s, [&](StagedBytes b) { sent.push_back(std::move(b)); }));
+  REQUIRE(sent.size() == 1);  // at once: nothing was in flight
+  CHECK(sent[0].spans[0].data() == reinterpret_cast<const std::byte*>(params->data()));
+  CHECK(sent[0].owner == params);  // the transport keeps the params alive while it sends
+
+  Message copied{.payloads = {std::span<const float>(*params)}};
+  REQUIRE(staging.stageFromCompute(copied, 1s, [&](StagedBytes b) { sent.push_back(std::move(b)); }));
+  REQUIRE(sent.size() == 2);
+  CHECK(sent[1].spans[0].data() != reinterpret_cast<const std::byte*>(params->data()));
+  CHECK(std::memcmp(sent[1].spans[0].data(), params->data(), 64 * sizeof(float)) == 0);
+}
+
+TEST_CASE("runtime parts: staged sends leave in staging order whatever order their copies land") {
+  DeviceLike compute;
+  Staging staging(compute, 16 * sizeof(float), {});
+  kernels::Buffer<float> a = compute.allocate<float>(16), b = compute.allocate<float>(16);
+  compute.fill(a.span(), 1.0f);
+  compute.fill(b.span(), 2.0f);
+  std::vector<std::string> order;
+  auto record = [&](std::string name) {
+    return [&order, name](StagedBytes) { order.push_back(name); };
+  };
+  // Device memory is copied off even with an owner; a mark without payloads waits its turn.
+  REQUIRE(staging.stageFromCompute(Message{.payloads = {a.span()}}, 1s, record("a")));
+  REQUIRE(staging.stageFromCompute(Message{.payloads = {b.span()}}, 1s, record("b")));
+  REQUIRE(staging.stageFromCompute(Message{.step = 3}, 1s, record("mark")));
+  CHECK(order.empty());
+  compute.landInReverse();  // b's copy lands before a's
+  CHECK(order == std::vector<std::string>{"a", "b", "mark"});
+}
+
+TEST_CASE("runtime parts: received payloads go to pooled device buffers, overflow is counted") {
+  DeviceLike compute;
+  const std::size_t slots = 3;
+  Staging staging(compute, 8 * sizeof(float), {.receiveSlots = slots});
+  const std::size_t preallocated = compute.allocations();
+  CHECK(preallocated == slots);
+  const std::vector<float> host(8, 0.25f);
+  for (int round = 0; round < 5; ++round) {  // uploads released each round: slots reused
+    DeviceView view = staging.upload(host);
+    CHECK(compute.isDeviceMemory(view.span().data()));
+    CHECK(view.span()[7] == 0.25f);
+  }
+  CHECK(staging.deviceOverflows() == 0);
+  CHECK(compute.allocations() == preallocated);
+  std::vector<DeviceView> held;
+  for (std::size_t i = 0; i < slots + 1; ++i) held.push_back(staging.upload(host));
+  CHECK(staging.deviceOverflows() == 1);  // the fourth held at once had no slot
+  held.clear();
+  CHECK(compute.allocations() == preallocated);  // the overflow buffer went with its view
+}
+
+}  // namespace
+}  // namespace gossamer::engine::runtime
