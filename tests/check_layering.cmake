@@ -1,5 +1,6 @@
-# Checks the include arrows of DESIGN.md section 2: a folder includes project headers only from
-# itself and the folders it links. Run as: cmake -DSOURCE_DIR=<repo> -P check_layering.cmake
+# Checks the include arrows between folders (the Layout section of README.md): a folder includes
+# project headers only from itself and the folders it links.
+# Run as: cmake -DSOURCE_DIR=<repo> -P check_layering.cmake
 set(allowed_engine/base "engine/base")
 set(allowed_kernels "engine/base;kernels")
 set(allowed_topology "engine/base;topology")
@@ -25,8 +26,8 @@ foreach(folder engine/base kernels topology net engine algorithms)
       endif()
       set(ok FALSE)
       set(allowed ${allowed_${folder}})
-      # A binary's main (engine/peer_main.cc) sits above the algorithms (DESIGN.md arrows:
-      # algorithms <- binaries), whatever folder it lives in.
+      # A binary's main (engine/peer_main.cc) sits above the algorithms (the binaries link
+      # them), whatever folder it lives in.
       if(rel MATCHES "_main\\.cc$")
         list(APPEND allowed algorithms)
       endif()

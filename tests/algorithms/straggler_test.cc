@@ -1,7 +1,7 @@
-// Issue "elastic membership and fault tolerance", item 2: a straggler does not stall the
-// asynchronous algorithms. Peer 1 (the star's center and the tree's root, so that the role that
-// others talk to is the slow one) takes 15x longer per step than the others; they still run
-// their steps at their own pace (their training loops end long before the straggler's).
+// Elastic membership and fault tolerance: a straggler does not stall the asynchronous algorithms.
+// Peer 1 (the star's center and the tree's root, so that the role that others talk to is the slow
+// one) takes 15x longer per step than the others; they still run their steps at their own pace
+// (their training loops end long before the straggler's).
 #include <doctest/doctest.h>
 
 #include "tests/algorithms/algorithm_testing.h"

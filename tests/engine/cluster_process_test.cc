@@ -1,5 +1,5 @@
-// Tier 3 (DESIGN.md section 6): four gossamer-peer processes on 127.0.0.1 joined by a seed list
-// train together (issue 5, item 13), and a networked peer refuses bad configuration clearly.
+// Multi-process tests: four gossamer-peer processes on 127.0.0.1 joined by a seed list train
+// together, and a networked peer refuses bad configuration clearly.
 #include <filesystem>
 #include <fstream>
 #include <memory>

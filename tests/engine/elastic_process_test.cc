@@ -1,6 +1,6 @@
-// Tier 3 (DESIGN.md section 6), issue "elastic membership and fault tolerance", item 7:
-// gossamer-peer processes on 127.0.0.1 lose peers to kill -9 mid-run and go on, take in a peer
-// that joins mid-run, and take back a killed peer restarted from its checkpoint.
+// Elastic membership and fault tolerance, multi-process tests: gossamer-peer processes on 127.0.0.1
+// lose peers to kill -9 mid-run and go on, take in a peer that joins mid-run, and take back a
+// killed peer restarted from its checkpoint.
 //
 // Every run: the synthetic task (64 features, 10 classes; about 88% is its ceiling), steps of at
 // least 10 ms (so a kill lands mid-run), the `local` membership profile (failures detected in

@@ -1,6 +1,6 @@
-// gossamer-peer processes on 127.0.0.1 for the multi-process tests (DESIGN.md section 6, tier 3):
-// a scratch directory with a cluster secret, and a cluster of peers joined by a seed list whose
-// progress is read from their metrics files.
+// gossamer-peer processes on 127.0.0.1 for the multi-process tests: a scratch directory with a
+// cluster secret, and a cluster of peers joined by a seed list whose progress is read from their
+// metrics files.
 #pragma once
 
 #include <cstdlib>

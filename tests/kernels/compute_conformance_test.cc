@@ -1,13 +1,14 @@
-// Conformance suite for kernels::Compute (DESIGN.md section 6): one set of cases, instantiated per
-// backend with TEST_CASE_TEMPLATE. Each case draws inputs from a seeded std::mt19937, computes a
-// float64 reference here, and compares with a bound relative to the magnitude of the terms, so a
-// backend passes by being accurate, not by matching the CPU backend's rounding. Data reaches the
-// backend only through allocate/upload/download, so the same code runs on device memory.
+// Conformance suite for kernels::Compute: one set of cases, instantiated per backend with
+// TEST_CASE_TEMPLATE. Each case draws inputs from a seeded std::mt19937, computes a float64
+// reference here, and compares with a bound relative to the magnitude of the terms, so a backend
+// passes by being accurate, not by matching the CPU backend's rounding. Data reaches the backend
+// only through allocate/upload/download, so the same code runs on device memory.
 //
 // Output buffers are filled with NaN before an op that overwrites them: a NaN left behind is an
 // element the op forgot to write (a short grid, a missing tail), and never passes a bound.
 //
-// This is the one test file allowed to `#if` on the CUDA backend (DESIGN.md section 3).
+// This is the one test file allowed to `#if` on the CUDA backend (GOSSAMER_HAVE_CUDA); every
+// other file reaches the backends through kernels::Compute only.
 #include <algorithm>
 #include <chrono>
 #include <cmath>

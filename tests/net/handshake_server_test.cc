@@ -1,5 +1,5 @@
 // net/wire/handshake_server: the accept loop that authenticates inbound links, over real TCP on
-// loopback, with its bound on pending handshakes (issue 3, item 2).
+// loopback, with its bound on pending handshakes.
 #include <chrono>
 #include <memory>
 #include <string>

@@ -1,6 +1,6 @@
 // The SWIM membership service (net/membership) with many peers in one process, each on its own io
-// thread, over inproc, TCP on 127.0.0.1 and shaped(tcp) (issue 4, item 4). Every case has a hard
-// deadline (Watchdog) and the local profile's T = 200 ms unless it says otherwise.
+// thread, over inproc, TCP on 127.0.0.1 and shaped(tcp). Every case has a hard deadline (Watchdog)
+// and the local profile's T = 200 ms unless it says otherwise.
 #include "net/membership/membership.h"
 
 #include <algorithm>

@@ -54,8 +54,8 @@ namespace fs = std::filesystem;
 
 // ---- helpers ----
 
-// Runs `body` on `io` with a hard deadline (the watchdog of DESIGN.md section 6); rethrows what
-// it threw.
+// Runs `body` on `io` with a hard deadline (a hung case aborts the binary instead of stalling
+// the run); rethrows what it threw.
 void runWithWatchdog(asio::io_context& io, std::function<awaitable<void>()> body,
                      std::chrono::seconds limit = 30s) {
   bool finished = false;

@@ -1,12 +1,11 @@
-// The conformance suite for net::Transport / net::Link (DESIGN.md section 6, issue 3 item 3): one
-// set of cases, defined here once and instantiated per backend by the test file of each backend
-// with GOSSAMER_TRANSPORT_CONFORMANCE(BackendA, BackendB, ...) at global scope (tcp, inproc and
-// shaped in transport_conformance_test.cc; ibverbs in ibverbs_transport_test.cc, which alone
-// knows whether this build has it). Every case runs two peers, each with its own io_context on
-// its own thread (so inproc's cross-thread hand-offs are exercised too), binds port 0 on
-// 127.0.0.1, and runs under a Watchdog that aborts the binary with a clear message if the case
-// hangs. Payload bytes come from a seeded pattern, so a receiver checks them without a second
-// copy.
+// The conformance suite for net::Transport / net::Link: one set of cases, defined here once and
+// instantiated per backend by the test file of each backend with
+// GOSSAMER_TRANSPORT_CONFORMANCE(BackendA, BackendB, ...) at global scope (tcp, inproc and shaped
+// in transport_conformance_test.cc; ibverbs in ibverbs_transport_test.cc, which alone knows whether
+// this build has it). Every case runs two peers, each with its own io_context on its own thread (so
+// inproc's cross-thread hand-offs are exercised too), binds port 0 on 127.0.0.1, and runs under a
+// Watchdog that aborts the binary with a clear message if the case hangs. Payload bytes come from a
+// seeded pattern, so a receiver checks them without a second copy.
 //
 // A backend is a tag type with
 //   static constexpr bool kRawTcpListener;  // a plain TCP socket can talk the tcp wire format to

@@ -1,6 +1,5 @@
-// A hard deadline for a test case (DESIGN.md section 6): aborts the test binary with a message
-// naming the case when the Watchdog outlives `limit`, so that a hung case fails the run instead
-// of stalling it.
+// A hard deadline for a test case: aborts the test binary with a message naming the case when the
+// Watchdog outlives `limit`, so that a hung case fails the run instead of stalling it.
 #pragma once
 
 #include <chrono>
