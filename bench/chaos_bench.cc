@@ -1,5 +1,4 @@
-// gossamer-bench chaos: a randomised fault schedule over a running local cluster (issue "elastic
-// membership and fault tolerance", item 8).
+// gossamer-bench chaos: a randomised fault schedule over a running local cluster.
 //
 // Baseline: the same cluster and run length without faults, run first in the same process. The
 // schedule is drawn from --seed before anything runs: when (seconds after training starts), what

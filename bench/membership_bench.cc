@@ -1,5 +1,5 @@
 // `gossamer-bench membership`: the SWIM membership service (net/membership/) of N peers in this
-// process, each on its own io_context thread, over TCP on 127.0.0.1 (issue 4, items 7 and 8).
+// process, each on its own io_context thread, over TCP on 127.0.0.1.
 //  - detection: a peer is stopped abruptly (its service stops and its transport closes every
 //    socket, as the kernel does for a process killed with kill -9); the time until EVERY
 //    survivor has delivered its `failed` event, in units of the probe interval T. Then a fresh

@@ -2,7 +2,7 @@
 // backend. For each latency profile it measures the one-way latency of small frames, and for each
 // bandwidth cap the throughput of back-to-back frames, and prints them next to what the profile
 // asks for and next to the unshaped inproc link measured the same way in the same run (what the
-// shaper adds to). Target (issue 3 item 8): within 10% of the profile for latencies of 1-200 ms
+// shaper adds to). Target: within 10% of the profile for latencies of 1-200 ms
 // and caps of 10 Mbit/s-10 Gbit/s.
 //
 // Latency: frames carry their send time; one-way latency = arrival - send time, p50 over frames

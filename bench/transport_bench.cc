@@ -1,5 +1,4 @@
-// `gossamer-bench transport`: a transport on loopback next to a baseline in the same run
-// (issue 3, item 7; issue 8, item 7).
+// `gossamer-bench transport`: a transport on loopback next to a baseline in the same run.
 //  --transport tcp (default): the TCP transport next to plain blocking sockets.
 //  - bulk: one-way transfer of a 64 MiB payload; GB/s of the transport (scatter-gather send, the
 //    receiver's PayloadTarget puts the bytes in place) vs a blocking send()/recv() loop moving the

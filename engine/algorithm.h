@@ -1,4 +1,4 @@
-// The public C++ API for decentralized optimizers (DESIGN.md section 3). An Algorithm sees only a
+// The public C++ API for decentralized optimizers (algorithms/README.md has the built-in ones). An Algorithm sees only a
 // PeerContext: who it is, the membership and the topology built on it, the Compute with the flat
 // params and grads, messages to and from other peers, and a few services (tags, rng, metrics).
 // It never sees Asio, Cap'n Proto or a transport. See algorithms/ for the built-ins and
@@ -282,7 +282,7 @@ class Algorithm {
   // The default ignores it.
   virtual void serve(ServiceContext& /*ctx*/, const Incoming& /*request*/) {}
 
-  // ---- elasticity (issue: elastic membership and fault tolerance) ----
+  // ---- elasticity: peers joining, leaving and failing mid-run ----
   // Instead of the first setup(), when this peer enters a cluster that is already training
   // (joining late, or restarting without a checkpoint): take what the algorithm needs from a live
   // peer, then setup() runs as usual. The default adopts the model and the step of the first

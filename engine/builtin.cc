@@ -1,5 +1,5 @@
 // The one file that names every built-in component, and the one place in the engine that
-// branches on the optional backends of this build (DESIGN.md section 3).
+// branches on the optional backends of this build.
 #include "engine/builtin.h"
 
 #include <numeric>

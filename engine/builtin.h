@@ -13,7 +13,7 @@
 namespace gossamer::engine {
 
 // A registry holding every built-in model, dataset, topology and transport. The algorithms library sits
-// above the engine (DESIGN.md arrows), so its built-ins are added by
+// above the engine (the dependency arrows of CMakeLists.txt), so its built-ins are added by
 // algorithms::addBuiltinAlgorithms (algorithms/builtin.h); binaries call both.
 Registry makeBuiltinRegistry();
 

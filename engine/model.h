@@ -1,4 +1,4 @@
-// engine::Model: a neural network over ONE flat parameter buffer (DESIGN.md section 1).
+// engine::Model: a neural network over ONE flat parameter buffer.
 //
 // The model owns no parameters: the caller owns one flat `params` buffer and one flat `grads`
 // buffer of parameterCount() floats (allocated from the model's Compute) and passes views of

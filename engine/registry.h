@@ -1,4 +1,4 @@
-// The registry: every pluggable component by name (DESIGN.md section 3). ONE explicit object,
+// The registry: every pluggable component by name. ONE explicit object,
 // filled in one file (engine/builtin.cc) by makeBuiltinRegistry(); users add their own entries
 // to it before starting a peer. No static self-registration.
 #pragma once

@@ -1,4 +1,4 @@
-// kernels::Compute: the only math an algorithm or model may call (DESIGN.md section 3).
+// kernels::Compute: the only math an algorithm or model may call.
 //
 // Every operation works on flat float32 (or int32 label) buffers that live in the memory of the
 // Compute's device: host memory for the CPU backend, device memory for CUDA. Spans passed in

@@ -1,4 +1,4 @@
-// Bounds that every transport enforces (DESIGN.md section 4: bounded everything). Checked before
+// Bounds that every transport enforces (bounded everything). Checked before
 // any allocation, so a hostile or broken peer cannot make us allocate what it claims.
 #pragma once
 

@@ -1,4 +1,4 @@
-// Error handling for bugs and misuse (DESIGN.md section 4): GOSSAMER_ENFORCE* throw
+// Error handling for bugs and misuse: GOSSAMER_ENFORCE* throw
 // gossamer::Error carrying file:line, the failed condition and the values involved.
 // I/O failures inside net/ are std::error_code values instead, never these macros.
 #pragma once

@@ -1,4 +1,4 @@
-// Reader for the IDX format of MNIST and Fashion-MNIST (http://yann.lecun.com/exdb/mnist/):
+// Reader for the IDX format of MNIST and Fashion-MNIST (LeCun et al.):
 // a big-endian header (magic 0x00000803 + count, rows, cols for uint8 images; magic 0x00000801 +
 // count for uint8 labels) followed by the raw bytes. Files may be gzip'd or plain.
 #pragma once

@@ -1,4 +1,4 @@
-// How a peer's messages travel (DESIGN.md section 1).
+// How a peer's messages travel (engine/runtime/README.md).
 //
 // Out: a Message becomes an envelope header (net/wire's generic Envelope, with its route), its
 // payloads are staged (Staging), the header is encoded once, and the io thread sends it to each

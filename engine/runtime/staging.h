@@ -1,5 +1,5 @@
 // Staging: the memory every payload passes through between a peer's Compute and its transport
-// (DESIGN.md section 1), preallocated once per peer, bounded, and registered with the transport
+// (engine/runtime/README.md), preallocated once per peer, bounded, and registered with the transport
 // once (RDMA registers it; tcp and inproc ignore it):
 //
 //   send slots     payloads of compute-thread messages are copied here (on CUDA asynchronously,
