@@ -162,11 +162,14 @@ void checkConvexOptimum(const std::string& name, double lr) {
   config.peer.training.optimizer.weightDecay = weightDecay;
   config.peer.training.minStepTime = 1ms;  // exchanges must keep up with the steps
   config.peer.training.batch = 64;
+  // The rate decays to 0 (cosine): what is left at the end is the fixed point, not the noise of
+  // the last steps' gradients and of how the workers' exchanges happened to interleave.
+  config.peer.training.schedule.kind = engine::train::LrSchedule::kCosine;
   const auto result = engine::runtime::runLocalCluster(config, probed.registry, test::smallData());
   const double error = test::relativeError(test::meanOf(result.finals), optimum);
   const double centerError = test::relativeError(probed.center(), optimum);
   INFO("relative distance to the optimum: average model " << error << ", center " << centerError);
-  CHECK(error < 0.05);
+  CHECK(error < 0.03);  // about 0.005 measured, 0.011 at worst on a loaded machine
   CHECK(centerError < 0.1);  // an exponential average of single workers' models
   for (const auto& s : result.finals) CHECK(test::relativeError(s.params, optimum) < 0.1);
 }
