@@ -69,6 +69,10 @@ struct Outcome {
   bool stoppedEarly = false;  // the wall-clock budget ended it
   double speedup = kNaN;      // allreduce-sgd's time to target / this one's
   std::string speedupNote;    // ">x" when the baseline never reached the target
+  // Seed 002's scalability: the cluster's training samples per second over N peers' worth of a
+  // single peer's (same model, batch and step time, no exchange); 1 is perfect scaling.
+  double scalability = kNaN;
+  double utilization = kNaN;  // time in compute / wall time, mean over the peers
 };
 
 std::shared_ptr<const engine::DatasetPair> loadData(const RunSettings& run,
@@ -101,7 +105,26 @@ engine::runtime::ClusterConfig clusterConfig(const RunSettings& run, const Exper
   t.seed = run.seed;
   t.commTimeout = std::chrono::milliseconds(static_cast<std::int64_t>(run.commTimeout * 1000));
   t.finishTimeout = std::chrono::seconds(120);
+  t.minStepTime = std::chrono::microseconds(static_cast<std::int64_t>(e.stepTime * 1000));
   return c;
+}
+
+// Training samples per second of one peer alone (algorithm "none") with the experiment's model,
+// batch and step time: the denominator of scalability. `steps` steps, after one to warm up.
+double singlePeerSamplesPerSecond(const RunSettings& run, const Experiment& e,
+                                  const engine::Registry& registry,
+                                  std::shared_ptr<const engine::DatasetPair> data,
+                                  std::uint64_t steps) {
+  Experiment alone = e;
+  alone.algorithm = "none";
+  alone.topology.clear();
+  alone.network = "lan";
+  alone.peers = 1;
+  alone.options.clear();
+  engine::runtime::ClusterConfig config = clusterConfig(run, alone);
+  config.peer.training.maxSteps = steps;
+  const ClusterResult result = engine::runtime::runLocalCluster(config, registry, std::move(data));
+  return result.peers.front().samplesPerSecond;
 }
 
 Outcome runExperiment(const RunSettings& run, const Experiment& e, const engine::Registry& registry,
@@ -132,6 +155,7 @@ Outcome runExperiment(const RunSettings& run, const Experiment& e, const engine:
         engine::runtime::runLocalCluster(config, registry, std::move(data));
     outcome.curve = result.curve;
     outcome.final = result.curve.back();
+    outcome.utilization = outcome.final.utilization;
     outcome.topology = result.peers.front().topology;
     outcome.stoppedEarly = stopped;
   } catch (const std::exception& error) {
@@ -140,14 +164,38 @@ Outcome runExperiment(const RunSettings& run, const Experiment& e, const engine:
   return outcome;
 }
 
-// Speed-up of every experiment against allreduce-sgd on the same network, peers and split.
+// Scalability of every experiment against one peer alone with the same step time (measured once
+// per step time, over as many steps as the shortest experiment made, at most 50).
+void computeScalability(std::vector<Outcome>& outcomes, const RunSettings& run,
+                        const engine::Registry& registry,
+                        const std::shared_ptr<const engine::DatasetPair>& data) {
+  std::map<double, double> single;  // step time -> samples/s of one peer
+  for (Outcome& o : outcomes) {
+    if (!o.error.empty() || o.final.wallSeconds <= 0) continue;
+    const double stepTime = o.experiment.stepTime;
+    if (!single.count(stepTime)) {
+      std::uint64_t steps = 50;
+      for (const Outcome& other : outcomes)
+        if (other.error.empty() && other.experiment.stepTime == stepTime)
+          steps = std::min<std::uint64_t>(steps, std::max<std::uint64_t>(other.final.maxStep, 5));
+      single[stepTime] = singlePeerSamplesPerSecond(run, o.experiment, registry, data, steps);
+    }
+    const double cluster = static_cast<double>(o.final.samples) / o.final.wallSeconds;
+    o.scalability =
+        cluster / (static_cast<double>(o.experiment.peers) * std::max(single[stepTime], 1e-9));
+  }
+}
+
+// Speed-up of every experiment against allreduce-sgd on the same network, peers, split and step
+// time.
 void computeSpeedups(std::vector<Outcome>& outcomes, const RunSettings& run) {
   for (Outcome& o : outcomes) {
     const auto baseline = std::find_if(outcomes.begin(), outcomes.end(), [&](const Outcome& b) {
       return b.experiment.algorithm == "allreduce-sgd" &&
              b.experiment.network == o.experiment.network &&
              b.experiment.peers == o.experiment.peers &&
-             b.experiment.split.name() == o.experiment.split.name() && b.error.empty();
+             b.experiment.split.name() == o.experiment.split.name() &&
+             b.experiment.stepTime == o.experiment.stepTime && b.error.empty();
     });
     if (baseline == outcomes.end() || std::isnan(o.timeToTarget)) continue;
     if (!std::isnan(baseline->timeToTarget)) {
@@ -160,12 +208,6 @@ void computeSpeedups(std::vector<Outcome>& outcomes, const RunSettings& run) {
     }
   }
   (void)run;
-}
-
-std::string fileSafe(std::string name) {
-  std::replace(name.begin(), name.end(), '/', '_');
-  std::replace(name.begin(), name.end(), ':', '-');
-  return name;
 }
 
 void writePoints(const fs::path& dir, const std::vector<Outcome>& outcomes) {
@@ -223,17 +265,20 @@ void writeSummary(const fs::path& dir, const std::vector<Outcome>& outcomes,
   std::ofstream csv(dir / "summary.csv");
   csv << "experiment,algorithm,topology,network,peers,split,time_to_target_s,steps_to_target,"
          "bytes_to_target,final_accuracy,final_min_peer_accuracy,final_distance,wall_s,steps,"
-         "bytes_per_peer,comm_wait_fraction,speedup_vs_allreduce,stopped_early,error\n";
+         "bytes_per_peer,comm_wait_fraction,speedup_vs_allreduce,stopped_early,error,step_time_ms,"
+         "scalability,utilization\n";
   for (const Outcome& o : outcomes) {
     const Experiment& e = o.experiment;
     csv << fmt::format(
-        "{},{},{},{},{},{},{},{},{},{:.5f},{:.5f},{:.6g},{:.3f},{},{:.0f},{:.5f},{},{},\"{}\"\n",
+        "{},{},{},{},{},{},{},{},{},{:.5f},{:.5f},{:.6g},{:.3f},{},{:.0f},{:.5f},{},{},\"{}\",{},{},{}"
+        "\n",
         e.name(), e.algorithm, o.topology, e.network, e.peers, e.split.name(),
         orDash(o.timeToTarget, "{:.3f}"), orDash(o.stepsToTarget, "{:.1f}"),
         orDash(o.bytesToTarget, "{:.0f}"), o.final.consensus.accuracy,
         o.final.consensus.minPeerAccuracy, o.final.consensus.distance, o.final.wallSeconds,
         o.final.maxStep, o.final.bytesSentPerPeer, o.final.commWaitFraction,
-        orDash(o.speedup, "{:.3f}"), o.stoppedEarly ? 1 : 0, o.error);
+        orDash(o.speedup, "{:.3f}"), o.stoppedEarly ? 1 : 0, o.error, e.stepTime,
+        orDash(o.scalability, "{:.4f}"), orDash(o.utilization, "{:.4f}"));
   }
   (void)run;
 }
@@ -252,7 +297,9 @@ void writeReport(const fs::path& dir, const std::vector<Outcome>& outcomes, cons
       "{} test samples every {} s and on the whole test set at the end. Target accuracy: "
       "{:.0f}%. Speed-up: allreduce-sgd's time to target on the same network, peers and "
       "split divided by the experiment's (\">x\": allreduce-sgd did not reach the target in "
-      "its run, so at least x).\n\n",
+      "its run, so at least x). Utilization: time in compute (gradients, optimizer, the emulated "
+      "step time) over wall time. Scalability (seed 002): the cluster's training samples per "
+      "second over N times those of one peer alone with the same model and step time.\n\n",
       run.model == "mlp" ? fmt::format("an MLP with hidden layers {}", fmt::join(run.hidden, "-"))
                          : run.model,
       run.dataset, run.optimizer, run.lr, run.schedule, run.batch, run.epochs, run.maxSeconds,
@@ -260,28 +307,35 @@ void writeReport(const fs::path& dir, const std::vector<Outcome>& outcomes, cons
   std::string group;
   for (const Outcome& o : outcomes) {
     const Experiment& e = o.experiment;
-    const std::string g = fmt::format("{}, {} peers, {} split", e.network, e.peers, e.split.name());
+    const std::string g =
+        fmt::format("{}, {} peers, {} split{}", e.network, e.peers, e.split.name(),
+                    e.stepTime > 0 ? fmt::format(", {} ms step time", e.stepTime) : "");
     if (g != group) {
       group = g;
       md << fmt::format("\n## {}\n\n", g);
       md << fmt::format(
           "| algorithm | topology | time to {0:.0f}% | steps to {0:.0f}% | final accuracy | "
-          "min peer | bytes/peer | comm wait | speed-up vs allreduce-sgd |\n",
+          "min peer | bytes/peer | bytes to {0:.0f}% | comm wait | utilization | scalability | "
+          "speed-up vs allreduce-sgd |\n",
           100 * run.target);
-      md << "|---|---|---:|---:|---:|---:|---:|---:|---:|\n";
+      md << "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
     }
     if (!o.error.empty()) {
-      md << fmt::format("| {} | {} | failed: {} | | | | | | |\n", e.algorithm, e.topology, o.error);
+      md << fmt::format("| {} | {} | failed: {} | | | | | | | | | |\n", e.algorithm, e.topology,
+                        o.error);
       continue;
     }
-    md << fmt::format("| {} | {} | {} | {} | {:.2f}%{} | {:.2f}% | {:.1f} MB | {:.1f}% | {} |\n",
+    md << fmt::format("| {} | {} | {} | {} | {:.2f}%{} | {:.2f}% | {:.1f} MB | {} | {:.1f}% | {} | "
+                      "{} | {} |\n",
                       e.algorithm, o.topology, orDash(o.timeToTarget, "{:.1f} s"),
                       orDash(o.stepsToTarget, "{:.0f}"), 100 * o.final.consensus.accuracy,
                       o.stoppedEarly ? fmt::format(" (stopped at {:.0f} s, step {})",
                                                    o.final.wallSeconds, o.final.maxStep)
                                      : "",
                       100 * o.final.consensus.minPeerAccuracy, o.final.bytesSentPerPeer / 1e6,
-                      100 * o.final.commWaitFraction, o.speedupNote.empty() ? "-" : o.speedupNote);
+                      orDash(o.bytesToTarget / 1e6, "{:.1f} MB"), 100 * o.final.commWaitFraction,
+                      orDash(100 * o.utilization, "{:.0f}%"), orDash(o.scalability, "{:.3f}"),
+                      o.speedupNote.empty() ? "-" : o.speedupNote);
   }
   if (!figures.empty()) {
     md << "\n## Figures\n\n";
@@ -383,20 +437,33 @@ void runConvergence(const ConvergenceOptions& o, const std::string& command) {
   }
   progress.finish();
   computeSpeedups(outcomes, matrix.run);
+  computeScalability(outcomes, matrix.run, registry, data);
   writePoints(dir, outcomes);
   writeSummary(dir, outcomes, matrix.run);
   const std::vector<std::string> figures = plot(dir, matrix.run);
   writeReport(dir, outcomes, matrix, registry, command, figures);
   fmt::print("report: {}\n", (dir / "report.md").string());
   if (o.json) {
-    JsonObject json;
-    json.add("benchmark", "convergence")
-        .add("experiments", static_cast<std::uint64_t>(outcomes.size()));
+    // {"experiments": [{...}, ...]}: null where a figure does not exist.
+    std::vector<std::string> rows;
     for (const Outcome& out : outcomes) {
-      if (!std::isnan(out.speedup))
-        json.add(fmt::format("speedup_{}", fileSafe(out.experiment.name())), out.speedup);
+      const Experiment& e = out.experiment;
+      const bool ok = out.error.empty();
+      rows.push_back(JsonObject()
+                         .add("algorithm", e.algorithm)
+                         .add("network", e.network)
+                         .add("peers", static_cast<std::uint64_t>(e.peers))
+                         .add("step_time_ms", e.stepTime)
+                         .add("split", e.split.name())
+                         .add("time_to_target_s", out.timeToTarget)
+                         .add("speedup_vs_allreduce", out.speedup)
+                         .add("scalability", out.scalability)
+                         .add("utilization", out.utilization)
+                         .add("final_accuracy", ok ? out.final.consensus.accuracy : kNaN)
+                         .add("bytes_per_peer", ok ? out.final.bytesSentPerPeer : kNaN)
+                         .str());
     }
-    fmt::print("{}\n", json.str());
+    fmt::print("{{\"experiments\": [{}]}}\n", fmt::join(rows, ", "));
   }
 }
 
@@ -408,8 +475,10 @@ void addConvergenceCommand(CLI::App& app) {
       "convergence",
       "a matrix of algorithms x topologies x networks x peers x splits on one task: "
       "accuracy against time, steps and bytes, with a Markdown report and plots");
-  command->add_option("--preset", options->preset, "quick (minutes) or full")
-      ->check(CLI::IsMember({"quick", "full"}))
+  command->add_option("--preset", options->preset,
+                      "quick (minutes), full, or seed002 (a model of ResNet-50's size at a 300 ms "
+                      "step time, as in seed 002)")
+      ->check(CLI::IsMember({"quick", "full", "seed002"}))
       ->capture_default_str();
   command->add_option("--config", options->configPath,
                       "an experiment file instead of a preset "

@@ -12,6 +12,7 @@
 //   networks = lan, geo        built-in profiles or profile files (net/shaped)
 //   peers = 4, 8
 //   splits = iid, dirichlet:0.5
+//   step-times = 0, 300        milliseconds of emulated compute per step (default: [run]'s)
 //   [gosgd]                    options of one algorithm (as --gosgd.p on gossamer-peer)
 //   p = 0.1
 // Every error is a gossamer::Error naming FILE:LINE.
@@ -44,6 +45,7 @@ struct RunSettings {
   std::uint64_t seed = 1;
   std::string transport = "inproc";  // the local cluster's transport under the emulated network
   double commTimeout = 30;           // seconds: deadline of synchronous waits
+  double stepTime = 0;  // milliseconds of emulated compute per step (0: the real compute only)
 
   template <typename Bind>
   void bind(Bind& b) {
@@ -64,6 +66,8 @@ struct RunSettings {
     b("seed", seed, "seed of initialisation, shards and shuffling");
     b("transport", transport, "inproc or tcp (127.0.0.1) under the emulated network");
     b("comm-timeout", commTimeout, "seconds: deadline of synchronous waits");
+    b("step-time", stepTime,
+      "milliseconds of emulated compute per step (a step's gradients take at least this long)");
   }
   void validate() const;
 };
@@ -81,8 +85,10 @@ struct Experiment {
   std::string network;
   std::size_t peers = 4;
   Split split;
+  double stepTime = 0;  // milliseconds of emulated compute per step
   engine::OptionValues options;
-  // "gosgd/default/geo/4p/iid": unique within a matrix, safe in file names after replacing '/'.
+  // "gosgd/default/geo/4p/iid" (and "/300ms" with a step time): unique within a matrix, safe in
+  // file names after replacing '/'.
   std::string name() const;
 };
 
@@ -93,14 +99,17 @@ struct Matrix {
   std::vector<std::string> networks{"lan"};
   std::vector<std::size_t> peers{4};
   std::vector<Split> splits{Split{}};
+  std::vector<double> stepTimes;  // empty: run.stepTime alone
   std::map<std::string, engine::OptionValues> options;  // by algorithm
 
-  // The product of the lists, in a stable order (network, peers, split, topology, algorithm).
+  // The product of the lists, in a stable order (step time, network, peers, split, topology,
+  // algorithm).
   std::vector<Experiment> experiments() const;
 };
 
-// "quick" (a newcomer's first run: <= 10 minutes on a 2-core machine) or "full"; throws listing
-// them otherwise.
+// "quick" (a newcomer's first run: <= 10 minutes on a 2-core machine), "full", or "seed002" (the
+// regime of seed 002: a model of ResNet-50's size at ~300 ms a step); throws listing them
+// otherwise.
 Matrix presetMatrix(const std::string& name);
 Matrix parseMatrix(const std::string& text, const std::string& source);
 Matrix loadMatrix(const std::string& path);

@@ -325,9 +325,10 @@ void addClusterOptions(CLI::App& app, PeerOptions& o, const engine::Registry& re
       ->check(CLI::PositiveNumber)
       ->capture_default_str()
       ->group(cluster);
-  app.add_option("--min-step-time", o.minStepTime,
-                 "milliseconds: every local step takes at least this long (emulates a slower "
-                 "device; tests and chaos runs)")
+  app.add_option("--step-time,--min-step-time", o.minStepTime,
+                 "milliseconds of emulated compute per step: the gradient computation takes at "
+                 "least this long (the real compute still runs; waits for messages come on "
+                 "top), so a small model steps at a large one's pace")
       ->check(CLI::NonNegativeNumber)
       ->group(cluster);
   app.add_option("--start-timeout", o.startTimeout, "seconds to wait for --min-peers members")
@@ -536,8 +537,12 @@ int runLocalCluster(const PeerOptions& o, const engine::Registry& registry) {
       100 * result.consensus.accuracy, 100 * result.consensus.minPeerAccuracy,
       result.consensus.distance, steps, result.wallSeconds, bytes / 1e6, 100 * wait);
   if (o.json) {
+    double utilization = 0;
+    for (const auto& r : result.peers)
+      utilization += r.utilization / static_cast<double>(result.peers.size());
     std::cout << clusterJson(o, topologyName, result.peers.size(), result.consensus, steps,
                              result.wallSeconds, bytes, wait)
+                     .add("utilization", utilization)
                      .str()
               << std::endl;
   }
@@ -586,7 +591,8 @@ int runPeer(const PeerOptions& o, const engine::Registry& registry) {
         clusterJson(o, result.topology, result.peers, consensus, result.steps, result.wallSeconds,
                     static_cast<double>(result.bytesSent), result.commWaitFraction);
     json.add("peer_id", fmt::format("{:016x}", result.peer))
-        .add("peer_test_accuracy", result.testAccuracy);
+        .add("peer_test_accuracy", result.testAccuracy)
+        .add("utilization", result.utilization);
     std::cout << json.str() << std::endl;
   }
   return 0;

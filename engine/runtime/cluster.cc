@@ -27,7 +27,7 @@ EvalPoint measure(const std::vector<std::unique_ptr<Peer>>& peers, std::size_t b
   EvalPoint point;
   point.wallSeconds = Seconds(Clock::now() - start).count();
   point.minStep = UINT64_MAX;
-  double bytes = 0, wait = 0;
+  double bytes = 0, wait = 0, compute = 0;
   for (const auto& peer : peers) {
     const PeerStatus s = peer->status();
     point.minStep = std::min(point.minStep, s.step);
@@ -35,11 +35,13 @@ EvalPoint measure(const std::vector<std::unique_ptr<Peer>>& peers, std::size_t b
     point.meanStep += static_cast<double>(s.step) / static_cast<double>(peers.size());
     bytes += static_cast<double>(s.bytesSent);
     wait += s.trainSeconds > 0 ? s.commWaitSeconds / s.trainSeconds : 0;
+    compute += s.trainSeconds > 0 ? std::min(1.0, s.computeSeconds / s.trainSeconds) : 0;
   }
   const auto n = static_cast<double>(peers.size());
   point.samples = static_cast<std::int64_t>(point.meanStep * static_cast<double>(batch) * n);
   point.bytesSentPerPeer = bytes / n;
   point.commWaitFraction = wait / n;
+  point.utilization = compute / n;
   return point;
 }
 
@@ -211,6 +213,9 @@ ClusterResult runLocalCluster(const ClusterConfig& config, const Registry& regis
   EvalPoint last = measure(peers, base.training.batch, start);
   last.wallSeconds = result.wallSeconds;
   last.consensus = result.consensus;
+  last.utilization = 0;
+  for (const PeerResult& r : result.peers)
+    last.utilization += r.utilization / static_cast<double>(result.peers.size());
   result.curve.push_back(last);
   if (config.onEval) config.onEval(last);
   result.finals = std::move(finals);

@@ -29,6 +29,7 @@ struct EvalPoint {
   std::int64_t samples = 0;     // all peers, so far (mean step x batch x peers)
   double bytesSentPerPeer = 0;  // algorithm traffic, mean over peers
   double commWaitFraction = 0;  // mean over peers
+  double utilization = 0;       // time in compute / time in the training loop, mean over peers
   ConsensusResult consensus;
 };
 

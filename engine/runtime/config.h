@@ -94,8 +94,10 @@ struct TrainingConfig {
   std::function<std::vector<float>(std::size_t rank, std::size_t count)> initialParams;
   bool finalLocalEval = true;   // evaluate this peer's model on the whole test set at the end
   bool finalConsensus = false;  // pull every member's model at the end and evaluate the average
-  // Emulates a slower device: a step takes at least this long (the peer sleeps out the rest).
-  // For tests and experiments of asynchrony, where tiny models step far faster than messages fly.
+  // Emulated compute (--step-time): a step's gradient computation takes at least this long (the
+  // real compute runs, the peer sleeps out the rest), so that a small model steps at the pace of
+  // a large one on a real accelerator while its messages fly as they would. Waits for messages
+  // come on top, as they do on real hardware.
   std::chrono::microseconds minStepTime{0};
   std::size_t sendBuffers = 8;  // staging buffers for sends (each a model's size)
   std::size_t receiveBuffers = 16;

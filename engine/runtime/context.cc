@@ -1,5 +1,7 @@
 #include "engine/runtime/context.h"
 
+#include <thread>
+
 #include "engine/base/log.h"
 
 namespace gossamer::engine::runtime {
@@ -20,6 +22,21 @@ void ComputeContext::send(std::span<const PeerId> to, const Message& message) {
 
 void ComputeContext::notify(PeerId to, const Message& message) {
   sendOn(std::span<const PeerId>(&to, 1), message, Route::serve, commTimeout());
+}
+
+double ComputeContext::computeGradients() {
+  const Clock::time_point start = Clock::now();
+  const double loss = p_.learner.computeGradients();
+  if (const std::int64_t least = p_.status.stepTimeUs; least > 0)
+    std::this_thread::sleep_until(start + std::chrono::microseconds(least));
+  p_.status.addCompute(Clock::now() - start);
+  return loss;
+}
+
+void ComputeContext::applyOptimizer() {
+  const Clock::time_point start = Clock::now();
+  p_.learner.applyUpdate();
+  p_.status.addCompute(Clock::now() - start);
 }
 
 std::optional<Incoming> ComputeContext::request(PeerId to, const Message& message,

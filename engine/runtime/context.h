@@ -62,8 +62,9 @@ class ComputeContext final : public PeerContext {
   std::span<float> params() override { return p_.learner.params(); }
   std::span<float> grads() override { return p_.learner.grads(); }
   train::Optimizer& optimizer() override { return p_.learner.optimizer(); }
-  double computeGradients() override { return p_.learner.computeGradients(); }
-  void applyOptimizer() override { p_.learner.applyUpdate(); }
+  // Both count as compute (utilization); computeGradients also takes the emulated step time.
+  double computeGradients() override;
+  void applyOptimizer() override;
 
   void send(std::span<const PeerId> to, const Message& message) override;
   using PeerContext::send;

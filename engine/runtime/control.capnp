@@ -23,8 +23,7 @@ struct Status {
   training @0 :Bool;
   step @1 :UInt64;
   totalSteps @2 :UInt64;
-  expected @3 :Bool;        # the asker is one of the members the answerer started training with
-  startMembers @4 :UInt32;  # how many members the answerer started training with
+  expected @3 :Bool;  # the asker is one of the members the answerer started training with
 }
 
 # `finished` and `released` are each sent once on each of the two links (control and data),

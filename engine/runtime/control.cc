@@ -53,11 +53,10 @@ void ClusterControl::onMessage(Incoming message, std::vector<std::byte> bytes) {
   }
   const PeerId from = message.from;
   if (std::holds_alternative<control::StatusRequest>(decoded)) {
-    control::Status status{status_.training, status_.step, status_.totalSteps, false, 0};
+    control::Status status{status_.training, status_.step, status_.totalSteps, false};
     {
       std::lock_guard lock(mutex_);
       status.expected = contains(startMembers_, from);
-      status.startMembers = static_cast<std::uint32_t>(startMembers_.size());
     }
     messenger_.sendFromHost(
         std::span<const PeerId>(&from, 1), Message{.tag = message.tag},
@@ -131,8 +130,8 @@ StartPlan ClusterControl::awaitStart(std::size_t minPeers, bool resumed, Clock::
     }();
     const std::vector<PeerId> members = network_.members();
     const std::vector<PeerId> peers = others();
-    std::size_t expectedBy = 0;  // members the cluster started with, when it counted on us
     StartPlan plan;
+    std::uint64_t expectedTotal = 0;  // the cluster's step count, when it counted on this peer
     if (!peers.empty()) {
       // Is the cluster already training, and did it count on this peer from the start?
       for (const control::Status& status : askStatus(peers, seconds(1))) {
@@ -140,20 +139,20 @@ StartPlan ClusterControl::awaitStart(std::size_t minPeers, bool resumed, Clock::
         // A peer resumed from its checkpoint was a member, but the others went on without it:
         // it catches up with their step like a newcomer.
         if (status.expected && !resumed) {
-          expectedBy = std::max<std::size_t>(expectedBy, status.startMembers);
+          expectedTotal = status.totalSteps;
           continue;
         }
         plan.late = true;
         plan.totalSteps = status.totalSteps;
         plan.step = std::max(plan.step, status.step);
       }
-      if (expectedBy > 0) {
-        if (members.size() >= expectedBy) return StartPlan{};
-      } else if (plan.late) {
-        return plan;
-      }
+      // Counted on from the start: go now, from step 0, to the cluster's step count, with
+      // whatever view this peer has (a member may have left meanwhile: waiting for the view the
+      // cluster started with could last forever); the data follows the view as it changes.
+      if (expectedTotal > 0) return StartPlan{.totalSteps = expectedTotal};
+      if (plan.late) return plan;
     }
-    if (expectedBy == 0 && members.size() >= minPeers) return StartPlan{};
+    if (members.size() >= minPeers) return StartPlan{};
     if (Clock::now() >= deadline)
       GOSSAMER_THROW("only {} of the {} peers (--min-peers) joined within {} s; seeds: {}",
                      members.size(), minPeers, duration_cast<seconds>(timeout).count(), seeds);

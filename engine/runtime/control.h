@@ -39,6 +39,8 @@ namespace gossamer::engine::runtime {
 
 // How this peer starts training: with the others (fresh), or joining a cluster that is already
 // training (late), whose total steps and current step it then takes.
+// How a peer starts: with the others (late false; totalSteps 0: its own count, else the count the
+// cluster already training with it uses), or late, joining a cluster at `step` of `totalSteps`.
 struct StartPlan {
   bool late = false;
   std::uint64_t totalSteps = 0;

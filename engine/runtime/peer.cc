@@ -94,7 +94,6 @@ struct Training {
 // Requests from other threads, read at step boundaries.
 struct Requests {
   std::atomic<bool> stop{false}, leave{false}, killed{false};
-  std::atomic<std::int64_t> minStepTime{0};  // microseconds; setMinStepTime()
 };
 
 struct Peer::Impl final : private LoopDriver {
@@ -139,7 +138,6 @@ struct Peer::Impl final : private LoopDriver {
   double step() override;
   void afterStep() override;
   bool stopping() const override;
-  std::chrono::microseconds minStepTime() const override;
   void checkpointIfDue(std::uint64_t step) override;
   std::uint64_t bytesSent() const override;
 };
@@ -155,6 +153,7 @@ Peer::Impl::Impl(PeerConfig c, const Registry& r, std::shared_ptr<const DatasetP
   GOSSAMER_ENFORCE(data != nullptr, "a peer needs its data");
   TrainingConfig& t = config.training;
   GOSSAMER_ENFORCE(t.minPeers >= 1, "--min-peers must be at least 1");
+  status.stepTimeUs = t.minStepTime.count();
   GOSSAMER_ENFORCE(t.batch >= 1, "the batch size must be at least 1");
   GOSSAMER_ENFORCE(t.shards == 0 || t.shardIndex < t.shards,
                    "--shard-index {} must be below --shards {}", t.shardIndex, t.shards);
@@ -267,7 +266,7 @@ void Peer::Impl::refreshMembers(bool force) {
 
 std::uint64_t Peer::Impl::totalSteps(const StartPlan& plan) const {
   const TrainingConfig& t = config.training;
-  if (plan.late) return plan.totalSteps;
+  if (plan.totalSteps > 0) return plan.totalSteps;  // the cluster's, already training
   if (t.maxSteps > 0) return t.maxSteps;
   // The same on every peer: passes of the whole cluster over the training set.
   const std::size_t shards = std::max(training.shardCount, t.minPeers);
@@ -315,10 +314,6 @@ void Peer::Impl::afterStep() {
 
 bool Peer::Impl::stopping() const {
   return requests.stop || requests.leave || requests.killed;
-}
-
-std::chrono::microseconds Peer::Impl::minStepTime() const {
-  return std::max(config.training.minStepTime, std::chrono::microseconds(requests.minStepTime));
 }
 
 void Peer::Impl::checkpointIfDue(std::uint64_t step) {
@@ -405,6 +400,8 @@ PeerResult Peer::Impl::run() {
   result.bytesReceived = traffic.bytesReceived;
   result.commWaitFraction =
       result.wallSeconds > 0 ? result.commWaitSeconds / result.wallSeconds : 0;
+  result.computeSeconds = status.computeSeconds();
+  result.utilization = result.wallSeconds > 0 ? result.computeSeconds / result.wallSeconds : 0;
   result.metrics = metrics.values();
   training.loop->logFinal(result.steps, result.wallSeconds, test, result.samplesPerSecond,
                           result.bytesSent, result.commWaitFraction);
@@ -472,7 +469,7 @@ void Peer::requestLeave() { impl_->requests.leave = true; }
 void Peer::kill() { impl_->kill(); }
 
 void Peer::setMinStepTime(std::chrono::microseconds time) {
-  impl_->requests.minStepTime = time.count();
+  impl_->status.stepTimeUs = std::max(impl_->config.training.minStepTime, time).count();
 }
 
 std::optional<Snapshot> Peer::snapshot(Clock::duration timeout) {
@@ -482,9 +479,16 @@ std::optional<Snapshot> Peer::snapshot(Clock::duration timeout) {
 PeerStatus Peer::status() const {
   const LoopStatus& s = impl_->status;
   const net::TrafficCounters traffic = impl_->comms->network.traffic(net::Traffic::algorithm);
-  return PeerStatus{s.step,         s.totalSteps,          s.loss,
-                    traffic.bytesSent, traffic.bytesReceived, s.commWaitSeconds(),
-                    s.trainSeconds, s.training,            s.finished};
+  return PeerStatus{.step = s.step,
+                    .totalSteps = s.totalSteps,
+                    .loss = s.loss,
+                    .bytesSent = traffic.bytesSent,
+                    .bytesReceived = traffic.bytesReceived,
+                    .commWaitSeconds = s.commWaitSeconds(),
+                    .computeSeconds = s.computeSeconds(),
+                    .trainSeconds = s.trainSeconds,
+                    .training = s.training,
+                    .finished = s.finished};
 }
 
 net::membership::View Peer::view() const { return impl_->comms->network.view(); }

@@ -65,6 +65,8 @@ struct PeerResult {
   std::uint64_t bytesReceived = 0;
   double commWaitSeconds = 0;             // blocked in gather, request and send back-pressure
   double commWaitFraction = 0;            // of wallSeconds
+  double computeSeconds = 0;  // in the steps' compute (gradients, optimizer, emulated step time)
+  double utilization = 0;     // computeSeconds / wallSeconds: the compute utilization
   bool stopped = false;                   // requestStop() ended it early
   std::map<std::string, double> metrics;  // what the algorithm counted
 };
@@ -77,6 +79,7 @@ struct PeerStatus {
   std::uint64_t bytesSent = 0;
   std::uint64_t bytesReceived = 0;
   double commWaitSeconds = 0;
+  double computeSeconds = 0;
   double trainSeconds = 0;
   bool training = false;
   bool finished = false;

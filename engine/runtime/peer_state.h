@@ -21,6 +21,8 @@ struct LoopStatus {
   std::atomic<double> loss{0};          // exponential moving average of the step losses
   std::atomic<double> trainSeconds{0};  // in the training loop so far
   std::atomic<std::int64_t> commWaitNs{0};
+  std::atomic<std::int64_t> computeNs{0};   // in the step's compute (gradients, optimizer)
+  std::atomic<std::int64_t> stepTimeUs{0};  // emulated compute per step (--step-time)
   std::atomic<bool> training{false};  // in the training loop
   std::atomic<bool> finished{false};  // past it, with the final snapshot published
 
@@ -28,6 +30,10 @@ struct LoopStatus {
     commWaitNs += std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();
   }
   double commWaitSeconds() const { return static_cast<double>(commWaitNs) * 1e-9; }
+  void addCompute(Clock::duration d) {
+    computeNs += std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();
+  }
+  double computeSeconds() const { return static_cast<double>(computeNs) * 1e-9; }
 };
 
 class MetricsMap final : public Metrics {

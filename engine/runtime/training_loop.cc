@@ -43,12 +43,9 @@ LoopFigures TrainingLoop::run(LoopDriver& driver) {
   status_.training = true;
   LoopFigures figures;
   while (status_.step < total && !driver.stopping()) {
-    const Clock::time_point stepStart = Clock::now();
     learner_.optimizer().setLearningRate(
         train::scheduledRate(config_.optimizer.lr, config_.schedule, status_.step, total));
     const double loss = driver.step();
-    if (const auto least = driver.minStepTime(); least.count() > 0)
-      std::this_thread::sleep_until(stepStart + least);
     const std::uint64_t step = ++status_.step;
     recentLosses_.push_back(loss);
     if (recentLosses_.size() > stepsPerEpoch_) recentLosses_.pop_front();

@@ -29,8 +29,6 @@ class LoopDriver {
   virtual void afterStep() = 0;
   // Whether to stop before the next step (a stop or leave request, a kill).
   virtual bool stopping() const = 0;
-  // The least time a step takes (an emulated slower device); zero: as fast as it goes.
-  virtual std::chrono::microseconds minStepTime() const = 0;
   virtual void checkpointIfDue(std::uint64_t step) = 0;
   // Algorithm bytes this peer has sent, for the log.
   virtual std::uint64_t bytesSent() const = 0;

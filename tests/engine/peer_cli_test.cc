@@ -130,5 +130,20 @@ TEST_CASE("peer cli: a single peer runs the cluster's training loop, metrics and
   CHECK(written.str().find("\"step\":189") != std::string::npos);  // epoch 3, appended
 }
 
+TEST_CASE("peer cli: --step-time paces the steps and --json reports the compute utilization") {
+  const test::ProcessResult r = test::runCommand(
+      peer("--local 2 --algorithm gosgd --dataset synthetic --train-samples 2000 "
+           "--test-samples 200 --hidden 8 --epochs 1 --batch 32 --step-time 10 --json "
+           "--log-level warn"));
+  INFO(r.output);
+  REQUIRE(r.exitCode == 0);
+  const std::string json = test::lastLine(r.output);
+  const double steps = test::jsonNumber(json, "steps");
+  CHECK(steps >= 30);
+  CHECK(test::jsonNumber(json, "wall_s") >= steps * 0.010);
+  CHECK(test::jsonNumber(json, "utilization") > 0.5);
+  CHECK(test::jsonNumber(json, "utilization") <= 1.0);
+}
+
 }  // namespace
 }  // namespace gossamer

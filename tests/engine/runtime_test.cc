@@ -192,5 +192,58 @@ TEST_CASE("runtime: transports come from the registry: a user's own is used, bad
   }
 }
 
+TEST_CASE("runtime: the step time is emulated compute: steps take at least it, and it counts") {
+  test::Watchdog watchdog(60s);
+  auto config = test::algorithmCluster("gosgd", 2, 20);
+  config.peer.training.minStepTime = 10ms;
+  const auto result = runtime::runLocalCluster(config, test::registry(), test::smallData());
+  for (const auto& peer : result.peers) {
+    CHECK(peer.wallSeconds >= 0.2);  // 20 steps of at least 10 ms
+    CHECK(peer.computeSeconds >= 0.2);
+    CHECK(peer.computeSeconds <= peer.wallSeconds);
+    // gosgd never waits in its step: nearly all of it is (emulated) compute.
+    CHECK(peer.utilization > 0.5);
+    CHECK(peer.utilization <= 1.0);
+  }
+  CHECK(result.curve.back().utilization > 0.5);
+}
+
+// A peer the cluster started with, whose run() comes late, after another member already left:
+// it must start at once with the cluster's step count, not wait for a view as large as the one
+// the cluster started with (which can never come back).
+TEST_CASE("runtime: a peer counted on from the start starts even after a member left") {
+  test::Watchdog watchdog(90s);
+  auto config = test::algorithmCluster("gosgd", 3, 200);
+  runtime::PeerConfig base = config.peer;
+  base.network.transportMaker = test::sharedInprocNetwork();
+  base.network.secret = std::vector<std::byte>(32, std::byte{3});
+  base.training.minPeers = 3;
+  base.training.minStepTime = 2ms;
+  base.training.startTimeout = 20s;
+  base.training.finalLocalEval = false;
+  std::vector<std::unique_ptr<runtime::Peer>> peers;
+  for (PeerId id = 1; id <= 3; ++id) {
+    runtime::PeerConfig c = base;
+    c.network.peerId = id;
+    if (id > 1) c.network.seeds = {peers.front()->endpoint()};
+    peers.push_back(std::make_unique<runtime::Peer>(c, test::registry(), test::smallData()));
+  }
+  std::vector<runtime::PeerResult> results(3);
+  std::thread first([&] { results[0] = peers[0]->run(); });
+  std::thread leaver([&] { results[1] = peers[1]->run(); });
+  // Both started with all three; the second leaves at step 20.
+  while (peers[1]->status().step < 20) std::this_thread::sleep_for(1ms);
+  peers[1]->requestLeave();
+  leaver.join();
+  while (peers[0]->view().members.size() != 2) std::this_thread::sleep_for(1ms);
+  const auto start = std::chrono::steady_clock::now();
+  results[2] = peers[2]->run();  // late, but expected
+  first.join();
+  CHECK(std::chrono::steady_clock::now() - start < 15s);
+  CHECK(results[1].stopped);
+  CHECK(results[0].steps == 200);
+  CHECK(results[2].steps == 200);  // the cluster's count, from step 0
+}
+
 }  // namespace
 }  // namespace gossamer::engine

@@ -1,0 +1,52 @@
+// gossamer-bench convergence's experiment files: the step-time list and the seed002 preset, as a
+// user writes and reads them (--print-config), and a bad value named with its file and line.
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <doctest/doctest.h>
+
+#include "tests/process_util.h"
+
+namespace gossamer {
+namespace {
+
+std::string bench(const std::string& args) {
+  return std::string(GOSSAMER_BENCH_BINARY) + " convergence " + args;
+}
+
+std::string writeConfig(const std::string& name, const std::string& text) {
+  const std::filesystem::path path = std::filesystem::temp_directory_path() / name;
+  std::ofstream(path) << text;
+  return path.string();
+}
+
+TEST_CASE("bench convergence: step times are a [run] setting and a [matrix] list") {
+  const std::string path = writeConfig("gossamer-step-times.conf",
+                                       "[run]\nstep-time = 40\n[matrix]\nalgorithms = gosgd\n"
+                                       "step-times = 0, 300\n");
+  const test::ProcessResult r = test::runCommand(bench("--config " + path + " --print-config"));
+  INFO(r.output);
+  REQUIRE(r.exitCode == 0);
+  CHECK(r.output.find("step-time = 40") != std::string::npos);
+  CHECK(r.output.find("step-times = 0, 300") != std::string::npos);
+
+  const std::string bad = writeConfig("gossamer-bad-step-times.conf",
+                                      "[matrix]\nalgorithms = gosgd\nstep-times = 10, -5\n");
+  const test::ProcessResult refused = test::runCommand(bench("--config " + bad + " --print-config"));
+  INFO(refused.output);
+  CHECK(refused.exitCode != 0);
+  CHECK(refused.output.find(bad + ":3: step-times must not be negative") != std::string::npos);
+}
+
+TEST_CASE("bench convergence: the seed002 preset is a ResNet-50-sized model at 300 ms a step") {
+  const test::ProcessResult r = test::runCommand(bench("--preset seed002 --print-config"));
+  INFO(r.output);
+  REQUIRE(r.exitCode == 0);
+  CHECK(r.output.find("hidden = 4096,4096") != std::string::npos);
+  CHECK(r.output.find("step-time = 300") != std::string::npos);
+  CHECK(r.output.find("networks = lan, geo") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace gossamer
