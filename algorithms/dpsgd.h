@@ -1,7 +1,7 @@
 // dpsgd: decentralized parallel SGD (Lian, Zhang, Zhang, Hsieh, Zhang and Liu, "Can
 // Decentralized Algorithms Outperform Centralized Algorithms? A Case Study for Decentralized
 // Parallel Stochastic Gradient Descent", NeurIPS 2017, algorithm 1). Langer et al. (seeds/003)
-// figure 15; the rule is ALGORITHMS.md's "dpsgd".
+// figure 15; the rule is algorithms/README.md's "dpsgd".
 //
 //   communication    synchronous neighbour exchange: every step, w_i to each out-neighbour of
 //                    the topology (ring by default), then a wait for each in-neighbour's w_j

@@ -1,6 +1,6 @@
 // easgd and eamsgd: asynchronous elastic averaging SGD with a center variable (Zhang, Choromanska
 // and LeCun, "Deep learning with Elastic Averaging SGD", NeurIPS 2015, algorithms 1 and 2).
-// Langer et al. (seeds/003) figure 10 and equation 1; the rule is ALGORITHMS.md's "easgd /
+// Langer et al. (seeds/003) figure 10 and equation 1; the rule is algorithms/README.md's "easgd /
 // eamsgd".
 //
 //   communication    star: every worker pulls from and pushes to the center, asynchronously

@@ -1,6 +1,6 @@
 // gosgd: sum-weighted gossip SGD (Blot, Picard, Cord and Thome, "Gossip training for deep
 // learning", 2016; the push-sum protocol of Kempe, Dobra and Gehrke, FOCS 2003). Langer et al.
-// (seeds/003) figure 17; the rule is ALGORITHMS.md's "gosgd", with acknowledged transfers.
+// (seeds/003) figure 17; the rule is algorithms/README.md's "gosgd", with acknowledged transfers.
 //
 //   communication    push to one uniformly random peer of the topology, asynchronous; each
 //                    transfer is acknowledged, and sent again until it is

@@ -1,6 +1,6 @@
-// local-sgd: periodic model averaging without a master (ALGORITHMS.md "sparknet": "local-sgd is
-// the same rule with the average computed by the ring all-reduce, no master"; Langer et al.
-// (seeds/003) section 3.3.2; Stich, "Local SGD converges fast and communicates little", ICLR
+// local-sgd: periodic model averaging without a master (algorithms/README.md, "sparknet":
+// "local-sgd is the same rule with the average computed by the ring all-reduce, no master"; Langer
+// et al. (seeds/003) section 3.3.2; Stich, "Local SGD converges fast and communicates little", ICLR
 // 2019).
 //
 //   communication    ring all-reduce of w every tau steps (ring_allreduce.h), synchronous

@@ -1,6 +1,6 @@
 // sparknet: decentralized synchronous model averaging through a master (Moritz, Nishihara, Stoica
 // and Jordan, "SparkNet: Training Deep Networks in Spark", ICLR 2016). Langer et al. (seeds/003)
-// figure 7 and section 3.3.2; the rule is ALGORITHMS.md's "sparknet".
+// figure 7 and section 3.3.2; the rule is algorithms/README.md's "sparknet".
 //
 //   communication    star: every tau steps, workers -> master (w_i), master -> workers (w~)
 //   messages / step  1 sent and 1 received per tau steps at a worker; n-1 each way at the master
