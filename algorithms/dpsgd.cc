@@ -1,8 +1,10 @@
 #include "algorithms/dpsgd.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "engine/base/enforce.h"
@@ -40,6 +42,7 @@ void DpsgdOptions::validate() const {
 }
 
 void Dpsgd::setup(engine::PeerContext& ctx) {
+  checkMixing(ctx);
   const engine::train::OptimizerOptions& o = ctx.optimizer().options();
   GOSSAMER_ENFORCE(o.kind != OptimizerKind::kAdam,
                    "dpsgd applies its own fused step and supports --optimizer sgd (the paper's "
@@ -62,6 +65,54 @@ void Dpsgd::setup(engine::PeerContext& ctx) {
             engine::train::optimizerName(o.kind));
     warned_ = true;
   }
+}
+
+void Dpsgd::checkMixing(engine::PeerContext& ctx) {
+  // Peers that start together set up at step 0; a joiner or a restarted peer enters at a later
+  // step, in a run that is already going: the membership changed, not the configuration.
+  const bool first = !setUp_ && ctx.step() == 0;
+  setUp_ = true;
+  const topology::Graph& graph = ctx.graph();
+  const bool doublyStochastic = graph.doublyStochastic(1e-9);
+  ctx.metrics().set("dpsgd.not_doubly_stochastic", doublyStochastic ? 0 : 1);
+  if (doublyStochastic) return;
+  const std::size_t n = graph.size();
+  const std::vector<double>& w = graph.mixingMatrix();
+  double low = INFINITY, high = -INFINITY;
+  for (std::size_t j = 0; j < n; ++j) {
+    double column = 0;
+    for (std::size_t i = 0; i < n; ++i) column += w[i * n + j];
+    low = std::min(low, column);
+    high = std::max(high, column);
+  }
+  const topology::DegreeStats degrees = graph.degreeStats();
+  // An undirected graph (every edge both ways) of n - 1 edges that is connected is a tree; one
+  // with a peer linked to every other one is a star.
+  std::size_t edges = 0;
+  bool undirected = true;
+  for (engine::PeerId peer : graph.members()) {
+    edges += graph.inDegree(peer);
+    std::vector<engine::PeerId> in;
+    for (const topology::WeightedPeer& j : graph.inNeighbors(peer)) in.push_back(j.id);
+    undirected = undirected && in == graph.outNeighbors(peer);
+  }
+  const bool tree = undirected && graph.connected() && edges == 2 * (n - 1);
+  const char* shape = degrees.min == degrees.max ? "a regular graph"
+                      : !tree                    ? "an irregular graph"
+                      : degrees.max + 1 == n     ? "a star"
+                                                 : "a tree";
+  const std::string problem = fmt::format(
+      "dpsgd needs a doubly stochastic mixing matrix, and this topology's is not: the topology is "
+      "{} of {} peers with {} to {} neighbours each, and its mixing weights (columns summing to "
+      "{:.3g} to {:.3g}, as --mixing uniform gives on an irregular graph) would pull the "
+      "consensus toward the best-connected peers instead of the average of the models. Use "
+      "--mixing metropolis (Metropolis-Hastings weights, doubly stochastic on every graph), or a "
+      "regular topology (ring, mesh, torus, exponential)",
+      shape, n, degrees.min, degrees.max, low, high);
+  if (first) GOSSAMER_THROW("{}", problem);
+  log::get("algorithms")
+      ->warn("peer {:016x} at step {}, after a membership change: {}", ctx.self(), ctx.step(),
+             problem);
 }
 
 double Dpsgd::step(engine::PeerContext& ctx) {

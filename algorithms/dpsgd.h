@@ -9,7 +9,8 @@
 //   bytes on wire    out-degree x |w| x 4 per step and peer, plus a small header per message
 //   staleness        none: round t mixes round-t models only; a model that misses the deadline
 //                    (--comm-timeout, or dpsgd.timeout) is left out of its round
-//   invariant        with lr 0 and doubly stochastic W, the network mean of w never changes
+//   invariant        with lr 0 and doubly stochastic W (checked), the network mean of w never
+//                    changes
 //   paper            Lian et al. 2017, algorithm 1 (figure 15 of Langer et al.)
 //
 // Step t of peer i (figure 15, lines 3-7):
@@ -32,6 +33,13 @@
 // The mixing part, and so the lr-0 invariant and the consensus, stay the paper's; on one peer the
 // variant is exactly momentumStep. With --optimizer sgd the variant is the plain rule. Adam does
 // not fuse into the mixing (a per-coordinate step with two state buffers): setup() rejects it.
+//
+// Mixing weights. The mean of the models is conserved (and the consensus is the average) only
+// when W is doubly stochastic, which every built-in topology is except --mixing uniform on an
+// irregular graph (star, tree, a hypercube of n not a power of two, most edge lists): there the
+// consensus drifts toward the high-degree peers. The first setup() refuses such a W, naming the
+// fix (--mixing metropolis); a later one (the membership changed mid-run and the graph with it)
+// warns and sets the metric "dpsgd.not_doubly_stochastic" to 1 instead of stopping the run.
 //
 // Missing models. A neighbour whose model does not arrive by the deadline, or that leaves the
 // view, is left out of the round, and the weights of the models present are renormalised so that
@@ -78,7 +86,8 @@ class Dpsgd final : public engine::Algorithm {
  public:
   explicit Dpsgd(DpsgdOptions options) : options_(options) {}
   std::string name() const override { return "dpsgd"; }
-  // Checks the local optimizer and picks the rule (plain, heavy-ball or Nesterov).
+  // Checks the mixing matrix (see the header comment) and the local optimizer, and picks the
+  // rule (plain, heavy-ball or Nesterov).
   void setup(engine::PeerContext& ctx) override;
   // One round of figure 15: send, gradient, await, fused mixing and step.
   double step(engine::PeerContext& ctx) override;
@@ -94,11 +103,14 @@ class Dpsgd final : public engine::Algorithm {
   // Line 7: w_i = sum_j W_ij w_j - eta d_i over self and `models`, in one fused pass per 15
   // neighbours (d_i by the rule).
   void mixAndDescend(engine::PeerContext& ctx, const std::vector<engine::Incoming>& models);
+  // Throws (first setup) or warns (later ones) when the mixing matrix is not doubly stochastic.
+  void checkMixing(engine::PeerContext& ctx);
 
   DpsgdOptions options_;
   Rule rule_ = Rule::kPlain;
   std::span<float> velocity_;  // the local optimizer's, when the rule uses one
   bool warned_ = false;
+  bool setUp_ = false;
 };
 
 }  // namespace gossamer::algorithms

@@ -1,8 +1,12 @@
 // dpsgd (algorithms/dpsgd.h): the conserved mean and consensus with learning rate 0 (ring,
 // one-peer exponential, a degree above one fused pass), the rule step by step against a reference
-// simulation, the convex optimum, learning, a killed neighbour, and option validation.
+// simulation, the convex optimum, learning, a killed neighbour, option validation, and the mixing
+// matrix check (uniform mixing on an irregular graph refused at the start, a warning after a
+// membership change).
 #include "algorithms/dpsgd.h"
 
+#include <algorithm>
+#include <cmath>
 #include <thread>
 
 #include <doctest/doctest.h>
@@ -257,6 +261,70 @@ TEST_CASE("dpsgd: --optimizer adam is refused with a clear error") {
   config.peer.training.optimizer.kind = OptimizerKind::kAdam;
   config.peer.training.finishTimeout = 500ms;
   CHECK_THROWS_WITH_AS(run(config), doctest::Contains("supports --optimizer sgd"), gossamer::Error);
+}
+
+// A run with learning rate 0 from distinctParams on `topology` with `mixing`.
+engine::runtime::ClusterConfig mixingCluster(const std::string& topology, topology::Mixing mixing,
+                                             std::size_t peers, std::uint64_t steps) {
+  auto config = test::algorithmCluster("dpsgd", peers, steps, 0.0);
+  config.peer.training.topology = topology;
+  config.peer.training.topologyOptions.mixing = mixing;
+  config.peer.training.initialParams = test::distinctParams;
+  config.peer.training.finishTimeout = 2s;
+  return config;
+}
+
+TEST_CASE("dpsgd: uniform mixing on an irregular graph is refused, naming --mixing metropolis") {
+  test::Watchdog watchdog(120s);
+  for (const std::string topology : {"star", "tree"}) {
+    CAPTURE(topology);
+    // 5 peers: the star's center has 4 neighbours, the others 1; the binary tree's degrees are
+    // 1 to 3. W = 1 / (degree + 1) per row is not doubly stochastic.
+    const auto config = mixingCluster(topology, topology::Mixing::kUniform, 5, 10);
+    CHECK_THROWS_WITH_AS(run(config), doctest::Contains("--mixing metropolis"), gossamer::Error);
+    CHECK_THROWS_WITH_AS(run(config), doctest::Contains("doubly stochastic"), gossamer::Error);
+    CHECK_THROWS_WITH_AS(run(config), doctest::Contains(topology == "star" ? "a star" : "a tree"),
+                         gossamer::Error);
+  }
+}
+
+TEST_CASE("dpsgd: uniform mixing on a regular graph and Metropolis on an irregular one are used") {
+  test::Watchdog watchdog(120s);
+  const std::size_t peers = 5;
+  using topology::Mixing;
+  for (const auto& [topology, mixing] :
+       {std::pair{"ring", Mixing::kUniform}, std::pair{"mesh", Mixing::kUniform},
+        std::pair{"star", Mixing::kMetropolisHastings},
+        std::pair{"tree", Mixing::kMetropolisHastings}}) {
+    CAPTURE(topology);
+    const auto result = run(mixingCluster(topology, mixing, peers, 20));
+    // Doubly stochastic: with learning rate 0 the mean of the models is the initial one.
+    const std::vector<float> oracle =
+        test::averageOfDistinct(peers, result.finals[0].params.size());
+    CHECK(test::maxAbsDiff(test::meanOf(result.finals), oracle) < 1e-5);
+    for (const auto& p : result.peers) {
+      CHECK(p.steps == 20);
+      CHECK(p.metrics.at("dpsgd.not_doubly_stochastic") == 0);
+    }
+  }
+}
+
+TEST_CASE("dpsgd: a membership change to an irregular graph under uniform mixing only warns") {
+  test::Watchdog watchdog(120s);
+  // The hypercube of 4 is a 4-cycle (regular); without peer 4 it is the path 2 - 1 - 3.
+  auto config = mixingCluster("hypercube", topology::Mixing::kUniform, 4, 300);
+  config.peer.training.minStepTime = 1ms;
+  config.peer.training.commTimeout = 2s;
+  config.peer.training.finishTimeout = 20s;
+  test::killPeerAt(config, 3, 100);
+  const auto result = run(config);
+  for (std::size_t i = 0; i < 3; ++i) {
+    CAPTURE(i);
+    CHECK(result.peers[i].steps == 300);
+    CHECK(result.peers[i].metrics.at("dpsgd.not_doubly_stochastic") == 1);
+    const auto& w = result.finals[i].params;
+    CHECK(std::all_of(w.begin(), w.end(), [](float v) { return std::isfinite(v); }));
+  }
 }
 
 }  // namespace
