@@ -43,27 +43,15 @@ void DpsgdOptions::validate() const {
 
 void Dpsgd::setup(engine::PeerContext& ctx) {
   checkMixing(ctx);
-  const engine::train::OptimizerOptions& o = ctx.optimizer().options();
-  GOSSAMER_ENFORCE(o.kind != OptimizerKind::kAdam,
-                   "dpsgd applies its own fused step and supports --optimizer sgd (the paper's "
-                   "rule), momentum or nesterov, not {}",
-                   engine::train::optimizerName(o.kind));
-  const bool hasVelocity = o.kind == OptimizerKind::kMomentum || o.kind == OptimizerKind::kNesterov;
-  rule_ = !options_.momentum || !hasVelocity   ? Rule::kPlain
-          : o.kind == OptimizerKind::kNesterov ? Rule::kNesterov
-                                               : Rule::kMomentum;
-  velocity_ = {};
-  for (const auto& [name, buffer] : ctx.optimizer().state())
-    if (name == "velocity") velocity_ = buffer;
-  GOSSAMER_ENFORCE(rule_ == Rule::kPlain || !velocity_.empty(),
-                   "dpsgd: the local optimizer has no velocity buffer");
-  if (hasVelocity && rule_ == Rule::kPlain && !warned_) {
+  const OptimizerKind kind = ctx.optimizer().options().kind;
+  if (options_.plain && kind != OptimizerKind::kSgd && !warnedPlain_) {
     log::get("algorithms")
         ->warn(
-            "dpsgd applies the paper's plain SGD rule: the momentum of --optimizer {} is not used "
-            "(--dpsgd.momentum true uses it)",
-            engine::train::optimizerName(o.kind));
-    warned_ = true;
+            "dpsgd.plain applies the paper's plain SGD rule: the {} state of --optimizer {} is not "
+            "used, only its learning rate and weight decay (dpsgd.plain false steps with it)",
+            kind == OptimizerKind::kAdam ? "moment" : "momentum",
+            engine::train::optimizerName(kind));
+    warnedPlain_ = true;
   }
 }
 
@@ -126,14 +114,19 @@ double Dpsgd::step(engine::PeerContext& ctx) {
   // Lines 4-5: g_i on w_i,t, while the sends fly.
   const double loss = ctx.computeGradients();
   // Line 6: await w_j,t from every in-neighbour, until the deadline.
-  const engine::GatherResult got = awaitModels(ctx, tag);
-  // Line 7: w_i,t+1 = sum_j W_ij w_j,t - eta g_i.
-  mixAndDescend(ctx, got.messages);
-  ctx.optimizer().setSteps(ctx.optimizer().steps() + 1);
+  const std::vector<engine::Incoming> models = awaitModels(ctx, tag);
+  // Line 7: w_i,t+1 = sum_j W_ij w_j,t - eta d_i.
+  if (options_.plain) {
+    mix(ctx, models, true);
+    ctx.optimizer().setSteps(ctx.optimizer().steps() + 1);
+  } else {
+    mix(ctx, models, false);
+    ctx.applyOptimizer();
+  }
   return loss;
 }
 
-engine::GatherResult Dpsgd::awaitModels(engine::PeerContext& ctx, std::uint64_t tag) {
+std::vector<engine::Incoming> Dpsgd::awaitModels(engine::PeerContext& ctx, std::uint64_t tag) {
   std::vector<engine::PeerId> from;
   for (const topology::WeightedPeer& j : ctx.graph().inNeighbors(ctx.self())) from.push_back(j.id);
   const engine::Clock::duration timeout = options_.timeout > 0
@@ -145,10 +138,11 @@ engine::GatherResult Dpsgd::awaitModels(engine::PeerContext& ctx, std::uint64_t 
     ctx.metrics().add("dpsgd.missing", static_cast<double>(got.missing.size()));
     ctx.metrics().add("dpsgd.partial_rounds", 1);
   }
-  return got;
+  return std::move(got.messages);
 }
 
-void Dpsgd::mixAndDescend(engine::PeerContext& ctx, const std::vector<engine::Incoming>& models) {
+void Dpsgd::mix(engine::PeerContext& ctx, const std::vector<engine::Incoming>& models,
+                bool descent) {
   const topology::Graph& graph = ctx.graph();
   const engine::PeerId self = ctx.self();
   // The row over the models present, renormalised to sum to 1 (a no-op when all arrived). W_ii
@@ -166,26 +160,15 @@ void Dpsgd::mixAndDescend(engine::PeerContext& ctx, const std::vector<engine::In
     others += mixing.back().weight;
   }
   const float mine = static_cast<float>(1.0 - others);
-
-  const engine::train::OptimizerOptions& o = ctx.optimizer().options();
-  const float eta = o.lr, wd = o.weightDecay, mu = o.momentum;
   const std::span<float> w = ctx.params();
-  const std::span<const float> g = ctx.grads();
-  // v_i = mu v_i + g_i + wd w_i,t, as momentumStep does before its update.
-  if (rule_ != Rule::kPlain)
-    ctx.compute().weightedSum(velocity_, {{mu, velocity_}, {1, g}, {wd, w}});
-  // w_i,t and the descent terms first: they are in the first pass for any degree.
   std::vector<kernels::WeightedInput> inputs;
-  switch (rule_) {
-    case Rule::kPlain:  // d_i = g_i + wd w_i,t
-      inputs = {{mine - eta * wd, w}, {-eta, g}};
-      break;
-    case Rule::kMomentum:  // d_i = v_i
-      inputs = {{mine, w}, {-eta, velocity_}};
-      break;
-    case Rule::kNesterov:  // d_i = g_i + wd w_i,t + mu v_i
-      inputs = {{mine - eta * wd, w}, {-eta, g}, {-eta * mu, velocity_}};
-      break;
+  if (descent) {
+    // The paper's d_i = g_i + wd w_i,t, in the first pass (which reads w_i,t).
+    const engine::train::OptimizerOptions& o = ctx.optimizer().options();
+    inputs = {{mine - o.lr * o.weightDecay, w}, {-o.lr, ctx.grads()}};
+  } else {
+    if (mixing.empty()) return;  // w_i alone: nothing to mix
+    inputs = {{mine, w}};
   }
   inputs.insert(inputs.end(), mixing.begin(), mixing.end());
   weightedSumAny(ctx.compute(), w, inputs);
