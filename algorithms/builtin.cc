@@ -34,7 +34,9 @@ void addBuiltinAlgorithms(engine::Registry& registry) {
           "star"));
   add("eamsgd",
       engine::algorithmSpec<Eamsgd, EamsgdOptions>(
-          "easgd whose local steps are Nesterov momentum steps (Zhang et al. 2015)", "star"));
+          "easgd whose local steps are the local optimizer's momentum steps: --optimizer "
+          "nesterov (the paper's) or momentum, not sgd or adam (Zhang et al. 2015)",
+          "star"));
   add("tree-easgd",
       engine::algorithmSpec<TreeEasgd, TreeEasgdOptions>(
           "elastic averaging along a tree: send w up every tau_up and down every tau_down steps "

@@ -18,11 +18,7 @@ void EasgdOptions::validate(const char* name) const {
                    timeoutMs);
 }
 
-void EamsgdOptions::validate() const {
-  elastic.validate("eamsgd");
-  GOSSAMER_ENFORCE(momentum >= 0 && momentum < 1, "eamsgd.momentum must be in [0, 1), not {}",
-                   momentum);
-}
+void EamsgdOptions::validate() const { elastic.validate("eamsgd"); }
 
 // ---- ElasticCenter ----------------------------------------------------------------------------
 
@@ -207,59 +203,28 @@ void Easgd::join(engine::PeerContext& ctx) {
 }
 
 void Eamsgd::join(engine::PeerContext& ctx) {
+  // Either way the local optimizer's state (the velocity) starts at zero.
   if (!elastic_.join(ctx)) Algorithm::join(ctx);
-  restoredVelocity_.clear();
-}
-
-void Eamsgd::saveState(engine::AlgorithmState& state) const {
-  elastic_.saveState(state);
-  if (!restoredVelocity_.empty()) state.tensors["velocity"] = restoredVelocity_;  // before setup()
-  if (compute_ == nullptr || velocity_.empty()) return;
-  std::vector<float> velocity(velocity_.size());
-  compute_->download(std::span<float>(velocity), velocity_.span());
-  state.tensors["velocity"] = std::move(velocity);
-}
-
-void Eamsgd::loadState(const engine::AlgorithmState& state) {
-  elastic_.loadState(state);
-  if (const auto it = state.tensors.find("velocity"); it != state.tensors.end())
-    restoredVelocity_ = it->second;
 }
 
 void Eamsgd::setup(engine::PeerContext& ctx) {
-  compute_ = &ctx.compute();
-  if (velocity_.size() != ctx.params().size()) {
-    velocity_ = ctx.compute().allocate<float>(ctx.params().size());
-    ctx.compute().fill(velocity_, 0.0f);
-    if (!restoredVelocity_.empty()) {
-      GOSSAMER_ENFORCE_EQ(restoredVelocity_.size(), velocity_.size(),
-                          "eamsgd: the checkpoint's velocity does not fit the model");
-      ctx.compute().upload(velocity_.span(), restoredVelocity_);
-      restoredVelocity_.clear();
-    }
-    const engine::train::OptimizerKind kind = ctx.optimizer().options().kind;
-    if (kind == engine::train::OptimizerKind::kAdam)
-      log::get("algorithms")
-          ->warn(
-              "eamsgd runs its own Nesterov momentum steps: --optimizer {} is not used, only its "
-              "learning rate and weight decay",
-              engine::train::optimizerName(kind));
+  const engine::train::OptimizerKind kind = ctx.optimizer().options().kind;
+  GOSSAMER_ENFORCE(
+      kind == engine::train::OptimizerKind::kNesterov ||
+          kind == engine::train::OptimizerKind::kMomentum,
+      "eamsgd's local steps are momentum steps (EAMSGD, Zhang et al. 2015: Nesterov momentum), "
+      "taken by the local optimizer: use --optimizer nesterov (the paper's rule; --momentum sets "
+      "its coefficient) or momentum (heavy-ball), not {}; for elastic averaging with plain SGD or "
+      "Adam steps use --algorithm easgd",
+      engine::train::optimizerName(kind));
+  if (kind == engine::train::OptimizerKind::kMomentum && !warnedHeavyBall_) {
+    log::get("algorithms")
+        ->info(
+            "eamsgd with --optimizer momentum takes heavy-ball local steps; the paper's EAMSGD "
+            "uses Nesterov momentum (--optimizer nesterov)");
+    warnedHeavyBall_ = true;
   }
   elastic_.setup(ctx);
-}
-
-double Eamsgd::step(engine::PeerContext& ctx) {
-  elastic_.beforeStep(ctx);
-  const double loss = ctx.computeGradients();
-  engine::train::Optimizer& optimizer = ctx.optimizer();
-  const engine::train::OptimizerOptions& o = optimizer.options();
-  ctx.compute().momentumStep(ctx.params(), ctx.grads(), velocity_,
-                             {.lr = o.lr,
-                              .momentum = static_cast<float>(options_.momentum),
-                              .nesterov = true,
-                              .weightDecay = o.weightDecay});
-  optimizer.setSteps(optimizer.steps() + 1);  // the local optimizer's count stays the step count
-  return loss;
 }
 
 }  // namespace gossamer::algorithms
