@@ -19,7 +19,8 @@
 // re-synchronises them: with plain SGD the difference stays as it is; with momentum the
 // velocities differ too, and while that difference decays (by mu a step) it goes on moving the
 // models apart, to 1 / (1 - mu) times the first step's difference; Adam's moments differ for
-// good.
+// good. A chunk of the wrong size or with a non-finite value is refused (ring_allreduce.h,
+// "allreduce-sgd.refused") and fails the round the same way.
 #pragma once
 
 #include <cstdint>

@@ -134,11 +134,14 @@ std::vector<engine::Incoming> Dpsgd::awaitModels(engine::PeerContext& ctx, std::
                                                     std::chrono::duration<double>(options_.timeout))
                                               : ctx.commTimeout();
   engine::GatherResult got = ctx.gather(from, tag, timeout);
-  if (!got.complete()) {
-    ctx.metrics().add("dpsgd.missing", static_cast<double>(got.missing.size()));
-    ctx.metrics().add("dpsgd.partial_rounds", 1);
-  }
-  return std::move(got.messages);
+  const engine::Expected expected{.payloads = {ctx.params().size()}};
+  std::vector<engine::Incoming> models;
+  models.reserve(got.messages.size());
+  for (engine::Incoming& m : got.messages)
+    if (engine::acceptMessage(m, expected, ctx.metrics(), name())) models.push_back(std::move(m));
+  if (!got.complete()) ctx.metrics().add("dpsgd.missing", static_cast<double>(got.missing.size()));
+  if (models.size() < from.size()) ctx.metrics().add("dpsgd.partial_rounds", 1);
+  return models;
 }
 
 void Dpsgd::mix(engine::PeerContext& ctx, const std::vector<engine::Incoming>& models,

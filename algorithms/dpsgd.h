@@ -37,6 +37,10 @@
 // fix (--mixing metropolis); a later one (the membership changed mid-run and the graph with it)
 // warns and sets the metric "dpsgd.not_doubly_stochastic" to 1 instead of stopping the run.
 //
+// Received models are checked (engine::acceptMessage): a model of the wrong size or with a
+// non-finite value is refused with a warning naming its sender ("dpsgd.refused") and left out
+// of the round like a missing one.
+//
 // Missing models. A neighbour whose model does not arrive by the deadline, or that leaves the
 // view, is left out of the round, and the weights of the models present are renormalised so that
 // the row still sums to 1 (counted in the metrics "dpsgd.missing" and "dpsgd.partial_rounds";
@@ -93,7 +97,8 @@ class Dpsgd final : public engine::Algorithm {
   static constexpr std::uint32_t kModel = 1;
 
  private:
-  // Line 6: the in-neighbours' models of the round `tag` that came by the deadline.
+  // Line 6: the in-neighbours' models of the round `tag` that came by the deadline and passed
+  // acceptMessage (the others are counted and left out).
   std::vector<engine::Incoming> awaitModels(engine::PeerContext& ctx, std::uint64_t tag);
   // Line 7: w_i = sum_j W_ij w_j over self and `models` (rows renormalised over those present),
   // minus eta (g_i + wd w_i) in the same passes when `descent` (dpsgd.plain).

@@ -33,6 +33,7 @@ void ElasticCenter::setup(engine::PeerContext& ctx) {
 
   const bool isCenter = centerPeer_ == ctx.self();
   std::unique_lock lock(mutex_);
+  modelSize_ = ctx.params().size();
   if (!isCenter && holdsCenter_) {
     lock.unlock();
     handOver(ctx, centerPeer_);  // the center moved: w~ goes with it
@@ -86,7 +87,9 @@ bool ElasticCenter::join(engine::PeerContext& ctx) {
   for (engine::PeerId from : candidates) {
     const std::optional<engine::Incoming> reply =
         ctx.request(from, engine::Message{.kind = kPull, .step = ctx.step()}, ctx.commTimeout());
-    if (!reply || reply->payloadCount() != 1 || reply->payload(0).size() != ctx.params().size())
+    // No payload: that member does not hold w~.
+    if (!reply || reply->payloadCount() == 0 ||
+        !engine::acceptMessage(*reply, {.payloads = {ctx.params().size()}}, ctx.metrics(), name_))
       continue;
     ctx.compute().upload(ctx.params(), reply->payload(0));
     ctx.optimizer().resetState();
@@ -125,7 +128,10 @@ std::optional<engine::Incoming> ElasticCenter::pull(engine::PeerContext& ctx) {
       options_.timeoutMs > 0 ? std::chrono::milliseconds(options_.timeoutMs) : ctx.commTimeout();
   std::optional<engine::Incoming> reply =
       ctx.request(centerPeer_, engine::Message{.kind = kPull, .step = ctx.step()}, timeout);
-  if (!reply || reply->payloadCount() == 0) {
+  // No payload: the peer asked does not hold the center (yet). A w~ of the wrong size or with a
+  // non-finite value is refused (counted in "<name>.refused"), and missed all the same.
+  if (!reply || reply->payloadCount() == 0 ||
+      !engine::acceptMessage(*reply, {.payloads = {ctx.params().size()}}, ctx.metrics(), name_)) {
     ctx.metrics().add(metric("missed"), 1);
     return std::nullopt;
   }
@@ -157,6 +163,7 @@ void ElasticCenter::serve(engine::ServiceContext& ctx, const engine::Incoming& r
   std::lock_guard lock(mutex_);
   switch (request.kind) {
     case kPull:
+      if (!engine::acceptMessage(request, {}, ctx.metrics(), name_)) return;
       if (!holdsCenter_) {
         ctx.reply(request, engine::Message{.kind = kCenter});
         ctx.metrics().add(metric("not_center"), 1);
@@ -169,16 +176,17 @@ void ElasticCenter::serve(engine::ServiceContext& ctx, const engine::Incoming& r
         ctx.metrics().add(metric("not_center"), 1);
         return;
       }
-      const std::span<const float> delta = request.payload(0);
-      GOSSAMER_ENFORCE_EQ(delta.size(), center_.size(),
-                          "{}: a delta of the wrong size from {:016x}", name_, request.from);
-      ctx.hostCompute().axpby(center_, 1.0f, delta, 1.0f);  // w~ = w~ + delta
+      if (!engine::acceptMessage(request, {.payloads = {center_.size()}}, ctx.metrics(), name_))
+        return;
+      ctx.hostCompute().axpby(center_, 1.0f, request.payload(0), 1.0f);  // w~ = w~ + delta
       ctx.metrics().add(metric("center_updates"), 1);
       return;
     }
     case kHandover: {
       // The handed-over w~ carries every delta the old center applied: it replaces a w~ rebuilt
       // here in the meantime.
+      if (!engine::acceptMessage(request, {.payloads = {modelSize_}}, ctx.metrics(), name_))
+        return;
       const std::span<const float> center = request.payload(0);
       center_.assign(center.begin(), center.end());
       holdsCenter_ = true;
@@ -186,7 +194,10 @@ void ElasticCenter::serve(engine::ServiceContext& ctx, const engine::Incoming& r
       return;
     }
     default:
-      GOSSAMER_THROW("{}: unknown request kind {} from {:016x}", name_, request.kind, request.from);
+      log::get("algorithms")
+          ->warn("{}: refused a message of kind {} from peer {:016x}: not an {} message kind",
+                 name_, request.kind, request.from, name_);
+      ctx.metrics().add(metric("refused"), 1);
   }
 }
 

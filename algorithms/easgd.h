@@ -43,6 +43,11 @@
 // a message naming the fix (easgd is elastic averaging with any local optimizer). The velocity
 // is the local optimizer's state, so it is checkpointed with it and reset for a joiner.
 //
+// Received messages are checked (engine::acceptMessage) before use: a delta, a handover or a
+// pulled w~ of the wrong size or with a non-finite value, or a request of an unknown kind, is
+// refused with a warning naming its sender and counted in "<name>.refused" (a refused pull is a
+// missed exchange); nothing a remote sends makes serve() throw.
+//
 // EASGD's result is the center variable (the paper evaluates w~): with final_center (the default),
 // finish() pulls w~ once more, after every worker has finished its steps and sent its last delta,
 // and every worker adopts it, so the peers end with one model (up to deltas still in flight to the
@@ -172,8 +177,9 @@ class ElasticCenter {
   std::atomic<std::uint64_t> step_{0};  // the compute thread's step, for replies to joiners
 
   mutable std::mutex mutex_;
-  bool holdsCenter_ = false;   // guarded by mutex_
-  std::vector<float> center_;  // w~, host memory; guarded by mutex_
+  bool holdsCenter_ = false;    // guarded by mutex_
+  std::vector<float> center_;   // w~, host memory; guarded by mutex_
+  std::size_t modelSize_ = 0;   // from setup(), for handovers; guarded by mutex_
 };
 
 class Easgd final : public engine::Algorithm {

@@ -25,6 +25,8 @@
 // The intervals are per depth: tau_up lists depths 1, 2, ... (the root has no parent), tau_down
 // depths 0, 1, ...; the last value of a list repeats for deeper levels. algorithms/README.md:
 // shallower nodes exchange more rarely upward, so tau_up may not grow with depth (validated).
+// A received model of the wrong size or with a non-finite value is refused (engine::acceptMessage:
+// a warning naming its sender, counted in "tree-easgd.refused") and the others are applied.
 //
 // Models are consumed at step boundaries only: finish() drops what arrived after this peer's last
 // step ("tree-easgd.dropped"). A peer that finishes early would otherwise take in, at once, every
