@@ -20,7 +20,8 @@ double AllreduceSgd::step(engine::PeerContext& ctx) {
                                             {.kind = kGradient,
                                              .step = ctx.step(),
                                              .op = ReduceOp::kMean,
-                                             .pipeline = options_.pipeline});
+                                             .pipeline = options_.pipeline,
+                                             .who = name()});
   if (outcome == RingOutcome::kComplete) {
     ctx.compute().copy(ctx.grads(), mean_);
     ctx.metrics().add("allreduce-sgd.rounds", 1);

@@ -1,6 +1,6 @@
 // allreduce-sgd: synchronous data-parallel SGD with the gradient averaged by a ring all-reduce,
 // the centralized synchronous baseline (Langer et al. (seeds/003) sections 3.3.1 and 3.4.1,
-// figure 13 right and footnote 3; ALGORITHMS.md "allreduce-sgd").
+// figure 13 right and footnote 3; algorithms/README.md, "allreduce-sgd").
 //
 //   communication    ring all-reduce of g every step (ring_allreduce.h), synchronous
 //   messages / step  2 (n-1) x pipeline per peer
@@ -15,8 +15,12 @@
 // (the run seed gives both) the peers stay bit-identical, and the run is one SGD on the
 // concatenation of the n mini-batches (exactly, when they are equally sized). When the all-reduce
 // fails (a neighbour missing or gone), the peer applies its own g_i for that step and the next
-// step uses the new view; the peers then differ by that step's update (nothing re-synchronises
-// them: plain SGD keeps the difference, momentum decays it).
+// step uses the new view; the peers then differ by that step's update, and nothing
+// re-synchronises them: with plain SGD the difference stays as it is; with momentum the
+// velocities differ too, and while that difference decays (by mu a step) it goes on moving the
+// models apart, to 1 / (1 - mu) times the first step's difference; Adam's moments differ for
+// good. A chunk of the wrong size or with a non-finite value is refused (ring_allreduce.h,
+// "allreduce-sgd.refused") and fails the round the same way.
 #pragma once
 
 #include <cstdint>

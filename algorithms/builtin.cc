@@ -18,8 +18,9 @@ void addBuiltinAlgorithms(engine::Registry& registry) {
     registry.algorithms.add(name, description, std::move(spec));
   };
   add("dpsgd", engine::algorithmSpec<Dpsgd, DpsgdOptions>(
-                   "decentralized parallel SGD: send w to the neighbours, await theirs, "
-                   "w = sum_j W_ij w_j - lr g in one fused kernel (Lian et al. 2017)",
+                   "decentralized parallel SGD: send w to the neighbours, await theirs, mix "
+                   "w = sum_j W_ij w_j (W doubly stochastic), then step with --optimizer; "
+                   "dpsgd.plain: the paper's fused w = sum_j W_ij w_j - lr g (Lian et al. 2017)",
                    "ring"));
   add("gosgd",
       engine::algorithmSpec<Gosgd, GosgdOptions>(
@@ -33,7 +34,9 @@ void addBuiltinAlgorithms(engine::Registry& registry) {
           "star"));
   add("eamsgd",
       engine::algorithmSpec<Eamsgd, EamsgdOptions>(
-          "easgd whose local steps are Nesterov momentum steps (Zhang et al. 2015)", "star"));
+          "easgd whose local steps are the local optimizer's momentum steps: --optimizer "
+          "nesterov (the paper's) or momentum, not sgd or adam (Zhang et al. 2015)",
+          "star"));
   add("tree-easgd",
       engine::algorithmSpec<TreeEasgd, TreeEasgdOptions>(
           "elastic averaging along a tree: send w up every tau_up and down every tau_down steps "

@@ -1,6 +1,7 @@
-// The built-in decentralized optimizers, by name, for the engine's Registry. The algorithms
-// library sits above the engine (DESIGN.md arrows), so engine::makeBuiltinRegistry() cannot name
-// them; binaries call makeRegistry(), which is both.
+// The built-in decentralized optimizers, by name, for the engine's Registry (algorithms/README.md
+// lists them). The algorithms library sits above the engine (tests/check_layering.cmake checks
+// the include arrows), so engine::makeBuiltinRegistry() cannot name them; binaries call
+// makeRegistry(), which is both.
 #pragma once
 
 #include "engine/registry.h"

@@ -1,8 +1,10 @@
 #include "algorithms/dpsgd.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "engine/base/enforce.h"
@@ -40,28 +42,65 @@ void DpsgdOptions::validate() const {
 }
 
 void Dpsgd::setup(engine::PeerContext& ctx) {
-  const engine::train::OptimizerOptions& o = ctx.optimizer().options();
-  GOSSAMER_ENFORCE(o.kind != OptimizerKind::kAdam,
-                   "dpsgd applies its own fused step and supports --optimizer sgd (the paper's "
-                   "rule), momentum or nesterov, not {}",
-                   engine::train::optimizerName(o.kind));
-  const bool hasVelocity = o.kind == OptimizerKind::kMomentum || o.kind == OptimizerKind::kNesterov;
-  rule_ = !options_.momentum || !hasVelocity   ? Rule::kPlain
-          : o.kind == OptimizerKind::kNesterov ? Rule::kNesterov
-                                               : Rule::kMomentum;
-  velocity_ = {};
-  for (const auto& [name, buffer] : ctx.optimizer().state())
-    if (name == "velocity") velocity_ = buffer;
-  GOSSAMER_ENFORCE(rule_ == Rule::kPlain || !velocity_.empty(),
-                   "dpsgd: the local optimizer has no velocity buffer");
-  if (hasVelocity && rule_ == Rule::kPlain && !warned_) {
+  checkMixing(ctx);
+  const OptimizerKind kind = ctx.optimizer().options().kind;
+  if (options_.plain && kind != OptimizerKind::kSgd && !warnedPlain_) {
     log::get("algorithms")
         ->warn(
-            "dpsgd applies the paper's plain SGD rule: the momentum of --optimizer {} is not used "
-            "(--dpsgd.momentum true uses it)",
-            engine::train::optimizerName(o.kind));
-    warned_ = true;
+            "dpsgd.plain applies the paper's plain SGD rule: the {} state of --optimizer {} is not "
+            "used, only its learning rate and weight decay (dpsgd.plain false steps with it)",
+            kind == OptimizerKind::kAdam ? "moment" : "momentum",
+            engine::train::optimizerName(kind));
+    warnedPlain_ = true;
   }
+}
+
+void Dpsgd::checkMixing(engine::PeerContext& ctx) {
+  // Peers that start together set up at step 0; a joiner or a restarted peer enters at a later
+  // step, in a run that is already going: the membership changed, not the configuration.
+  const bool first = !setUp_ && ctx.step() == 0;
+  setUp_ = true;
+  const topology::Graph& graph = ctx.graph();
+  const bool doublyStochastic = graph.doublyStochastic(1e-9);
+  ctx.metrics().set("dpsgd.not_doubly_stochastic", doublyStochastic ? 0 : 1);
+  if (doublyStochastic) return;
+  const std::size_t n = graph.size();
+  const std::vector<double>& w = graph.mixingMatrix();
+  double low = INFINITY, high = -INFINITY;
+  for (std::size_t j = 0; j < n; ++j) {
+    double column = 0;
+    for (std::size_t i = 0; i < n; ++i) column += w[i * n + j];
+    low = std::min(low, column);
+    high = std::max(high, column);
+  }
+  const topology::DegreeStats degrees = graph.degreeStats();
+  // An undirected graph (every edge both ways) of n - 1 edges that is connected is a tree; one
+  // with a peer linked to every other one is a star.
+  std::size_t edges = 0;
+  bool undirected = true;
+  for (engine::PeerId peer : graph.members()) {
+    edges += graph.inDegree(peer);
+    std::vector<engine::PeerId> in;
+    for (const topology::WeightedPeer& j : graph.inNeighbors(peer)) in.push_back(j.id);
+    undirected = undirected && in == graph.outNeighbors(peer);
+  }
+  const bool tree = undirected && graph.connected() && edges == 2 * (n - 1);
+  const char* shape = degrees.min == degrees.max ? "a regular graph"
+                      : !tree                    ? "an irregular graph"
+                      : degrees.max + 1 == n     ? "a star"
+                                                 : "a tree";
+  const std::string problem = fmt::format(
+      "dpsgd needs a doubly stochastic mixing matrix, and this topology's is not: the topology is "
+      "{} of {} peers with {} to {} neighbours each, and its mixing weights (columns summing to "
+      "{:.3g} to {:.3g}, as --mixing uniform gives on an irregular graph) would pull the "
+      "consensus toward the best-connected peers instead of the average of the models. Use "
+      "--mixing metropolis (Metropolis-Hastings weights, doubly stochastic on every graph), or a "
+      "regular topology (ring, mesh, torus, exponential)",
+      shape, n, degrees.min, degrees.max, low, high);
+  if (first) GOSSAMER_THROW("{}", problem);
+  log::get("algorithms")
+      ->warn("peer {:016x} at step {}, after a membership change: {}", ctx.self(), ctx.step(),
+             problem);
 }
 
 double Dpsgd::step(engine::PeerContext& ctx) {
@@ -75,14 +114,19 @@ double Dpsgd::step(engine::PeerContext& ctx) {
   // Lines 4-5: g_i on w_i,t, while the sends fly.
   const double loss = ctx.computeGradients();
   // Line 6: await w_j,t from every in-neighbour, until the deadline.
-  const engine::GatherResult got = awaitModels(ctx, tag);
-  // Line 7: w_i,t+1 = sum_j W_ij w_j,t - eta g_i.
-  mixAndDescend(ctx, got.messages);
-  ctx.optimizer().setSteps(ctx.optimizer().steps() + 1);
+  const std::vector<engine::Incoming> models = awaitModels(ctx, tag);
+  // Line 7: w_i,t+1 = sum_j W_ij w_j,t - eta d_i.
+  if (options_.plain) {
+    mix(ctx, models, true);
+    ctx.optimizer().setSteps(ctx.optimizer().steps() + 1);
+  } else {
+    mix(ctx, models, false);
+    ctx.applyOptimizer();
+  }
   return loss;
 }
 
-engine::GatherResult Dpsgd::awaitModels(engine::PeerContext& ctx, std::uint64_t tag) {
+std::vector<engine::Incoming> Dpsgd::awaitModels(engine::PeerContext& ctx, std::uint64_t tag) {
   std::vector<engine::PeerId> from;
   for (const topology::WeightedPeer& j : ctx.graph().inNeighbors(ctx.self())) from.push_back(j.id);
   const engine::Clock::duration timeout = options_.timeout > 0
@@ -90,14 +134,18 @@ engine::GatherResult Dpsgd::awaitModels(engine::PeerContext& ctx, std::uint64_t 
                                                     std::chrono::duration<double>(options_.timeout))
                                               : ctx.commTimeout();
   engine::GatherResult got = ctx.gather(from, tag, timeout);
-  if (!got.complete()) {
-    ctx.metrics().add("dpsgd.missing", static_cast<double>(got.missing.size()));
-    ctx.metrics().add("dpsgd.partial_rounds", 1);
-  }
-  return got;
+  const engine::Expected expected{.payloads = {ctx.params().size()}};
+  std::vector<engine::Incoming> models;
+  models.reserve(got.messages.size());
+  for (engine::Incoming& m : got.messages)
+    if (engine::acceptMessage(m, expected, ctx.metrics(), name())) models.push_back(std::move(m));
+  if (!got.complete()) ctx.metrics().add("dpsgd.missing", static_cast<double>(got.missing.size()));
+  if (models.size() < from.size()) ctx.metrics().add("dpsgd.partial_rounds", 1);
+  return models;
 }
 
-void Dpsgd::mixAndDescend(engine::PeerContext& ctx, const std::vector<engine::Incoming>& models) {
+void Dpsgd::mix(engine::PeerContext& ctx, const std::vector<engine::Incoming>& models,
+                bool descent) {
   const topology::Graph& graph = ctx.graph();
   const engine::PeerId self = ctx.self();
   // The row over the models present, renormalised to sum to 1 (a no-op when all arrived). W_ii
@@ -115,26 +163,15 @@ void Dpsgd::mixAndDescend(engine::PeerContext& ctx, const std::vector<engine::In
     others += mixing.back().weight;
   }
   const float mine = static_cast<float>(1.0 - others);
-
-  const engine::train::OptimizerOptions& o = ctx.optimizer().options();
-  const float eta = o.lr, wd = o.weightDecay, mu = o.momentum;
   const std::span<float> w = ctx.params();
-  const std::span<const float> g = ctx.grads();
-  // v_i = mu v_i + g_i + wd w_i,t, as momentumStep does before its update.
-  if (rule_ != Rule::kPlain)
-    ctx.compute().weightedSum(velocity_, {{mu, velocity_}, {1, g}, {wd, w}});
-  // w_i,t and the descent terms first: they are in the first pass for any degree.
   std::vector<kernels::WeightedInput> inputs;
-  switch (rule_) {
-    case Rule::kPlain:  // d_i = g_i + wd w_i,t
-      inputs = {{mine - eta * wd, w}, {-eta, g}};
-      break;
-    case Rule::kMomentum:  // d_i = v_i
-      inputs = {{mine, w}, {-eta, velocity_}};
-      break;
-    case Rule::kNesterov:  // d_i = g_i + wd w_i,t + mu v_i
-      inputs = {{mine - eta * wd, w}, {-eta, g}, {-eta * mu, velocity_}};
-      break;
+  if (descent) {
+    // The paper's d_i = g_i + wd w_i,t, in the first pass (which reads w_i,t).
+    const engine::train::OptimizerOptions& o = ctx.optimizer().options();
+    inputs = {{mine - o.lr * o.weightDecay, w}, {-o.lr, ctx.grads()}};
+  } else {
+    if (mixing.empty()) return;  // w_i alone: nothing to mix
+    inputs = {{mine, w}};
   }
   inputs.insert(inputs.end(), mixing.begin(), mixing.end());
   weightedSumAny(ctx.compute(), w, inputs);

@@ -18,11 +18,7 @@ void EasgdOptions::validate(const char* name) const {
                    timeoutMs);
 }
 
-void EamsgdOptions::validate() const {
-  elastic.validate("eamsgd");
-  GOSSAMER_ENFORCE(momentum >= 0 && momentum < 1, "eamsgd.momentum must be in [0, 1), not {}",
-                   momentum);
-}
+void EamsgdOptions::validate() const { elastic.validate("eamsgd"); }
 
 // ---- ElasticCenter ----------------------------------------------------------------------------
 
@@ -37,6 +33,7 @@ void ElasticCenter::setup(engine::PeerContext& ctx) {
 
   const bool isCenter = centerPeer_ == ctx.self();
   std::unique_lock lock(mutex_);
+  modelSize_ = ctx.params().size();
   if (!isCenter && holdsCenter_) {
     lock.unlock();
     handOver(ctx, centerPeer_);  // the center moved: w~ goes with it
@@ -90,7 +87,9 @@ bool ElasticCenter::join(engine::PeerContext& ctx) {
   for (engine::PeerId from : candidates) {
     const std::optional<engine::Incoming> reply =
         ctx.request(from, engine::Message{.kind = kPull, .step = ctx.step()}, ctx.commTimeout());
-    if (!reply || reply->payloadCount() != 1 || reply->payload(0).size() != ctx.params().size())
+    // No payload: that member does not hold w~.
+    if (!reply || reply->payloadCount() == 0 ||
+        !engine::acceptMessage(*reply, {.payloads = {ctx.params().size()}}, ctx.metrics(), name_))
       continue;
     ctx.compute().upload(ctx.params(), reply->payload(0));
     ctx.optimizer().resetState();
@@ -129,7 +128,10 @@ std::optional<engine::Incoming> ElasticCenter::pull(engine::PeerContext& ctx) {
       options_.timeoutMs > 0 ? std::chrono::milliseconds(options_.timeoutMs) : ctx.commTimeout();
   std::optional<engine::Incoming> reply =
       ctx.request(centerPeer_, engine::Message{.kind = kPull, .step = ctx.step()}, timeout);
-  if (!reply || reply->payloadCount() == 0) {
+  // No payload: the peer asked does not hold the center (yet). A w~ of the wrong size or with a
+  // non-finite value is refused (counted in "<name>.refused"), and missed all the same.
+  if (!reply || reply->payloadCount() == 0 ||
+      !engine::acceptMessage(*reply, {.payloads = {ctx.params().size()}}, ctx.metrics(), name_)) {
     ctx.metrics().add(metric("missed"), 1);
     return std::nullopt;
   }
@@ -161,6 +163,7 @@ void ElasticCenter::serve(engine::ServiceContext& ctx, const engine::Incoming& r
   std::lock_guard lock(mutex_);
   switch (request.kind) {
     case kPull:
+      if (!engine::acceptMessage(request, {}, ctx.metrics(), name_)) return;
       if (!holdsCenter_) {
         ctx.reply(request, engine::Message{.kind = kCenter});
         ctx.metrics().add(metric("not_center"), 1);
@@ -173,16 +176,17 @@ void ElasticCenter::serve(engine::ServiceContext& ctx, const engine::Incoming& r
         ctx.metrics().add(metric("not_center"), 1);
         return;
       }
-      const std::span<const float> delta = request.payload(0);
-      GOSSAMER_ENFORCE_EQ(delta.size(), center_.size(),
-                          "{}: a delta of the wrong size from {:016x}", name_, request.from);
-      ctx.hostCompute().axpby(center_, 1.0f, delta, 1.0f);  // w~ = w~ + delta
+      if (!engine::acceptMessage(request, {.payloads = {center_.size()}}, ctx.metrics(), name_))
+        return;
+      ctx.hostCompute().axpby(center_, 1.0f, request.payload(0), 1.0f);  // w~ = w~ + delta
       ctx.metrics().add(metric("center_updates"), 1);
       return;
     }
     case kHandover: {
       // The handed-over w~ carries every delta the old center applied: it replaces a w~ rebuilt
       // here in the meantime.
+      if (!engine::acceptMessage(request, {.payloads = {modelSize_}}, ctx.metrics(), name_))
+        return;
       const std::span<const float> center = request.payload(0);
       center_.assign(center.begin(), center.end());
       holdsCenter_ = true;
@@ -190,7 +194,10 @@ void ElasticCenter::serve(engine::ServiceContext& ctx, const engine::Incoming& r
       return;
     }
     default:
-      GOSSAMER_THROW("{}: unknown request kind {} from {:016x}", name_, request.kind, request.from);
+      log::get("algorithms")
+          ->warn("{}: refused a message of kind {} from peer {:016x}: not an {} message kind",
+                 name_, request.kind, request.from, name_);
+      ctx.metrics().add(metric("refused"), 1);
   }
 }
 
@@ -207,59 +214,28 @@ void Easgd::join(engine::PeerContext& ctx) {
 }
 
 void Eamsgd::join(engine::PeerContext& ctx) {
+  // Either way the local optimizer's state (the velocity) starts at zero.
   if (!elastic_.join(ctx)) Algorithm::join(ctx);
-  restoredVelocity_.clear();
-}
-
-void Eamsgd::saveState(engine::AlgorithmState& state) const {
-  elastic_.saveState(state);
-  if (!restoredVelocity_.empty()) state.tensors["velocity"] = restoredVelocity_;  // before setup()
-  if (compute_ == nullptr || velocity_.empty()) return;
-  std::vector<float> velocity(velocity_.size());
-  compute_->download(std::span<float>(velocity), velocity_.span());
-  state.tensors["velocity"] = std::move(velocity);
-}
-
-void Eamsgd::loadState(const engine::AlgorithmState& state) {
-  elastic_.loadState(state);
-  if (const auto it = state.tensors.find("velocity"); it != state.tensors.end())
-    restoredVelocity_ = it->second;
 }
 
 void Eamsgd::setup(engine::PeerContext& ctx) {
-  compute_ = &ctx.compute();
-  if (velocity_.size() != ctx.params().size()) {
-    velocity_ = ctx.compute().allocate<float>(ctx.params().size());
-    ctx.compute().fill(velocity_, 0.0f);
-    if (!restoredVelocity_.empty()) {
-      GOSSAMER_ENFORCE_EQ(restoredVelocity_.size(), velocity_.size(),
-                          "eamsgd: the checkpoint's velocity does not fit the model");
-      ctx.compute().upload(velocity_.span(), restoredVelocity_);
-      restoredVelocity_.clear();
-    }
-    const engine::train::OptimizerKind kind = ctx.optimizer().options().kind;
-    if (kind == engine::train::OptimizerKind::kAdam)
-      log::get("algorithms")
-          ->warn(
-              "eamsgd runs its own Nesterov momentum steps: --optimizer {} is not used, only its "
-              "learning rate and weight decay",
-              engine::train::optimizerName(kind));
+  const engine::train::OptimizerKind kind = ctx.optimizer().options().kind;
+  GOSSAMER_ENFORCE(
+      kind == engine::train::OptimizerKind::kNesterov ||
+          kind == engine::train::OptimizerKind::kMomentum,
+      "eamsgd's local steps are momentum steps (EAMSGD, Zhang et al. 2015: Nesterov momentum), "
+      "taken by the local optimizer: use --optimizer nesterov (the paper's rule; --momentum sets "
+      "its coefficient) or momentum (heavy-ball), not {}; for elastic averaging with plain SGD or "
+      "Adam steps use --algorithm easgd",
+      engine::train::optimizerName(kind));
+  if (kind == engine::train::OptimizerKind::kMomentum && !warnedHeavyBall_) {
+    log::get("algorithms")
+        ->info(
+            "eamsgd with --optimizer momentum takes heavy-ball local steps; the paper's EAMSGD "
+            "uses Nesterov momentum (--optimizer nesterov)");
+    warnedHeavyBall_ = true;
   }
   elastic_.setup(ctx);
-}
-
-double Eamsgd::step(engine::PeerContext& ctx) {
-  elastic_.beforeStep(ctx);
-  const double loss = ctx.computeGradients();
-  engine::train::Optimizer& optimizer = ctx.optimizer();
-  const engine::train::OptimizerOptions& o = optimizer.options();
-  ctx.compute().momentumStep(ctx.params(), ctx.grads(), velocity_,
-                             {.lr = o.lr,
-                              .momentum = static_cast<float>(options_.momentum),
-                              .nesterov = true,
-                              .weightDecay = o.weightDecay});
-  optimizer.setSteps(optimizer.steps() + 1);  // the local optimizer's count stays the step count
-  return loss;
 }
 
 }  // namespace gossamer::algorithms

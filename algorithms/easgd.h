@@ -1,6 +1,6 @@
 // easgd and eamsgd: asynchronous elastic averaging SGD with a center variable (Zhang, Choromanska
 // and LeCun, "Deep learning with Elastic Averaging SGD", NeurIPS 2015, algorithms 1 and 2).
-// Langer et al. (seeds/003) figure 10 and equation 1; the rule is ALGORITHMS.md's "easgd /
+// Langer et al. (seeds/003) figure 10 and equation 1; the rule is algorithms/README.md's "easgd /
 // eamsgd".
 //
 //   communication    star: every worker pulls from and pushes to the center, asynchronously
@@ -36,9 +36,17 @@
 // 4 peers, 3 epochs) that left 84.6-84.9% at --lr 0.02 for every alpha and tau tried, and 85.2%
 // at --lr 0.025 (= 0.02 x 5 / 4).
 //
-// eamsgd: the same exchange; the local step is Nesterov momentum with this algorithm's own
-// velocity buffer (compute.momentumStep(..., nesterov = true)), whatever --optimizer says: the
-// local optimizer's learning rate and weight decay are used, its update rule and state are not.
+// eamsgd: the same exchange; the local steps are momentum steps of the local optimizer (its
+// velocity, learning rate, schedule, momentum coefficient and weight decay): --optimizer nesterov
+// is the paper's rule (algorithm 2: Nesterov momentum), --optimizer momentum a heavy-ball
+// variant. EAMSGD is defined by its momentum, so setup() refuses --optimizer sgd and adam with
+// a message naming the fix (easgd is elastic averaging with any local optimizer). The velocity
+// is the local optimizer's state, so it is checkpointed with it and reset for a joiner.
+//
+// Received messages are checked (engine::acceptMessage) before use: a delta, a handover or a
+// pulled w~ of the wrong size or with a non-finite value, or a request of an unknown kind, is
+// refused with a warning naming its sender and counted in "<name>.refused" (a refused pull is a
+// missed exchange); nothing a remote sends makes serve() throw.
 //
 // EASGD's result is the center variable (the paper evaluates w~): with final_center (the default),
 // finish() pulls w~ once more, after every worker has finished its steps and sent its last delta,
@@ -64,7 +72,8 @@
 //   pull timeout    the worker keeps its own model and trains on ("easgd.missed"); so does a
 //                   pull answered by a peer that does not hold the center (yet).
 //   joiner          receives w~ from the center peer as its model, and the center peer's step.
-//   checkpoint      saveState/loadState keep w~ (when this peer holds it) and eamsgd's velocity.
+//   checkpoint      saveState/loadState keep w~ (when this peer holds it); eamsgd's velocity is
+//                   the local optimizer's, in the runtime's part of the checkpoint.
 #pragma once
 
 #include <atomic>
@@ -103,16 +112,14 @@ struct EasgdOptions {
   void validate(const char* name = "easgd") const;
 };
 
+// The local steps' momentum is the local optimizer's (--optimizer nesterov or momentum, with
+// --momentum): eamsgd has the exchange's options only.
 struct EamsgdOptions {
-  EasgdOptions elastic;   // the exchange: the same options as easgd
-  double momentum = 0.9;  // Nesterov momentum of the local steps
+  EasgdOptions elastic;  // the exchange: the same options as easgd
 
   template <typename Bind>
   void bind(Bind& b) {
     elastic.bind(b);
-    b("momentum", momentum,
-      "Nesterov momentum of the local steps, in [0, 1) (eamsgd runs its own Nesterov step with "
-      "--lr and --weight-decay; --optimizer is not used)");
   }
   void validate() const;
 };
@@ -170,8 +177,9 @@ class ElasticCenter {
   std::atomic<std::uint64_t> step_{0};  // the compute thread's step, for replies to joiners
 
   mutable std::mutex mutex_;
-  bool holdsCenter_ = false;   // guarded by mutex_
-  std::vector<float> center_;  // w~, host memory; guarded by mutex_
+  bool holdsCenter_ = false;    // guarded by mutex_
+  std::vector<float> center_;   // w~, host memory; guarded by mutex_
+  std::size_t modelSize_ = 0;   // from setup(), for handovers; guarded by mutex_
 };
 
 class Easgd final : public engine::Algorithm {
@@ -197,11 +205,12 @@ class Easgd final : public engine::Algorithm {
 
 class Eamsgd final : public engine::Algorithm {
  public:
-  explicit Eamsgd(EamsgdOptions options) : options_(options), elastic_("eamsgd", options.elastic) {}
+  explicit Eamsgd(EamsgdOptions options) : elastic_("eamsgd", options.elastic) {}
   std::string name() const override { return "eamsgd"; }
+  // Refuses a local optimizer without momentum (see the header comment).
   void setup(engine::PeerContext& ctx) override;
-  // The elastic exchange (every tau steps), the gradient, then one Nesterov momentum step.
-  double step(engine::PeerContext& ctx) override;
+  // The elastic exchange (every tau steps), then the local optimizer's momentum step.
+  void beforeStep(engine::PeerContext& ctx) override { elastic_.beforeStep(ctx); }
   void finish(engine::PeerContext& ctx) override { elastic_.finish(ctx); }
   void serve(engine::ServiceContext& ctx, const engine::Incoming& request) override {
     elastic_.serve(ctx, request);
@@ -209,18 +218,14 @@ class Eamsgd final : public engine::Algorithm {
   // The joiner takes w~ and starts with zero velocity.
   void join(engine::PeerContext& ctx) override;
   void leave(engine::PeerContext& ctx) override { elastic_.leave(ctx); }
-  // w~ (when held) and the velocity (tensor "velocity").
-  void saveState(engine::AlgorithmState& state) const override;
-  void loadState(const engine::AlgorithmState& state) override;
+  void saveState(engine::AlgorithmState& state) const override { elastic_.saveState(state); }
+  void loadState(const engine::AlgorithmState& state) override { elastic_.loadState(state); }
 
   const ElasticCenter& elastic() const { return elastic_; }
 
  private:
-  EamsgdOptions options_;
   ElasticCenter elastic_;
-  kernels::Compute* compute_ = nullptr;  // the compute thread's, from setup() (for saveState)
-  kernels::Buffer<float> velocity_;      // the Compute's memory, zero at the first setup
-  std::vector<float> restoredVelocity_;  // from loadState, uploaded by the first setup()
+  bool warnedHeavyBall_ = false;
 };
 
 }  // namespace gossamer::algorithms

@@ -1,6 +1,7 @@
 #include "algorithms/gosgd.h"
 
 #include <algorithm>
+#include <string>
 #include <vector>
 
 #include "engine/base/enforce.h"
@@ -76,52 +77,56 @@ void Gosgd::setup(engine::PeerContext& ctx) {
     }
     lost_ += it->second.weight;
     lostTo_[it->second.to] += it->second.weight;
-    spare_.push_back(std::move(it->second.model));
+    recycle(std::move(it->second.model));
     it = escrow_.erase(it);
   }
   publish(ctx);
 }
 
-void Gosgd::serve(engine::ServiceContext& /*ctx*/, const engine::Incoming& message) {
-  {
-    std::lock_guard lock(mutex_);
-    switch (message.kind) {
-      case kTransfer:
-        arrived_.push_back(message);
-        break;
-      case kAck:
-        for (double id : message.scalars) acks_.push_back(static_cast<std::uint64_t>(id));
-        break;
-      case kSettled:
-        settled_.insert(message.from);
-        break;
-      case kLeaving:
-        leaving_.insert(message.from);
-        break;
-      default:
-        return;
-    }
-    news_ = true;
-  }
-  changed_.notify_all();
+bool Gosgd::refuse(engine::PeerContext& ctx, const engine::Incoming& m, const std::string& why) {
+  log::get("algorithms")
+      ->warn("gosgd: refused a message of kind {} from peer {:016x}: {}", m.kind, m.from, why);
+  ctx.metrics().add("gosgd.refused", 1);
+  return false;
+}
+
+bool Gosgd::acceptTransfer(engine::PeerContext& ctx, const engine::Incoming& m) {
+  if (!engine::acceptMessage(
+          m, {.payloads = {ctx.params().size()}, .scalars = 1, .integers = 2}, ctx.metrics(),
+          name()))
+    return false;
+  // A weight is a share of the cluster's mass of 1.
+  if (m.scalars[0] < 0 || m.scalars[0] > 1)
+    return refuse(ctx, m, fmt::format("a transfer of weight {} (not in [0, 1])", m.scalars[0]));
+  return true;
 }
 
 void Gosgd::exchange(engine::PeerContext& ctx) {
   std::vector<engine::Incoming> transfers;
-  std::vector<std::uint64_t> acks;
-  {
-    std::lock_guard lock(mutex_);
-    transfers.swap(arrived_);
-    acks.swap(acks_);
-    leavers_.insert(leaving_.begin(), leaving_.end());
-    news_ = false;
-  }
-  for (std::uint64_t id : acks) {
-    const auto it = escrow_.find(id);
-    if (it == escrow_.end()) continue;  // a duplicate ack
-    ackedBy_[it->second.to] += it->second.weight;
-    spare_.push_back(std::move(it->second.model));
-    escrow_.erase(it);
+  for (engine::Incoming& m : ctx.inbox().drain()) {
+    switch (m.kind) {
+      case kTransfer:
+        if (acceptTransfer(ctx, m)) transfers.push_back(std::move(m));
+        break;
+      case kAck:
+        if (!engine::acceptMessage(m, {}, ctx.metrics(), name())) break;
+        for (std::uint64_t id : m.integers) {
+          const auto it = escrow_.find(id);
+          if (it == escrow_.end() || it->second.to != m.from) continue;  // a duplicate ack
+          ackedBy_[it->second.to] += it->second.weight;
+          recycle(std::move(it->second.model));
+          escrow_.erase(it);
+        }
+        break;
+      case kSettled:
+        settled_.insert(m.from);
+        break;
+      case kLeaving:
+        leavers_.insert(m.from);
+        break;
+      default:
+        refuse(ctx, m, "not a gosgd message kind");
+    }
   }
   merge(ctx, transfers);
   const Clock::time_point now = Clock::now();
@@ -139,24 +144,24 @@ void Gosgd::exchange(engine::PeerContext& ctx) {
                                   [&](const auto& entry) { return entry.second.to == leaver; });
     Clock::time_point& last = settledSent_[leaver];
     if (owes || now - last < kTick) continue;
-    ctx.notify(leaver, engine::Message{.kind = kSettled, .step = ctx.step()});
+    ctx.send(leaver, engine::Message{.kind = kSettled, .step = ctx.step()});
     last = now;
   }
 }
 
 void Gosgd::merge(engine::PeerContext& ctx, std::vector<engine::Incoming>& transfers) {
-  std::map<PeerId, std::vector<double>> acks;
+  std::map<PeerId, std::vector<std::uint64_t>> acks;
   std::vector<const engine::Incoming*> fresh;
   for (const engine::Incoming& m : transfers) {
-    const auto id = static_cast<std::uint64_t>(m.scalar(1));
-    const auto floor = static_cast<std::uint64_t>(m.scalar(2));
+    const std::uint64_t id = m.integer(0);
+    const std::uint64_t floor = m.integer(1);
     Merged& seen = merged_[m.from];
     if (floor > seen.floor) {
       // The sender has every id below `floor` acknowledged: it will never send them again.
       seen.floor = floor;
       seen.ids.erase(seen.ids.begin(), seen.ids.lower_bound(floor));
     }
-    acks[m.from].push_back(static_cast<double>(id));
+    acks[m.from].push_back(id);
     if (id < seen.floor || !seen.ids.insert(id).second) {
       ctx.metrics().add("gosgd.duplicates", 1);
       continue;
@@ -168,31 +173,57 @@ void Gosgd::merge(engine::PeerContext& ctx, std::vector<engine::Incoming>& trans
   for (std::size_t begin = 0; begin < fresh.size(); begin += kBatch) {
     const std::size_t end = std::min(fresh.size(), begin + kBatch);
     double total = alpha_;
-    for (std::size_t j = begin; j < end; ++j) total += fresh[j]->scalar(0);
+    for (std::size_t j = begin; j < end; ++j) {
+      total += fresh[j]->scalar(0);
+      mergedFrom_[fresh[j]->from] += fresh[j]->scalar(0);
+    }
+    if (!(total > 0)) {
+      // Weight 0 on both sides (peers that joined late or were restored with weight 0 and got
+      // none yet): no mass moves, and the weighted average would be 0/0. Keep w_i.
+      ctx.metrics().add("gosgd.weightless", static_cast<double>(end - begin));
+      continue;
+    }
     std::vector<engine::DeviceView> models;
     std::vector<kernels::WeightedInput> inputs{{static_cast<float>(alpha_ / total), ctx.params()}};
     for (std::size_t j = begin; j < end; ++j) {
       models.push_back(ctx.upload(fresh[j]->payload(0)));
       inputs.push_back({static_cast<float>(fresh[j]->scalar(0) / total), models.back()});
-      mergedFrom_[fresh[j]->from] += fresh[j]->scalar(0);
     }
     ctx.compute().weightedSum(ctx.params(), inputs);
     alpha_ = total;
   }
   if (!fresh.empty()) ctx.metrics().add("gosgd.merged", static_cast<double>(fresh.size()));
   for (auto& [to, ids] : acks)
-    ctx.notify(to, engine::Message{.kind = kAck, .step = ctx.step(), .scalars = std::move(ids)});
+    ctx.send(to, engine::Message{.kind = kAck, .step = ctx.step(), .integers = std::move(ids)});
+}
+
+std::shared_ptr<kernels::Buffer<float>> Gosgd::escrowBuffer(engine::PeerContext& ctx) {
+  // A spare that the transport still sends from (it holds the owner) is not written yet.
+  for (auto it = spare_.begin(); it != spare_.end(); ++it) {
+    if (it->use_count() != 1 || (*it)->size() != ctx.params().size()) continue;
+    std::shared_ptr<kernels::Buffer<float>> buffer = std::move(*it);
+    spare_.erase(it);
+    return buffer;
+  }
+  return std::make_shared<kernels::Buffer<float>>(
+      ctx.compute().allocate<float>(ctx.params().size()));
+}
+
+void Gosgd::recycle(std::shared_ptr<kernels::Buffer<float>> buffer) {
+  if (buffer && spare_.size() < kMaxEscrow) spare_.push_back(std::move(buffer));
+}
+
+void Gosgd::releaseBuffers() {
+  spare_.clear();
+  for (auto& [id, e] : escrow_) e.model.reset();
 }
 
 void Gosgd::transfer(engine::PeerContext& ctx, PeerId to, double weight) {
-  Escrow e{.to = to, .weight = weight, .due = Clock::now() + retransmitAfter(ctx)};
-  if (!spare_.empty()) {
-    e.model = std::move(spare_.back());
-    spare_.pop_back();
-  } else {
-    e.model = ctx.compute().allocate<float>(ctx.params().size());
-  }
-  ctx.compute().copy(e.model.span(), ctx.params());
+  Escrow e{.to = to,
+           .weight = weight,
+           .model = escrowBuffer(ctx),
+           .due = Clock::now() + retransmitAfter(ctx)};
+  ctx.compute().copy(e.model->span(), ctx.params());
   alpha_ -= weight;
   const std::uint64_t id = nextId_++;
   sendEscrow(ctx, id, escrow_.emplace(id, std::move(e)).first->second);
@@ -200,23 +231,26 @@ void Gosgd::transfer(engine::PeerContext& ctx, PeerId to, double weight) {
 }
 
 void Gosgd::sendEscrow(engine::PeerContext& ctx, std::uint64_t id, const Escrow& e) {
+  if (!e.model) return;  // released after finish() or leave()
   std::uint64_t floor = id;
   for (const auto& [other, entry] : escrow_)
     if (entry.to == e.to) floor = std::min(floor, other);
-  ctx.notify(e.to, engine::Message{
-                       .kind = kTransfer,
-                       .step = ctx.step(),
-                       .scalars = {e.weight, static_cast<double>(id), static_cast<double>(floor)},
-                       .payloads = {e.model.span()}});
+  // The escrowed model is never written while it is in escrow: it is sent from where it is (no
+  // staging copy on a CPU peer), the buffer kept alive by the message until the transport is done.
+  ctx.send(e.to, engine::Message{.kind = kTransfer,
+                                 .step = ctx.step(),
+                                 .scalars = {e.weight},
+                                 .integers = {id, floor},
+                                 .payloads = {e.model->span()},
+                                 .owner = e.model});
 }
 
 void Gosgd::broadcast(engine::PeerContext& ctx, std::uint32_t kind, const std::vector<PeerId>& to) {
-  for (PeerId peer : to) ctx.notify(peer, engine::Message{.kind = kind, .step = ctx.step()});
+  for (PeerId peer : to) ctx.send(peer, engine::Message{.kind = kind, .step = ctx.step()});
 }
 
-std::vector<PeerId> Gosgd::unsettledOthers(engine::PeerContext& ctx) {
+std::vector<PeerId> Gosgd::unsettledOthers(engine::PeerContext& ctx) const {
   std::vector<PeerId> out;
-  std::lock_guard lock(mutex_);
   for (PeerId peer : ctx.members())
     if (peer != ctx.self() && settled_.count(peer) == 0) out.push_back(peer);
   return out;
@@ -245,8 +279,9 @@ bool Gosgd::waitUntil(engine::PeerContext& ctx, std::uint32_t announce, Done don
       if (announce != kSettled || now - doneSince >= kLinger) return true;
     }
     if (now >= deadline) return false;
-    std::unique_lock lock(mutex_);
-    changed_.wait_until(lock, std::min(deadline, now + kTick), [&] { return news_; });
+    // Sleep until a message comes (an ack, a transfer, an announcement) or the next tick, when
+    // the announcements and the retransmissions are due again.
+    ctx.inbox().wait(std::nullopt, std::min(deadline, now + kTick));
   }
 }
 
@@ -264,6 +299,9 @@ void Gosgd::finish(engine::PeerContext& ctx) {
                std::chrono::duration_cast<std::chrono::milliseconds>(ctx.commTimeout()).count());
   }
   publish(ctx);
+  // Nothing is sent after this: the buffers go back to the Compute now, not whenever the
+  // algorithm is destroyed.
+  releaseBuffers();
 }
 
 void Gosgd::join(engine::PeerContext& ctx) {
@@ -311,6 +349,7 @@ void Gosgd::leave(engine::PeerContext& ctx) {
                std::chrono::duration_cast<std::chrono::milliseconds>(ctx.commTimeout()).count());
   }
   publish(ctx);
+  releaseBuffers();
 }
 
 void Gosgd::beforeStep(engine::PeerContext& ctx) {
@@ -319,6 +358,10 @@ void Gosgd::beforeStep(engine::PeerContext& ctx) {
 }
 
 void Gosgd::afterStep(engine::PeerContext& ctx) {
+  // A peer without weight (a late joiner, or one restored with weight 0, that has received none
+  // yet) has nothing to give: a transfer of weight 0 moves no mass, and two of them meeting
+  // would make a 0/0 average.
+  if (!(alpha_ > 0)) return;
   std::uniform_real_distribution<double> coin(0.0, 1.0);
   if (coin(ctx.rng()) >= options_.p) return;
   if (escrow_.size() >= kMaxEscrow) {

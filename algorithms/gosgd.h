@@ -1,10 +1,11 @@
 // gosgd: sum-weighted gossip SGD (Blot, Picard, Cord and Thome, "Gossip training for deep
 // learning", 2016; the push-sum protocol of Kempe, Dobra and Gehrke, FOCS 2003). Langer et al.
-// (seeds/003) figure 17; the rule is ALGORITHMS.md's "gosgd", with acknowledged transfers.
+// (seeds/003) figure 17; the rule is algorithms/README.md's "gosgd", with acknowledged transfers.
 //
 //   communication    push to one uniformly random peer of the topology, asynchronous; each
 //                    transfer is acknowledged, and sent again until it is
 //   messages / step  p transfers on average, each (w_i, alpha_i, id); one small ack per merge
+//                    (a peer of weight 0 sends none)
 //   bytes on wire    p x |w| x 4 per step and peer (plus retransmissions of lost transfers)
 //   staleness        unbounded: whatever arrived is merged, weighted by its alpha
 //   invariant        sum over peers of alpha + escrow, plus the mass lost with dead peers, = 1
@@ -16,6 +17,16 @@
 // and acknowledges it. After the step, with probability p, it halves alpha_i and sends
 // (w_i, alpha_i, id) to a random out-neighbour (the default topology is the full mesh).
 //
+// Weight 0. A peer whose alpha_i is 0 (a late joiner, or a peer restored from a checkpoint of
+// weight 0, that has received nothing yet) sends nothing: it has no mass to give, and two such
+// peers exchanging would average with 0/0. Should transfers of total weight 0 reach a peer of
+// weight 0 anyway, it keeps its model (counted in "gosgd.weightless"): no merge divides by 0.
+//
+// Received messages are checked before use (engine::acceptMessage, and a weight in [0, 1]): a
+// transfer of the wrong size or with a non-finite value is refused with a warning naming its
+// sender, counted in "gosgd.refused", and not acknowledged (its weight stays in the sender's
+// escrow, so the mass is not lost; the sender stops choosing that peer once it has resent).
+//
 // Acknowledged transfers. A message that is lost must not bias the average, so the sender keeps
 // what it sent, (a, w, id), in ESCROW: still its mass, not merged into w_i, until the receiver's
 // ack comes. Without an ack within `retransmit` x --comm-timeout it sends the same (a, w, id)
@@ -23,7 +34,11 @@
 // The retransmission repeats the ESCROWED model, not the current one: a receiver that merged the
 // first copy and lost only the ack keeps that copy, so re-binding the weight to a newer w would
 // change sum alpha_i w_i by a (w_new - w_old). Everything is asynchronous: merges and acks happen
-// on the compute thread at step boundaries, nothing waits on a round trip while training.
+// on the compute thread at step boundaries, nothing waits on a round trip while training. Every
+// gosgd message goes to the receiver's inbox (PeerContext::send), drained at its step boundaries.
+// The escrowed model is sent from the escrow buffer itself (Message::owner keeps it alive and
+// unchanged until the transport is done: no staging copy on a CPU peer); a buffer is reused only
+// once the transport has let go of it, and finish() and leave() release them all.
 //
 // The ledger. live mass = sum over live peers of (alpha + escrow); a peer that leaves the view
 // takes its own alpha and escrow with it, and the escrow of the others toward it is NOT
@@ -37,8 +52,8 @@
 // Finish. After the runtime's barrier every peer merges and acknowledges what is left, resends
 // what is unacknowledged, and announces SETTLED (no escrow left) to the others; it returns once it
 // is settled and has heard every other member settle (nobody owes it anything), or after
-// --comm-timeout. Announcements repeat every few milliseconds while it waits, so a lost one
-// costs nothing.
+// --comm-timeout. Announcements repeat every few milliseconds while it waits (Inbox::wait until a
+// message comes or the next announcement is due), so a lost one costs nothing.
 //
 // Leave (Algorithm::leave, a graceful departure). The leaver announces LEAVING, hands its whole
 // alpha and model to a live peer as one acknowledged transfer (and again whatever it merges
@@ -48,14 +63,12 @@
 //
 // Join. A peer that joins a cluster already training gets a copy of a live peer's model (the
 // default Algorithm::join) and weight 0: the mass of the cluster stays 1, and the newcomer gains
-// weight from the transfers it receives.
+// weight from the transfers it receives (sending nothing until then, see "Weight 0").
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <map>
-#include <mutex>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -85,13 +98,12 @@ class Gosgd final : public engine::Algorithm {
   void beforeStep(engine::PeerContext& ctx) override;
   void afterStep(engine::PeerContext& ctx) override;
   void finish(engine::PeerContext& ctx) override;
-  void serve(engine::ServiceContext& ctx, const engine::Incoming& message) override;
   void join(engine::PeerContext& ctx) override;
   void leave(engine::PeerContext& ctx) override;
   // A checkpoint keeps this peer's weight with its model (escrow included: unacknowledged
   // transfers are not known to have arrived). A whole cluster resumed together keeps its mass;
   // a single peer restarted after a crash brings back the weight of its checkpoint, which the
-  // others had counted as lost with it.
+  // others had counted as lost with it. A weight of 0 is restored as such (see "Weight 0").
   void saveState(engine::AlgorithmState& state) const override;
   void loadState(const engine::AlgorithmState& state) override;
 
@@ -111,10 +123,10 @@ class Gosgd final : public engine::Algorithm {
   };
   Ledger ledger() const;
 
-  // Message kinds, all to serve(). kTransfer: payload w, scalars {weight, id, floor} (every id
-  // below floor toward the receiver was acknowledged); kAck: scalars = the ids; kSettled: the
-  // sender owes the receiver nothing and will send it nothing new; kLeaving: the sender is
-  // leaving (choose someone else).
+  // Message kinds, all to the receiver's inbox. kTransfer: payload w, scalars {weight}, integers
+  // {id, floor} (every id below floor toward the receiver was acknowledged); kAck: integers = the
+  // ids; kSettled: the sender owes the receiver nothing and will send it nothing new; kLeaving:
+  // the sender is leaving (choose someone else).
   static constexpr std::uint32_t kTransfer = 1;
   static constexpr std::uint32_t kAck = 2;
   static constexpr std::uint32_t kSettled = 3;
@@ -124,7 +136,8 @@ class Gosgd final : public engine::Algorithm {
   struct Escrow {
     engine::PeerId to = 0;
     double weight = 0;
-    kernels::Buffer<float> model;
+    // Never written while in escrow; shared with the transport while a send of it is in flight.
+    std::shared_ptr<kernels::Buffer<float>> model;
     engine::Clock::time_point due;  // resend when no ack came by then
     bool resent = false;
   };
@@ -136,17 +149,25 @@ class Gosgd final : public engine::Algorithm {
 
   // Acks, merges (acknowledged) and retransmissions: what every step boundary and wait does.
   void exchange(engine::PeerContext& ctx);
+  // Whether a transfer fits (acceptMessage, weight in [0, 1]); else refused and counted.
+  bool acceptTransfer(engine::PeerContext& ctx, const engine::Incoming& m);
+  bool refuse(engine::PeerContext& ctx, const engine::Incoming& m, const std::string& why);
   void merge(engine::PeerContext& ctx, std::vector<engine::Incoming>& transfers);
   // Moves `weight` of alpha, with the current model, into escrow and sends it to `to`.
   void transfer(engine::PeerContext& ctx, engine::PeerId to, double weight);
   void sendEscrow(engine::PeerContext& ctx, std::uint64_t id, const Escrow& escrow);
+  // A buffer for a new escrow: a spare the transport no longer holds, or a new one.
+  std::shared_ptr<kernels::Buffer<float>> escrowBuffer(engine::PeerContext& ctx);
+  void recycle(std::shared_ptr<kernels::Buffer<float>> buffer);
+  // Drops every buffer (spares and the models of unsettled escrow) once nothing more is sent.
+  void releaseBuffers();
   void broadcast(engine::PeerContext& ctx, std::uint32_t kind,
                  const std::vector<engine::PeerId>& to);
   // Loops on exchange() until `done()` or the deadline (finish and leave); `announce` is sent
   // every tick to the members that have not settled.
   template <typename Done>
   bool waitUntil(engine::PeerContext& ctx, std::uint32_t announce, Done done);
-  std::vector<engine::PeerId> unsettledOthers(engine::PeerContext& ctx);
+  std::vector<engine::PeerId> unsettledOthers(engine::PeerContext& ctx) const;
   void publish(engine::PeerContext& ctx);
   // Whether a gossip may go to `peer`: not a leaver, and not one whose ack is overdue (it may be
   // dead; the mass sent there would be lost with it).
@@ -154,24 +175,18 @@ class Gosgd final : public engine::Algorithm {
   engine::Clock::duration retransmitAfter(engine::PeerContext& ctx) const;
 
   GosgdOptions options_;
-  // ---- compute thread ----
+  // Everything runs on the compute thread.
   double alpha_ = 0;
   bool started_ = false;
   std::uint64_t nextId_ = 1;
   std::map<std::uint64_t, Escrow> escrow_;
-  std::vector<kernels::Buffer<float>> spare_;  // escrow buffers to reuse
+  std::vector<std::shared_ptr<kernels::Buffer<float>>> spare_;  // escrow buffers to reuse
   std::map<engine::PeerId, Merged> merged_;
   std::set<engine::PeerId> leavers_;  // announced LEAVING: never chosen again
+  std::set<engine::PeerId> settled_;  // announced SETTLED
   std::map<engine::PeerId, engine::Clock::time_point> settledSent_;
   double lost_ = 0;
   std::map<engine::PeerId, double> mergedFrom_, ackedBy_, lostTo_;
-  // ---- shared with serve() (io thread) ----
-  mutable std::mutex mutex_;
-  std::condition_variable changed_;
-  std::vector<engine::Incoming> arrived_;  // transfers
-  std::vector<std::uint64_t> acks_;
-  std::set<engine::PeerId> settled_, leaving_;
-  bool news_ = false;
 };
 
 }  // namespace gossamer::algorithms

@@ -19,7 +19,8 @@ void LocalSgd::setup(engine::PeerContext& ctx) {
 void LocalSgd::average(engine::PeerContext& ctx, std::uint64_t round) {
   const RingOutcome outcome = ringAllReduce(
       ctx, ctx.params(), mean_,
-      {.kind = kAverage, .step = round, .op = ReduceOp::kMean, .pipeline = pipeline_});
+      {.kind = kAverage, .step = round, .op = ReduceOp::kMean, .pipeline = pipeline_,
+       .who = name()});
   if (outcome == RingOutcome::kComplete) {
     adopt(ctx, mean_, false);
   } else {

@@ -1,6 +1,6 @@
-// local-sgd: periodic model averaging without a master (ALGORITHMS.md "sparknet": "local-sgd is
-// the same rule with the average computed by the ring all-reduce, no master"; Langer et al.
-// (seeds/003) section 3.3.2; Stich, "Local SGD converges fast and communicates little", ICLR
+// local-sgd: periodic model averaging without a master (algorithms/README.md, "sparknet":
+// "local-sgd is the same rule with the average computed by the ring all-reduce, no master"; Langer
+// et al. (seeds/003) section 3.3.2; Stich, "Local SGD converges fast and communicates little", ICLR
 // 2019).
 //
 //   communication    ring all-reduce of w every tau steps (ring_allreduce.h), synchronous
@@ -11,9 +11,10 @@
 // Round r (after local step r tau), on every peer:
 //   w~ = (1/n) sum_i w_i   (ring all-reduce into a scratch buffer; every peer gets the same bits)
 //   w_i = w~               (each peer keeps its own optimizer state; periodic_averaging.h)
-// When the all-reduce fails (a neighbour missing or gone), the peer keeps its own w_i for that
-// round; the next round uses the new view. The run's last round is in finish() when the step
-// count is not a multiple of tau (periodic_averaging.h).
+// When the all-reduce fails (a neighbour missing or gone, or a chunk refused: ring_allreduce.h,
+// "local-sgd.refused"), the peer keeps its own w_i for that round; the next round uses the new
+// view. The run's last round is in finish() when the step count is not a multiple of tau
+// (periodic_averaging.h).
 #pragma once
 
 #include <cstdint>

@@ -1,7 +1,7 @@
-// What sparknet and local-sgd share (ALGORITHMS.md "sparknet"): tau local steps of exploration,
-// then one synchronous round that replaces every w_i by the average of the models, after which
-// every worker restarts from that average. The subclasses say how the round computes the average
-// (through a master, or by ring all-reduce).
+// What sparknet and local-sgd share (algorithms/README.md, "sparknet"): tau local steps of
+// exploration, then one synchronous round that replaces every w_i by the average of the models,
+// after which every worker restarts from that average. The subclasses say how the round computes
+// the average (through a master, or by ring all-reduce).
 //
 // Round r ends local step r x tau (tags use the step count r x tau, the same on every peer). When
 // the run's last step is not a round boundary, finish() runs one more round, so that every run

@@ -8,9 +8,8 @@
 namespace gossamer::algorithms {
 namespace {
 
-// A fingerprint of the member list (FNV-1a over the ids), kept to 52 bits so that it travels
-// exactly as a double scalar.
-double membersFingerprint(const std::vector<engine::PeerId>& members) {
+// A fingerprint of the member list (FNV-1a over the ids).
+std::uint64_t membersFingerprint(const std::vector<engine::PeerId>& members) {
   std::uint64_t hash = 14695981039346656037ull;
   for (engine::PeerId id : members) {
     for (int byte = 0; byte < 8; ++byte) {
@@ -18,12 +17,12 @@ double membersFingerprint(const std::vector<engine::PeerId>& members) {
       hash *= 1099511628211ull;
     }
   }
-  return static_cast<double>(hash >> 12);
+  return hash;
 }
 
-// scalars of every message: the fingerprint, then 0 for data or 1 for an abort marker.
-constexpr double kData = 0;
-constexpr double kAbort = 1;
+// integers of every message: the fingerprint, then kData (payload 0 is the data) or kAbort.
+constexpr std::uint64_t kData = 0;
+constexpr std::uint64_t kAbort = 1;
 
 }  // namespace
 
@@ -48,6 +47,8 @@ const char* ringOutcomeName(RingOutcome outcome) {
       return "aborted";
     case RingOutcome::kMismatch:
       return "mismatch";
+    case RingOutcome::kInvalid:
+      return "invalid";
   }
   return "?";
 }
@@ -72,7 +73,7 @@ RingOutcome ringAllReduce(engine::PeerContext& ctx, std::span<const float> input
   GOSSAMER_ENFORCE(rank < n, "ring all-reduce: peer {:016x} is not a member", ctx.self());
   const engine::PeerId right = members[(rank + 1) % n];
   const engine::PeerId left = members[(rank + n - 1) % n];
-  const double fingerprint = membersFingerprint(members);
+  const std::uint64_t fingerprint = membersFingerprint(members);
   const engine::Clock::duration timeout =
       options.timeout > engine::Clock::duration::zero() ? options.timeout : ctx.commTimeout();
   const std::size_t phases = 2 * (n - 1);
@@ -93,11 +94,12 @@ RingOutcome ringAllReduce(engine::PeerContext& ctx, std::span<const float> input
     return engine::Tags::forRound(options.kind, options.step,
                                   static_cast<std::uint32_t>(phase * options.pipeline + k));
   };
-  auto send = [&](std::size_t phase, std::size_t k, std::span<const float> data, double what) {
+  auto send = [&](std::size_t phase, std::size_t k, std::span<const float> data,
+                  std::uint64_t what) {
     engine::Message message{.kind = options.kind,
                             .step = options.step,
                             .tag = tag(phase, k),
-                            .scalars = {fingerprint, what}};
+                            .integers = {fingerprint, what}};
     if (what == kData) message.payloads.push_back(data);
     ctx.send(right, message);
   };
@@ -120,12 +122,13 @@ RingOutcome ringAllReduce(engine::PeerContext& ctx, std::span<const float> input
         failure = RingOutcome::kMissing;
       } else {
         const engine::Incoming& m = got.messages.front();
-        if (m.scalars.size() != 2 || m.scalars[0] != fingerprint) {
+        if (m.integers.size() != 2 || m.integers[0] != fingerprint) {
           failure = RingOutcome::kMismatch;
-        } else if (m.scalars[1] != kData) {
+        } else if (m.integers[1] != kData) {
           failure = RingOutcome::kAborted;
-        } else if (m.payloadCount() != 1 || m.payload(0).size() != s.count) {
-          failure = RingOutcome::kMismatch;
+        } else if (!engine::acceptMessage(m, {.payloads = {s.count}, .integers = 2}, ctx.metrics(),
+                                          options.who)) {
+          failure = RingOutcome::kInvalid;
         }
       }
       if (failure != RingOutcome::kComplete) {

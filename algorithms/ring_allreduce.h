@@ -21,16 +21,19 @@
 // Failures. Every receive waits at most `timeout` (and ends early when the left neighbour leaves
 // the view). A peer that gives up sends its right neighbour an abort marker in place of the next
 // message it owed it, so a failure ends the all-reduce of every member at message speed instead of
-// one timeout per hop; messages carry a fingerprint of the member list, so peers whose views
-// differ fail the round instead of mixing unrelated chunks. The caller falls back for that round
-// (e.g. keeps its local value) and the next round uses the new view. After a failure `output`
-// holds partial sums; `input` is untouched unless it is `output`.
+// one timeout per hop; messages carry a fingerprint of the member list (in Message::integers), so
+// peers whose views differ fail the round instead of mixing unrelated chunks. A chunk of the wrong
+// size or with a non-finite value is refused (engine::acceptMessage: a warning naming its sender,
+// counted in "<who>.refused") and fails the round like a missing one. The caller falls back for
+// that round (e.g. keeps its local value) and the next round uses the new view. After a failure
+// `output` holds partial sums; `input` is untouched unless it is `output`.
 #pragma once
 
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 
 #include "engine/algorithm.h"
 
@@ -64,6 +67,9 @@ struct RingAllReduceOptions {
   std::size_t pipeline = 4;  // sub-chunks per chunk, in [1, kMaxRingPipeline]
   // The deadline of every receive; zero: ctx.commTimeout().
   engine::Clock::duration timeout{};
+  // The calling algorithm's name, for the warnings and the "<who>.refused" count of refused
+  // chunks.
+  std::string who = "ring-allreduce";
 };
 
 // The runtime stages every send in a buffer of a small pool and every receive in one of a small
@@ -75,6 +81,7 @@ enum class RingOutcome {
   kMissing,   // the left neighbour sent nothing in time, or left the view
   kAborted,   // a peer upstream gave up (its own left neighbour was missing)
   kMismatch,  // the left neighbour sent a message of another view (a membership change)
+  kInvalid,   // the left neighbour sent a chunk of the wrong size or with a non-finite value
 };
 
 const char* ringOutcomeName(RingOutcome outcome);

@@ -24,13 +24,10 @@ void Sparknet::master(engine::PeerContext& ctx, std::uint64_t round) {
   const std::span<float> w = ctx.params();
   std::vector<engine::DeviceView> models;
   models.reserve(got.messages.size());
-  for (const engine::Incoming& m : got.messages) {
-    if (m.payloadCount() == 1 && m.payload(0).size() == w.size()) {
+  const engine::Expected expected{.payloads = {w.size()}};
+  for (const engine::Incoming& m : got.messages)
+    if (engine::acceptMessage(m, expected, ctx.metrics(), name()))
       models.push_back(ctx.upload(m.payload(0)));
-    } else {
-      count(ctx, "rejected");
-    }
-  }
   // w~ = (w + sum_j w_j) / (1 + models), one fused pass per kMaxWeightedInputs - 1 models.
   const float share = 1.0f / static_cast<float>(models.size() + 1);
   float own = share;
@@ -60,12 +57,12 @@ void Sparknet::worker(engine::PeerContext& ctx, std::uint64_t round) {
   engine::GatherResult got =
       ctx.gather(std::span<const engine::PeerId>(&master_, 1),
                  engine::Tags::forRound(kAverage, round), 2 * ctx.commTimeout());
-  if (!got.messages.empty() && got.messages.front().payloadCount() == 1 &&
-      got.messages.front().payload(0).size() == ctx.params().size()) {
-    adopt(ctx, got.messages.front().payload(0), true);
-  } else {
+  if (got.messages.empty()) {
     count(ctx, "missing");  // no average this round: keep exploring from w_i
-  }
+  } else if (engine::acceptMessage(got.messages.front(), {.payloads = {ctx.params().size()}},
+                                   ctx.metrics(), name())) {
+    adopt(ctx, got.messages.front().payload(0), true);
+  }  // else refused (counted): keep w_i too
 }
 
 }  // namespace gossamer::algorithms

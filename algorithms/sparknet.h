@@ -1,6 +1,6 @@
 // sparknet: decentralized synchronous model averaging through a master (Moritz, Nishihara, Stoica
 // and Jordan, "SparkNet: Training Deep Networks in Spark", ICLR 2016). Langer et al. (seeds/003)
-// figure 7 and section 3.3.2; the rule is ALGORITHMS.md's "sparknet".
+// figure 7 and section 3.3.2; the rule is algorithms/README.md's "sparknet".
 //
 //   communication    star: every tau steps, workers -> master (w_i), master -> workers (w~)
 //   messages / step  1 sent and 1 received per tau steps at a worker; n-1 each way at the master
@@ -16,8 +16,10 @@
 //              included (one fused weightedSum per 15 models); send w~ to every worker; w = w~
 // Every worker restarts from w~ and keeps its own optimizer state (periodic_averaging.h). A worker
 // that gets no w~ in time keeps its own model for that round; a model that misses the master's
-// deadline is left out of that round's average (its worker still adopts w~ if it comes). After a
-// membership change the next round uses the new view's master. The run's last round is in
+// deadline is left out of that round's average (its worker still adopts w~ if it comes). A model
+// or an average of the wrong size or with a non-finite value is refused (engine::acceptMessage: a
+// warning naming its sender, counted in "sparknet.refused") and treated as one that did not come.
+// After a membership change the next round uses the new view's master. The run's last round is in
 // finish() when the step count is not a multiple of tau.
 #pragma once
 

@@ -42,7 +42,10 @@ void TreeEasgd::setup(engine::PeerContext& ctx) {
 }
 
 void TreeEasgd::consume(engine::PeerContext& ctx) {
-  std::vector<engine::Incoming> received = ctx.inbox().drain(kModel);
+  std::vector<engine::Incoming> received;
+  const engine::Expected expected{.payloads = {ctx.params().size()}};
+  for (engine::Incoming& m : ctx.inbox().drain(kModel))
+    if (engine::acceptMessage(m, expected, ctx.metrics(), name())) received.push_back(std::move(m));
   // k sequential pulls w = (1 - a) w + a w_j fold into one weighted sum: (1 - a)^k on w and
   // a (1 - a)^(k - j) on the j-th model; batches of kMaxWeightedInputs - 1 models.
   constexpr std::size_t kBatch = kernels::Compute::kMaxWeightedInputs - 1;

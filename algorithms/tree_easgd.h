@@ -1,9 +1,9 @@
 // tree-easgd: elastic averaging over a tree of workers (Zhang, "Distributed stochastic
 // optimization for deep learning", 2016, EASGD Tree). Langer et al. (seeds/003) figure 16; the
-// rule is ALGORITHMS.md's "tree-easgd".
+// rule is algorithms/README.md's "tree-easgd".
 //
-//   communication    tree edges only (default topology "tree", k-ary, --arity): a peer pushes its
-//                    model to its parent and to its children, asynchronously
+//   communication    tree edges only (default topology "tree", k-ary, --tree-arity): a peer pushes
+//                    its model to its parent and to its children, asynchronously
 //   messages / step  1 / tau_up(depth) up, plus children / tau_down(depth) down
 //   bytes on wire    (1 / tau_up + children / tau_down) x |w| x 4 per step and peer
 //   staleness        bounded asynchronous (Langer et al.): nobody waits for anyone; a model is
@@ -23,8 +23,10 @@
 //   after a step:  if t_i mod tau_up(depth) == 0, send w_i to the parent;
 //                  if t_i mod tau_down(depth) == 0, send w_i to every child (staged once).
 // The intervals are per depth: tau_up lists depths 1, 2, ... (the root has no parent), tau_down
-// depths 0, 1, ...; the last value of a list repeats for deeper levels. ALGORITHMS.md: shallower
-// nodes exchange more rarely upward, so tau_up may not grow with depth (validated).
+// depths 0, 1, ...; the last value of a list repeats for deeper levels. algorithms/README.md:
+// shallower nodes exchange more rarely upward, so tau_up may not grow with depth (validated).
+// A received model of the wrong size or with a non-finite value is refused (engine::acceptMessage:
+// a warning naming its sender, counted in "tree-easgd.refused") and the others are applied.
 //
 // Models are consumed at step boundaries only: finish() drops what arrived after this peer's last
 // step ("tree-easgd.dropped"). A peer that finishes early would otherwise take in, at once, every

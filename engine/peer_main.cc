@@ -80,7 +80,7 @@ struct PeerOptions {
   std::string algorithm;
   std::map<std::string, std::map<std::string, std::string>> algorithmOptions;  // set by the user
   std::string topology;
-  std::string mixing = "metropolis-hastings";
+  std::string mixing = "metropolis";
   std::size_t treeArity = 2;
   std::size_t degree = 4;
   std::size_t starCenter = 0;
@@ -226,9 +226,10 @@ void addClusterOptions(CLI::App& app, PeerOptions& o, const engine::Registry& re
          "communication graph (default: the algorithm's):\n" + registry.topologies.describe())
       ->group(cluster);
   app.add_option("--mixing", o.mixing,
-                 "mixing weights of undirected topologies: "
-                 "metropolis-hastings or uniform")
-      ->check(CLI::IsMember({"metropolis-hastings", "uniform"}))
+                 "mixing weights of undirected topologies: metropolis (Metropolis-Hastings, "
+                 "doubly stochastic on every graph; metropolis-hastings is the same) or uniform "
+                 "(1/(degree+1), doubly stochastic only on regular graphs)")
+      ->check(CLI::IsMember({"metropolis", "metropolis-hastings", "uniform"}))
       ->capture_default_str()
       ->group(cluster);
   app.add_option("--tree-arity", o.treeArity, "children per node of the tree topology")

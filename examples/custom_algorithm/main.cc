@@ -6,7 +6,8 @@
 // j's latest copy and sets w_i = (w_i + w_j) / 2, unless that copy is more than `max-lag` steps
 // behind w_i (peers run at their own pace; averaging with a far older model would undo training).
 // It shows each part of the API once: an options struct, setup(), afterStep() on the compute
-// thread, request() with a deadline, and serve() answering on the io thread from shared state.
+// thread, request() with a deadline, acceptMessage() checking what another peer sent before it is
+// used, and serve() answering on the io thread from shared state.
 #include <cstdio>
 #include <memory>
 #include <mutex>
@@ -53,7 +54,12 @@ class PairAverage final : public engine::Algorithm {
     // Waits at most the deadline; a slow or departed partner just means no averaging this time.
     const std::optional<engine::Incoming> reply = ctx.request(
         *partner, engine::Message{.kind = kPull, .step = ctx.step()}, ctx.commTimeout());
-    if (!reply || reply->step + static_cast<std::uint64_t>(options_.maxLag) < ctx.step()) {
+    // Another peer's message is untrusted input: one model of our size, every value finite, or
+    // it is refused (a warning naming the sender, counted in "pair-average.refused").
+    if (!reply ||
+        !engine::acceptMessage(*reply, {.payloads = {ctx.params().size()}}, ctx.metrics(),
+                               name()) ||
+        reply->step + static_cast<std::uint64_t>(options_.maxLag) < ctx.step()) {
       ctx.metrics().add("pair-average.skipped", 1);
       return;
     }

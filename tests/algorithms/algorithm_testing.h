@@ -176,14 +176,15 @@ inline engine::runtime::ConsensusResult survivorsConsensus(
   return evaluator.evaluate(survivors);
 }
 
-// Four peers of an asynchronous algorithm learn the synthetic task in 300 steps with `lr` (steps
-// of at least 1 ms, so that the exchanges keep up with them): consensus accuracy above 0.9, every
-// peer above 0.85, every step made, something sent. Returns the result for the algorithm's own
-// checks.
-inline engine::runtime::ClusterResult checkLearnsAsync(const std::string& algorithm,
-                                                       engine::OptionValues options = {},
-                                                       double lr = 0.1) {
+// Four peers of an asynchronous algorithm learn the synthetic task in 300 steps with `lr` and
+// `optimizer` (steps of at least 1 ms, so that the exchanges keep up with them): consensus
+// accuracy above 0.9, every peer above 0.85, every step made, something sent. Returns the result
+// for the algorithm's own checks.
+inline engine::runtime::ClusterResult checkLearnsAsync(
+    const std::string& algorithm, engine::OptionValues options = {}, double lr = 0.1,
+    engine::train::OptimizerKind optimizer = engine::train::OptimizerKind::kSgd) {
   auto config = algorithmCluster(algorithm, 4, 300, lr, std::move(options));
+  config.peer.training.optimizer.kind = optimizer;
   config.peer.training.minStepTime = std::chrono::milliseconds(1);
   auto result = engine::runtime::runLocalCluster(config, registry(), smallData());
   CHECK(result.consensus.accuracy > 0.9);

@@ -1,8 +1,12 @@
 // dpsgd (algorithms/dpsgd.h): the conserved mean and consensus with learning rate 0 (ring,
 // one-peer exponential, a degree above one fused pass), the rule step by step against a reference
-// simulation, the convex optimum, learning, a killed neighbour, and option validation.
+// simulation (with every local optimizer, and dpsgd.plain), the convex optimum, learning, a
+// killed neighbour, option validation, and the mixing matrix check (uniform mixing on an
+// irregular graph refused at the start, a warning after a membership change).
 #include "algorithms/dpsgd.h"
 
+#include <algorithm>
+#include <cmath>
 #include <thread>
 
 #include <doctest/doctest.h>
@@ -24,8 +28,8 @@ engine::runtime::ClusterResult run(const engine::runtime::ClusterConfig& config)
 
 // The final models of a run with learning rate 0 from distinctParams on `topology`.
 engine::runtime::ClusterResult mixOnly(const std::string& topology, std::size_t peers,
-                                       std::uint64_t steps) {
-  auto config = test::algorithmCluster("dpsgd", peers, steps, 0.0);
+                                       std::uint64_t steps, engine::OptionValues options = {}) {
+  auto config = test::algorithmCluster("dpsgd", peers, steps, 0.0, std::move(options));
   config.peer.training.topology = topology;
   config.peer.training.initialParams = test::distinctParams;
   return run(config);
@@ -70,17 +74,25 @@ TEST_CASE("dpsgd: the one-peer exponential graph averages exactly in log2(n) ste
 
 TEST_CASE("dpsgd: a degree above one fused pass (17 peers on the full mesh) still mixes exactly") {
   test::Watchdog watchdog(120s);
-  // 16 in-neighbours: self, g and 14 models in the first weightedSum, 2 more in a second pass.
+  // 16 in-neighbours: self and 15 models in the first weightedSum, 1 more in a second pass; with
+  // dpsgd.plain self, g and 14 models, then 2 more.
   const std::size_t peers = 17;
-  const auto result = mixOnly("mesh", peers, 1);
+  engine::OptionValues options;
+  SUBCASE("mixing, then the local optimizer") {}
+  SUBCASE("dpsgd.plain") { options = {{"plain", "true"}}; }
+  const auto result = mixOnly("mesh", peers, 1, options);
   const std::vector<float> oracle = test::averageOfDistinct(peers, result.finals[0].params.size());
   for (const auto& s : result.finals) CHECK(test::maxAbsDiff(s.params, oracle) < 1e-5);
 }
 
 // The rule run by hand for 3 peers on a ring (every W_ij = 1/3): each peer's gradients come from a
-// Learner built like the runtime builds it (its shard, batch and seed), at that peer's w_i,t.
+// Learner built like the runtime builds it (its shard, batch and seed), at that peer's w_i,t. By
+// default the mixed model x_i = (w_0 + w_1 + w_2) / 3 then takes one step of the local optimizer
+// with g_i (its weight decay on x_i); `plain` is the paper's fused rule, whatever the optimizer:
+// w_i,t+1 = x_i - eta (g_i + wd w_i,t).
 std::vector<std::vector<double>> simulate(const engine::train::OptimizerOptions& optimizer,
-                                          std::size_t batch, std::uint64_t steps) {
+                                          std::size_t batch, std::uint64_t steps,
+                                          bool plain = false) {
   const engine::DatasetPair& data = *test::smallData();
   const std::size_t peers = 3;
   auto compute = kernels::cpu::makeCompute({.blasThreads = 1});
@@ -88,15 +100,17 @@ std::vector<std::vector<double>> simulate(const engine::train::OptimizerOptions&
   const auto shards = engine::data::shardIndices(data.train.labels, data.train.classes,
                                                  {.shards = peers, .seed = 1});
   std::vector<std::unique_ptr<engine::train::Learner>> learners;
-  std::vector<std::vector<double>> w, v;
+  std::vector<std::vector<double>> w, v, m;
   for (std::size_t r = 0; r < peers; ++r) {
     learners.push_back(std::make_unique<engine::train::Learner>(*compute, model, optimizer,
                                                                 data.train, shards[r], batch, 1));
     const std::vector<float> initial = test::distinctParams(r, model.parameterCount());
     w.emplace_back(initial.begin(), initial.end());
     v.emplace_back(initial.size(), 0.0);
+    m.emplace_back(initial.size(), 0.0);
   }
   const double eta = optimizer.lr, wd = optimizer.weightDecay, mu = optimizer.momentum;
+  const double b1 = optimizer.beta1, b2 = optimizer.beta2, eps = optimizer.epsilon;
   const std::size_t n = w[0].size();
   for (std::uint64_t t = 0; t < steps; ++t) {
     std::vector<std::vector<double>> next(peers, std::vector<double>(n, 0.0));
@@ -106,12 +120,33 @@ std::vector<std::vector<double>> simulate(const engine::train::OptimizerOptions&
       learners[i]->computeGradients();
       compute->download(std::span<float>(g), std::span<const float>(learners[i]->grads()));
       for (std::size_t k = 0; k < n; ++k) {
-        const double gk = g[k] + wd * w[i][k];
-        v[i][k] = mu * v[i][k] + gk;
-        const double d = optimizer.kind == OptimizerKind::kSgd        ? gk
-                         : optimizer.kind == OptimizerKind::kMomentum ? v[i][k]
-                                                                      : gk + mu * v[i][k];
-        next[i][k] = (w[0][k] + w[1][k] + w[2][k]) / 3.0 - eta * d;
+        const double x = (w[0][k] + w[1][k] + w[2][k]) / 3.0;
+        if (plain) {
+          next[i][k] = x - eta * (g[k] + wd * w[i][k]);
+          continue;
+        }
+        const double gk = g[k] + wd * x;
+        switch (optimizer.kind) {
+          case OptimizerKind::kSgd:
+            next[i][k] = x - eta * gk;
+            break;
+          case OptimizerKind::kMomentum:
+            v[i][k] = mu * v[i][k] + gk;
+            next[i][k] = x - eta * v[i][k];
+            break;
+          case OptimizerKind::kNesterov:
+            v[i][k] = mu * v[i][k] + gk;
+            next[i][k] = x - eta * (gk + mu * v[i][k]);
+            break;
+          case OptimizerKind::kAdam: {
+            m[i][k] = b1 * m[i][k] + (1 - b1) * gk;
+            v[i][k] = b2 * v[i][k] + (1 - b2) * gk * gk;
+            const double hatM = m[i][k] / (1 - std::pow(b1, static_cast<double>(t + 1)));
+            const double hatV = v[i][k] / (1 - std::pow(b2, static_cast<double>(t + 1)));
+            next[i][k] = x - eta * hatM / (std::sqrt(hatV) + eps);
+            break;
+          }
+        }
       }
     }
     w = std::move(next);
@@ -119,11 +154,11 @@ std::vector<std::vector<double>> simulate(const engine::train::OptimizerOptions&
   return w;
 }
 
-TEST_CASE("dpsgd: steps on a 3-peer ring equal the rule computed by hand (and dpsgd.momentum)") {
+TEST_CASE("dpsgd: steps on a 3-peer ring are the mixing, then a step of --optimizer (any kind)") {
   test::Watchdog watchdog(120s);
   engine::train::OptimizerOptions optimizer{.lr = 0.1f, .momentum = 0.9f, .weightDecay = 0.01f};
   std::uint64_t steps = 1;
-  SUBCASE("one step, plain SGD: w_i,1 = (w_0 + w_1 + w_2) / 3 - eta (g_i + wd w_i)") {
+  SUBCASE("one step, plain SGD: w_i,1 = x_i - eta (g_i + wd x_i), x_i = (w_0 + w_1 + w_2) / 3") {
     optimizer.kind = OptimizerKind::kSgd;
   }
   SUBCASE("six steps, plain SGD") {
@@ -138,7 +173,12 @@ TEST_CASE("dpsgd: steps on a 3-peer ring equal the rule computed by hand (and dp
     optimizer.kind = OptimizerKind::kNesterov;
     steps = 6;
   }
-  auto config = test::algorithmCluster("dpsgd", 3, steps, 0.1, {{"momentum", "true"}});
+  SUBCASE("six steps, Adam") {
+    optimizer.kind = OptimizerKind::kAdam;
+    optimizer.lr = 0.01f;
+    steps = 6;
+  }
+  auto config = test::algorithmCluster("dpsgd", 3, steps, optimizer.lr);
   config.peer.training.optimizer = optimizer;
   config.peer.training.initialParams = test::distinctParams;
   const auto result = run(config);
@@ -149,26 +189,28 @@ TEST_CASE("dpsgd: steps on a 3-peer ring equal the rule computed by hand (and dp
     CHECK(test::maxAbsDiff(result.finals[i].params, expected) < 1e-5);
   }
   if (optimizer.kind != OptimizerKind::kSgd) {
-    // The momentum really entered: plain SGD ends elsewhere.
-    auto plain = optimizer;
-    plain.kind = OptimizerKind::kSgd;
-    const auto other = simulate(plain, config.peer.training.batch, steps);
+    // The optimizer's own rule really entered: plain SGD ends elsewhere.
+    auto sgd = optimizer;
+    sgd.kind = OptimizerKind::kSgd;
+    const auto other = simulate(sgd, config.peer.training.batch, steps);
     const std::vector<float> elsewhere(other[0].begin(), other[0].end());
     CHECK(test::maxAbsDiff(result.finals[0].params, elsewhere) > 1e-3);
   }
 }
 
-TEST_CASE("dpsgd: by default the paper's plain rule ignores --optimizer momentum") {
+TEST_CASE("dpsgd.plain: the paper's fused rule, whatever --optimizer says") {
   test::Watchdog watchdog(120s);
-  engine::train::OptimizerOptions optimizer{
-      .kind = OptimizerKind::kMomentum, .lr = 0.1f, .momentum = 0.9f, .weightDecay = 0.01f};
-  auto config = test::algorithmCluster("dpsgd", 3, 6);
+  engine::train::OptimizerOptions optimizer{.lr = 0.1f, .momentum = 0.9f, .weightDecay = 0.01f};
+  SUBCASE("--optimizer momentum") { optimizer.kind = OptimizerKind::kMomentum; }
+  SUBCASE("--optimizer sgd") { optimizer.kind = OptimizerKind::kSgd; }
+  SUBCASE("--optimizer adam") { optimizer.kind = OptimizerKind::kAdam; }
+  auto config = test::algorithmCluster("dpsgd", 3, 6, 0.1, {{"plain", "true"}});
   config.peer.training.optimizer = optimizer;
   config.peer.training.initialParams = test::distinctParams;
   const auto result = run(config);
-  optimizer.kind = OptimizerKind::kSgd;
-  const auto oracle = simulate(optimizer, config.peer.training.batch, 6);
+  const auto oracle = simulate(optimizer, config.peer.training.batch, 6, true);
   for (std::size_t i = 0; i < 3; ++i) {
+    CAPTURE(i);
     const std::vector<float> expected(oracle[i].begin(), oracle[i].end());
     CHECK(test::maxAbsDiff(result.finals[i].params, expected) < 1e-5);
   }
@@ -244,19 +286,86 @@ TEST_CASE("dpsgd: options are validated") {
   CHECK(spec.defaultTopology == "ring");
   CHECK_THROWS_WITH_AS(spec.make({{"timeout", "-1"}}), doctest::Contains("dpsgd.timeout"),
                        gossamer::Error);
-  CHECK_THROWS_WITH_AS(spec.make({{"momentum", "maybe"}}), doctest::Contains("momentum"),
+  CHECK_THROWS_WITH_AS(spec.make({{"plain", "maybe"}}), doctest::Contains("plain"),
                        gossamer::Error);
+  // The plain rule is dpsgd.plain; there is no dpsgd.momentum (--optimizer says it).
+  CHECK_THROWS_WITH_AS(spec.make({{"momentum", "true"}}),
+                       doctest::Contains("unknown option 'momentum'"), gossamer::Error);
   CHECK_THROWS_WITH_AS(spec.make({{"p", "0.1"}}), doctest::Contains("unknown option 'p'"),
                        gossamer::Error);
-  CHECK(spec.make({{"timeout", "0.5"}, {"momentum", "false"}})->name() == "dpsgd");
+  CHECK(spec.make({{"timeout", "0.5"}, {"plain", "false"}})->name() == "dpsgd");
 }
 
-TEST_CASE("dpsgd: --optimizer adam is refused with a clear error") {
+// A run with learning rate 0 from distinctParams on `topology` with `mixing`.
+engine::runtime::ClusterConfig mixingCluster(const std::string& topology, topology::Mixing mixing,
+                                             std::size_t peers, std::uint64_t steps) {
+  auto config = test::algorithmCluster("dpsgd", peers, steps, 0.0);
+  config.peer.training.topology = topology;
+  config.peer.training.topologyOptions.mixing = mixing;
+  config.peer.training.initialParams = test::distinctParams;
+  config.peer.training.finishTimeout = 2s;
+  return config;
+}
+
+TEST_CASE("dpsgd: uniform mixing on an irregular graph is refused, naming --mixing metropolis") {
   test::Watchdog watchdog(120s);
-  auto config = test::algorithmCluster("dpsgd", 2, 10);
-  config.peer.training.optimizer.kind = OptimizerKind::kAdam;
-  config.peer.training.finishTimeout = 500ms;
-  CHECK_THROWS_WITH_AS(run(config), doctest::Contains("supports --optimizer sgd"), gossamer::Error);
+  for (const std::string topology : {"star", "tree"}) {
+    CAPTURE(topology);
+    // 5 peers: the star's center has 4 neighbours, the others 1; the binary tree's degrees are
+    // 1 to 3. W = 1 / (degree + 1) per row is not doubly stochastic.
+    auto config = mixingCluster(topology, topology::Mixing::kUniform, 5, 10);
+    config.peer.training.finishTimeout = 500ms;  // per peer, for the snapshots that never come
+    std::string refusal;
+    try {
+      run(config);
+    } catch (const gossamer::Error& e) {
+      refusal = e.what();
+    }
+    INFO(refusal);
+    CHECK(refusal.find("--mixing metropolis") != std::string::npos);
+    CHECK(refusal.find("doubly stochastic") != std::string::npos);
+    CHECK(refusal.find(topology == "star" ? "a star of 5 peers" : "a tree of 5 peers") !=
+          std::string::npos);
+  }
+}
+
+TEST_CASE("dpsgd: uniform mixing on a regular graph and Metropolis on an irregular one are used") {
+  test::Watchdog watchdog(120s);
+  const std::size_t peers = 5;
+  using topology::Mixing;
+  for (const auto& [topology, mixing] :
+       {std::pair{"ring", Mixing::kUniform}, std::pair{"mesh", Mixing::kUniform},
+        std::pair{"star", Mixing::kMetropolisHastings},
+        std::pair{"tree", Mixing::kMetropolisHastings}}) {
+    CAPTURE(topology);
+    const auto result = run(mixingCluster(topology, mixing, peers, 20));
+    // Doubly stochastic: with learning rate 0 the mean of the models is the initial one.
+    const std::vector<float> oracle =
+        test::averageOfDistinct(peers, result.finals[0].params.size());
+    CHECK(test::maxAbsDiff(test::meanOf(result.finals), oracle) < 1e-5);
+    for (const auto& p : result.peers) {
+      CHECK(p.steps == 20);
+      CHECK(p.metrics.at("dpsgd.not_doubly_stochastic") == 0);
+    }
+  }
+}
+
+TEST_CASE("dpsgd: a membership change to an irregular graph under uniform mixing only warns") {
+  test::Watchdog watchdog(120s);
+  // The hypercube of 4 is a 4-cycle (regular); without peer 4 it is the path 2 - 1 - 3.
+  auto config = mixingCluster("hypercube", topology::Mixing::kUniform, 4, 300);
+  config.peer.training.minStepTime = 1ms;
+  config.peer.training.commTimeout = 2s;
+  config.peer.training.finishTimeout = 20s;
+  test::killPeerAt(config, 3, 100);
+  const auto result = run(config);
+  for (std::size_t i = 0; i < 3; ++i) {
+    CAPTURE(i);
+    CHECK(result.peers[i].steps == 300);
+    CHECK(result.peers[i].metrics.at("dpsgd.not_doubly_stochastic") == 1);
+    const auto& w = result.finals[i].params;
+    CHECK(std::all_of(w.begin(), w.end(), [](float v) { return std::isfinite(v); }));
+  }
 }
 
 }  // namespace

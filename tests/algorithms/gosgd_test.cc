@@ -3,6 +3,8 @@
 // late join, and no half-merged model.
 #include "algorithms/gosgd.h"
 
+#include <algorithm>
+#include <cmath>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -14,6 +16,7 @@
 #include "engine/builtin.h"
 #include "net/inproc/inproc_transport.h"
 #include "tests/algorithms/algorithm_testing.h"
+#include "tests/algorithms/forwarding_context.h"
 #include "tests/support/watchdog.h"
 
 namespace gossamer::algorithms {
@@ -33,40 +36,61 @@ struct Shared {
   std::mt19937_64 rng{7};
 };
 
-// Gosgd behind a forwarding shell that drops each algorithm message it receives with
-// probability `loss` (message loss: transfers, acks and announcements alike; the runtime's own
-// protocols are left alone), and records the ledger when the peer destroys it.
-class Shell final : public engine::Algorithm {
+// An inbox that drops each message it hands out with probability `loss`: message loss, for
+// transfers, acks and announcements alike (the runtime's own protocols are left alone).
+class LossyInbox final : public test::ForwardingInbox {
  public:
-  Shell(std::unique_ptr<Gosgd> inner, std::shared_ptr<Shared> shared)
-      : inner_(std::move(inner)), shared_(std::move(shared)) {}
-  ~Shell() override {
-    std::lock_guard lock(shared_->mutex);
-    shared_->ledgers[self_] = inner_->ledger();
-  }
-  std::string name() const override { return inner_->name(); }
-  void setup(engine::PeerContext& ctx) override {
-    self_ = ctx.self();
-    inner_->setup(ctx);
-  }
-  void beforeStep(engine::PeerContext& ctx) override { inner_->beforeStep(ctx); }
-  void afterStep(engine::PeerContext& ctx) override { inner_->afterStep(ctx); }
-  void finish(engine::PeerContext& ctx) override { inner_->finish(ctx); }
-  void serve(engine::ServiceContext& ctx, const engine::Incoming& m) override {
-    {
-      std::lock_guard lock(shared_->mutex);
-      if (std::uniform_real_distribution<double>(0, 1)(shared_->rng) < shared_->loss) {
-        ctx.metrics().add("test.dropped", 1);
-        return;
+  LossyInbox(engine::Inbox& inner, Shared& shared, engine::Metrics& metrics)
+      : ForwardingInbox(inner), shared_(shared), metrics_(metrics) {}
+  std::vector<engine::Incoming> drain(std::optional<std::uint32_t> kind) override {
+    std::vector<engine::Incoming> kept;
+    for (engine::Incoming& m : inner_.drain(kind)) {
+      std::lock_guard lock(shared_.mutex);
+      if (std::uniform_real_distribution<double>(0, 1)(shared_.rng) < shared_.loss) {
+        metrics_.add("test.dropped", 1);
+        continue;
       }
+      kept.push_back(std::move(m));
     }
-    inner_->serve(ctx, m);
+    return kept;
   }
-  void join(engine::PeerContext& ctx) override { inner_->join(ctx); }
-  void leave(engine::PeerContext& ctx) override { inner_->leave(ctx); }
 
  private:
-  std::unique_ptr<Gosgd> inner_;
+  Shared& shared_;
+  engine::Metrics& metrics_;
+};
+
+class LossyContext final : public test::ForwardingContext {
+ public:
+  LossyContext(engine::PeerContext& inner, Shared& shared)
+      : ForwardingContext(inner), inbox_(inner.inbox(), shared, inner.metrics()) {}
+  engine::Inbox& inbox() override { return inbox_; }
+
+ private:
+  LossyInbox inbox_;
+};
+
+// Gosgd in a shell that loses messages (LossyInbox) and records the ledger when the peer
+// destroys it.
+class Shell final : public test::AlgorithmShell {
+ public:
+  Shell(std::unique_ptr<Gosgd> inner, std::shared_ptr<Shared> shared)
+      : AlgorithmShell(std::move(inner)), shared_(std::move(shared)) {}
+  ~Shell() override {
+    std::lock_guard lock(shared_->mutex);
+    shared_->ledgers[self_] = static_cast<Gosgd&>(inner()).ledger();
+  }
+  void setup(engine::PeerContext& ctx) override {
+    self_ = ctx.self();
+    AlgorithmShell::setup(ctx);
+  }
+
+ protected:
+  std::unique_ptr<engine::PeerContext> wrap(engine::PeerContext& ctx) override {
+    return std::make_unique<LossyContext>(ctx, *shared_);
+  }
+
+ private:
   std::shared_ptr<Shared> shared_;
   PeerId self_ = 0;
 };
@@ -344,56 +368,249 @@ TEST_CASE("gosgd: a peer that leaves hands over its whole weight: the others' al
   CHECK(test::maxAbsDiff(massOf(result, survivors), oracle) < 1e-5);
 }
 
-TEST_CASE("gosgd: a peer that joins late starts with weight 0: the total stays 1") {
-  test::Watchdog watchdog(120s);
-  const std::size_t peers = 3;
-  auto config = gossipCluster(peers, 800);
-  config.peer.network.transportMaker = test::sharedInprocNetwork();
-  config.peer.network.secret = std::vector<std::byte>(32, std::byte{7});
+// Peers that join `config`'s cluster once its first peer has made 150 steps, all at once (ids
+// 98, 99, ...; gosgd options `options`), and what they ended with.
+struct LateJoiners {
   struct Late {
     std::thread thread;
     engine::runtime::PeerResult result;
     std::optional<engine::runtime::Snapshot> final;
     std::exception_ptr error;
   };
-  auto late = std::make_shared<Late>();
+  std::vector<std::shared_ptr<Late>> late;
+  engine::runtime::ClusterResult result;
+};
+
+LateJoiners runWithLateJoiners(engine::runtime::ClusterConfig config, std::size_t joiners,
+                               const engine::OptionValues& options) {
+  config.peer.network.transportMaker = test::sharedInprocNetwork();
+  config.peer.network.secret = std::vector<std::byte>(32, std::byte{7});
+  LateJoiners out;
+  for (std::size_t j = 0; j < joiners; ++j)
+    out.late.push_back(std::make_shared<LateJoiners::Late>());
   engine::runtime::PeerConfig lateConfig = config.peer;
-  lateConfig.network.peerId = 99;
   lateConfig.training.minPeers = 2;  // not alone: it waits to see the cluster, then joins it
   lateConfig.training.finalLocalEval = false;
-  config.onStart = [late, lateConfig](std::vector<engine::runtime::Peer*>& all) mutable {
-    lateConfig.network.seeds = {all.front()->endpoint()};
+  lateConfig.training.algorithmOptions = options;
+  config.onStart = [late = out.late, lateConfig](std::vector<engine::runtime::Peer*>& all) {
     engine::runtime::Peer* first = all.front();
-    late->thread = std::thread([late, lateConfig, first] {
-      try {
-        while (first->status().step < 150) std::this_thread::sleep_for(5ms);
-        engine::runtime::Peer peer(lateConfig, test::registry(), test::smallData());
-        late->result = peer.run();
-        late->final = peer.snapshot(1s);
-      } catch (...) {
-        late->error = std::current_exception();
-      }
-    });
+    for (std::size_t j = 0; j < late.size(); ++j) {
+      engine::runtime::PeerConfig c = lateConfig;
+      c.network.seeds = {first->endpoint()};
+      c.network.peerId = 98 + j;
+      late[j]->thread = std::thread([one = late[j], c, first] {
+        try {
+          while (first->status().step < 150) std::this_thread::sleep_for(1ms);
+          engine::runtime::Peer peer(c, test::registry(), test::smallData());
+          one->result = peer.run();
+          one->final = peer.snapshot(1s);
+        } catch (...) {
+          one->error = std::current_exception();
+        }
+      });
+    }
   };
-  const auto result = engine::runtime::runLocalCluster(config, test::registry(), test::smallData());
-  late->thread.join();
-  REQUIRE(late->error == nullptr);
-  REQUIRE(late->final.has_value());
-  CHECK(late->result.steps == 800);  // it took the cluster's step count and ran to its end
-  CHECK(metric(late->result, "gosgd.escrow") == 0);
-  double alphaSum = metric(late->result, "gosgd.alpha");
+  out.result = engine::runtime::runLocalCluster(config, test::registry(), test::smallData());
+  for (auto& one : out.late) one->thread.join();
+  return out;
+}
+
+bool allFinite(std::span<const float> values) {
+  return std::all_of(values.begin(), values.end(), [](float v) { return std::isfinite(v); });
+}
+
+// The late joiners' checks: each ran to the end with a finite model and settled; the weights of
+// everyone sum to 1 and sum alpha_i w_i is the initial average of the `peers` first peers (lr 0:
+// the newcomers' model copies came with weight 0).
+void checkMassWithJoiners(const LateJoiners& run, std::size_t peers) {
+  const engine::runtime::ClusterResult& result = run.result;
   std::vector<double> mass(result.finals[0].params.size(), 0.0);
-  for (std::size_t k = 0; k < mass.size(); ++k) mass[k] = alphaSum * late->final->params[k];
+  double alphaSum = 0;
+  for (std::size_t j = 0; j < run.late.size(); ++j) {
+    const LateJoiners::Late& one = *run.late[j];
+    INFO("late joiner " << j);
+    REQUIRE(one.error == nullptr);
+    REQUIRE(one.final.has_value());
+    CHECK(one.result.steps == 800);  // it took the cluster's step count and ran to its end
+    CHECK(metric(one.result, "gosgd.escrow") == 0);
+    CHECK(metric(one.result, "gosgd.merged") > 0);
+    CHECK(allFinite(one.final->params));
+    const double alpha = metric(one.result, "gosgd.alpha");
+    alphaSum += alpha;
+    for (std::size_t k = 0; k < mass.size(); ++k) mass[k] += alpha * one.final->params[k];
+  }
   for (std::size_t i = 0; i < peers; ++i) {
+    INFO("peer " << i + 1);
+    CHECK(allFinite(result.finals[i].params));
     const double alpha = metric(result.peers[i], "gosgd.alpha");
     alphaSum += alpha;
     for (std::size_t k = 0; k < mass.size(); ++k) mass[k] += alpha * result.finals[i].params[k];
   }
-  CHECK(metric(late->result, "gosgd.merged") > 0);
   CHECK(alphaSum == doctest::Approx(1.0).epsilon(1e-9));
-  // The newcomer's model copy came with weight 0: the initial average is still the invariant.
   const std::vector<float> oracle = test::averageOfDistinct(peers, mass.size());
   CHECK(test::maxAbsDiff(std::vector<float>(mass.begin(), mass.end()), oracle) < 1e-5);
+}
+
+TEST_CASE("gosgd: a peer that joins late starts with weight 0: the total stays 1") {
+  test::Watchdog watchdog(120s);
+  const std::size_t peers = 3;
+  const LateJoiners run = runWithLateJoiners(gossipCluster(peers, 800), 1, {{"p", "0.5"}});
+  checkMassWithJoiners(run, peers);
+}
+
+TEST_CASE(
+    "gosgd: two peers that join late together never make a non-finite model (no 0/0 merge of "
+    "two weights 0)") {
+  test::Watchdog watchdog(120s);
+  // The newcomers gossip at every step (p = 1), the others rarely (p = 0.05): each newcomer
+  // spends its first tens of steps at weight 0 while the other one would send to it (weight 0
+  // too).
+  const std::size_t peers = 3;
+  auto config = gossipCluster(peers, 800);
+  config.peer.training.algorithmOptions["p"] = "0.05";
+  const LateJoiners run = runWithLateJoiners(config, 2, {{"p", "1"}});
+  checkMassWithJoiners(run, peers);
+  for (const auto& one : run.late) CHECK(metric(one->result, "gosgd.sent") > 0);
+}
+
+// Gosgd restored (loadState, before the first setup, as --resume does) with weight 0 on the
+// peers in `restored`.
+class RestoredShell final : public test::AlgorithmShell {
+ public:
+  RestoredShell(std::unique_ptr<Gosgd> inner, std::vector<PeerId> restored)
+      : AlgorithmShell(std::move(inner)), restored_(std::move(restored)) {}
+  void setup(engine::PeerContext& ctx) override {
+    if (!loaded_ && std::find(restored_.begin(), restored_.end(), ctx.self()) != restored_.end()) {
+      engine::AlgorithmState state;
+      state.values["alpha"] = 0;
+      inner().loadState(state);
+    }
+    loaded_ = true;
+    AlgorithmShell::setup(ctx);
+  }
+
+ private:
+  std::vector<PeerId> restored_;
+  bool loaded_ = false;
+};
+
+engine::Registry restoredRegistry(std::vector<PeerId> restored) {
+  engine::Registry r = engine::makeBuiltinRegistry();
+  engine::AlgorithmSpec spec =
+      engine::algorithmSpec<Gosgd, GosgdOptions>("gosgd restored with weight 0", "mesh");
+  spec.make = [restored](const engine::OptionValues& values) {
+    return std::unique_ptr<engine::Algorithm>(std::make_unique<RestoredShell>(
+        std::make_unique<Gosgd>(engine::parseOptions<GosgdOptions>(values)), restored));
+  };
+  r.algorithms.add("gosgd", "gosgd restored with weight 0", std::move(spec));
+  return r;
+}
+
+TEST_CASE("gosgd: peers restored from a checkpoint of weight 0 send nothing and stay finite") {
+  test::Watchdog watchdog(120s);
+  SUBCASE("every peer at weight 0: nobody has mass to give, every model stays its own") {
+    auto config = test::algorithmCluster("gosgd", 2, 100, 0.0, {{"p", "1"}});
+    config.peer.training.initialParams = test::distinctParams;
+    const engine::Registry registry = restoredRegistry({1, 2});
+    const auto result = engine::runtime::runLocalCluster(config, registry, test::smallData());
+    for (std::size_t i = 0; i < 2; ++i) {
+      INFO("peer " << i + 1);
+      CHECK(metric(result.peers[i], "gosgd.alpha") == 0);
+      CHECK(metric(result.peers[i], "gosgd.sent") == 0);
+      const std::vector<float> initial = test::distinctParams(i, result.finals[i].params.size());
+      CHECK(result.finals[i].params == initial);
+    }
+  }
+  SUBCASE("two of three at weight 0: the mass of the third is conserved, every model finite") {
+    const std::size_t peers = 3;
+    auto config = gossipCluster(peers, 400);
+    config.peer.training.algorithmOptions["p"] = "1";
+    const engine::Registry registry = restoredRegistry({2, 3});
+    const auto result = engine::runtime::runLocalCluster(config, registry, test::smallData());
+    double alphaSum = 0;
+    std::vector<std::size_t> all;
+    for (std::size_t i = 0; i < peers; ++i) {
+      INFO("peer " << i + 1);
+      CHECK(allFinite(result.finals[i].params));
+      CHECK(metric(result.peers[i], "gosgd.escrow") == 0);
+      alphaSum += metric(result.peers[i], "gosgd.alpha");
+      all.push_back(i);
+    }
+    // Only peer 1 started with weight (1/3) and model d_0: sum alpha_i w_i = d_0 / 3 throughout.
+    CHECK(alphaSum == doctest::Approx(1.0 / 3).epsilon(1e-9));
+    std::vector<float> oracle = test::distinctParams(0, result.finals[0].params.size());
+    for (float& v : oracle) v /= 3;
+    CHECK(test::maxAbsDiff(massOf(result, all), oracle) < 1e-5);
+    // The peers of weight 0 got some and gossiped too.
+    CHECK(metric(result.peers[1], "gosgd.sent") + metric(result.peers[2], "gosgd.sent") > 0);
+  }
+}
+
+// Records what gosgd hands to send(): transfers carry their escrow buffer as the owner (sent in
+// place, no staging copy on the CPU), the weight as the one scalar and the id and the floor as
+// integers.
+class RecordingContext final : public test::ForwardingContext {
+ public:
+  RecordingContext(engine::PeerContext& inner, std::shared_ptr<std::vector<engine::Message>> sent)
+      : ForwardingContext(inner), sent_(std::move(sent)) {}
+  void send(std::span<const PeerId> to, const engine::Message& message) override {
+    sent_->push_back(message);
+    sent_->back().payloads.clear();  // the spans are not ours to keep
+    sent_->back().owner = message.owner ? std::make_shared<int>(1) : nullptr;
+    if (message.owner && !message.payloads.empty())
+      CHECK(static_cast<const void*>(message.payloads.front().data()) ==
+            static_cast<const kernels::Buffer<float>*>(message.owner.get())->data());
+    ForwardingContext::send(to, message);
+  }
+  using ForwardingContext::send;
+
+ private:
+  std::shared_ptr<std::vector<engine::Message>> sent_;
+};
+
+TEST_CASE("gosgd: transfers are sent from the escrow buffer with ids as integers") {
+  test::Watchdog watchdog(60s);
+  auto sent = std::make_shared<std::vector<engine::Message>>();
+  class Recording final : public test::AlgorithmShell {
+   public:
+    Recording(std::unique_ptr<Gosgd> inner, std::shared_ptr<std::vector<engine::Message>> sent)
+        : AlgorithmShell(std::move(inner)), sent_(std::move(sent)) {}
+
+   protected:
+    std::unique_ptr<engine::PeerContext> wrap(engine::PeerContext& ctx) override {
+      return std::make_unique<RecordingContext>(ctx, ctx.self() == 1 ? sent_ : scratch_);
+    }
+
+   private:
+    std::shared_ptr<std::vector<engine::Message>> sent_;
+    std::shared_ptr<std::vector<engine::Message>> scratch_ =
+        std::make_shared<std::vector<engine::Message>>();
+  };
+  engine::Registry registry = engine::makeBuiltinRegistry();
+  engine::AlgorithmSpec spec = engine::algorithmSpec<Gosgd, GosgdOptions>("recording", "mesh");
+  spec.make = [sent](const engine::OptionValues& values) {
+    return std::unique_ptr<engine::Algorithm>(std::make_unique<Recording>(
+        std::make_unique<Gosgd>(engine::parseOptions<GosgdOptions>(values)), sent));
+  };
+  registry.algorithms.add("gosgd", "recording", std::move(spec));
+  auto config = gossipCluster(2, 50);
+  const auto result = engine::runtime::runLocalCluster(config, registry, test::smallData());
+  std::size_t transfers = 0, acks = 0;
+  for (const engine::Message& m : *sent) {
+    if (m.kind == Gosgd::kTransfer) {
+      ++transfers;
+      CHECK(m.owner != nullptr);
+      CHECK(m.scalars.size() == 1);
+      CHECK(m.integers.size() == 2);
+    } else if (m.kind == Gosgd::kAck) {
+      ++acks;
+      CHECK(m.scalars.empty());
+      CHECK(!m.integers.empty());
+    }
+  }
+  CHECK(transfers > 0);
+  CHECK(acks > 0);
+  CHECK(metric(result.peers[0], "gosgd.escrow") == 0);
 }
 
 // A checkpoint keeps the peer's weight (alpha plus escrow): loadState then saveState gives it
@@ -410,7 +627,16 @@ TEST_CASE("gosgd: saveState and loadState keep the peer's weight") {
   engine::AlgorithmState bad;
   bad.values["alpha"] = 1.5;
   CHECK_THROWS_WITH_AS(gosgd.loadState(bad), doctest::Contains("not in [0, 1]"), gossamer::Error);
+  bad.values["alpha"] = NAN;
+  CHECK_THROWS_WITH_AS(gosgd.loadState(bad), doctest::Contains("not in [0, 1]"), gossamer::Error);
   CHECK(gosgd.alpha() == 0.375);
+  engine::AlgorithmState zero;
+  zero.values["alpha"] = 0;
+  gosgd.loadState(zero);
+  CHECK(gosgd.alpha() == 0);
+  engine::AlgorithmState zeroAgain;
+  gosgd.saveState(zeroAgain);
+  CHECK(zeroAgain.values.at("alpha") == 0);
 }
 
 }  // namespace

@@ -28,7 +28,6 @@ std::string commonFlags(const std::string& algorithm, std::size_t minPeers) {
       "--batch 32 --lr 0.05 --min-step-time 10 --comm-timeout 2 "
       "--membership local --log-level info --algorithm " +
       algorithm + " --min-peers " + std::to_string(minPeers) + " --steps " + std::to_string(kSteps);
-  if (algorithm == "dpsgd") flags += " --dpsgd.momentum true";
   return flags;
 }
 

@@ -1,0 +1,134 @@
+// Test doubles around a running peer: contexts that forward every call to the runtime's own
+// (PeerContext, ServiceContext, Inbox) so that a test overrides only what it changes, and an
+// algorithm shell that runs a real algorithm through such contexts. Used to lose messages
+// (gosgd's tests) and to make one peer of a cluster send wrong-sized or non-finite payloads (the
+// refusal tests).
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/algorithm.h"
+
+namespace gossamer::test {
+
+class ForwardingInbox : public engine::Inbox {
+ public:
+  explicit ForwardingInbox(engine::Inbox& inner) : inner_(inner) {}
+  std::vector<engine::Incoming> drain(std::optional<std::uint32_t> kind) override {
+    return inner_.drain(kind);
+  }
+  std::size_t discardBefore(std::uint64_t step) override { return inner_.discardBefore(step); }
+  std::size_t size() const override { return inner_.size(); }
+  bool wait(std::optional<std::uint32_t> kind, engine::Clock::time_point deadline) override {
+    return inner_.wait(kind, deadline);
+  }
+
+ protected:
+  engine::Inbox& inner_;
+};
+
+class ForwardingContext : public engine::PeerContext {
+ public:
+  explicit ForwardingContext(engine::PeerContext& inner) : inner_(inner) {}
+
+  engine::PeerId self() const override { return inner_.self(); }
+  const std::vector<engine::PeerId>& members() const override { return inner_.members(); }
+  std::uint64_t epoch() const override { return inner_.epoch(); }
+  const topology::Graph& graph() const override { return inner_.graph(); }
+  std::uint64_t step() const override { return inner_.step(); }
+  std::uint64_t totalSteps() const override { return inner_.totalSteps(); }
+
+  kernels::Compute& compute() override { return inner_.compute(); }
+  std::span<float> params() override { return inner_.params(); }
+  std::span<float> grads() override { return inner_.grads(); }
+  engine::train::Optimizer& optimizer() override { return inner_.optimizer(); }
+  double computeGradients() override { return inner_.computeGradients(); }
+  void applyOptimizer() override { inner_.applyOptimizer(); }
+
+  void send(std::span<const engine::PeerId> to, const engine::Message& message) override {
+    inner_.send(to, message);
+  }
+  using engine::PeerContext::send;
+  void notify(engine::PeerId to, const engine::Message& message) override {
+    inner_.notify(to, message);
+  }
+  std::optional<engine::Incoming> request(engine::PeerId to, const engine::Message& message,
+                                          engine::Clock::duration timeout) override {
+    return inner_.request(to, message, timeout);
+  }
+  engine::GatherResult gather(std::span<const engine::PeerId> from, std::uint64_t tag,
+                              engine::Clock::duration timeout) override {
+    return inner_.gather(from, tag, timeout);
+  }
+  engine::Inbox& inbox() override { return inner_.inbox(); }
+  engine::Tags& tags() override { return inner_.tags(); }
+  engine::DeviceView upload(std::span<const float> host) override { return inner_.upload(host); }
+  engine::Clock::duration commTimeout() const override { return inner_.commTimeout(); }
+
+  std::optional<engine::Incoming> pullModel(engine::PeerId from,
+                                            engine::Clock::duration timeout) override {
+    return inner_.pullModel(from, timeout);
+  }
+  void adoptStep(std::uint64_t step) override { inner_.adoptStep(step); }
+
+  std::mt19937_64& rng() override { return inner_.rng(); }
+  engine::Metrics& metrics() override { return inner_.metrics(); }
+
+ protected:
+  engine::PeerContext& inner_;
+};
+
+class ForwardingServiceContext : public engine::ServiceContext {
+ public:
+  explicit ForwardingServiceContext(engine::ServiceContext& inner) : inner_(inner) {}
+  engine::PeerId self() const override { return inner_.self(); }
+  kernels::Compute& hostCompute() override { return inner_.hostCompute(); }
+  void reply(const engine::Incoming& request, const engine::Message& message) override {
+    inner_.reply(request, message);
+  }
+  engine::Metrics& metrics() override { return inner_.metrics(); }
+
+ protected:
+  engine::ServiceContext& inner_;
+};
+
+// A real algorithm run through the contexts that wrap() and wrapService() make of the runtime's,
+// one per call (the algorithm keeps no context between calls). The defaults forward unchanged.
+class AlgorithmShell : public engine::Algorithm {
+ public:
+  explicit AlgorithmShell(std::unique_ptr<engine::Algorithm> inner) : inner_(std::move(inner)) {}
+
+  std::string name() const override { return inner_->name(); }
+  void setup(engine::PeerContext& ctx) override { inner_->setup(*wrap(ctx)); }
+  double step(engine::PeerContext& ctx) override { return inner_->step(*wrap(ctx)); }
+  void beforeStep(engine::PeerContext& ctx) override { inner_->beforeStep(*wrap(ctx)); }
+  void afterStep(engine::PeerContext& ctx) override { inner_->afterStep(*wrap(ctx)); }
+  void finish(engine::PeerContext& ctx) override { inner_->finish(*wrap(ctx)); }
+  void serve(engine::ServiceContext& ctx, const engine::Incoming& request) override {
+    inner_->serve(*wrapService(ctx), request);
+  }
+  void join(engine::PeerContext& ctx) override { inner_->join(*wrap(ctx)); }
+  void leave(engine::PeerContext& ctx) override { inner_->leave(*wrap(ctx)); }
+  void saveState(engine::AlgorithmState& state) const override { inner_->saveState(state); }
+  void loadState(const engine::AlgorithmState& state) override { inner_->loadState(state); }
+
+  engine::Algorithm& inner() { return *inner_; }
+
+ protected:
+  virtual std::unique_ptr<engine::PeerContext> wrap(engine::PeerContext& ctx) {
+    return std::make_unique<ForwardingContext>(ctx);
+  }
+  virtual std::unique_ptr<engine::ServiceContext> wrapService(engine::ServiceContext& ctx) {
+    return std::make_unique<ForwardingServiceContext>(ctx);
+  }
+
+ private:
+  std::unique_ptr<engine::Algorithm> inner_;
+};
+
+}  // namespace gossamer::test
