@@ -24,6 +24,7 @@ struct Status {
   step @1 :UInt64;
   totalSteps @2 :UInt64;
   expected @3 :Bool;  # the asker is one of the members the answerer started training with
+  members @4 :UInt32; # how many members the answerer's view holds now
 }
 
 # `finished` and `released` are each sent once on each of the two links (control and data),

@@ -53,7 +53,8 @@ void ClusterControl::onMessage(Incoming message, std::vector<std::byte> bytes) {
   }
   const PeerId from = message.from;
   if (std::holds_alternative<control::StatusRequest>(decoded)) {
-    control::Status status{status_.training, status_.step, status_.totalSteps, false};
+    control::Status status{status_.training, status_.step, status_.totalSteps, false,
+                           static_cast<std::uint32_t>(network_.members().size())};
     {
       std::lock_guard lock(mutex_);
       status.expected = contains(startMembers_, from);
@@ -132,6 +133,7 @@ StartPlan ClusterControl::awaitStart(std::size_t minPeers, bool resumed, Clock::
     const std::vector<PeerId> peers = others();
     StartPlan plan;
     std::uint64_t expectedTotal = 0;  // the cluster's step count, when it counted on this peer
+    std::size_t expectedView = 0;     // members the peers that counted on it see now
     if (!peers.empty()) {
       // Is the cluster already training, and did it count on this peer from the start?
       for (const control::Status& status : askStatus(peers, seconds(1))) {
@@ -140,19 +142,23 @@ StartPlan ClusterControl::awaitStart(std::size_t minPeers, bool resumed, Clock::
         // it catches up with their step like a newcomer.
         if (status.expected && !resumed) {
           expectedTotal = status.totalSteps;
+          expectedView = std::max<std::size_t>(expectedView, status.members);
           continue;
         }
         plan.late = true;
         plan.totalSteps = status.totalSteps;
         plan.step = std::max(plan.step, status.step);
       }
-      // Counted on from the start: go now, from step 0, to the cluster's step count, with
-      // whatever view this peer has (a member may have left meanwhile: waiting for the view the
-      // cluster started with could last forever); the data follows the view as it changes.
-      if (expectedTotal > 0) return StartPlan{.totalSteps = expectedTotal};
-      if (plan.late) return plan;
+      // Counted on from the start: go from step 0 to the cluster's step count once this peer
+      // sees as many members as the others see now (then the peers it starts with count on it
+      // too). Not the count the cluster started with: a member may have left since.
+      if (expectedTotal > 0) {
+        if (members.size() >= expectedView) return StartPlan{.totalSteps = expectedTotal};
+      } else if (plan.late) {
+        return plan;
+      }
     }
-    if (members.size() >= minPeers) return StartPlan{};
+    if (expectedTotal == 0 && members.size() >= minPeers) return StartPlan{};
     if (Clock::now() >= deadline)
       GOSSAMER_THROW("only {} of the {} peers (--min-peers) joined within {} s; seeds: {}",
                      members.size(), minPeers, duration_cast<seconds>(timeout).count(), seeds);

@@ -24,7 +24,7 @@ Message toMessage(s::Control::Reader r) {
     case s::Control::STATUS: {
       auto status = r.getStatus();
       return Status{status.getTraining(), status.getStep(), status.getTotalSteps(),
-                    status.getExpected()};
+                    status.getExpected(), status.getMembers()};
     }
     case s::Control::FINISHED: {
       const std::uint8_t channel = r.getFinished().getChannel();
@@ -57,6 +57,7 @@ std::vector<std::byte> encode(const Message& message) {
                    status.setStep(v.step);
                    status.setTotalSteps(v.totalSteps);
                    status.setExpected(v.expected);
+                   status.setMembers(v.members);
                  },
                  [&](const Finished& v) { root.initFinished().setChannel(v.channel); },
                  [&](const Released& v) { root.initReleased().setChannel(v.channel); },
