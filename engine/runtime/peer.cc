@@ -58,20 +58,22 @@ std::uint64_t peerIdFor(const net::Endpoint& listen) {
 
 // The parts that talk to other peers, built around the network (engine/runtime/README.md).
 struct Comms {
-  Comms(const NetworkConfig& config, PeerId self, kernels::Compute& compute,
-        kernels::Compute& hostCompute, Algorithm& algorithm, std::size_t modelBytes,
-        const TrainingConfig& training, const LoopStatus& status, MetricsMap& metrics)
+  Comms(const NetworkConfig& config, PeerId self, kernels::Compute& compute, Algorithm& algorithm,
+        std::size_t modelBytes, const TrainingConfig& training, const LoopStatus& status,
+        MetricsMap& metrics)
       : network(config, self),
         staging(compute, modelBytes,
                 {.sendSlots = training.sendBuffers, .receiveSlots = training.receiveBuffers}),
         messenger(network, staging),
         snapshots(self),
         control(network, messenger, snapshots, status),
-        serveContext(self, hostCompute, messenger, metrics),
+        serveContext(self, *hostCompute, messenger, metrics),
         serveGate(algorithm, serveContext) {}
   // The io thread goes first: no handler may run on parts being destroyed.
   ~Comms() { network.shutdown(); }
 
+  // serve() runs on the io thread, beside the compute thread's Compute: it gets a CPU one.
+  std::unique_ptr<kernels::Compute> hostCompute = kernels::cpu::makeCompute({.blasThreads = 1});
   PeerNetwork network;
   Staging staging;
   MessageQueue inbox;
@@ -108,7 +110,6 @@ struct Peer::Impl final : private LoopDriver {
   std::shared_ptr<const DatasetPair> data;
   PeerId self = 0;
   std::unique_ptr<kernels::Compute> compute;
-  std::unique_ptr<kernels::Compute> hostCompute;  // for serve() on the io thread
   std::unique_ptr<Model> model;
   std::unique_ptr<Algorithm> algorithm;
   std::unique_ptr<topology::Topology> topology;
@@ -162,7 +163,6 @@ Peer::Impl::Impl(PeerConfig c, const Registry& r, std::shared_ptr<const DatasetP
   topology = registry.topologies.get(t.topology.empty() ? spec.defaultTopology : t.topology)(
       t.topologyOptions);
   compute = makeCompute(t.device);
-  hostCompute = kernels::cpu::makeCompute({.blasThreads = 1});
   t.modelConfig.inputs = data->train.features;
   t.modelConfig.classes = data->train.classes;
   t.modelConfig.maxBatch = std::max<std::size_t>(t.modelConfig.maxBatch, t.batch);
@@ -173,7 +173,7 @@ Peer::Impl::Impl(PeerConfig c, const Registry& r, std::shared_ptr<const DatasetP
   }
 
   prepareTransport(config.network, registry);
-  comms = std::make_unique<Comms>(config.network, self, *compute, *hostCompute, *algorithm,
+  comms = std::make_unique<Comms>(config.network, self, *compute, *algorithm,
                                   model->parameterCount() * sizeof(float), t, status, metrics);
   comms->messenger.setRoutes(Routes{
       .inbox = &comms->inbox,
