@@ -155,18 +155,6 @@ DeviceChoice parseDevice(const std::string& name) {
   GOSSAMER_THROW("unknown device '{}' (use auto, cpu or cuda)", name);
 }
 
-const char* deviceChoiceName(DeviceChoice choice) {
-  switch (choice) {
-    case DeviceChoice::kAuto:
-      return "auto";
-    case DeviceChoice::kCpu:
-      return "cpu";
-    case DeviceChoice::kCuda:
-      return "cuda";
-  }
-  return "?";
-}
-
 bool cudaUsable(std::string* reason) {
 #if GOSSAMER_HAVE_CUDA
   return kernels::cuda::isViable(reason);

@@ -23,7 +23,6 @@ enum class DeviceChoice { kAuto, kCpu, kCuda };
 
 // "auto", "cpu" or "cuda"; throws gossamer::Error otherwise.
 DeviceChoice parseDevice(const std::string& name);
-const char* deviceChoiceName(DeviceChoice choice);
 
 // True when this build has the CUDA backend and a GPU is usable; otherwise false with the reason
 // (no backend in this build, no driver, no device) in *reason.

@@ -31,8 +31,9 @@ std::vector<std::string> NamedFactories<Factory>::names() const {
 
 template <typename Factory>
 const std::string& NamedFactories<Factory>::description(const std::string& name) const {
-  get(name);
-  return entries_.at(name).first;
+  auto it = entries_.find(name);
+  if (it == entries_.end()) get(name);  // throws, listing the known names
+  return it->second.first;
 }
 
 template <typename Factory>

@@ -1,7 +1,5 @@
 #include "engine/runtime/training_loop.h"
 
-#include <thread>
-
 #include <fmt/format.h>
 
 #include "engine/base/json.h"
