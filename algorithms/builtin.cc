@@ -2,6 +2,7 @@
 
 #include "algorithms/allreduce_sgd.h"
 #include "algorithms/dpsgd.h"
+#include "algorithms/dts.h"
 #include "algorithms/easgd.h"
 #include "algorithms/gosgd.h"
 #include "algorithms/local_sgd.h"
@@ -59,6 +60,11 @@ void addBuiltinAlgorithms(engine::Registry& registry) {
                        "every tau steps the models are averaged by a ring all-reduce, no master "
                        "(SparkNet's rule without a master)",
                        "ring"));
+  add("dts", engine::algorithmSpec<Dts, DtsOptions>(
+                 "all-reduce of gradients awaited t steps later (delayed update), one per p steps "
+                 "(temporally sparse update), with the exact error compensation for sgd, momentum "
+                 "and nesterov (Zhu et al. 2019)",
+                 "mesh"));
 }
 
 engine::Registry makeRegistry() {

@@ -1,0 +1,175 @@
+// dts: synchronous all-reduce of gradients with the barrier moved later (delayed update) and
+// made rarer (temporally sparse update), and an error compensation that makes the result what
+// synchronous SGD would have computed (Zhu, Lu, Lin, Han, "Distributed Training Across the
+// World", 2019 (seeds/002), sections 3.1 and 3.2, equations 3 and 4; algorithms/README.md,
+// "dts").
+//
+//   communication    non-blocking all-reduce (async_allreduce.h) of one window of p local steps,
+//                    started at the window's end and awaited t steps later
+//   messages / step  2 (n-1) x pieces / p per peer
+//   bytes on wire    2 (n-1)/n x 4|w| per p steps and peer with --optimizer sgd, or p = 1 (the
+//                    gradient itself); 2 (n-1)/n x 8|w| with momentum or nesterov and p > 1 (the
+//                    window's response on both w and the velocity: twice a gradient's bytes)
+//   staleness        each peer runs ahead on its own gradients for at most p + t steps; every
+//                    window is compensated exactly t steps after it ends
+//
+// The rule (peer j; the local optimizer opt_step is sgd, momentum or nesterov, eta_k the rate of
+// step k; a window is the steps (e - p, e] for e a multiple of p):
+//   every step k:   g(k,j) = gradient of the next mini-batch at w_j
+//                   (w_j, v_j) = opt_step(w_j, v_j, g(k,j))             # the local gradient
+//                   X_j = A_k X_j + B_k g(k,j)                          # the window's response
+//   when k = e:     start the all-reduce of X_j (round e); X_j = 0
+//   when k = e + t: X~ = (1/n) sum_i X_i                                # wait for round e
+//                   (w_j, v_j) += M (X~ - X_j),  M = A_k ... A_(e+1)    # error compensation
+//
+// Why it is exact. For a fixed rate the optimizers are linear in (w, v, g): PyTorch's steps
+//   sgd:       w' = w - eta (g + wd w)
+//   momentum:  v' = mu v + g + wd w;  w' = w - eta v'
+//   nesterov:  v' = mu v + g + wd w;  w' = w - eta (g + wd w + mu v')
+// so replacing the gradient g_k of step k by g_k + delta adds (c_w delta, c_v delta) to the state
+// after step k, the injection B_k: sgd (-eta_k, 0); momentum (-eta_k, 1); nesterov
+// (-eta_k (1 + mu), 1). Every later step m carries a perturbation (dw, dv) on by the homogeneous
+// part of its step, the 2 x 2 map of scalars A_m (identical for every element of w):
+//   sgd:       dw' = (1 - eta wd) dw
+//   momentum:  dv' = wd dw + mu dv;  dw' = dw - eta dv'
+//   nesterov:  dv' = wd dw + mu dv;  dw' = dw - eta (wd dw + mu dv')
+// The window's gradients therefore contribute X = sum_k A_e...A_(k+1) B_k g_k to the state at its
+// end (the recursion above, on vectors), the average gradients would have contributed the
+// average of the X_i (A and B are the same on every peer: the rate follows the step count), and
+// at step e + t the difference has been carried on by M. After the compensation, the peer's state
+// is exactly the one its optimizer would have reached with the averaged gradients of every
+// compensated window and its own in the others (the gradients themselves were computed at the
+// peer's own models, as the paper's are). For sgd with a constant rate and no weight decay, X is
+// -eta times the window's gradient sum, and the compensation is equation 4; with p = 1 it is
+// equation 3. When every window is compensated, every peer's state is the same: the one the
+// optimizer reaches with the averaged gradients. Adam is not linear (its step divides by the
+// square root of its second moment) and is refused at setup.
+//
+// What is sent. With p = 1, X = B_k g_k: the all-reduce carries the gradient itself (|w| floats)
+// and the injection is folded into M. With p > 1, sgd sends X_w (|w|), momentum and nesterov
+// [X_w, X_v] (2|w|, one buffer). The rounds are named by the window's end step, the same on every
+// peer; floor(t / p) + 1 may be in flight at once.
+//
+// Failures. A round that fails (a member missing, gone or joined; a payload refused) is released
+// without compensation: the peer keeps its local updates for that window ("dts.fallbacks"), and
+// the peers' models then differ by them, as after a failed step of allreduce-sgd. setup() (after
+// every membership change) releases every round in flight the same way and starts a new window;
+// the first window after it may span different steps on different peers (each resets at its own
+// step boundary), so its compensation is approximate. A joiner takes a live peer's model and a
+// fresh optimizer state (the default join). Checkpoints keep nothing of dts: the window and the
+// rounds in flight are dropped, so a resumed peer's uncompensated updates stay.
+//
+// Memory. The window (|X| floats), and per round in flight this peer's copy of what it sent plus
+// the all-reduce's two buffers: (floor(t / p) + 1) x 3|X| floats.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "algorithms/async_allreduce.h"
+#include "engine/algorithm.h"
+#include "engine/train/optimizer.h"
+#include "kernels/compute.h"
+
+namespace gossamer::algorithms {
+
+struct DtsOptions {
+  std::uint64_t delay = 4;   // t: steps between a window's end and its compensation
+  std::uint64_t period = 1;  // p: local steps per window
+  std::size_t pieces = 4;    // messages per all-reduce chunk
+
+  template <typename Bind>
+  void bind(Bind& b) {
+    b("delay", delay,
+      "t: steps a window's all-reduce may take; it is awaited and compensated t steps after the "
+      "window ends (0: at once, synchronous)");
+    b("period", period,
+      "p: local steps per window; one all-reduce per p steps (temporally sparse update; >= 1)");
+    b("pieces", pieces,
+      "messages each all-reduce chunk is cut into, so additions overlap the transfer (1-16)");
+  }
+  void validate() const;
+};
+
+// The local optimizer seen as a linear map of (w, v, g) for a fixed rate (the header comment).
+// Scalars in double; the vectors they act on stay float.
+namespace dts {
+
+struct Linear {
+  engine::train::OptimizerKind kind = engine::train::OptimizerKind::kSgd;  // not kAdam
+  double mu = 0;  // momentum and nesterov
+  double wd = 0;  // weight decay
+};
+
+// A 2 x 2 matrix of scalars acting on (dw, dv), the same for every element.
+struct Matrix {
+  double ww = 1, wv = 0, vw = 0, vv = 1;
+  friend Matrix operator*(const Matrix& a, const Matrix& b) {
+    return {a.ww * b.ww + a.wv * b.vw, a.ww * b.wv + a.wv * b.vv, a.vw * b.ww + a.vv * b.vw,
+            a.vw * b.wv + a.vv * b.vv};
+  }
+};
+
+// A_k: how a step at rate `lr` carries a perturbation of the state it starts from.
+Matrix stepMap(const Linear& opt, double lr);
+// B_k: the state change of a step at rate `lr` per unit of change of its gradient, (c_w, c_v).
+std::array<double, 2> injection(const Linear& opt, double lr);
+// X = A X + B g for one step at rate `lr`: xw and xv hold the window's response on w and v (xv
+// is empty for sgd). One or two passes of Compute::weightedSum/axpby.
+void accumulate(kernels::Compute& compute, const Linear& opt, double lr, std::span<float> xw,
+                std::span<float> xv, std::span<const float> g);
+// w += M.ww dw + M.wv dv and v += M.vw dw + M.vv dv, with (dw, dv) = (d[0..n), d[n..2n)) when
+// d holds 2n floats, or (column * d[0..n)) when it holds n (a single sent vector whose injection
+// is folded into `m`'s first column; v is empty for sgd).
+void compensate(kernels::Compute& compute, const Matrix& m, std::span<float> w,
+                std::span<float> v, std::span<const float> d);
+
+}  // namespace dts
+
+class Dts final : public engine::Algorithm {
+ public:
+  explicit Dts(DtsOptions options);
+  ~Dts() override;
+  std::string name() const override { return "dts"; }
+  void setup(engine::PeerContext& ctx) override;
+  double step(engine::PeerContext& ctx) override;
+  // Sends the last, partial window and compensates every round still in flight, so the peers end
+  // on the same model when no round failed.
+  void finish(engine::PeerContext& ctx) override;
+  // Fails the rounds in flight at once, so the others do not wait for this peer's part.
+  void leave(engine::PeerContext& ctx) override;
+
+  // Message kind of the all-reduce.
+  static constexpr std::uint32_t kWindow = 1;
+
+ private:
+  struct Pending {
+    kernels::Buffer<float> sent;  // this peer's X (or g), to subtract from the average
+    dts::Matrix m;                // what a unit difference in X at the window's end is now
+    std::uint64_t due = 0;        // the step count at which it is awaited
+  };
+
+  // The local optimizer as a linear map; throws gossamer::Error for Adam.
+  dts::Linear linear(engine::PeerContext& ctx) const;
+  // Floats sent per round: |w|, or 2|w| for momentum or nesterov with p > 1.
+  std::size_t width(engine::PeerContext& ctx) const;
+  void startRound(engine::PeerContext& ctx, std::uint64_t round, std::span<const float> x,
+                  const dts::Matrix& m);
+  void complete(engine::PeerContext& ctx, std::uint64_t round);
+  void dropAll(engine::PeerContext& ctx);
+
+  DtsOptions options_;
+  std::unique_ptr<AsyncAllReduce> allreduce_;
+  std::map<std::uint64_t, Pending> pending_;  // by round (the window's end step)
+  kernels::Buffer<float> window_;             // X_w, then X_v (p > 1)
+  std::uint64_t windowSteps_ = 0;             // steps accumulated in window_
+  std::uint64_t lastRound_ = 0;               // the last round started (0: none)
+  std::vector<kernels::Buffer<float>> spare_;  // released `sent` buffers, reused
+};
+
+}  // namespace gossamer::algorithms
