@@ -341,5 +341,28 @@ TEST_CASE("refusal: allreduce-sgd steps with the local gradient when a chunk is 
   }
 }
 
+TEST_CASE("refusal: dts compensates no window with a refused part") {
+  test::Watchdog watchdog(120s);
+  for (const Lie lie : kLies) {
+    CAPTURE(lieName(lie));
+    // Every round holds the liar's contributions and its reduced chunk: the first honest peer to
+    // see one refuses it and fails the round, the others fail it on the abort marker. Every
+    // window keeps its local updates.
+    Run run = lyingRun("dts", 3, 6, 3, {{"delay", "1"}, {"period", "1"}});
+    run.config.peer.training.optimizer.lr = 0.05f;
+    const auto result = execute(run, lie);
+    CHECK(metric(result.peers[0], "dts.refused") + metric(result.peers[1], "dts.refused") >= 6);
+    for (std::size_t i : {0, 1}) {
+      CAPTURE(i);
+      CHECK(result.peers[i].steps == 6);
+      CHECK(metric(result.peers[i], "dts.fallbacks") == 6);
+      CHECK(metric(result.peers[i], "dts.rounds") == 0);
+      CHECK(allFinite(result.finals[i].params));
+      CHECK(test::maxAbsDiff(result.finals[i].params,
+                             test::distinctParams(i, result.finals[i].params.size())) > 0);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace gossamer::algorithms
