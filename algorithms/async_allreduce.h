@@ -70,12 +70,12 @@ class AsyncAllReduce {
   AsyncAllReduce(const AsyncAllReduce&) = delete;
   AsyncAllReduce& operator=(const AsyncAllReduce&) = delete;
 
-  // Starts round `round` of `input` over ctx.members() as they are now. `round` names the round on
-  // every member (a step count, say): each member starts the same rounds, in increasing order.
-  // Copies `input` first, so the caller may change it as soon as start() returns; sends this
-  // peer's contributions and returns without waiting. With one member the round is complete at
-  // once. Compute thread. Throws gossamer::Error on misuse (a round not above the last one
-  // started, a kind out of range).
+  // Starts round `round` of `input` (the Compute's memory) over ctx.members() as they are now.
+  // `round` names the round on every member (a step count, say): each member starts the same
+  // rounds, in increasing order. Copies `input` first, so the caller may change it as soon as
+  // start() returns; sends this peer's contributions and returns without waiting. With one member
+  // the round is complete at once. Compute thread. Throws gossamer::Error on misuse (a round not
+  // above the last one started, a kind out of range).
   void start(engine::PeerContext& ctx, std::uint64_t round, std::span<const float> input);
 
   // Takes every queued message of this all-reduce out of the inbox and advances the rounds in
