@@ -214,13 +214,15 @@ TEST_CASE("refusal: ad-psgd applies no refused answer") {
     CAPTURE(lieName(lie));
     // A ring of 4: ids 1 and 3 active, 2 and 4 passive; 4 lies in its answers. With one offer in
     // flight and learning rate 0 an applied answer makes the offerer the average of two models,
-    // so the honest models stay convex combinations of the honest initial ones.
-    Run run = lyingRun("ad-psgd", 4, 200, 4, {{"outstanding", "1"}, {"timeout", "0.2"}});
+    // so the honest models stay convex combinations of the honest initial ones. Offers to the
+    // liar expire after 20 ms (an honest answer later than that is dropped: the offerer stays as
+    // it was, the passive peer holds an average, both still convex).
+    Run run = lyingRun("ad-psgd", 4, 400, 4, {{"outstanding", "1"}, {"timeout", "0.02"}});
     run.config.peer.training.minStepTime = 1ms;
     const auto result = execute(run, lie);
     for (std::size_t i : {0, 1, 2}) {
       CAPTURE(i);
-      CHECK(result.peers[i].steps == 200);
+      CHECK(result.peers[i].steps == 400);
       const std::vector<float>& w = result.finals[i].params;
       CHECK(allFinite(w));
       std::vector<std::vector<float>> honest;
