@@ -57,18 +57,16 @@ void AdPsgd::setup(engine::PeerContext& ctx) {
   const auto position = std::find(members.begin(), members.end(), ctx.self());
   active_ = position != members.end() &&
             activeAt(static_cast<std::size_t>(position - members.begin()), members.size());
-  // An offer to a peer that left the view is forgotten: its answer will not come (if the peer
-  // applied the offer before it went, that half of the exchange went with it).
-  for (auto it = offers_.begin(); it != offers_.end();) {
-    if (contains(members, it->second.to)) {
-      ++it;
-      continue;
-    }
-    ctx.metrics().add("ad-psgd.abandoned", 1);
-    recycle(std::move(it->second.model));
-    it = offers_.erase(it);
-  }
+  // An offer to a peer that left the view stays held until it expires: a leaver answers what it
+  // holds before it goes, and that answer may still be on its way. It no longer counts toward
+  // `outstanding` (the peer may be dead), and finish() does not wait for it.
+  for (auto& [id, o] : offers_) o.departed = !contains(members, o.to);
   publish(ctx);
+}
+
+std::size_t AdPsgd::inFlight() const {
+  return static_cast<std::size_t>(std::count_if(
+      offers_.begin(), offers_.end(), [](const auto& entry) { return !entry.second.departed; }));
 }
 
 void AdPsgd::refuse(engine::PeerContext& ctx, const engine::Incoming& m, const std::string& why) {
@@ -98,7 +96,7 @@ void AdPsgd::exchange(engine::PeerContext& ctx) {
       ++it;
       continue;
     }
-    ctx.metrics().add("ad-psgd.expired", 1);
+    ctx.metrics().add(it->second.departed ? "ad-psgd.abandoned" : "ad-psgd.expired", 1);
     recycle(std::move(it->second.model));
     it = offers_.erase(it);
   }
@@ -155,7 +153,7 @@ void AdPsgd::recycle(std::shared_ptr<kernels::Buffer<float>> buffer) {
 }
 
 void AdPsgd::offer(engine::PeerContext& ctx) {
-  if (offers_.size() >= static_cast<std::size_t>(options_.outstanding)) {
+  if (inFlight() >= static_cast<std::size_t>(options_.outstanding)) {
     ctx.metrics().add("ad-psgd.throttled", 1);
     return;
   }
@@ -207,17 +205,20 @@ void AdPsgd::settle(engine::PeerContext& ctx, const char* when) {
   for (;;) {
     exchange(ctx);
     const Clock::time_point now = Clock::now();
-    if (offers_.empty() || now >= deadline) break;
+    if (inFlight() == 0 || now >= deadline) break;
     ctx.inbox().wait(std::nullopt, std::min(deadline, now + kTick));
   }
-  if (!offers_.empty()) {
-    ctx.metrics().add("ad-psgd.unsettled", static_cast<double>(offers_.size()));
+  if (const std::size_t unanswered = inFlight(); unanswered > 0) {
+    ctx.metrics().add("ad-psgd.unsettled", static_cast<double>(unanswered));
     log::get("algorithms")
         ->warn("peer {:016x}: ad-psgd {}: {} offers unanswered after {} ms; forgotten", ctx.self(),
-               when, offers_.size(),
+               when, unanswered,
                std::chrono::duration_cast<std::chrono::milliseconds>(timeout(ctx)).count());
-    offers_.clear();
   }
+  // Offers to peers that left the view are not waited for: whatever came from them was applied.
+  const std::size_t departed = offers_.size() - inFlight();
+  if (departed > 0) ctx.metrics().add("ad-psgd.abandoned", static_cast<double>(departed));
+  offers_.clear();
   publish(ctx);
   // Nothing is sent after this: the buffers go back to the Compute now.
   spare_.clear();

@@ -50,9 +50,11 @@
 // sender cannot be answered, so applying it would move mass one way only.
 //
 // Failures. An offer is held (its snapshot s in a buffer of the Compute, sent from there without a
-// staging copy on a CPU peer) until its answer comes, its receiver leaves the view, or `timeout`
-// passes; then it is forgotten ("ad-psgd.expired") and an answer that comes later is dropped
-// ("ad-psgd.late"). An offer its receiver never applied costs nothing. An offer it applied whose
+// staging copy on a CPU peer) until its answer comes or `timeout` passes; then it is forgotten
+// ("ad-psgd.expired") and an answer that comes later is dropped ("ad-psgd.late"). An offer to a
+// peer that left the view is still held until then (a leaver answers what it holds before it
+// goes, and that answer may land after the view changed), but it no longer counts toward
+// `outstanding`, and finish() does not wait for it ("ad-psgd.abandoned" when it is dropped). An offer its receiver never applied costs nothing. An offer it applied whose
 // answer never lands (the offerer died, or the answer was later than `timeout`) moved d to the
 // receiver only: the survivors' sum then differs from the initial one by that half-difference.
 // A dead peer takes its model out of the sum in any case.
@@ -88,8 +90,8 @@ struct AdPsgdOptions {
       "offers an active peer keeps in flight at most (each holds a copy of the model); an offer "
       "due beyond that is skipped");
     b("timeout", timeout,
-      "seconds an offer waits for its answer before it is forgotten, and that finish() waits for "
-      "the last answers (0: --comm-timeout)");
+      "seconds an offer waits for its answer before it is forgotten, and the longest the end of "
+      "the run waits for the last answers (0: --comm-timeout)");
   }
   void validate() const;
 };
@@ -98,7 +100,8 @@ class AdPsgd final : public engine::Algorithm {
  public:
   explicit AdPsgd(AdPsgdOptions options) : options_(options) {}
   std::string name() const override { return "ad-psgd"; }
-  // Roles from the sorted members; offers to peers that left the view are forgotten.
+  // Roles from the sorted members; offers to peers that left the view stop counting as in
+  // flight (see "Failures").
   void setup(engine::PeerContext& ctx) override;
   // Gradient, exchanges, the local optimizer's step, then an offer (see the header comment).
   double step(engine::PeerContext& ctx) override;
@@ -126,8 +129,11 @@ class AdPsgd final : public engine::Algorithm {
     // the send is in flight.
     std::shared_ptr<kernels::Buffer<float>> model;
     engine::Clock::time_point expires;
+    bool departed = false;  // `to` left the view: not counted in flight, not waited for
   };
 
+  // Offers held to members of the view (those to departed peers are held, but not counted).
+  std::size_t inFlight() const;
   // Answers the offers and applies the answers that arrived; forgets expired offers.
   void exchange(engine::PeerContext& ctx);
   void answer(engine::PeerContext& ctx, const engine::Incoming& offer);

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
+#include <vector>
 
 #include <doctest/doctest.h>
 
@@ -154,6 +156,38 @@ TEST_CASE("ad-psgd: with period 4 an active peer offers every fourth step") {
     CHECK(metric(result.peers[i], "ad-psgd.offers") == 25);
     CHECK(metric(result.peers[i], "ad-psgd.throttled") == 0);
   }
+}
+
+TEST_CASE("ad-psgd: a peer that leaves completes its exchanges: no exchange is half applied") {
+  test::Watchdog watchdog(120s);
+  const std::size_t peers = 4;
+  std::size_t leaver = 1;
+  SUBCASE("a passive peer leaves (id 2)") {}
+  SUBCASE("an active peer leaves (id 3)") { leaver = 2; }
+  CAPTURE(leaver);
+  auto config = averagingCluster(peers, 400);
+  auto all = std::make_shared<std::vector<engine::runtime::Peer*>>();
+  config.onStart = [all](std::vector<engine::runtime::Peer*>& p) { *all = p; };
+  config.evalEvery = 100;
+  config.evalSamples = 10;
+  config.onEval = [all, leaver](const engine::runtime::EvalPoint& point) {
+    if (point.minStep >= 100 && point.minStep < 200) (*all)[leaver]->requestLeave();
+  };
+  const auto result = run(config);
+  CHECK(result.peers[leaver].stopped);
+  CHECK(result.peers[leaver].steps < 400);
+  CHECK(metric(result.peers[leaver], "ad-psgd.unsettled") == 0);
+  for (std::size_t i = 0; i < peers; ++i) {
+    CAPTURE(i);
+    if (i != leaver) CHECK(result.peers[i].steps == 400);
+    CHECK(metric(result.peers[i], "ad-psgd.outstanding") == 0);
+    CHECK(metric(result.peers[i], "ad-psgd.late") == 0);
+  }
+  // The leaver's final model is the one it left with: with it, the sum is the initial one.
+  const std::vector<float> oracle = test::averageOfDistinct(peers, result.finals[0].params.size());
+  CHECK(test::maxAbsDiff(test::meanOf(result.finals), oracle) < 1e-5);
+  // The survivors went on exchanging without it (the roles recomputed over three).
+  CHECK(metric(result.peers[0], "ad-psgd.merged") > 0);
 }
 
 TEST_CASE("ad-psgd: options are validated") {
