@@ -112,10 +112,10 @@ void AdPsgd::answer(engine::PeerContext& ctx, const engine::Incoming& offer) {
   const std::span<float> x = ctx.params();
   const engine::DeviceView s = ctx.upload(offer.payload(0));
   ctx.compute().axpby(x, 0.5f, s, 0.5f);
-  ctx.send(offer.from, engine::Message{.kind = kAnswer,
-                                       .step = ctx.step(),
-                                       .integers = {offer.integer(0)},
-                                       .payloads = {x}});
+  ctx.send(
+      offer.from,
+      engine::Message{
+          .kind = kAnswer, .step = ctx.step(), .integers = {offer.integer(0)}, .payloads = {x}});
   ctx.metrics().add("ad-psgd.answered", 1);
 }
 
@@ -165,10 +165,11 @@ void AdPsgd::offer(engine::PeerContext& ctx) {
     ctx.metrics().add("ad-psgd.no_partner", 1);
     if (!warnedNoPartner_ && graph.size() > 1)
       log::get("algorithms")
-          ->warn("peer {:016x}: ad-psgd: this active peer has no passive out-neighbour in the "
-                 "topology (roles: even positions active, odd ones passive), so it never offers; "
-                 "use --topology ring (or one where even and odd positions are neighbours)",
-                 ctx.self());
+          ->warn(
+              "peer {:016x}: ad-psgd: this active peer has no passive out-neighbour in the "
+              "topology (roles: even positions active, odd ones passive), so it never offers; "
+              "use --topology ring (or one where even and odd positions are neighbours)",
+              ctx.self());
     warnedNoPartner_ = true;
     return;
   }

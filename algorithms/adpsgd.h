@@ -54,9 +54,10 @@
 // ("ad-psgd.expired") and an answer that comes later is dropped ("ad-psgd.late"). An offer to a
 // peer that left the view is still held until then (a leaver answers what it holds before it
 // goes, and that answer may land after the view changed), but it no longer counts toward
-// `outstanding`, and finish() does not wait for it ("ad-psgd.abandoned" when it is dropped). An offer its receiver never applied costs nothing. An offer it applied whose
-// answer never lands (the offerer died, or the answer was later than `timeout`) moved d to the
-// receiver only: the survivors' sum then differs from the initial one by that half-difference.
+// `outstanding`, and finish() does not wait for it ("ad-psgd.abandoned" when it is dropped). An
+// offer its receiver never applied costs nothing. An offer it applied whose answer never lands
+// (the offerer died, or the answer was later than `timeout`) moved d to the receiver only: the
+// survivors' sum then differs from the initial one by that half-difference.
 // A dead peer takes its model out of the sum in any case.
 //
 // Finish. After the runtime's barrier every offer sent is in its receiver's inbox: every peer
@@ -84,8 +85,9 @@ struct AdPsgdOptions {
 
   template <typename Bind>
   void bind(Bind& b) {
-    b("period", period, "an active peer offers its model to a random passive neighbour every "
-                        "`period` steps");
+    b("period", period,
+      "an active peer offers its model to a random passive neighbour every "
+      "`period` steps");
     b("outstanding", outstanding,
       "offers an active peer keeps in flight at most (each holds a copy of the model); an offer "
       "due beyond that is skipped");

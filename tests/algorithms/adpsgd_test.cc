@@ -205,8 +205,8 @@ TEST_CASE("ad-psgd: options are validated") {
   CHECK_THROWS_WITH_AS(spec.make({{"outstanding", "0"}}),
                        doctest::Contains("ad-psgd.outstanding must be in [1, 64]"),
                        gossamer::Error);
-  CHECK_THROWS_WITH_AS(spec.make({{"outstanding", "65"}}),
-                       doctest::Contains("ad-psgd.outstanding"), gossamer::Error);
+  CHECK_THROWS_WITH_AS(spec.make({{"outstanding", "65"}}), doctest::Contains("ad-psgd.outstanding"),
+                       gossamer::Error);
   CHECK_THROWS_WITH_AS(spec.make({{"timeout", "-1"}}), doctest::Contains("ad-psgd.timeout"),
                        gossamer::Error);
   CHECK_THROWS_WITH_AS(spec.make({{"timeout", "nan"}}), doctest::Contains("timeout"),

@@ -241,7 +241,7 @@ TEST_CASE("refusal: ad-psgd applies no refused answer") {
     for (std::size_t i : {0, 2}) {  // the active peers
       CAPTURE(i);
       CHECK(metric(result.peers[i], "ad-psgd.refused") > 0);
-      CHECK(metric(result.peers[i], "ad-psgd.merged") > 0);  // the honest answers were applied
+      CHECK(metric(result.peers[i], "ad-psgd.merged") > 0);   // the honest answers were applied
       CHECK(metric(result.peers[i], "ad-psgd.expired") > 0);  // the offers to the liar
     }
   }
