@@ -1,5 +1,6 @@
 #include "algorithms/builtin.h"
 
+#include "algorithms/adpsgd.h"
 #include "algorithms/allreduce_sgd.h"
 #include "algorithms/dpsgd.h"
 #include "algorithms/dts.h"
@@ -28,6 +29,12 @@ void addBuiltinAlgorithms(engine::Registry& registry) {
           "sum-weighted gossip: merge received (w, alpha), push (w, alpha/2) with probability p "
           "(Blot et al. 2016)",
           "mesh"));
+  add("ad-psgd",
+      engine::algorithmSpec<AdPsgd, AdPsgdOptions>(
+          "asynchronous decentralized SGD: gradient at w, then pairwise averaging "
+          "w_i = w_j = (w_i + w_j) / 2 with a random passive neighbour (offer and answer, never "
+          "waited for), then the step (Lian et al. 2018)",
+          "ring"));
   add("easgd",
       engine::algorithmSpec<Easgd, EasgdOptions>(
           "asynchronous elastic averaging with a center variable on the star's center: "

@@ -208,6 +208,45 @@ TEST_CASE("refusal: gosgd merges no refused transfer") {
   }
 }
 
+TEST_CASE("refusal: ad-psgd applies no refused answer") {
+  test::Watchdog watchdog(120s);
+  for (const Lie lie : kLies) {
+    CAPTURE(lieName(lie));
+    // A ring of 4: ids 1 and 3 active, 2 and 4 passive; 4 lies in its answers. With one offer in
+    // flight and learning rate 0 an applied answer makes the offerer the average of two models,
+    // so the honest models stay convex combinations of the honest initial ones. Offers to the
+    // liar expire after 20 ms (an honest answer later than that is dropped: the offerer stays as
+    // it was, the passive peer holds an average, both still convex).
+    Run run = lyingRun("ad-psgd", 4, 400, 4, {{"outstanding", "1"}, {"timeout", "0.02"}});
+    run.config.peer.training.minStepTime = 1ms;
+    const auto result = execute(run, lie);
+    for (std::size_t i : {0, 1, 2}) {
+      CAPTURE(i);
+      CHECK(result.peers[i].steps == 400);
+      const std::vector<float>& w = result.finals[i].params;
+      CHECK(allFinite(w));
+      std::vector<std::vector<float>> honest;
+      for (std::size_t rank : {0, 1, 2}) honest.push_back(test::distinctParams(rank, w.size()));
+      bool inside = true;
+      for (std::size_t k = 0; k < w.size(); ++k) {
+        float lo = INFINITY, hi = -INFINITY;
+        for (const std::vector<float>& h : honest) {
+          lo = std::min(lo, h[k]);
+          hi = std::max(hi, h[k]);
+        }
+        inside = inside && w[k] >= lo - 1e-5f && w[k] <= hi + 1e-5f;
+      }
+      CHECK(inside);
+    }
+    for (std::size_t i : {0, 2}) {  // the active peers
+      CAPTURE(i);
+      CHECK(metric(result.peers[i], "ad-psgd.refused") > 0);
+      CHECK(metric(result.peers[i], "ad-psgd.merged") > 0);   // the honest answers were applied
+      CHECK(metric(result.peers[i], "ad-psgd.expired") > 0);  // the offers to the liar
+    }
+  }
+}
+
 TEST_CASE("refusal: tree-easgd pulls toward no refused model") {
   test::Watchdog watchdog(120s);
   for (const Lie lie : kLies) {
