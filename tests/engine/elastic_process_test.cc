@@ -72,6 +72,7 @@ GOSSAMER_KILL_TESTS("sparknet")
 GOSSAMER_KILL_TESTS("local-sgd")
 GOSSAMER_KILL_TESTS("easgd")
 GOSSAMER_KILL_TESTS("eamsgd")
+GOSSAMER_KILL_TESTS("easgd --easgd.prefetch 2")
 GOSSAMER_KILL_TESTS("tree-easgd")
 
 // A fifth peer joins four that have taken 100 steps: it takes a neighbour's model, trains to the
