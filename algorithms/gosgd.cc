@@ -17,9 +17,8 @@ using engine::PeerId;
 // finish() goes on announcing once it is done (so that a lost SETTLED costs the others nothing).
 constexpr Clock::duration kTick = std::chrono::milliseconds(5);
 constexpr Clock::duration kLinger = 4 * kTick;
-// Transfers in escrow at most: a peer whose acks do not come back stops gossiping (and keeps its
-// weight) instead of piling up model copies.
-constexpr std::size_t kMaxEscrow = 4;
+// Escrow buffers kept for reuse at most (the bound on transfers in flight is InflightBound's).
+constexpr std::size_t kMaxSpare = 4;
 
 bool contains(const std::vector<PeerId>& ids, PeerId id) {
   return std::find(ids.begin(), ids.end(), id) != ids.end();
@@ -31,6 +30,41 @@ void GosgdOptions::validate() const {
   GOSSAMER_ENFORCE(p > 0 && p <= 1, "gosgd.p must be in (0, 1], not {}", p);
   GOSSAMER_ENFORCE(retransmit > 0 && retransmit <= 1, "gosgd.retransmit must be in (0, 1], not {}",
                    retransmit);
+  GOSSAMER_ENFORCE(maxInflightBytes >= 0,
+                   "gosgd.max_inflight_bytes must be >= 0 (0: estimated), not {}",
+                   maxInflightBytes);
+}
+
+// ---- InflightBound -----------------------------------------------------------------------------
+
+void InflightBound::sent(std::uint64_t id, std::size_t bytes, Clock::time_point now) {
+  flights_[id] = Flight{.bytes = bytes, .sentAt = now, .deliveredAtSend = delivered_};
+}
+
+void InflightBound::acked(std::uint64_t id, Clock::time_point now, bool resent) {
+  const auto it = flights_.find(id);
+  if (it == flights_.end()) return;
+  const Flight flight = it->second;
+  flights_.erase(it);
+  delivered_ += flight.bytes;
+  const double rtt = std::chrono::duration<double>(now - flight.sentAt).count();
+  if (resent || !(rtt > 0)) return;
+  // Delivery rate: what was acknowledged while this transfer was in flight, itself included.
+  const double rate = static_cast<double>(delivered_ - flight.deliveredAtSend) / rtt;
+  rate_ = sampled_ ? rate_ + kRateWeight * (rate - rate_) : rate;
+  if (!sampled_ || rtt <= minRtt_ || now - minRttAt_ > kRttWindow) {
+    minRtt_ = rtt;
+    minRttAt_ = now;
+  }
+  sampled_ = true;
+}
+
+std::size_t InflightBound::limit(std::size_t transferBytes) const {
+  if (fixed_ > 0) return std::max(static_cast<std::size_t>(fixed_), transferBytes);
+  if (!sampled_) return kInitialTransfers * transferBytes;
+  const double bdp = kGain * rate_ * minRtt_;
+  const double bounded = std::min(bdp, static_cast<double>(kCapBytes));
+  return std::max(static_cast<std::size_t>(bounded), transferBytes);
 }
 
 double Gosgd::escrowed() const {
@@ -56,10 +90,19 @@ bool Gosgd::choosable(PeerId peer) const {
   });
 }
 
+std::size_t Gosgd::transferBytes(engine::PeerContext& ctx) const {
+  return ctx.params().size() * sizeof(float);
+}
+
 void Gosgd::publish(engine::PeerContext& ctx) {
   ctx.metrics().set("gosgd.alpha", alpha_);
   ctx.metrics().set("gosgd.escrow", escrowed());
   ctx.metrics().set("gosgd.lost", lost_);
+  ctx.metrics().set("gosgd.inflight_limit_bytes",
+                    static_cast<double>(inflight_.limit(transferBytes(ctx))));
+  ctx.metrics().set("gosgd.inflight_peak_bytes", static_cast<double>(inflightPeak_));
+  ctx.metrics().set("gosgd.ack_rtt_ms", inflight_.rttSeconds() * 1e3);
+  ctx.metrics().set("gosgd.ack_rate_mbps", inflight_.rateBytesPerSecond() * 8e-6);
 }
 
 void Gosgd::setup(engine::PeerContext& ctx) {
@@ -77,6 +120,7 @@ void Gosgd::setup(engine::PeerContext& ctx) {
     }
     lost_ += it->second.weight;
     lostTo_[it->second.to] += it->second.weight;
+    inflight_.forget(it->first);
     recycle(std::move(it->second.model));
     it = escrow_.erase(it);
   }
@@ -113,6 +157,7 @@ void Gosgd::exchange(engine::PeerContext& ctx) {
         for (std::uint64_t id : m.integers) {
           const auto it = escrow_.find(id);
           if (it == escrow_.end() || it->second.to != m.from) continue;  // a duplicate ack
+          inflight_.acked(id, Clock::now(), it->second.resent);
           ackedBy_[it->second.to] += it->second.weight;
           recycle(std::move(it->second.model));
           escrow_.erase(it);
@@ -210,7 +255,7 @@ std::shared_ptr<kernels::Buffer<float>> Gosgd::escrowBuffer(engine::PeerContext&
 }
 
 void Gosgd::recycle(std::shared_ptr<kernels::Buffer<float>> buffer) {
-  if (buffer && spare_.size() < kMaxEscrow) spare_.push_back(std::move(buffer));
+  if (buffer && spare_.size() < kMaxSpare) spare_.push_back(std::move(buffer));
 }
 
 void Gosgd::releaseBuffers() {
@@ -226,6 +271,7 @@ void Gosgd::transfer(engine::PeerContext& ctx, PeerId to, double weight) {
   ctx.compute().copy(e.model->span(), ctx.params());
   alpha_ -= weight;
   const std::uint64_t id = nextId_++;
+  inflight_.sent(id, transferBytes(ctx), Clock::now());
   sendEscrow(ctx, id, escrow_.emplace(id, std::move(e)).first->second);
   ctx.metrics().add("gosgd.sent", 1);
 }
@@ -364,7 +410,10 @@ void Gosgd::afterStep(engine::PeerContext& ctx) {
   if (!(alpha_ > 0)) return;
   std::uniform_real_distribution<double> coin(0.0, 1.0);
   if (coin(ctx.rng()) >= options_.p) return;
-  if (escrow_.size() >= kMaxEscrow) {
+  // Bytes in flight: every transfer is one model (a peer whose acks stop coming stops gossiping,
+  // and keeps its weight, instead of piling up model copies).
+  const std::size_t bytes = transferBytes(ctx);
+  if (!inflight_.allows(escrow_.size() * bytes, bytes)) {
     ctx.metrics().add("gosgd.throttled", 1);
     return;
   }
@@ -373,6 +422,7 @@ void Gosgd::afterStep(engine::PeerContext& ctx) {
     partner = ctx.graph().randomPartner(ctx.self(), ctx.rng());
   if (!partner || !choosable(*partner)) return;
   transfer(ctx, *partner, alpha_ / 2);
+  inflightPeak_ = std::max(inflightPeak_, escrow_.size() * bytes);
   publish(ctx);
 }
 
