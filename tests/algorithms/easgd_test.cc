@@ -146,12 +146,12 @@ TEST_CASE("eamsgd: with learning rate 0 sum_i w_i + w~ is conserved and all meet
   checkConservedSum<Eamsgd>("eamsgd");
 }
 
-TEST_CASE("easgd: with prefetched pulls sum_i w_i + w~ is still conserved and all meet at its mean") {
+TEST_CASE("easgd: with prefetched pulls sum_i w_i + w~ is conserved and all meet at its mean") {
   SUBCASE("tau 2, prefetch 1") { checkConservedSum<Easgd>("easgd", 2, 1); }
   SUBCASE("tau 4, prefetch 3") { checkConservedSum<Easgd>("easgd", 4, 3); }
 }
 
-TEST_CASE("eamsgd: with prefetched pulls sum_i w_i + w~ is still conserved and all meet at its mean") {
+TEST_CASE("eamsgd: with prefetched pulls sum_i w_i + w~ is conserved and all meet at its mean") {
   checkConservedSum<Eamsgd>("eamsgd", 2, 1);
 }
 
