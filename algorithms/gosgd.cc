@@ -51,8 +51,12 @@ void InflightBound::acked(std::uint64_t id, Clock::time_point now, bool resent) 
   if (resent || !(rtt > 0)) return;
   // Delivery rate: what was acknowledged while this transfer was in flight, itself included.
   const double rate = static_cast<double>(delivered_ - flight.deliveredAtSend) / rtt;
-  rate_ = sampled_ ? rate_ + kRateWeight * (rate - rate_) : rate;
-  if (!sampled_ || rtt <= minRtt_ || now - minRttAt_ > kRttWindow) {
+  // Both filters keep their extreme for a window, then take the next sample.
+  if (!sampled_ || rate >= rate_ || now - rateAt_ > kWindow) {
+    rate_ = rate;
+    rateAt_ = now;
+  }
+  if (!sampled_ || rtt <= minRtt_ || now - minRttAt_ > kWindow) {
     minRtt_ = rtt;
     minRttAt_ = now;
   }
@@ -181,6 +185,7 @@ void Gosgd::exchange(engine::PeerContext& ctx) {
     e.due = now + retransmitAfter(ctx);
     e.resent = true;
     ctx.metrics().add("gosgd.retransmits", 1);
+    ++retransmits_;
   }
   // A leaver waits for every member to owe it nothing; tell it so (again every tick).
   for (PeerId leaver : leavers_) {
@@ -274,6 +279,7 @@ void Gosgd::transfer(engine::PeerContext& ctx, PeerId to, double weight) {
   inflight_.sent(id, transferBytes(ctx), Clock::now());
   sendEscrow(ctx, id, escrow_.emplace(id, std::move(e)).first->second);
   ctx.metrics().add("gosgd.sent", 1);
+  ++sent_;
 }
 
 void Gosgd::sendEscrow(engine::PeerContext& ctx, std::uint64_t id, const Escrow& e) {
@@ -345,6 +351,15 @@ void Gosgd::finish(engine::PeerContext& ctx) {
                std::chrono::duration_cast<std::chrono::milliseconds>(ctx.commTimeout()).count());
   }
   publish(ctx);
+  log::get("algorithms")
+      ->info("peer {:016x}: gosgd sent {} transfers ({} retransmitted), skipped {} draws for the "
+             "bound on bytes in flight ({} bytes, {:.1f} transfers; ack rtt {:.1f} ms, {:.1f} "
+             "Mbit/s)",
+             ctx.self(), sent_, retransmits_, throttled_,
+             inflight_.limit(transferBytes(ctx)),
+             static_cast<double>(inflight_.limit(transferBytes(ctx))) /
+                 static_cast<double>(std::max<std::size_t>(transferBytes(ctx), 1)),
+             inflight_.rttSeconds() * 1e3, inflight_.rateBytesPerSecond() * 8e-6);
   // Nothing is sent after this: the buffers go back to the Compute now, not whenever the
   // algorithm is destroyed.
   releaseBuffers();
@@ -415,6 +430,7 @@ void Gosgd::afterStep(engine::PeerContext& ctx) {
   const std::size_t bytes = transferBytes(ctx);
   if (!inflight_.allows(escrow_.size() * bytes, bytes)) {
     ctx.metrics().add("gosgd.throttled", 1);
+    ++throttled_;
     return;
   }
   std::optional<PeerId> partner;

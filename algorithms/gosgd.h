@@ -57,10 +57,16 @@
 //   rtt    the shortest ack round trip of the last 10 s (a transfer sent once: the ack of a resent
 //          one matches no single send); the minimum, not an average, so that transfers queued
 //          behind each other do not inflate it and, with it, the bound;
-//   rate   an EWMA (weight 1/4) of the delivery rate: the bytes acknowledged while a transfer was
-//          in flight, over its round trip;
-//   bound  2 x rate x rtt (the gain of 2 lets an application-limited estimate grow when more is
-//          sent), at least one transfer, at most 256 MiB; 4 transfers until the first sample.
+//   rate   the highest delivery rate of the last 10 s: the bytes acknowledged while a transfer was
+//          in flight, over its round trip. The maximum, not an average: the rate is measured
+//          through the bound itself (a sender limited to one transfer delivers one per round
+//          trip), and an average of the slower samples (acks that waited for the receiver's step
+//          boundary, or for jitter) times the minimum round trip stays below one transfer, so the
+//          bound would never grow (on `geo`, an EWMA held it at 1.1-1.4 transfers and skipped
+//          half the draws);
+//   bound  2 x rate x rtt (the gain of 2 lets the estimate grow while more is sent: k transfers
+//          in flight measure k per round trip and allow 2k), at least one transfer, at most
+//          256 MiB; 4 transfers until the first sample.
 // The round trip includes the receiver's wait for its next step boundary (acks go out there): that
 // is part of the pipe a transfer occupies. InflightBound below keeps the estimate.
 //
@@ -148,8 +154,7 @@ class InflightBound {
   static constexpr double kGain = 2;
   static constexpr std::size_t kInitialTransfers = 4;
   static constexpr std::size_t kCapBytes = std::size_t{256} << 20;
-  static constexpr double kRateWeight = 0.25;
-  static constexpr engine::Clock::duration kRttWindow = std::chrono::seconds(10);
+  static constexpr engine::Clock::duration kWindow = std::chrono::seconds(10);
 
  private:
   struct Flight {
@@ -161,9 +166,9 @@ class InflightBound {
   std::map<std::uint64_t, Flight> flights_;
   std::uint64_t delivered_ = 0;  // bytes acknowledged in all
   bool sampled_ = false;
-  double rate_ = 0;    // bytes per second, EWMA
+  double rate_ = 0;    // bytes per second, maximum over the window
   double minRtt_ = 0;  // seconds, minimum over the window
-  engine::Clock::time_point minRttAt_{};
+  engine::Clock::time_point rateAt_{}, minRttAt_{};
 };
 
 class Gosgd final : public engine::Algorithm {
@@ -255,6 +260,8 @@ class Gosgd final : public engine::Algorithm {
   // Everything runs on the compute thread.
   InflightBound inflight_{options_.maxInflightBytes};
   std::size_t inflightPeak_ = 0;  // the most bytes in escrow after a gossip draw
+  // For finish()'s summary line (the same counts as the metrics of those names).
+  std::uint64_t sent_ = 0, throttled_ = 0, retransmits_ = 0;
   double alpha_ = 0;
   bool started_ = false;
   std::uint64_t nextId_ = 1;

@@ -235,8 +235,8 @@ TEST_CASE("gosgd: options are validated") {
         nullptr);
 }
 
-// The bound on bytes in flight, driven by a fake clock: 2 x (EWMA delivery rate) x (windowed
-// minimum ack round trip), at least one transfer, at most the cap; 4 transfers before any sample.
+// The bound on bytes in flight, driven by a fake clock: 2 x (windowed maximum delivery rate) x
+// (windowed minimum ack round trip), at least one transfer, at most the cap; 4 transfers before any sample.
 TEST_CASE("gosgd: the bound on bytes in flight is twice the estimated bandwidth-delay product") {
   const engine::Clock::time_point t0{};
   const auto at = [&](int ms) { return t0 + std::chrono::milliseconds(ms); };
@@ -271,20 +271,21 @@ TEST_CASE("gosgd: the bound on bytes in flight is twice the estimated bandwidth-
     CHECK(bound.rateBytesPerSecond() == doctest::Approx(10e6));
     CHECK(bound.limit(mb) == 2 * mb);
     // Two at once, both acknowledged after 100 ms: the second saw 2 MB delivered in its 100 ms
-    // (20 MB/s); the EWMA moves a quarter of the way to each sample: 10, then 12.5 MB/s.
+    // (20 MB/s): twice the rate, twice the bound.
     bound.sent(2, mb, at(1000));
     bound.sent(3, mb, at(1000));
     bound.acked(2, at(1100), false);
     CHECK(bound.rateBytesPerSecond() == doctest::Approx(10e6));
     bound.acked(3, at(1100), false);
-    CHECK(bound.rateBytesPerSecond() == doctest::Approx(12.5e6));
-    CHECK(bound.limit(mb) == 2'500'000);
-    // A transfer queued behind others takes longer: the minimum round trip stays 100 ms, so
-    // queueing does not inflate the bound (the rate sample 1 MB / 0.4 s = 2.5 MB/s still enters).
+    CHECK(bound.rateBytesPerSecond() == doctest::Approx(20e6));
+    CHECK(bound.limit(mb) == 4 * mb);
+    // A transfer whose ack took longer (queued, or waiting for the receiver's step boundary): the
+    // minimum round trip and the maximum rate stay, so neither lowers nor inflates the bound.
     bound.sent(4, mb, at(2000));
     bound.acked(4, at(2400), false);
     CHECK(bound.rttSeconds() == doctest::Approx(0.1));
-    CHECK(bound.rateBytesPerSecond() == doctest::Approx(12.5e6 + 0.25 * (2.5e6 - 12.5e6)));
+    CHECK(bound.rateBytesPerSecond() == doctest::Approx(20e6));
+    CHECK(bound.limit(mb) == 4 * mb);
     // The ack of a resent transfer matches no single send: no sample (Karn's rule).
     const double rate = bound.rateBytesPerSecond();
     bound.sent(5, mb, at(3000));
@@ -297,10 +298,12 @@ TEST_CASE("gosgd: the bound on bytes in flight is twice the estimated bandwidth-
     bound.acked(6, at(3001), false);
     bound.acked(99, at(3001), false);
     CHECK(bound.rateBytesPerSecond() == rate);
-    // Past the 10 s window the minimum is renewed by the next sample: the path got longer.
+    // Past the 10 s window both are renewed by the next sample: the path got longer and slower.
     bound.sent(7, mb, at(20000));
     bound.acked(7, at(20250), false);
     CHECK(bound.rttSeconds() == doctest::Approx(0.25));
+    CHECK(bound.rateBytesPerSecond() == doctest::Approx(4e6));
+    CHECK(bound.limit(mb) == 2 * mb);
   }
   SUBCASE("at least one transfer, at most the cap") {
     InflightBound small;
@@ -314,10 +317,7 @@ TEST_CASE("gosgd: the bound on bytes in flight is twice the estimated bandwidth-
     fast.sent(2, 100 * mb, at(2000));
     fast.sent(3, 100 * mb, at(2000));
     fast.acked(2, at(3000), false);
-    fast.acked(3, at(3000), false);  // 200 MB/s sample: 125 MB/s, x 1 s x 2 = 250 MB
-    CHECK(fast.limit(mb) == 250 * mb);
-    fast.sent(4, 400 * mb, at(4000));
-    fast.acked(4, at(5000), false);  // a 400 MB/s sample: 193.75 MB/s, x 2: over the cap
+    fast.acked(3, at(3000), false);  // 200 MB/s x 1 s x 2 = 400 MB: over the cap
     CHECK(fast.limit(mb) == InflightBound::kCapBytes);
     CHECK(fast.limit(2 * InflightBound::kCapBytes) == 2 * InflightBound::kCapBytes);
   }
