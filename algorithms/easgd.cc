@@ -16,6 +16,8 @@ void EasgdOptions::validate(const char* name) const {
                    alpha);
   GOSSAMER_ENFORCE(timeoutMs >= 0, "{}.timeout_ms must be >= 0 (0: --comm-timeout), not {}", name,
                    timeoutMs);
+  GOSSAMER_ENFORCE(prefetch < tau, "{}.prefetch must be below {}.tau ({}), not {}", name, name, tau,
+                   prefetch);
 }
 
 void EamsgdOptions::validate() const { elastic.validate("eamsgd"); }
@@ -117,29 +119,84 @@ void ElasticCenter::loadState(const engine::AlgorithmState& state) {
 
 void ElasticCenter::beforeStep(engine::PeerContext& ctx) {
   step_ = ctx.step();
-  if (ctx.step() % options_.tau == 0) exchange(ctx);
+  const std::uint64_t t = ctx.step();
+  if (t % options_.tau == 0) exchange(ctx);
+  // 0 < prefetch < tau: never the step of an exchange. No pull for an exchange past the end.
+  const std::uint64_t ahead = t + options_.prefetch;
+  if (options_.prefetch > 0 && ahead % options_.tau == 0 && ahead < ctx.totalSteps())
+    prefetch(ctx, ahead);
 }
 
-std::optional<engine::Incoming> ElasticCenter::pull(engine::PeerContext& ctx) {
-  // Replies to pulls that timed out earlier are of no use now.
-  if (const std::size_t late = ctx.inbox().drain(kCenter).size(); late > 0)
-    ctx.metrics().add(metric("late_replies"), static_cast<double>(late));
-  const engine::Clock::duration timeout =
-      options_.timeoutMs > 0 ? std::chrono::milliseconds(options_.timeoutMs) : ctx.commTimeout();
-  std::optional<engine::Incoming> reply =
-      ctx.request(centerPeer_, engine::Message{.kind = kPull, .step = ctx.step()}, timeout);
+engine::Clock::duration ElasticCenter::pullTimeout(engine::PeerContext& ctx) const {
+  return options_.timeoutMs > 0 ? std::chrono::milliseconds(options_.timeoutMs)
+                                : ctx.commTimeout();
+}
+
+bool ElasticCenter::usable(engine::PeerContext& ctx,
+                           const std::optional<engine::Incoming>& reply) {
   // No payload: the peer asked does not hold the center (yet). A w~ of the wrong size or with a
   // non-finite value is refused (counted in "<name>.refused"), and missed all the same.
   if (!reply || reply->payloadCount() == 0 ||
       !engine::acceptMessage(*reply, {.payloads = {ctx.params().size()}}, ctx.metrics(), name_)) {
     ctx.metrics().add(metric("missed"), 1);
-    return std::nullopt;
+    return false;
   }
+  return true;
+}
+
+std::optional<engine::Incoming> ElasticCenter::pull(engine::PeerContext& ctx) {
+  pending_.reset();  // a prefetched reply still to come is late like the others below
+  // Replies to pulls that timed out earlier are of no use now.
+  if (const std::size_t late = ctx.inbox().drain(kCenter).size(); late > 0)
+    ctx.metrics().add(metric("late_replies"), static_cast<double>(late));
+  std::optional<engine::Incoming> reply = ctx.request(
+      centerPeer_, engine::Message{.kind = kPull, .step = ctx.step()}, pullTimeout(ctx));
+  if (!usable(ctx, reply)) return std::nullopt;
+  return reply;
+}
+
+void ElasticCenter::prefetch(engine::PeerContext& ctx, std::uint64_t at) {
+  // Replies to pulls that timed out earlier (and to a prefetch whose exchange never came: the
+  // step moved) are of no use now; only one pull is ever in flight.
+  pending_.reset();
+  if (const std::size_t late = ctx.inbox().drain(kCenter).size(); late > 0)
+    ctx.metrics().add(metric("late_replies"), static_cast<double>(late));
+  // A notify with a fresh tag: serve() answers it like a request, into this peer's inbox with
+  // that tag (ServiceContext::reply), and nothing waits for it now.
+  const std::uint64_t tag = ctx.tags().fresh();
+  ctx.notify(centerPeer_, engine::Message{.kind = kPull, .step = ctx.step(), .tag = tag});
+  pending_ = Pending{.tag = tag, .from = centerPeer_, .step = at};
+  ctx.metrics().add(metric("prefetches"), 1);
+}
+
+std::optional<engine::Incoming> ElasticCenter::collect(engine::PeerContext& ctx) {
+  const Pending pending = *pending_;
+  pending_.reset();
+  const engine::Clock::time_point deadline = engine::Clock::now() + pullTimeout(ctx);
+  std::optional<engine::Incoming> reply;
+  for (bool first = true;; first = false) {
+    // Any other reply queued is an earlier pull's that came too late: dropped.
+    for (engine::Incoming& m : ctx.inbox().drain(kCenter)) {
+      if (!reply && m.tag == pending.tag && m.from == pending.from) {
+        reply = std::move(m);
+      } else {
+        ctx.metrics().add(metric("late_replies"), 1);
+      }
+    }
+    if (reply) break;
+    if (first) ctx.metrics().add(metric("late"), 1);  // not there yet: waited for
+    if (!ctx.inbox().wait(kCenter, deadline)) break;
+  }
+  if (!usable(ctx, reply)) return std::nullopt;
   return reply;
 }
 
 void ElasticCenter::exchange(engine::PeerContext& ctx) {
-  const std::optional<engine::Incoming> reply = pull(ctx);
+  // The prefetched pull when there is one for this exchange, from the center of this view (a
+  // membership change may have moved the center since it left); else a blocking pull.
+  const bool prefetched =
+      pending_ && pending_->step == ctx.step() && pending_->from == centerPeer_;
+  const std::optional<engine::Incoming> reply = prefetched ? collect(ctx) : pull(ctx);
   if (!reply) return;
   const engine::DeviceView center = ctx.upload(reply->payload(0));
   kernels::Compute& compute = ctx.compute();

@@ -17,9 +17,8 @@ using engine::PeerId;
 // finish() goes on announcing once it is done (so that a lost SETTLED costs the others nothing).
 constexpr Clock::duration kTick = std::chrono::milliseconds(5);
 constexpr Clock::duration kLinger = 4 * kTick;
-// Transfers in escrow at most: a peer whose acks do not come back stops gossiping (and keeps its
-// weight) instead of piling up model copies.
-constexpr std::size_t kMaxEscrow = 4;
+// Escrow buffers kept for reuse at most (the bound on transfers in flight is InflightBound's).
+constexpr std::size_t kMaxSpare = 4;
 
 bool contains(const std::vector<PeerId>& ids, PeerId id) {
   return std::find(ids.begin(), ids.end(), id) != ids.end();
@@ -31,6 +30,45 @@ void GosgdOptions::validate() const {
   GOSSAMER_ENFORCE(p > 0 && p <= 1, "gosgd.p must be in (0, 1], not {}", p);
   GOSSAMER_ENFORCE(retransmit > 0 && retransmit <= 1, "gosgd.retransmit must be in (0, 1], not {}",
                    retransmit);
+  GOSSAMER_ENFORCE(maxInflightBytes >= 0,
+                   "gosgd.max_inflight_bytes must be >= 0 (0: estimated), not {}",
+                   maxInflightBytes);
+}
+
+// ---- InflightBound -----------------------------------------------------------------------------
+
+void InflightBound::sent(std::uint64_t id, std::size_t bytes, Clock::time_point now) {
+  flights_[id] = Flight{.bytes = bytes, .sentAt = now, .deliveredAtSend = delivered_};
+}
+
+void InflightBound::acked(std::uint64_t id, Clock::time_point now, bool resent) {
+  const auto it = flights_.find(id);
+  if (it == flights_.end()) return;
+  const Flight flight = it->second;
+  flights_.erase(it);
+  delivered_ += flight.bytes;
+  const double rtt = std::chrono::duration<double>(now - flight.sentAt).count();
+  if (resent || !(rtt > 0)) return;
+  // Delivery rate: what was acknowledged while this transfer was in flight, itself included.
+  const double rate = static_cast<double>(delivered_ - flight.deliveredAtSend) / rtt;
+  // Both filters keep their extreme for a window, then take the next sample.
+  if (!sampled_ || rate >= rate_ || now - rateAt_ > kWindow) {
+    rate_ = rate;
+    rateAt_ = now;
+  }
+  if (!sampled_ || rtt <= minRtt_ || now - minRttAt_ > kWindow) {
+    minRtt_ = rtt;
+    minRttAt_ = now;
+  }
+  sampled_ = true;
+}
+
+std::size_t InflightBound::limit(std::size_t transferBytes) const {
+  if (fixed_ > 0) return std::max(static_cast<std::size_t>(fixed_), transferBytes);
+  if (!sampled_) return kInitialTransfers * transferBytes;
+  const double bdp = kGain * rate_ * minRtt_;
+  const double bounded = std::min(bdp, static_cast<double>(kCapBytes));
+  return std::max(static_cast<std::size_t>(bounded), transferBytes);
 }
 
 double Gosgd::escrowed() const {
@@ -56,10 +94,19 @@ bool Gosgd::choosable(PeerId peer) const {
   });
 }
 
+std::size_t Gosgd::transferBytes(engine::PeerContext& ctx) const {
+  return ctx.params().size() * sizeof(float);
+}
+
 void Gosgd::publish(engine::PeerContext& ctx) {
   ctx.metrics().set("gosgd.alpha", alpha_);
   ctx.metrics().set("gosgd.escrow", escrowed());
   ctx.metrics().set("gosgd.lost", lost_);
+  ctx.metrics().set("gosgd.inflight_limit_bytes",
+                    static_cast<double>(inflight_.limit(transferBytes(ctx))));
+  ctx.metrics().set("gosgd.inflight_peak_bytes", static_cast<double>(inflightPeak_));
+  ctx.metrics().set("gosgd.ack_rtt_ms", inflight_.rttSeconds() * 1e3);
+  ctx.metrics().set("gosgd.ack_rate_mbps", inflight_.rateBytesPerSecond() * 8e-6);
 }
 
 void Gosgd::setup(engine::PeerContext& ctx) {
@@ -77,6 +124,7 @@ void Gosgd::setup(engine::PeerContext& ctx) {
     }
     lost_ += it->second.weight;
     lostTo_[it->second.to] += it->second.weight;
+    inflight_.forget(it->first);
     recycle(std::move(it->second.model));
     it = escrow_.erase(it);
   }
@@ -113,6 +161,7 @@ void Gosgd::exchange(engine::PeerContext& ctx) {
         for (std::uint64_t id : m.integers) {
           const auto it = escrow_.find(id);
           if (it == escrow_.end() || it->second.to != m.from) continue;  // a duplicate ack
+          inflight_.acked(id, Clock::now(), it->second.resent);
           ackedBy_[it->second.to] += it->second.weight;
           recycle(std::move(it->second.model));
           escrow_.erase(it);
@@ -136,6 +185,7 @@ void Gosgd::exchange(engine::PeerContext& ctx) {
     e.due = now + retransmitAfter(ctx);
     e.resent = true;
     ctx.metrics().add("gosgd.retransmits", 1);
+    ++retransmits_;
   }
   // A leaver waits for every member to owe it nothing; tell it so (again every tick).
   for (PeerId leaver : leavers_) {
@@ -210,7 +260,7 @@ std::shared_ptr<kernels::Buffer<float>> Gosgd::escrowBuffer(engine::PeerContext&
 }
 
 void Gosgd::recycle(std::shared_ptr<kernels::Buffer<float>> buffer) {
-  if (buffer && spare_.size() < kMaxEscrow) spare_.push_back(std::move(buffer));
+  if (buffer && spare_.size() < kMaxSpare) spare_.push_back(std::move(buffer));
 }
 
 void Gosgd::releaseBuffers() {
@@ -226,8 +276,10 @@ void Gosgd::transfer(engine::PeerContext& ctx, PeerId to, double weight) {
   ctx.compute().copy(e.model->span(), ctx.params());
   alpha_ -= weight;
   const std::uint64_t id = nextId_++;
+  inflight_.sent(id, transferBytes(ctx), Clock::now());
   sendEscrow(ctx, id, escrow_.emplace(id, std::move(e)).first->second);
   ctx.metrics().add("gosgd.sent", 1);
+  ++sent_;
 }
 
 void Gosgd::sendEscrow(engine::PeerContext& ctx, std::uint64_t id, const Escrow& e) {
@@ -299,6 +351,15 @@ void Gosgd::finish(engine::PeerContext& ctx) {
                std::chrono::duration_cast<std::chrono::milliseconds>(ctx.commTimeout()).count());
   }
   publish(ctx);
+  log::get("algorithms")
+      ->info("peer {:016x}: gosgd sent {} transfers ({} retransmitted), skipped {} draws for the "
+             "bound on bytes in flight ({} bytes, {:.1f} transfers; ack rtt {:.1f} ms, {:.1f} "
+             "Mbit/s)",
+             ctx.self(), sent_, retransmits_, throttled_,
+             inflight_.limit(transferBytes(ctx)),
+             static_cast<double>(inflight_.limit(transferBytes(ctx))) /
+                 static_cast<double>(std::max<std::size_t>(transferBytes(ctx), 1)),
+             inflight_.rttSeconds() * 1e3, inflight_.rateBytesPerSecond() * 8e-6);
   // Nothing is sent after this: the buffers go back to the Compute now, not whenever the
   // algorithm is destroyed.
   releaseBuffers();
@@ -364,8 +425,12 @@ void Gosgd::afterStep(engine::PeerContext& ctx) {
   if (!(alpha_ > 0)) return;
   std::uniform_real_distribution<double> coin(0.0, 1.0);
   if (coin(ctx.rng()) >= options_.p) return;
-  if (escrow_.size() >= kMaxEscrow) {
+  // Bytes in flight: every transfer is one model (a peer whose acks stop coming stops gossiping,
+  // and keeps its weight, instead of piling up model copies).
+  const std::size_t bytes = transferBytes(ctx);
+  if (!inflight_.allows(escrow_.size() * bytes, bytes)) {
     ctx.metrics().add("gosgd.throttled", 1);
+    ++throttled_;
     return;
   }
   std::optional<PeerId> partner;
@@ -373,6 +438,7 @@ void Gosgd::afterStep(engine::PeerContext& ctx) {
     partner = ctx.graph().randomPartner(ctx.self(), ctx.rng());
   if (!partner || !choosable(*partner)) return;
   transfer(ctx, *partner, alpha_ / 2);
+  inflightPeak_ = std::max(inflightPeak_, escrow_.size() * bytes);
   publish(ctx);
 }
 

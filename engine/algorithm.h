@@ -201,7 +201,7 @@ class PeerContext {
   // Blocks only while the send buffers are exhausted (back-pressure), at most commTimeout().
   virtual void send(std::span<const PeerId> to, const Message& message) = 0;
   void send(PeerId to, const Message& message) { send(std::span<const PeerId>(&to, 1), message); }
-  // Delivers `message` to `to`'s serve() (on its io thread), no reply.
+  // Delivers `message` to `to`'s serve() (io thread), its tag as given (see ServiceContext::reply).
   virtual void notify(PeerId to, const Message& message) = 0;
   // Sends `message` with a fresh tag to `to`'s serve() and waits for its reply, at most
   // `timeout`; nullopt when none came (peer gone, slow, or it did not reply).
@@ -247,8 +247,8 @@ class ServiceContext {
   virtual PeerId self() const = 0;
   // A CPU Compute for arithmetic on host buffers in serve() (never the compute thread's).
   virtual kernels::Compute& hostCompute() = 0;
-  // Answers `request` (which must have come from request()); payloads are host memory, copied
-  // before reply returns. At most one reply per request.
+  // Answers `request` (from request(), or from notify(): then to the inbox, with its tag);
+  // payloads are host memory, copied before reply returns. At most one reply per request.
   virtual void reply(const Incoming& request, const Message& message) = 0;
   virtual Metrics& metrics() = 0;
 };

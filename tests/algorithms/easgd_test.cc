@@ -79,14 +79,19 @@ struct ProbedRegistry {
 // is conserved exactly (up to float rounding), and the fixed point where every w_i equals w~ is
 // (sum_i w_i(0) + w~(0)) / (n + 1). w~(0) is the center's initial model: rank 0, the star's
 // center (the smallest id).
-// eamsgd runs with --optimizer nesterov (learning rate 0 all the same).
+// eamsgd runs with --optimizer nesterov (learning rate 0 all the same). With prefetch the pulled
+// w~ is older (it misses the deltas pushed since the pull left), which changes nothing of the
+// above: the center still adds exactly the delta the worker subtracted.
 template <typename A>
-void checkConservedSum(const std::string& name) {
+void checkConservedSum(const std::string& name, std::uint64_t tau = 1, std::uint64_t prefetch = 0) {
   test::Watchdog watchdog(120s);
   const std::size_t peers = 4;
+  const std::uint64_t steps = 300;
   ProbedRegistry<A> probed(name);
-  auto config =
-      test::algorithmCluster("probe", peers, 300, 0.0, {{"tau", "1"}, {"final_center", "false"}});
+  auto config = test::algorithmCluster("probe", peers, steps, 0.0,
+                                       {{"tau", std::to_string(tau)},
+                                        {"prefetch", std::to_string(prefetch)},
+                                        {"final_center", "false"}});
   if (name == "eamsgd")
     config.peer.training.optimizer.kind = engine::train::OptimizerKind::kNesterov;
   config.peer.training.minStepTime = 1ms;  // exchanges must keep up with the steps
@@ -116,9 +121,16 @@ void checkConservedSum(const std::string& name) {
   CHECK(test::maxAbsDiff(center, fixedPoint) < 1e-4);
   for (const auto& s : result.finals) CHECK(test::maxAbsDiff(s.params, fixedPoint) < 1e-4);
   for (const auto& p : result.peers) {
-    CHECK(p.metrics.at(name + ".exchanges") > 250);
+    CHECK(p.metrics.at(name + ".exchanges") == steps / tau);
     CHECK(p.metrics.count(name + ".missed") == 0);
     CHECK(p.metrics.at(name + ".alpha") == doctest::Approx(0.9 / peers));
+    if (prefetch > 0) {
+      // Only the first exchange (step 0) pulls blocking; a pull for an exchange past the last
+      // step never leaves.
+      CHECK(p.metrics.at(name + ".prefetches") == steps / tau - 1);
+    } else {
+      CHECK(p.metrics.count(name + ".prefetches") == 0);
+    }
   }
   // The center applied every delta: one per exchange of every worker, its own included.
   double exchanges = 0;
@@ -132,6 +144,15 @@ TEST_CASE("easgd: with learning rate 0 sum_i w_i + w~ is conserved and all meet 
 
 TEST_CASE("eamsgd: with learning rate 0 sum_i w_i + w~ is conserved and all meet at its mean") {
   checkConservedSum<Eamsgd>("eamsgd");
+}
+
+TEST_CASE("easgd: with prefetched pulls sum_i w_i + w~ is conserved and all meet at its mean") {
+  SUBCASE("tau 2, prefetch 1") { checkConservedSum<Easgd>("easgd", 2, 1); }
+  SUBCASE("tau 4, prefetch 3") { checkConservedSum<Easgd>("easgd", 4, 3); }
+}
+
+TEST_CASE("eamsgd: with prefetched pulls sum_i w_i + w~ is conserved and all meet at its mean") {
+  checkConservedSum<Eamsgd>("eamsgd", 2, 1);
 }
 
 // The workers end with the center variable (final_center): one model, up to the last deltas that
@@ -148,6 +169,18 @@ TEST_CASE("easgd: four peers learn the synthetic task and end with the center va
     CHECK(test::maxAbsDiff(s.params, result.finals[0].params) < 0.05);
 }
 
+// The pull leaves prefetch steps ahead and its reply is collected at the exchange.
+TEST_CASE("easgd: four peers learn the synthetic task with prefetched pulls") {
+  test::Watchdog watchdog(120s);
+  const auto result = test::checkLearnsAsync("easgd", {{"tau", "4"}, {"prefetch", "2"}});
+  for (const auto& p : result.peers) {
+    CHECK(p.metrics.at("easgd.exchanges") == 300 / 4);
+    CHECK(p.metrics.at("easgd.prefetches") == 300 / 4 - 1);
+    CHECK(p.metrics.at("easgd.final_center") == 1);
+  }
+  CHECK(result.peers[0].metrics.at("easgd.center_updates") == 4 * 300 / 4);
+}
+
 TEST_CASE("eamsgd: four peers learn the synthetic task") {
   test::Watchdog watchdog(120s);
   const auto result =
@@ -161,12 +194,14 @@ TEST_CASE("eamsgd: four peers learn the synthetic task") {
 template <typename A>
 void checkConvexOptimum(
     const std::string& name, double lr,
-    engine::train::OptimizerKind optimizer = engine::train::OptimizerKind::kSgd) {
+    engine::train::OptimizerKind optimizer = engine::train::OptimizerKind::kSgd,
+    std::uint64_t prefetch = 0) {
   test::Watchdog watchdog(120s);
   const float weightDecay = 0.05f;
   const std::vector<float> optimum = test::convexOptimum(weightDecay);
   ProbedRegistry<A> probed(name);
-  auto config = test::algorithmCluster("probe", 4, 1500, lr, {{"tau", "2"}});
+  auto config = test::algorithmCluster("probe", 4, 1500, lr,
+                                       {{"tau", "2"}, {"prefetch", std::to_string(prefetch)}});
   config.peer.training.optimizer.kind = optimizer;
   config.peer.training.optimizer.momentum = 0.9f;
   config.peer.training.optimizer.weightDecay = weightDecay;
@@ -186,6 +221,12 @@ void checkConvexOptimum(
 
 TEST_CASE("easgd: on a strongly convex problem the workers and the center reach the optimum") {
   checkConvexOptimum<Easgd>("easgd", 0.1);
+}
+
+// The staler w~ of a prefetched pull moves the fixed point nowhere: at the fixed point w~ does
+// not change, so an older copy of it is the same.
+TEST_CASE("easgd: with prefetched pulls the workers and the center reach the convex optimum") {
+  checkConvexOptimum<Easgd>("easgd", 0.1, engine::train::OptimizerKind::kSgd, 1);
 }
 
 TEST_CASE("eamsgd: on a strongly convex problem the workers and the center reach the optimum") {
@@ -244,9 +285,21 @@ TEST_CASE("easgd: options are validated") {
                        gossamer::Error);
   CHECK_THROWS_WITH_AS(easgd.make({{"momentum", "0.9"}}), doctest::Contains("unknown option"),
                        gossamer::Error);
+  // The pull leaves at most tau - 1 steps ahead: one pull in flight at a time.
+  CHECK_THROWS_WITH_AS(easgd.make({{"tau", "4"}, {"prefetch", "4"}}),
+                       doctest::Contains("easgd.prefetch must be below easgd.tau (4), not 4"),
+                       gossamer::Error);
+  CHECK_THROWS_WITH_AS(easgd.make({{"prefetch", "1"}, {"tau", "1"}}),
+                       doctest::Contains("easgd.prefetch"), gossamer::Error);
+  CHECK_THROWS_WITH_AS(easgd.make({{"prefetch", "-1"}}), doctest::Contains("prefetch"),
+                       gossamer::Error);
+  CHECK(easgd.make({{"tau", "4"}, {"prefetch", "3"}}) != nullptr);
   CHECK(easgd.defaultTopology == "star");
   const auto& eamsgd = test::registry().algorithms.get("eamsgd");
   CHECK_THROWS_WITH_AS(eamsgd.make({{"tau", "0"}}), doctest::Contains("eamsgd.tau"),
+                       gossamer::Error);
+  CHECK_THROWS_WITH_AS(eamsgd.make({{"tau", "2"}, {"prefetch", "2"}}),
+                       doctest::Contains("eamsgd.prefetch must be below eamsgd.tau"),
                        gossamer::Error);
   // The momentum is the local optimizer's (--momentum): eamsgd has no option of its own for it.
   CHECK_THROWS_WITH_AS(eamsgd.make({{"momentum", "0.9"}}), doctest::Contains("unknown option"),
@@ -258,10 +311,15 @@ TEST_CASE("easgd: options are validated") {
 // removes it, the workers' pulls time out and are counted as missed; then the next smallest id
 // (peer 2) rebuilds the center from its own model, and the survivors finish every step and still
 // learn the task.
+// With prefetch, the pulls in flight to the dead center are never answered: each is waited for up
+// to the deadline at its exchange (late, then missed).
 TEST_CASE("easgd: when the center is killed a new center is chosen and the workers still learn") {
   test::Watchdog watchdog(120s);
-  auto config =
-      test::algorithmCluster("easgd", 4, 500, 0.05, {{"tau", "2"}, {"timeout_ms", "100"}});
+  std::string prefetch;
+  SUBCASE("blocking pulls") { prefetch = "0"; }
+  SUBCASE("prefetched pulls") { prefetch = "1"; }
+  auto config = test::algorithmCluster(
+      "easgd", 4, 500, 0.05, {{"tau", "2"}, {"timeout_ms", "100"}, {"prefetch", prefetch}});
   config.peer.training.minStepTime = 2ms;  // the kill comes mid-run
   test::killPeerAt(config, 0, 100);
   const auto result = engine::runtime::runLocalCluster(config, test::registry(), test::smallData());
@@ -272,6 +330,7 @@ TEST_CASE("easgd: when the center is killed a new center is chosen and the worke
     CHECK(p.steps == 500);
     CHECK(p.metrics.at("easgd.missed") > 0);
     CHECK(p.metrics.at("easgd.exchanges") > 100);
+    if (prefetch != "0") CHECK(p.metrics.at("easgd.late") > 0);
   }
   CHECK(result.peers[1].metrics.at("easgd.center_restarts") == 1);
   CHECK(result.peers[1].metrics.at("easgd.center_updates") > 0);
