@@ -77,6 +77,40 @@ AsyncAllReduce::~AsyncAllReduce() = default;
 
 void AsyncAllReduce::start(engine::PeerContext& ctx, std::uint64_t round,
                            std::span<const float> input) {
+  std::shared_ptr<kernels::Buffer<float>> copy = buffer(ctx, input.size());
+  ctx.compute().copy(copy->span(), input);
+  begin(ctx, round, std::move(copy));
+}
+
+void AsyncAllReduce::start(engine::PeerContext& ctx, std::uint64_t round,
+                           std::shared_ptr<kernels::Buffer<float>> input) {
+  GOSSAMER_ENFORCE(input != nullptr, "{}: round {} without an input buffer", options_.who, round);
+  begin(ctx, round, std::move(input));
+}
+
+std::shared_ptr<kernels::Buffer<float>> AsyncAllReduce::buffer(engine::PeerContext& ctx,
+                                                               std::size_t size) {
+  for (auto it = spare_.begin(); it != spare_.end(); ++it) {
+    if (it->use_count() != 1 || (*it)->size() != size) continue;
+    std::shared_ptr<kernels::Buffer<float>> found = std::move(*it);
+    spare_.erase(it);
+    return found;
+  }
+  return std::make_shared<kernels::Buffer<float>>(ctx.compute().allocate<float>(size));
+}
+
+void AsyncAllReduce::recycle(std::shared_ptr<kernels::Buffer<float>> buffer) {
+  // Enough for the rounds of a few windows in flight; beyond that, freed.
+  constexpr std::size_t kMaxSpare = 8;
+  if (!buffer) return;
+  spare_.erase(std::remove_if(spare_.begin(), spare_.end(),
+                              [&](const auto& b) { return b->size() != buffer->size(); }),
+               spare_.end());
+  if (spare_.size() < kMaxSpare) spare_.push_back(std::move(buffer));
+}
+
+void AsyncAllReduce::begin(engine::PeerContext& ctx, std::uint64_t round,
+                           std::shared_ptr<kernels::Buffer<float>> input) {
   GOSSAMER_ENFORCE(!started_ || round > lastStarted_,
                    "{}: round {} started after round {}: rounds must increase", options_.who, round,
                    lastStarted_);
@@ -90,22 +124,21 @@ void AsyncAllReduce::start(engine::PeerContext& ctx, std::uint64_t round,
   r->rank = static_cast<std::size_t>(std::find(r->members.begin(), r->members.end(), ctx.self()) -
                                      r->members.begin());
   GOSSAMER_ENFORCE(r->rank < r->n(), "{}: peer {:016x} is not a member", options_.who, ctx.self());
-  r->size = input.size();
+  r->size = input->size();
   const std::size_t n = r->n();
-  r->result = std::make_shared<kernels::Buffer<float>>(compute.allocate<float>(input.size()));
+  r->sent = std::move(input);
+  r->result = buffer(ctx, r->size);
   Round& ref = *r;
   rounds_.emplace(round, std::move(r));
   if (n == 1) {
-    compute.copy(ref.result->span(), input);
+    compute.copy(ref.result->span(), ref.sent->span());
     ref.status = RoundStatus::kComplete;
     return;
   }
-  ref.sent = std::make_shared<kernels::Buffer<float>>(compute.allocate<float>(input.size()));
-  compute.copy(ref.sent->span(), input);
-  // The own chunk's sum starts from this peer's contribution.
+  const std::span<const float> in = ref.sent->span();
   const Slice own = ringSlice(ref.size, n, ref.rank);
   compute.copy(ref.result->span().subspan(own.offset, own.count),
-               input.subspan(own.offset, own.count));
+               in.subspan(own.offset, own.count));
   const std::size_t ownPieces = piecesOf(ref.size, n, ref.rank, options_.pieces);
   ref.contributions.assign(ownPieces, 0);
   ref.contributed.assign(n * options_.pieces, false);
@@ -276,6 +309,13 @@ RingOutcome AsyncAllReduce::outcome(std::uint64_t round) const {
   return r && r->status == RoundStatus::kFailed ? r->why : RingOutcome::kComplete;
 }
 
+std::span<const float> AsyncAllReduce::input(std::uint64_t round) const {
+  const Round* r = lookup(round);
+  GOSSAMER_ENFORCE(r != nullptr, "{}: round {} was not started (or was released)", options_.who,
+                   round);
+  return r->sent->span();
+}
+
 std::span<const float> AsyncAllReduce::result(std::uint64_t round) const {
   const Round* r = lookup(round);
   GOSSAMER_ENFORCE(r && r->status == RoundStatus::kComplete, "{}: round {} is not complete",
@@ -287,6 +327,8 @@ void AsyncAllReduce::release(engine::PeerContext& ctx, std::uint64_t round) {
   auto it = rounds_.find(round);
   if (it == rounds_.end()) return;
   fail(ctx, *it->second, RingOutcome::kMissing);
+  recycle(std::move(it->second->sent));
+  recycle(std::move(it->second->result));
   rounds_.erase(it);
 }
 

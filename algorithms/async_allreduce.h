@@ -30,7 +30,8 @@
 // in "<who>.refused"), or when wait() reaches its deadline. The caller falls back for that round.
 //
 // Memory. A round holds two buffers of the input's size in the Compute's memory (what this peer
-// sends, and the result), freed by release(). Sends leave without a staging copy on host memory.
+// sends, and the result), kept for reuse by release(). Sends leave without a staging copy on host
+// memory.
 #pragma once
 
 #include <cstddef>
@@ -77,6 +78,10 @@ class AsyncAllReduce {
   // the round is complete at once. Compute thread. Throws gossamer::Error on misuse (a round not
   // above the last one started, a kind out of range).
   void start(engine::PeerContext& ctx, std::uint64_t round, std::span<const float> input);
+  // The same without the copy: the round keeps `input` and sends from it in place, so the caller
+  // must not write it until the round is released (input(round) reads it back meanwhile).
+  void start(engine::PeerContext& ctx, std::uint64_t round,
+             std::shared_ptr<kernels::Buffer<float>> input);
 
   // Takes every queued message of this all-reduce out of the inbox and advances the rounds in
   // flight; fails those whose members changed. Never waits. Compute thread.
@@ -92,6 +97,11 @@ class AsyncAllReduce {
   RingOutcome outcome(std::uint64_t round) const;
   // The reduction of a complete round, in the Compute's memory; valid until release(round).
   std::span<const float> result(std::uint64_t round) const;
+  // What this peer put into a round it started (its copy, or the buffer it handed over).
+  std::span<const float> input(std::uint64_t round) const;
+  // A buffer of `size` floats in ctx's Compute: a released round's, once the transport is done
+  // with it, or a new one. For callers that build the next input in place.
+  std::shared_ptr<kernels::Buffer<float>> buffer(engine::PeerContext& ctx, std::size_t size);
   // Forgets a complete or failed round and frees its buffers. A round still pending is failed
   // first (the members are told).
   void release(engine::PeerContext& ctx, std::uint64_t round);
@@ -103,6 +113,9 @@ class AsyncAllReduce {
 
  private:
   struct Round;
+  void begin(engine::PeerContext& ctx, std::uint64_t round,
+             std::shared_ptr<kernels::Buffer<float>> input);
+  void recycle(std::shared_ptr<kernels::Buffer<float>> buffer);
   Round& find(std::uint64_t round);
   const Round* lookup(std::uint64_t round) const;
   void absorb(engine::PeerContext& ctx, engine::Incoming message);
@@ -115,6 +128,9 @@ class AsyncAllReduce {
   std::map<std::uint64_t, std::unique_ptr<Round>> rounds_;
   // Messages of rounds not started here yet, by round.
   std::map<std::uint64_t, std::vector<engine::Incoming>> future_;
+  // Buffers of released rounds, reused once nothing else holds them (large allocations are
+  // page-faulted anew every time otherwise).
+  std::vector<std::shared_ptr<kernels::Buffer<float>>> spare_;
   std::uint64_t lastStarted_ = 0;
   bool started_ = false;
 };

@@ -9,8 +9,12 @@ using engine::train::OptimizerKind;
 
 void DtsOptions::validate() const {
   GOSSAMER_ENFORCE(period >= 1, "dts.period must be at least 1, not {}", period);
-  GOSSAMER_ENFORCE(pieces >= 1 && pieces <= kMaxRingPipeline, "dts.pieces must be in [1, {}], not {}",
-                   kMaxRingPipeline, pieces);
+  GOSSAMER_ENFORCE(pieces >= 1 && pieces <= kMaxRingPipeline,
+                   "dts.pieces must be in [1, {}], not {}", kMaxRingPipeline, pieces);
+  GOSSAMER_ENFORCE(delay % period == 0,
+                   "dts.delay must be a multiple of dts.period (a window is compensated at a "
+                   "window's end), not {} with period {}",
+                   delay, period);
   GOSSAMER_ENFORCE(delay / period <= 64,
                    "dts.delay must be at most 64 x dts.period (each of the floor(delay / period) "
                    "+ 1 rounds in flight holds three copies of what it sends), not {} with "
@@ -39,51 +43,51 @@ Matrix stepMap(const Linear& opt, double lr) {
 
 std::array<double, 2> injection(const Linear& opt, double lr) {
   switch (opt.kind) {
-    case OptimizerKind::kSgd: return {-lr, 0};
-    case OptimizerKind::kMomentum: return {-lr, 1};
-    case OptimizerKind::kNesterov: return {-lr * (1 + opt.mu), 1};
-    case OptimizerKind::kAdam: break;
-  }
-  GOSSAMER_THROW("dts: adam is not a linear optimizer");
-}
-
-void accumulate(kernels::Compute& compute, const Linear& opt, double lr, std::span<float> xw,
-                std::span<float> xv, std::span<const float> g) {
-  const auto f = [](double x) { return static_cast<float>(x); };
-  switch (opt.kind) {
     case OptimizerKind::kSgd:
-      // Xw' = (1 - lr wd) Xw - lr g
-      compute.axpby(xw, f(-lr), g, f(1 - lr * opt.wd));
-      return;
+      return {-lr, 0};
     case OptimizerKind::kMomentum:
-      // Xv' = mu Xv + wd Xw + g;  Xw' = Xw - lr Xv'
-      compute.weightedSum(xv, {{f(opt.mu), xv}, {f(opt.wd), xw}, {1.0f, g}});
-      compute.axpby(xw, f(-lr), xv, 1.0f);
-      return;
+      return {-lr, 1};
     case OptimizerKind::kNesterov:
-      // Xv' = mu Xv + wd Xw + g;  Xw' = (1 - lr wd) Xw - lr g - lr mu Xv'
-      compute.weightedSum(xv, {{f(opt.mu), xv}, {f(opt.wd), xw}, {1.0f, g}});
-      compute.weightedSum(xw, {{f(1 - lr * opt.wd), xw}, {f(-lr), g}, {f(-lr * opt.mu), xv}});
-      return;
+      return {-lr * (1 + opt.mu), 1};
     case OptimizerKind::kAdam:
       break;
   }
   GOSSAMER_THROW("dts: adam is not a linear optimizer");
 }
 
-void compensate(kernels::Compute& compute, const Matrix& m, std::span<float> w,
-                std::span<float> v, std::span<const float> d) {
+void windowResponse(kernels::Compute& compute, const Matrix& m, std::span<const float> w,
+                    std::span<const float> v, std::span<const float> start, std::span<float> x) {
   const std::size_t n = w.size();
-  const auto f = [](double x) { return static_cast<float>(x); };
-  if (d.size() == n) {
-    compute.axpby(w, f(m.ww), d, 1.0f);
-    if (!v.empty()) compute.axpby(v, f(m.vw), d, 1.0f);
+  const auto f = [](double value) { return static_cast<float>(value); };
+  if (v.empty()) {
+    GOSSAMER_ENFORCE(start.size() == n && x.size() == n, "dts: a window of {} floats", n);
+    compute.weightedSum(x, {{1.0f, w}, {f(-m.ww), start}});
     return;
   }
-  GOSSAMER_ENFORCE_EQ(d.size(), 2 * n, "dts: a window's difference has the wrong size");
-  const std::span<const float> dw = d.first(n), dv = d.subspan(n);
-  compute.weightedSum(w, {{1.0f, w}, {f(m.ww), dw}, {f(m.wv), dv}});
-  if (!v.empty()) compute.weightedSum(v, {{1.0f, v}, {f(m.vw), dw}, {f(m.vv), dv}});
+  GOSSAMER_ENFORCE(start.size() == 2 * n && x.size() == 2 * n, "dts: a window of {} floats", 2 * n);
+  const std::span<const float> ws = start.first(n), vs = start.subspan(n);
+  compute.weightedSum(x.first(n), {{1.0f, w}, {f(-m.ww), ws}, {f(-m.wv), vs}});
+  compute.weightedSum(x.subspan(n), {{1.0f, v}, {f(-m.vw), ws}, {f(-m.vv), vs}});
+}
+
+void compensate(kernels::Compute& compute, const Matrix& m, std::span<float> w, std::span<float> v,
+                std::span<const float> average, std::span<const float> own) {
+  const std::size_t n = w.size();
+  const auto f = [](double value) { return static_cast<float>(value); };
+  GOSSAMER_ENFORCE_EQ(average.size(), own.size(), "dts: a window's average and own sizes");
+  if (average.size() == n) {
+    // delta = average - own, carried on by M's first column.
+    compute.weightedSum(w, {{1.0f, w}, {f(m.ww), average}, {f(-m.ww), own}});
+    if (!v.empty()) compute.weightedSum(v, {{1.0f, v}, {f(m.vw), average}, {f(-m.vw), own}});
+    return;
+  }
+  GOSSAMER_ENFORCE_EQ(average.size(), 2 * n, "dts: a window's difference has the wrong size");
+  const std::span<const float> aw = average.first(n), av = average.subspan(n);
+  const std::span<const float> ow = own.first(n), ov = own.subspan(n);
+  compute.weightedSum(w, {{1.0f, w}, {f(m.ww), aw}, {f(-m.ww), ow}, {f(m.wv), av}, {f(-m.wv), ov}});
+  if (!v.empty())
+    compute.weightedSum(v,
+                        {{1.0f, v}, {f(m.vw), aw}, {f(-m.vw), ow}, {f(m.vv), av}, {f(-m.vv), ov}});
 }
 
 }  // namespace dts
@@ -129,10 +133,28 @@ void Dts::setup(engine::PeerContext& ctx) {
   }
   // The members changed (or this is the first setup): rounds started with the old view fail.
   dropAll(ctx);
-  const std::size_t size = width(ctx);
-  if (window_.size() != size) window_ = ctx.compute().allocate<float>(size);
-  ctx.compute().fill(window_, 0.0f);
+  startWindow(ctx);
+}
+
+void Dts::startWindow(engine::PeerContext& ctx) {
   windowSteps_ = 0;
+  windowMap_ = dts::Matrix{};
+  if (options_.period == 1) return;  // the gradient itself is sent: no window state
+  const std::size_t n = ctx.params().size(), size = width(ctx);
+  if (start_.size() != size) start_ = ctx.compute().allocate<float>(size);
+  const std::span<float> start = start_;
+  ctx.compute().copy(start.first(n), ctx.params());
+  if (size == 2 * n) ctx.compute().copy(start.subspan(n), velocity(ctx));
+}
+
+void Dts::endWindow(engine::PeerContext& ctx, std::uint64_t round) {
+  // X = state now - (the state the window started from, carried through its steps without
+  // gradients): the window's gradients' contribution, written straight into the round's buffer.
+  std::shared_ptr<kernels::Buffer<float>> x = allreduce_->buffer(ctx, width(ctx));
+  const std::span<float> v =
+      start_.size() == 2 * ctx.params().size() ? velocity(ctx) : std::span<float>();
+  dts::windowResponse(ctx.compute(), windowMap_, ctx.params(), v, start_, x->span());
+  startRound(ctx, round, std::move(x), dts::Matrix{});
 }
 
 void Dts::dropAll(engine::PeerContext& ctx) {
@@ -142,31 +164,21 @@ void Dts::dropAll(engine::PeerContext& ctx) {
     // members already started over the new view, and those rounds would then wait out their
     // deadline here and there.
     allreduce_->release(ctx, round);
-    spare_.push_back(std::move(p.sent));
   }
   pending_.clear();
 }
 
-void Dts::startRound(engine::PeerContext& ctx, std::uint64_t round, std::span<const float> x,
-                     const dts::Matrix& m) {
+void Dts::startRound(engine::PeerContext& ctx, std::uint64_t round,
+                     std::shared_ptr<kernels::Buffer<float>> x, const dts::Matrix& m) {
   if (round <= lastRound_) {
     // The step count moved back (adoptStep): rounds are started in increasing order only, so
     // this window goes uncompensated.
     ctx.metrics().add("dts.fallbacks", 1);
     return;
   }
-  Pending p;
-  while (!spare_.empty() && p.sent.size() != x.size()) {
-    if (spare_.back().size() == x.size()) p.sent = std::move(spare_.back());
-    spare_.pop_back();
-  }
-  if (p.sent.size() != x.size()) p.sent = ctx.compute().allocate<float>(x.size());
-  ctx.compute().copy(p.sent, x);
-  p.m = m;
-  p.due = round + options_.delay;
-  allreduce_->start(ctx, round, x);
+  allreduce_->start(ctx, round, std::move(x));
   lastRound_ = round;
-  pending_.emplace(round, std::move(p));
+  pending_.emplace(round, Pending{.m = m, .due = round + options_.delay});
 }
 
 void Dts::complete(engine::PeerContext& ctx, std::uint64_t round) {
@@ -174,17 +186,22 @@ void Dts::complete(engine::PeerContext& ctx, std::uint64_t round) {
   const RingOutcome outcome =
       allreduce_->wait(ctx, round, engine::Clock::now() + ctx.commTimeout());
   if (outcome == RingOutcome::kComplete) {
-    // delta = X~ - X_j, in place of this peer's copy; then the state += M delta.
-    ctx.compute().axpby(p.sent, 1.0f, allreduce_->result(round), -1.0f);
-    dts::compensate(ctx.compute(), p.m, ctx.params(), velocity(ctx), p.sent);
+    // The state += M (X~ - X_j), in one pass over each of w and v.
+    dts::compensate(ctx.compute(), p.m, ctx.params(), velocity(ctx), allreduce_->result(round),
+                    allreduce_->input(round));
     ctx.metrics().add("dts.rounds", 1);
   } else {
     ctx.metrics().add("dts.fallbacks", 1);  // this window keeps its local updates
     ctx.metrics().add(std::string("dts.") + ringOutcomeName(outcome), 1);
   }
   allreduce_->release(ctx, round);
-  spare_.push_back(std::move(p.sent));
   pending_.erase(round);
+}
+
+void Dts::completeDue(engine::PeerContext& ctx, std::uint64_t done) {
+  allreduce_->poll(ctx);
+  while (!pending_.empty() && pending_.begin()->second.due <= done)
+    complete(ctx, pending_.begin()->first);
 }
 
 double Dts::step(engine::PeerContext& ctx) {
@@ -199,32 +216,32 @@ double Dts::step(engine::PeerContext& ctx) {
   if (options_.period == 1) {
     // X = B g: send g, with the injection as M's first column.
     const auto [cw, cv] = dts::injection(opt, lr);
-    startRound(ctx, done, ctx.grads(), dts::Matrix{cw, 0, cv, 0});
-  } else {
-    const std::size_t n = ctx.params().size();
-    const std::span<float> x = window_;
-    dts::accumulate(ctx.compute(), opt, lr, x.first(n), x.subspan(n), ctx.grads());
-    ++windowSteps_;
-    if (done % options_.period == 0) {
-      startRound(ctx, done, window_, dts::Matrix{});
-      ctx.compute().fill(window_, 0.0f);
-      windowSteps_ = 0;
-    }
+    std::shared_ptr<kernels::Buffer<float>> g = allreduce_->buffer(ctx, ctx.grads().size());
+    ctx.compute().copy(g->span(), ctx.grads());
+    startRound(ctx, done, std::move(g), dts::Matrix{cw, 0, cv, 0});
+    completeDue(ctx, done);
+    return loss;
   }
-  allreduce_->poll(ctx);
-  while (!pending_.empty() && pending_.begin()->second.due <= done)
-    complete(ctx, pending_.begin()->first);
+  windowMap_ = a * windowMap_;
+  ++windowSteps_;
+  if (done % options_.period != 0) {
+    allreduce_->poll(ctx);
+    return loss;
+  }
+  // A window's end: its response leaves before the compensations due now change the state
+  // (they are perturbations after this step), then the next window starts from that state. The
+  // delay is a multiple of the period, so compensations land on window ends only.
+  endWindow(ctx, done);
+  completeDue(ctx, done);
+  startWindow(ctx);
   return loss;
 }
 
 void Dts::finish(engine::PeerContext& ctx) {
   // The last, partial window: the same steps on every peer (they all end at the same count).
-  if (windowSteps_ > 0) {
-    startRound(ctx, ctx.step(), window_, dts::Matrix{});
-    ctx.compute().fill(window_, 0.0f);
-    windowSteps_ = 0;
-  }
+  if (options_.period > 1 && windowSteps_ > 0) endWindow(ctx, ctx.step());
   while (!pending_.empty()) complete(ctx, pending_.begin()->first);
+  startWindow(ctx);
 }
 
 void Dts::leave(engine::PeerContext& ctx) {

@@ -14,13 +14,15 @@
 //                    window is compensated exactly t steps after it ends
 //
 // The rule (peer j; the local optimizer opt_step is sgd, momentum or nesterov, eta_k the rate of
-// step k; a window is the steps (e - p, e] for e a multiple of p):
+// step k; a window is the steps (e - p, e] for e a multiple of p; t a multiple of p):
 //   every step k:   g(k,j) = gradient of the next mini-batch at w_j
 //                   (w_j, v_j) = opt_step(w_j, v_j, g(k,j))             # the local gradient
-//                   X_j = A_k X_j + B_k g(k,j)                          # the window's response
-//   when k = e:     start the all-reduce of X_j (round e); X_j = 0
-//   when k = e + t: X~ = (1/n) sum_i X_i                                # wait for round e
-//                   (w_j, v_j) += M (X~ - X_j),  M = A_k ... A_(e+1)    # error compensation
+//   when k = e:     X_j = (w_j, v_j) - A_e ... A_(e-p+1) (w_j, v_j)(e-p)  # the window's response
+//                   start the all-reduce of X_j (round e)
+//                   for the round e - t:  X~ = (1/n) sum_i X_i            # wait for it
+//                   (w_j, v_j) += M (X~ - X_j),  M = A_e ... A_(e-t+1)    # error compensation
+//                   keep (w_j, v_j) as the next window's start
+// With p = 1 the round of step k carries g(k,j) itself and is compensated at k + t.
 //
 // Why it is exact. For a fixed rate the optimizers are linear in (w, v, g): PyTorch's steps
 //   sgd:       w' = w - eta (g + wd w)
@@ -34,7 +36,11 @@
 //   momentum:  dv' = wd dw + mu dv;  dw' = dw - eta dv'
 //   nesterov:  dv' = wd dw + mu dv;  dw' = dw - eta (wd dw + mu dv')
 // The window's gradients therefore contribute X = sum_k A_e...A_(k+1) B_k g_k to the state at its
-// end (the recursion above, on vectors), the average gradients would have contributed the
+// end: exactly what separates that state from the window's start carried through the same maps
+// without gradients, (w, v)(e) - A_e...A_(e-p+1) (w, v)(e-p), which costs two passes per window
+// instead of a recursion on vectors every step (compensations are applied at window ends only,
+// after the response has been taken, so none lands inside a window). The average gradients would
+// have contributed the
 // average of the X_i (A and B are the same on every peer: the rate follows the step count), and
 // at step e + t the difference has been carried on by M. After the compensation, the peer's state
 // is exactly the one its optimizer would have reached with the averaged gradients of every
@@ -59,8 +65,8 @@
 // fresh optimizer state (the default join). Checkpoints keep nothing of dts: the window and the
 // rounds in flight are dropped, so a resumed peer's uncompensated updates stay.
 //
-// Memory. The window (|X| floats), and per round in flight this peer's copy of what it sent plus
-// the all-reduce's two buffers: (floor(t / p) + 1) x 3|X| floats.
+// Memory. With p > 1, the window's start (|X| floats); per round in flight, what this peer sent
+// and the all-reduce's result: (floor(t / p) + 1) x 2|X| floats, reused from round to round.
 #pragma once
 
 #include <array>
@@ -102,8 +108,8 @@ namespace dts {
 
 struct Linear {
   engine::train::OptimizerKind kind = engine::train::OptimizerKind::kSgd;  // not kAdam
-  double mu = 0;  // momentum and nesterov
-  double wd = 0;  // weight decay
+  double mu = 0;                                                           // momentum and nesterov
+  double wd = 0;                                                           // weight decay
 };
 
 // A 2 x 2 matrix of scalars acting on (dw, dv), the same for every element.
@@ -119,15 +125,17 @@ struct Matrix {
 Matrix stepMap(const Linear& opt, double lr);
 // B_k: the state change of a step at rate `lr` per unit of change of its gradient, (c_w, c_v).
 std::array<double, 2> injection(const Linear& opt, double lr);
-// X = A X + B g for one step at rate `lr`: xw and xv hold the window's response on w and v (xv
-// is empty for sgd). One or two passes of Compute::weightedSum/axpby.
-void accumulate(kernels::Compute& compute, const Linear& opt, double lr, std::span<float> xw,
-                std::span<float> xv, std::span<const float> g);
-// w += M.ww dw + M.wv dv and v += M.vw dw + M.vv dv, with (dw, dv) = (d[0..n), d[n..2n)) when
-// d holds 2n floats, or (column * d[0..n)) when it holds n (a single sent vector whose injection
-// is folded into `m`'s first column; v is empty for sgd).
-void compensate(kernels::Compute& compute, const Matrix& m, std::span<float> w,
-                std::span<float> v, std::span<const float> d);
+// The window's response X from the state it ends in and the state it started from: X = (w, v) -
+// M (w_s, v_s), with M the window's steps' maps (the state the window would have reached without
+// gradients). `start` and `x` hold [w_s, v_s] and [X_w, X_v] (2|w| floats), or w_s and X_w (|w|)
+// when `v` is empty (sgd). One pass of Compute::weightedSum per vector.
+void windowResponse(kernels::Compute& compute, const Matrix& m, std::span<const float> w,
+                    std::span<const float> v, std::span<const float> start, std::span<float> x);
+// (w, v) += M (average - own), in one pass over each of w and v: with 2|w| floats, (dw, dv) =
+// the two halves of the difference; with |w| (a single sent vector whose injection is folded
+// into M's first column), (dw, dv) = (M.ww, M.vw) x the difference. `v` is empty for sgd.
+void compensate(kernels::Compute& compute, const Matrix& m, std::span<float> w, std::span<float> v,
+                std::span<const float> average, std::span<const float> own);
 
 }  // namespace dts
 
@@ -149,27 +157,32 @@ class Dts final : public engine::Algorithm {
 
  private:
   struct Pending {
-    kernels::Buffer<float> sent;  // this peer's X (or g), to subtract from the average
-    dts::Matrix m;                // what a unit difference in X at the window's end is now
-    std::uint64_t due = 0;        // the step count at which it is awaited
+    dts::Matrix m;          // what a unit difference in X at the window's end is now
+    std::uint64_t due = 0;  // the step count at which it is awaited
   };
 
   // The local optimizer as a linear map; throws gossamer::Error for Adam.
   dts::Linear linear(engine::PeerContext& ctx) const;
   // Floats sent per round: |w|, or 2|w| for momentum or nesterov with p > 1.
   std::size_t width(engine::PeerContext& ctx) const;
-  void startRound(engine::PeerContext& ctx, std::uint64_t round, std::span<const float> x,
-                  const dts::Matrix& m);
+  // A window begins at the current state (p > 1: a copy of w, and v with momentum).
+  void startWindow(engine::PeerContext& ctx);
+  // The window's response leaves as round `round`.
+  void endWindow(engine::PeerContext& ctx, std::uint64_t round);
+  void startRound(engine::PeerContext& ctx, std::uint64_t round,
+                  std::shared_ptr<kernels::Buffer<float>> x, const dts::Matrix& m);
   void complete(engine::PeerContext& ctx, std::uint64_t round);
+  // Polls, then compensates every round due at step count `done`.
+  void completeDue(engine::PeerContext& ctx, std::uint64_t done);
   void dropAll(engine::PeerContext& ctx);
 
   DtsOptions options_;
   std::unique_ptr<AsyncAllReduce> allreduce_;
   std::map<std::uint64_t, Pending> pending_;  // by round (the window's end step)
-  kernels::Buffer<float> window_;             // X_w, then X_v (p > 1)
-  std::uint64_t windowSteps_ = 0;             // steps accumulated in window_
+  kernels::Buffer<float> start_;              // the state the window started from (p > 1)
+  dts::Matrix windowMap_;                     // the window's steps' maps so far
+  std::uint64_t windowSteps_ = 0;             // steps in the window so far
   std::uint64_t lastRound_ = 0;               // the last round started (0: none)
-  std::vector<kernels::Buffer<float>> spare_;  // released `sent` buffers, reused
 };
 
 }  // namespace gossamer::algorithms
