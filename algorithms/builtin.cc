@@ -1,6 +1,7 @@
 #include "algorithms/builtin.h"
 
 #include "algorithms/allreduce_sgd.h"
+#include "algorithms/diloco.h"
 #include "algorithms/dpsgd.h"
 #include "algorithms/easgd.h"
 #include "algorithms/gosgd.h"
@@ -59,6 +60,11 @@ void addBuiltinAlgorithms(engine::Registry& registry) {
                        "every tau steps the models are averaged by a ring all-reduce, no master "
                        "(SparkNet's rule without a master)",
                        "ring"));
+  add("diloco", engine::algorithmSpec<Diloco, DilocoOptions>(
+                    "every H inner steps the models are averaged by a ring all-reduce and an outer "
+                    "Nesterov step moves the shared model by the average progress (Douillard et al. "
+                    "2023)",
+                    "ring"));
 }
 
 engine::Registry makeRegistry() {
