@@ -270,7 +270,8 @@ void writeSummary(const fs::path& dir, const std::vector<Outcome>& outcomes,
   for (const Outcome& o : outcomes) {
     const Experiment& e = o.experiment;
     csv << fmt::format(
-        "{},{},{},{},{},{},{},{},{},{:.5f},{:.5f},{:.6g},{:.3f},{},{:.0f},{:.5f},{},{},\"{}\",{},{},{}"
+        "{},{},{},{},{},{},{},{},{},{:.5f},{:.5f},{:.6g},{:.3f},{},{:.0f},{:.5f},{},{},\"{}\",{},{}"
+        ",{}"
         "\n",
         e.name(), e.algorithm, o.topology, e.network, e.peers, e.split.name(),
         orDash(o.timeToTarget, "{:.3f}"), orDash(o.stepsToTarget, "{:.1f}"),
@@ -325,17 +326,18 @@ void writeReport(const fs::path& dir, const std::vector<Outcome>& outcomes, cons
                         o.error);
       continue;
     }
-    md << fmt::format("| {} | {} | {} | {} | {:.2f}%{} | {:.2f}% | {:.1f} MB | {} | {:.1f}% | {} | "
-                      "{} | {} |\n",
-                      e.algorithm, o.topology, orDash(o.timeToTarget, "{:.1f} s"),
-                      orDash(o.stepsToTarget, "{:.0f}"), 100 * o.final.consensus.accuracy,
-                      o.stoppedEarly ? fmt::format(" (stopped at {:.0f} s, step {})",
-                                                   o.final.wallSeconds, o.final.maxStep)
-                                     : "",
-                      100 * o.final.consensus.minPeerAccuracy, o.final.bytesSentPerPeer / 1e6,
-                      orDash(o.bytesToTarget / 1e6, "{:.1f} MB"), 100 * o.final.commWaitFraction,
-                      orDash(100 * o.utilization, "{:.0f}%"), orDash(o.scalability, "{:.3f}"),
-                      o.speedupNote.empty() ? "-" : o.speedupNote);
+    md << fmt::format(
+        "| {} | {} | {} | {} | {:.2f}%{} | {:.2f}% | {:.1f} MB | {} | {:.1f}% | {} | "
+        "{} | {} |\n",
+        e.algorithm, o.topology, orDash(o.timeToTarget, "{:.1f} s"),
+        orDash(o.stepsToTarget, "{:.0f}"), 100 * o.final.consensus.accuracy,
+        o.stoppedEarly
+            ? fmt::format(" (stopped at {:.0f} s, step {})", o.final.wallSeconds, o.final.maxStep)
+            : "",
+        100 * o.final.consensus.minPeerAccuracy, o.final.bytesSentPerPeer / 1e6,
+        orDash(o.bytesToTarget / 1e6, "{:.1f} MB"), 100 * o.final.commWaitFraction,
+        orDash(100 * o.utilization, "{:.0f}%"), orDash(o.scalability, "{:.3f}"),
+        o.speedupNote.empty() ? "-" : o.speedupNote);
   }
   if (!figures.empty()) {
     md << "\n## Figures\n\n";
@@ -382,22 +384,11 @@ std::vector<std::string> plot(const fs::path& dir, const RunSettings& run) {
   return figures;
 }
 
-void runConvergence(const ConvergenceOptions& o, const std::string& command) {
-  log::setLevel(o.logLevel);
-  Matrix matrix = o.configPath.empty() ? presetMatrix(o.preset) : loadMatrix(o.configPath);
-  if (o.printConfig) {
-    fmt::print("{}", formatMatrix(matrix));
-    return;
-  }
-  const engine::Registry registry = algorithms::makeRegistry();
+// Runs one block's experiments and writes its points, summary, figures and report into `dir`.
+std::vector<Outcome> runBlock(const Matrix& matrix, const fs::path& dir,
+                              const engine::Registry& registry, const std::string& command,
+                              bool json) {
   const std::vector<Experiment> experiments = matrix.experiments();
-  for (const Experiment& e : experiments) {
-    // Fail on a typo before hours of running, not at experiment 37.
-    registry.algorithms.get(e.algorithm).make(e.options);
-    if (!e.topology.empty()) registry.topologies.get(e.topology);
-    net::shaped::NetworkProfile::fromSpec(e.network);
-  }
-  const fs::path dir = o.out;
   fs::create_directories(dir);
   { std::ofstream(dir / "experiments.conf") << formatMatrix(matrix); }
   const auto data = loadData(matrix.run, registry);
@@ -411,7 +402,7 @@ void runConvergence(const ConvergenceOptions& o, const std::string& command) {
       matrix.run.maxSeconds, dir.string());
   std::fflush(stdout);
 
-  engine::train::Progress progress(static_cast<std::int64_t>(experiments.size() * 1000), !o.json);
+  engine::train::Progress progress(static_cast<std::int64_t>(experiments.size() * 1000), !json);
   std::vector<Outcome> outcomes;
   for (std::size_t i = 0; i < experiments.size(); ++i) {
     const Experiment& e = experiments[i];
@@ -443,6 +434,50 @@ void runConvergence(const ConvergenceOptions& o, const std::string& command) {
   const std::vector<std::string> figures = plot(dir, matrix.run);
   writeReport(dir, outcomes, matrix, registry, command, figures);
   fmt::print("report: {}\n", (dir / "report.md").string());
+  return outcomes;
+}
+
+void runConvergence(const ConvergenceOptions& o, const std::string& command) {
+  log::setLevel(o.logLevel);
+  const std::vector<Block> blocks = o.configPath.empty()
+                                        ? presetBlocks(o.preset)
+                                        : std::vector<Block>{{"", loadMatrix(o.configPath)}};
+  if (o.printConfig) {
+    for (const Block& block : blocks) {
+      if (blocks.size() > 1) fmt::print("# block {}\n", block.name);
+      fmt::print("{}", formatMatrix(block.matrix));
+      if (blocks.size() > 1) fmt::print("\n");
+    }
+    return;
+  }
+  const engine::Registry registry = algorithms::makeRegistry();
+  for (const Block& block : blocks) {
+    for (const Experiment& e : block.matrix.experiments()) {
+      // Fail on a typo before hours of running, not at experiment 37.
+      registry.algorithms.get(e.algorithm).make(e.options);
+      if (!e.topology.empty()) registry.topologies.get(e.topology);
+      net::shaped::NetworkProfile::fromSpec(e.network);
+    }
+  }
+  // One block writes into --out; several write one folder each, and --out gets an index.
+  const fs::path dir = o.out;
+  std::vector<Outcome> outcomes;
+  for (const Block& block : blocks) {
+    const fs::path blockDir = blocks.size() == 1 ? dir : dir / block.name;
+    std::vector<Outcome> done = runBlock(block.matrix, blockDir, registry, command, o.json);
+    outcomes.insert(outcomes.end(), std::make_move_iterator(done.begin()),
+                    std::make_move_iterator(done.end()));
+  }
+  if (blocks.size() > 1) {
+    std::ofstream md(dir / "report.md");
+    md << "# gossamer convergence report\n\n";
+    md << fmt::format("Produced by `{}`, in {} blocks, each with its own settings:\n\n", command,
+                      blocks.size());
+    for (const Block& block : blocks)
+      md << fmt::format("- [{0}]({0}/report.md): {1} experiments, {2} ms step time\n", block.name,
+                        block.matrix.experiments().size(), block.matrix.run.stepTime);
+    fmt::print("report: {}\n", (dir / "report.md").string());
+  }
   if (o.json) {
     // {"experiments": [{...}, ...]}: null where a figure does not exist.
     std::vector<std::string> rows;
@@ -461,6 +496,7 @@ void runConvergence(const ConvergenceOptions& o, const std::string& command) {
                          .add("utilization", out.utilization)
                          .add("final_accuracy", ok ? out.final.consensus.accuracy : kNaN)
                          .add("bytes_per_peer", ok ? out.final.bytesSentPerPeer : kNaN)
+                         .add("bytes_to_target", out.bytesToTarget)
                          .str());
     }
     fmt::print("{{\"experiments\": [{}]}}\n", fmt::join(rows, ", "));
@@ -475,9 +511,10 @@ void addConvergenceCommand(CLI::App& app) {
       "convergence",
       "a matrix of algorithms x topologies x networks x peers x splits on one task: "
       "accuracy against time, steps and bytes, with a Markdown report and plots");
-  command->add_option("--preset", options->preset,
-                      "quick (minutes), full, or seed002 (a model of ResNet-50's size at a 300 ms "
-                      "step time, as in seed 002)")
+  command
+      ->add_option("--preset", options->preset,
+                   "quick (minutes), full, or seed002 (a model of ResNet-50's size at a 300 ms "
+                   "step time, as in seed 002)")
       ->check(CLI::IsMember({"quick", "full", "seed002"}))
       ->capture_default_str();
   command->add_option("--config", options->configPath,

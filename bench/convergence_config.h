@@ -12,7 +12,8 @@
 //   networks = lan, geo        built-in profiles or profile files (net/shaped)
 //   peers = 4, 8
 //   splits = iid, dirichlet:0.5
-//   step-times = 0, 300        milliseconds of emulated compute per step (default: [run]'s)
+//   step-time = 0, 300         milliseconds of emulated compute per step (default: [run]'s);
+//                              `step-times` is the same list
 //   [gosgd]                    options of one algorithm (as --gosgd.p on gossamer-peer)
 //   p = 0.1
 // Every error is a gossamer::Error naming FILE:LINE.
@@ -99,7 +100,7 @@ struct Matrix {
   std::vector<std::string> networks{"lan"};
   std::vector<std::size_t> peers{4};
   std::vector<Split> splits{Split{}};
-  std::vector<double> stepTimes;  // empty: run.stepTime alone
+  std::vector<double> stepTimes;                        // empty: run.stepTime alone
   std::map<std::string, engine::OptionValues> options;  // by algorithm
 
   // The product of the lists, in a stable order (step time, network, peers, split, topology,
@@ -107,9 +108,19 @@ struct Matrix {
   std::vector<Experiment> experiments() const;
 };
 
-// "quick" (a newcomer's first run: <= 10 minutes on a 2-core machine), "full", or "seed002" (the
-// regime of seed 002: a model of ResNet-50's size at ~300 ms a step); throws listing them
-// otherwise.
+// A matrix with a name: a preset may run several, each with its own shared settings (the full
+// preset's geo block at a 300 ms step time trains fewer passes to a lower target).
+struct Block {
+  std::string name;  // a file-name-safe word; empty for a config file's single matrix
+  Matrix matrix;
+};
+
+// "quick" (a newcomer's first run: <= 10 minutes on a 2-core machine), "full" (every algorithm on
+// lan, wan and geo, iid and Dirichlet, then every algorithm on lan and geo at a 300 ms step time),
+// or "seed002" (the regime of seed 002: a model of ResNet-50's size at ~300 ms a step); throws
+// listing them otherwise.
+std::vector<Block> presetBlocks(const std::string& name);
+// The first block of presetBlocks(name).
 Matrix presetMatrix(const std::string& name);
 Matrix parseMatrix(const std::string& text, const std::string& source);
 Matrix loadMatrix(const std::string& path);

@@ -22,21 +22,40 @@ std::string writeConfig(const std::string& name, const std::string& text) {
 }
 
 TEST_CASE("bench convergence: step times are a [run] setting and a [matrix] list") {
-  const std::string path = writeConfig("gossamer-step-times.conf",
-                                       "[run]\nstep-time = 40\n[matrix]\nalgorithms = gosgd\n"
-                                       "step-times = 0, 300\n");
-  const test::ProcessResult r = test::runCommand(bench("--config " + path + " --print-config"));
-  INFO(r.output);
-  REQUIRE(r.exitCode == 0);
-  CHECK(r.output.find("step-time = 40") != std::string::npos);
-  CHECK(r.output.find("step-times = 0, 300") != std::string::npos);
+  // `step-time` in [matrix] is the list; `step-times` is read as the same list.
+  for (const char* key : {"step-time", "step-times"}) {
+    CAPTURE(key);
+    const std::string path = writeConfig(
+        "gossamer-step-times.conf",
+        std::string("[run]\nstep-time = 40\n[matrix]\nalgorithms = gosgd\n") + key + " = 0, 300\n");
+    const test::ProcessResult r = test::runCommand(bench("--config " + path + " --print-config"));
+    INFO(r.output);
+    REQUIRE(r.exitCode == 0);
+    CHECK(r.output.find("step-time = 40") != std::string::npos);
+    CHECK(r.output.find("step-time = 0, 300") != std::string::npos);
+  }
 
   const std::string bad = writeConfig("gossamer-bad-step-times.conf",
-                                      "[matrix]\nalgorithms = gosgd\nstep-times = 10, -5\n");
-  const test::ProcessResult refused = test::runCommand(bench("--config " + bad + " --print-config"));
+                                      "[matrix]\nalgorithms = gosgd\nstep-time = 10, -5\n");
+  const test::ProcessResult refused =
+      test::runCommand(bench("--config " + bad + " --print-config"));
   INFO(refused.output);
   CHECK(refused.exitCode != 0);
-  CHECK(refused.output.find(bad + ":3: step-times must not be negative") != std::string::npos);
+  CHECK(refused.output.find(bad + ":3: step-time must not be negative") != std::string::npos);
+}
+
+TEST_CASE("bench convergence: the full preset has every algorithm and a geo block at 300 ms") {
+  const test::ProcessResult r = test::runCommand(bench("--preset full --print-config"));
+  INFO(r.output);
+  REQUIRE(r.exitCode == 0);
+  CHECK(r.output.find("# block fast-steps") != std::string::npos);
+  CHECK(r.output.find("# block geo-300ms") != std::string::npos);
+  for (const char* algorithm : {"dts", "diloco", "streaming-diloco", "ad-psgd", "allreduce-sgd"})
+    CHECK(r.output.find(algorithm) != std::string::npos);
+  const std::size_t slow = r.output.find("# block geo-300ms");
+  REQUIRE(slow != std::string::npos);
+  CHECK(r.output.find("step-time = 300", slow) != std::string::npos);
+  CHECK(r.output.find("networks = lan, geo", slow) != std::string::npos);
 }
 
 TEST_CASE("bench convergence: the seed002 preset is a ResNet-50-sized model at 300 ms a step") {

@@ -1,0 +1,310 @@
+#include "algorithms/async_allreduce.h"
+
+#include <algorithm>
+
+#include "engine/base/enforce.h"
+#include "engine/base/log.h"
+
+namespace gossamer::algorithms {
+namespace {
+
+using engine::PeerId;
+
+// A fingerprint of the member list (FNV-1a over the ids).
+std::uint64_t membersFingerprint(const std::vector<PeerId>& members) {
+  std::uint64_t hash = 14695981039346656037ull;
+  for (PeerId id : members) {
+    for (int byte = 0; byte < 8; ++byte) {
+      hash ^= (id >> (8 * byte)) & 0xff;
+      hash *= 1099511628211ull;
+    }
+  }
+  return hash;
+}
+
+// Message::integers: {fingerprint, what, chunk, piece}.
+constexpr std::uint64_t kContribution = 0;  // chunk `chunk` of the sender's input, for its owner
+constexpr std::uint64_t kReduced = 1;       // the owner's reduced chunk `chunk`
+constexpr std::uint64_t kAbort = 2;         // the sender failed the round
+constexpr std::size_t kIntegers = 4;
+
+using Shared = std::shared_ptr<kernels::Buffer<float>>;
+
+}  // namespace
+
+struct AsyncAllReduce::Round {
+  std::uint64_t id = 0;
+  std::vector<PeerId> members;
+  std::uint64_t fingerprint = 0;
+  std::size_t rank = 0;
+  std::size_t size = 0;
+  Shared sent;    // this peer's input, sent from where it is
+  Shared result;  // own chunk: the sum being built; the others: the owners' reduced chunks
+  std::vector<std::size_t> contributions;  // per piece of the own chunk: contributions added
+  std::vector<bool> contributed;           // [sender rank][piece]: added already (no duplicates)
+  std::vector<bool> gathered;              // [chunk][piece]: reduced piece received
+  std::size_t missingPieces = 0;           // reduced pieces of other chunks still to come
+  RoundStatus status = RoundStatus::kPending;
+  RingOutcome why = RingOutcome::kComplete;
+
+  std::size_t n() const { return members.size(); }
+};
+
+namespace {
+
+std::size_t piecesOf(std::size_t size, std::size_t n, std::size_t chunk, std::size_t pieces) {
+  return ringPieces(ringSlice(size, n, chunk).count, pieces);
+}
+
+Slice pieceOf(std::size_t size, std::size_t n, std::size_t chunk, std::size_t pieces,
+              std::size_t k) {
+  const Slice c = ringSlice(size, n, chunk);
+  const Slice s = ringSlice(c.count, ringPieces(c.count, pieces), k);
+  return Slice{c.offset + s.offset, s.count};
+}
+
+}  // namespace
+
+AsyncAllReduce::AsyncAllReduce(AsyncAllReduceOptions options) : options_(std::move(options)) {
+  GOSSAMER_ENFORCE(options_.pieces >= 1 && options_.pieces <= kMaxRingPipeline,
+                   "{}: pieces must be in [1, {}], not {}", options_.who, kMaxRingPipeline,
+                   options_.pieces);
+  GOSSAMER_ENFORCE(options_.kind < engine::kMaxAlgorithmKind, "{}: message kind {} is reserved",
+                   options_.who, options_.kind);
+}
+
+AsyncAllReduce::~AsyncAllReduce() = default;
+
+void AsyncAllReduce::start(engine::PeerContext& ctx, std::uint64_t round,
+                           std::span<const float> input) {
+  GOSSAMER_ENFORCE(!started_ || round > lastStarted_,
+                   "{}: round {} started after round {}: rounds must increase", options_.who, round,
+                   lastStarted_);
+  started_ = true;
+  lastStarted_ = round;
+  kernels::Compute& compute = ctx.compute();
+  auto r = std::make_unique<Round>();
+  r->id = round;
+  r->members = ctx.members();
+  r->fingerprint = membersFingerprint(r->members);
+  r->rank = static_cast<std::size_t>(std::find(r->members.begin(), r->members.end(), ctx.self()) -
+                                     r->members.begin());
+  GOSSAMER_ENFORCE(r->rank < r->n(), "{}: peer {:016x} is not a member", options_.who, ctx.self());
+  r->size = input.size();
+  const std::size_t n = r->n();
+  r->result = std::make_shared<kernels::Buffer<float>>(compute.allocate<float>(input.size()));
+  Round& ref = *r;
+  rounds_.emplace(round, std::move(r));
+  if (n == 1) {
+    compute.copy(ref.result->span(), input);
+    ref.status = RoundStatus::kComplete;
+    return;
+  }
+  ref.sent = std::make_shared<kernels::Buffer<float>>(compute.allocate<float>(input.size()));
+  compute.copy(ref.sent->span(), input);
+  // The own chunk's sum starts from this peer's contribution.
+  const Slice own = ringSlice(ref.size, n, ref.rank);
+  compute.copy(ref.result->span().subspan(own.offset, own.count),
+               input.subspan(own.offset, own.count));
+  const std::size_t ownPieces = piecesOf(ref.size, n, ref.rank, options_.pieces);
+  ref.contributions.assign(ownPieces, 0);
+  ref.contributed.assign(n * options_.pieces, false);
+  ref.gathered.assign(n * options_.pieces, false);
+  for (std::size_t chunk = 0; chunk < n; ++chunk)
+    if (chunk != ref.rank) ref.missingPieces += piecesOf(ref.size, n, chunk, options_.pieces);
+
+  // Chunk c of the input goes to its owner c, piece by piece; owners in rank order from the right
+  // neighbour on, so that not every member starts with the same owner.
+  for (std::size_t step = 1; step < n; ++step) {
+    const std::size_t chunk = (ref.rank + step) % n;
+    for (std::size_t k = 0; k < piecesOf(ref.size, n, chunk, options_.pieces); ++k) {
+      const Slice s = pieceOf(ref.size, n, chunk, options_.pieces, k);
+      ctx.send(ref.members[chunk],
+               engine::Message{.kind = options_.kind,
+                               .step = round,
+                               .integers = {ref.fingerprint, kContribution, chunk, k},
+                               .payloads = {ref.sent->span().subspan(s.offset, s.count)},
+                               .owner = ref.sent});
+    }
+  }
+  // Messages that came before this peer started the round.
+  if (auto it = future_.find(round); it != future_.end()) {
+    std::vector<engine::Incoming> early = std::move(it->second);
+    future_.erase(it);
+    for (engine::Incoming& m : early)
+      if (ref.status == RoundStatus::kPending) handle(ctx, ref, m);
+  }
+  completeIfDone(ref);  // an input shorter than the member count has empty chunks
+}
+
+void AsyncAllReduce::poll(engine::PeerContext& ctx) {
+  for (engine::Incoming& m : ctx.inbox().drain(options_.kind)) absorb(ctx, std::move(m));
+  for (auto& [id, r] : rounds_)
+    if (r->status == RoundStatus::kPending && r->members != ctx.members())
+      fail(ctx, *r, RingOutcome::kMissing);  // someone left or joined: the round cannot finish
+}
+
+void AsyncAllReduce::absorb(engine::PeerContext& ctx, engine::Incoming message) {
+  const std::uint64_t round = message.step;
+  if (auto it = rounds_.find(round); it != rounds_.end()) {
+    if (it->second->status == RoundStatus::kPending) handle(ctx, *it->second, message);
+    return;
+  }
+  if (started_ && round <= lastStarted_) return;  // a round released, or never started here
+  auto& queue = future_[round];
+  queue.push_back(std::move(message));
+  while (future_.size() > options_.maxFutureRounds) {
+    ctx.metrics().add(options_.who + ".dropped",
+                      static_cast<double>(future_.rbegin()->second.size()));
+    future_.erase(std::prev(future_.end()));  // the furthest ahead: the latest to be needed
+  }
+}
+
+void AsyncAllReduce::handle(engine::PeerContext& ctx, Round& r, const engine::Incoming& message) {
+  const std::size_t n = r.n();
+  const auto sender = static_cast<std::size_t>(
+      std::find(r.members.begin(), r.members.end(), message.from) - r.members.begin());
+  if (sender >= n || sender == r.rank) return;  // not a member of this round: ignore
+  if (message.integers.size() < kIntegers || message.integers[0] != r.fingerprint) {
+    fail(ctx, r, RingOutcome::kMismatch);
+    return;
+  }
+  const std::uint64_t what = message.integers[1];
+  if (what == kAbort) {
+    fail(ctx, r, RingOutcome::kAborted);
+    return;
+  }
+  const std::uint64_t chunk = message.integers[2];
+  const std::uint64_t k = message.integers[3];
+  const bool contribution = what == kContribution;
+  const bool known =
+      (what == kContribution && chunk == r.rank) || (what == kReduced && chunk == sender);
+  if (!known || k >= piecesOf(r.size, n, chunk, options_.pieces)) {
+    log::get("algorithms")
+        ->warn(
+            "{}: refused a message from peer {:016x}: part {} of chunk {} (kind {}) is not one "
+            "it sends in round {}",
+            options_.who, message.from, k, chunk, what, r.id);
+    ctx.metrics().add(options_.who + ".refused", 1);
+    fail(ctx, r, RingOutcome::kInvalid);
+    return;
+  }
+  const Slice s = pieceOf(r.size, n, chunk, options_.pieces, k);
+  if (!engine::acceptMessage(message, {.payloads = {s.count}, .integers = kIntegers}, ctx.metrics(),
+                             options_.who)) {
+    fail(ctx, r, RingOutcome::kInvalid);
+    return;
+  }
+  kernels::Compute& compute = ctx.compute();
+  const std::span<float> out = r.result->span().subspan(s.offset, s.count);
+  if (contribution) {
+    if (r.contributed[sender * options_.pieces + k]) return;  // a duplicate
+    r.contributed[sender * options_.pieces + k] = true;
+    const engine::DeviceView received = ctx.upload(message.payload(0));
+    compute.axpby(out, 1.0f, received, 1.0f);
+    if (++r.contributions[k] == n - 1) sendReduced(ctx, r, k);
+  } else {
+    if (r.gathered[chunk * options_.pieces + k]) return;
+    r.gathered[chunk * options_.pieces + k] = true;
+    compute.upload(out, message.payload(0));
+    --r.missingPieces;
+  }
+  completeIfDone(r);
+}
+
+void AsyncAllReduce::completeIfDone(Round& r) {
+  const std::size_t others = r.n() - 1;
+  if (r.status == RoundStatus::kPending && r.missingPieces == 0 &&
+      std::all_of(r.contributions.begin(), r.contributions.end(),
+                  [&](std::size_t c) { return c == others; }))
+    r.status = RoundStatus::kComplete;
+}
+
+void AsyncAllReduce::sendReduced(engine::PeerContext& ctx, Round& r, std::size_t k) {
+  const std::size_t n = r.n();
+  const Slice s = pieceOf(r.size, n, r.rank, options_.pieces, k);
+  const std::span<float> out = r.result->span().subspan(s.offset, s.count);
+  if (options_.op == ReduceOp::kMean) ctx.compute().scale(out, 1.0f / static_cast<float>(n));
+  std::vector<PeerId> others;
+  for (std::size_t i = 0; i < n; ++i)
+    if (i != r.rank) others.push_back(r.members[i]);
+  // The reduced piece is final: it is sent from the result buffer itself.
+  ctx.send(others, engine::Message{.kind = options_.kind,
+                                   .step = r.id,
+                                   .integers = {r.fingerprint, kReduced, r.rank, k},
+                                   .payloads = {out},
+                                   .owner = r.result});
+}
+
+void AsyncAllReduce::fail(engine::PeerContext& ctx, Round& r, RingOutcome why) {
+  if (r.status != RoundStatus::kPending) return;
+  r.status = RoundStatus::kFailed;
+  r.why = why;
+  ctx.metrics().add(options_.who + "." + ringOutcomeName(why), 1);
+  // Tell the others still in the view, so that they stop waiting for this peer's part.
+  std::vector<PeerId> others;
+  for (PeerId peer : r.members)
+    if (peer != ctx.self() &&
+        std::find(ctx.members().begin(), ctx.members().end(), peer) != ctx.members().end())
+      others.push_back(peer);
+  if (!others.empty())
+    ctx.send(others,
+             engine::Message{
+                 .kind = options_.kind, .step = r.id, .integers = {r.fingerprint, kAbort, 0, 0}});
+}
+
+RingOutcome AsyncAllReduce::wait(engine::PeerContext& ctx, std::uint64_t round,
+                                 engine::Clock::time_point deadline) {
+  Round& r = find(round);
+  poll(ctx);
+  while (r.status == RoundStatus::kPending) {
+    // False at the deadline or when the peer shuts down: either way nothing more will come.
+    const bool queued = ctx.inbox().wait(options_.kind, deadline);
+    poll(ctx);
+    if (!queued) fail(ctx, r, RingOutcome::kMissing);
+  }
+  return r.status == RoundStatus::kComplete ? RingOutcome::kComplete : r.why;
+}
+
+RoundStatus AsyncAllReduce::status(std::uint64_t round) const {
+  const Round* r = lookup(round);
+  return r ? r->status : RoundStatus::kUnknown;
+}
+
+RingOutcome AsyncAllReduce::outcome(std::uint64_t round) const {
+  const Round* r = lookup(round);
+  return r && r->status == RoundStatus::kFailed ? r->why : RingOutcome::kComplete;
+}
+
+std::span<const float> AsyncAllReduce::result(std::uint64_t round) const {
+  const Round* r = lookup(round);
+  GOSSAMER_ENFORCE(r && r->status == RoundStatus::kComplete, "{}: round {} is not complete",
+                   options_.who, round);
+  return r->result->span();
+}
+
+void AsyncAllReduce::release(engine::PeerContext& ctx, std::uint64_t round) {
+  auto it = rounds_.find(round);
+  if (it == rounds_.end()) return;
+  fail(ctx, *it->second, RingOutcome::kMissing);
+  rounds_.erase(it);
+}
+
+void AsyncAllReduce::releaseAll(engine::PeerContext& ctx) {
+  while (!rounds_.empty()) release(ctx, rounds_.begin()->first);
+  future_.clear();
+}
+
+AsyncAllReduce::Round& AsyncAllReduce::find(std::uint64_t round) {
+  auto it = rounds_.find(round);
+  GOSSAMER_ENFORCE(it != rounds_.end(), "{}: round {} was not started (or was released)",
+                   options_.who, round);
+  return *it->second;
+}
+
+const AsyncAllReduce::Round* AsyncAllReduce::lookup(std::uint64_t round) const {
+  auto it = rounds_.find(round);
+  return it == rounds_.end() ? nullptr : it->second.get();
+}
+
+}  // namespace gossamer::algorithms

@@ -1,0 +1,122 @@
+// A non-blocking all-reduce over a PeerContext: the sum or the mean of one flat float buffer
+// across ctx.members(), started at one step and collected at a later one, so that training goes on
+// while it travels (DTS's delayed update, streaming DiLoCo's overlapped fragments). Several rounds
+// may be in flight at once.
+//
+//   communication    direct reduce-scatter, then all-gather, over the full mesh of members:
+//                    member r owns chunk r (ringSlice(size, n, r)); every member sends chunk r of
+//                    its input to r, r adds the n-1 contributions to its own and sends the reduced
+//                    chunk to every other member
+//   messages         2 (n-1) x pieces per round and peer
+//   bytes on wire    2 (n-1)/n x |buffer| x 4 per round and peer (the ring's), spread over n-1
+//                    links at once instead of one
+//   latency          2 one-way latencies per round (the ring: 2 (n-1) in sequence)
+//   staleness        none within a round: it completes with every member's data, or fails
+//
+// Progress. Nothing runs in the background: every call (poll, wait, start) takes this
+// all-reduce's messages out of the inbox and advances the rounds in flight with them, on the
+// compute thread. An algorithm that polls once per step makes a round take at least two steps
+// (contributions arrive, reduced chunks arrive); one that waits makes it take two latencies.
+// Messages of a round this peer has not started yet (a faster member's) are kept until it does.
+//
+// Bits. Each reduced chunk is computed once, by its owner, and copied to the others, so every
+// member of a complete round holds the same bits. The owner adds the contributions in arrival
+// order (floating-point addition is not associative: two runs may differ in the last bits).
+//
+// Failures. A round fails (and every member is told with an abort marker, so they fail at message
+// speed) when the members are no longer those it started with (someone left, died or joined: the
+// next round uses the new view), when a message of another view arrives (the members' views
+// differ), when a payload is refused (engine::acceptMessage: a warning naming its sender, counted
+// in "<who>.refused"), or when wait() reaches its deadline. The caller falls back for that round.
+//
+// Memory. A round holds two buffers of the input's size in the Compute's memory (what this peer
+// sends, and the result), freed by release(). Sends leave without a staging copy on host memory.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "algorithms/ring_allreduce.h"
+#include "engine/algorithm.h"
+
+namespace gossamer::algorithms {
+
+struct AsyncAllReduceOptions {
+  // The message kind of this all-reduce (the algorithm's own, < kMaxAlgorithmKind): an algorithm
+  // with two independent all-reduces gives them two kinds.
+  std::uint32_t kind = 0;
+  ReduceOp op = ReduceOp::kMean;
+  // Messages each chunk is cut into, in [1, kMaxRingPipeline]: pieces reduced as they arrive, so
+  // the owner's additions overlap the transfer of the next pieces.
+  std::size_t pieces = 4;
+  // The calling algorithm's name, for warnings and the "<who>.refused" count.
+  std::string who = "async-allreduce";
+  // Future rounds (started by faster members, not yet by this peer) whose messages are kept; the
+  // oldest are dropped beyond that, counted in "<who>.dropped".
+  std::size_t maxFutureRounds = 4;
+};
+
+enum class RoundStatus { kPending, kComplete, kFailed, kUnknown };
+
+class AsyncAllReduce {
+ public:
+  explicit AsyncAllReduce(AsyncAllReduceOptions options);
+  ~AsyncAllReduce();
+  AsyncAllReduce(const AsyncAllReduce&) = delete;
+  AsyncAllReduce& operator=(const AsyncAllReduce&) = delete;
+
+  // Starts round `round` of `input` (the Compute's memory) over ctx.members() as they are now.
+  // `round` names the round on every member (a step count, say): each member starts the same
+  // rounds, in increasing order. Copies `input` first, so the caller may change it as soon as
+  // start() returns; sends this peer's contributions and returns without waiting. With one member
+  // the round is complete at once. Compute thread. Throws gossamer::Error on misuse (a round not
+  // above the last one started, a kind out of range).
+  void start(engine::PeerContext& ctx, std::uint64_t round, std::span<const float> input);
+
+  // Takes every queued message of this all-reduce out of the inbox and advances the rounds in
+  // flight; fails those whose members changed. Never waits. Compute thread.
+  void poll(engine::PeerContext& ctx);
+
+  // Polls until `round` is complete or failed, or `deadline` passes (the round then fails as
+  // kMissing). Returns how it ended (kComplete for a round complete before the call).
+  RingOutcome wait(engine::PeerContext& ctx, std::uint64_t round,
+                   engine::Clock::time_point deadline);
+
+  RoundStatus status(std::uint64_t round) const;
+  // How a failed round failed (kComplete when it did not fail).
+  RingOutcome outcome(std::uint64_t round) const;
+  // The reduction of a complete round, in the Compute's memory; valid until release(round).
+  std::span<const float> result(std::uint64_t round) const;
+  // Forgets a complete or failed round and frees its buffers. A round still pending is failed
+  // first (the members are told).
+  void release(engine::PeerContext& ctx, std::uint64_t round);
+  // Fails and forgets every round (e.g. when the algorithm resets after a membership change).
+  void releaseAll(engine::PeerContext& ctx);
+
+  // Rounds started and not released.
+  std::size_t rounds() const { return rounds_.size(); }
+
+ private:
+  struct Round;
+  Round& find(std::uint64_t round);
+  const Round* lookup(std::uint64_t round) const;
+  void absorb(engine::PeerContext& ctx, engine::Incoming message);
+  void handle(engine::PeerContext& ctx, Round& r, const engine::Incoming& message);
+  void fail(engine::PeerContext& ctx, Round& r, RingOutcome why);
+  void sendReduced(engine::PeerContext& ctx, Round& r, std::size_t piece);
+  void completeIfDone(Round& r);
+
+  AsyncAllReduceOptions options_;
+  std::map<std::uint64_t, std::unique_ptr<Round>> rounds_;
+  // Messages of rounds not started here yet, by round.
+  std::map<std::uint64_t, std::vector<engine::Incoming>> future_;
+  std::uint64_t lastStarted_ = 0;
+  bool started_ = false;
+};
+
+}  // namespace gossamer::algorithms
