@@ -1,6 +1,8 @@
 #include "algorithms/diloco.h"
 
+#include <chrono>
 #include <cmath>
+#include <thread>
 
 #include "algorithms/ring_allreduce.h"
 #include "engine/base/enforce.h"
@@ -143,6 +145,10 @@ void serveOuterState(engine::ServiceContext& ctx, const engine::Incoming& reques
   if (!engine::acceptMessage(request, {}, ctx.metrics(), who)) return;
   std::vector<float> theta, momentum;
   std::uint64_t rounds = 0;
+  if (outer.busy()) {
+    ctx.reply(request, engine::Message{.kind = replyKind, .step = step, .integers = {1}});
+    return;
+  }
   if (!outer.snapshot(theta, momentum, rounds)) {
     ctx.reply(request, engine::Message{.kind = replyKind, .step = step});
     return;
@@ -160,29 +166,53 @@ bool joinFromOuterState(engine::PeerContext& ctx, OuterState& outer, const std::
   engine::Expected expected{.integers = 1};
   expected.payloads.push_back(size);
   if (outer.hasMomentum()) expected.payloads.push_back(size);
-  for (engine::PeerId from : ctx.members()) {
-    if (from == ctx.self()) continue;
-    const std::optional<engine::Incoming> reply = ctx.request(
-        from, engine::Message{.kind = requestKind, .step = ctx.step()}, ctx.commTimeout());
-    // No payload: that member has no outer state yet.
-    if (!reply || reply->payloadCount() == 0 ||
-        !engine::acceptMessage(*reply, expected, ctx.metrics(), who))
-      continue;
-    const std::span<const float> theta = reply->payload(0);
-    std::vector<float> momentum;
-    if (outer.hasMomentum()) momentum.assign(reply->payload(1).begin(), reply->payload(1).end());
-    ctx.compute().upload(ctx.params(), theta);
-    outer.adopt(std::vector<float>(theta.begin(), theta.end()), std::move(momentum),
-                reply->integer(0));
-    ctx.optimizer().resetState();
-    ctx.adoptStep(reply->step);
-    log::get("algorithms")
-        ->info("{}: peer {:016x} joined at step {} with the outer state of {:016x}", who,
-               ctx.self(), reply->step, from);
-    ctx.metrics().add(who + ".joined", 1);
-    return true;
+  const engine::Clock::time_point deadline = engine::Clock::now() + ctx.commTimeout();
+  for (bool busy = true; busy && engine::Clock::now() < deadline;) {
+    busy = false;
+    for (engine::PeerId from : ctx.members()) {
+      if (from == ctx.self()) continue;
+      const std::optional<engine::Incoming> reply = ctx.request(
+          from, engine::Message{.kind = requestKind, .step = ctx.step()}, ctx.commTimeout());
+      if (!reply) continue;
+      // No payload: that member has no outer state yet, or is busy (integer 0 = 1).
+      if (reply->payloadCount() == 0) {
+        busy = busy || (reply->integers.size() == 1 && reply->integers[0] == 1);
+        continue;
+      }
+      if (!engine::acceptMessage(*reply, expected, ctx.metrics(), who)) continue;
+      const std::span<const float> theta = reply->payload(0);
+      std::vector<float> momentum;
+      if (outer.hasMomentum()) momentum.assign(reply->payload(1).begin(), reply->payload(1).end());
+      ctx.compute().upload(ctx.params(), theta);
+      outer.adopt(std::vector<float>(theta.begin(), theta.end()), std::move(momentum),
+                  reply->integer(0));
+      ctx.optimizer().resetState();
+      ctx.adoptStep(reply->step);
+      log::get("algorithms")
+          ->info("{}: peer {:016x} joined at step {} with the outer state of {:016x}", who,
+                 ctx.self(), reply->step, from);
+      ctx.metrics().add(who + ".joined", 1);
+      return true;
+    }
+    if (busy) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   return false;
+}
+
+void endOnConsensus(engine::PeerContext& ctx, OuterState& outer, std::span<float> scratch,
+                    std::uint32_t kind, std::uint64_t step, std::size_t pipeline,
+                    const std::string& who) {
+  const RingOutcome outcome = ringAllReduce(
+      ctx, outer.theta(), scratch,
+      {.kind = kind, .step = step, .op = ReduceOp::kMean, .pipeline = pipeline, .who = who});
+  if (outcome != RingOutcome::kComplete) {
+    ctx.metrics().add(who + ".consensus_failed", 1);
+    return;
+  }
+  ctx.compute().copy(outer.theta(), scratch);
+  ctx.compute().copy(ctx.params(), scratch);
+  outer.publish(ctx);
+  ctx.metrics().add(who + ".consensus", 1);
 }
 
 void saveOuterState(const OuterState& outer, engine::AlgorithmState& state) {
@@ -242,6 +272,12 @@ void Diloco::average(engine::PeerContext& ctx, std::uint64_t round) {
   ctx.metrics().set("diloco.outer_rounds", static_cast<double>(outer_.rounds()));
   if (outer_.hasMomentum())
     ctx.metrics().set("diloco.outer_momentum_norm", ctx.compute().norm2(outer_.momentum()));
+}
+
+void Diloco::finish(engine::PeerContext& ctx) {
+  PeriodicAveraging::finish(ctx);
+  if (ctx.step() == ctx.totalSteps())
+    endOnConsensus(ctx, outer_, mean_, kConsensus, ctx.step(), options_.pipeline, name());
 }
 
 void Diloco::serve(engine::ServiceContext& ctx, const engine::Incoming& request) {

@@ -28,7 +28,8 @@
 // theta and m stay as they were on every peer, and every peer continues from its own w_i, so the
 // next complete round's Delta covers both rounds' progress ("diloco.fallbacks").
 // The run's last round is in finish() when the step count is not a multiple of H
-// (periodic_averaging.h).
+// (periodic_averaging.h). Then every peer takes the mean of the thetas (endOnConsensus: one more
+// all-reduce of |w| per run), so that the run ends on one model even if the thetas drifted apart.
 //
 // Joiner: requests theta, m and the step count from a live member (serve() answers from host
 // memory under a mutex), takes w_i = theta and that step, and starts with a fresh inner optimizer.
@@ -125,6 +126,16 @@ class OuterState {
     ++rounds_;
   }
   bool hasMomentum() const { return options_.momentum > 0; }
+  // While busy (a round started and not merged yet: theta may still change by it), snapshot()
+  // answers "later": a joiner handed theta now could miss that round's outer step.
+  void setBusy(bool busy) {
+    std::lock_guard lock(mutex_);
+    busy_ = busy;
+  }
+  bool busy() const {
+    std::lock_guard lock(mutex_);
+    return busy_;
+  }
 
  private:
   void apply(engine::PeerContext& ctx);
@@ -140,6 +151,7 @@ class OuterState {
   std::vector<float> mirrorTheta_, mirrorMomentum_;  // CUDA: host mirrors; guarded by mutex_
   std::vector<float> pendingTheta_, pendingMomentum_;  // adopted before setup; guarded by mutex_
   bool pending_ = false;     // guarded by mutex_
+  bool busy_ = false;        // guarded by mutex_
   std::uint64_t rounds_ = 0;  // outer steps done; guarded by mutex_
 };
 
@@ -149,6 +161,8 @@ class Diloco final : public PeriodicAveraging {
   std::string name() const override { return "diloco"; }
   void setup(engine::PeerContext& ctx) override;
   void afterStep(engine::PeerContext& ctx) override;
+  // The last round when the run did not end on one, then endOnConsensus().
+  void finish(engine::PeerContext& ctx) override;
   void serve(engine::ServiceContext& ctx, const engine::Incoming& request) override;
   void join(engine::PeerContext& ctx) override;
   void saveState(engine::AlgorithmState& state) const override;
@@ -156,10 +170,11 @@ class Diloco final : public PeriodicAveraging {
 
   // Message kinds: the all-reduce; a joiner's request for theta and m (no payload) and its reply
   // (theta and, with outer momentum, m as payloads; the outer rounds done as integer 0; the serving
-  // peer's step; no payload when it has no state yet).
+  // peer's step; no payload when it has no state yet); the all-reduce of theta at the end.
   static constexpr std::uint32_t kAverage = 1;
   static constexpr std::uint32_t kStateRequest = 2;
   static constexpr std::uint32_t kState = 3;
+  static constexpr std::uint32_t kConsensus = 4;
 
  protected:
   void average(engine::PeerContext& ctx, std::uint64_t round) override;
@@ -172,13 +187,23 @@ class Diloco final : public PeriodicAveraging {
 };
 
 // The joiner's side shared with streaming-diloco: asks every other member in turn for its outer
-// state; true (params = theta, step adopted, inner optimizer reset) when one answered.
+// state, again after 1 ms while one is busy, for at most --comm-timeout; true (params = theta,
+// step adopted, inner optimizer reset) when one answered.
 bool joinFromOuterState(engine::PeerContext& ctx, OuterState& outer, const std::string& who,
                         std::uint32_t requestKind);
-// serve()'s side: answers a request of the joiner with `outer`'s snapshot and `step`.
+// serve()'s side: answers a request of the joiner with `outer`'s snapshot and `step`; without a
+// payload when it has none, and with integer 0 = 1 when it is busy (the joiner asks again).
 void serveOuterState(engine::ServiceContext& ctx, const engine::Incoming& request,
                      const OuterState& outer, std::uint32_t replyKind, std::uint64_t step,
                      const std::string& who);
+// The end of a run (finish(), after the last outer step): theta = the mean of the members' thetas
+// (ring all-reduce of `kind` at step `step`), and w_i = theta, so that every peer ends on the same
+// bits even when a round completed on some peers and failed on others (the thetas then differ by
+// what the later rounds have not contracted away yet). Equal thetas stay equal (up to the mean's
+// rounding). A failed all-reduce leaves everything as it was ("<who>.consensus_failed").
+void endOnConsensus(engine::PeerContext& ctx, OuterState& outer, std::span<float> scratch,
+                    std::uint32_t kind, std::uint64_t step, std::size_t pipeline,
+                    const std::string& who);
 // Checkpoint helpers: tensors "outer_theta", "outer_momentum", value "outer_rounds".
 void saveOuterState(const OuterState& outer, engine::AlgorithmState& state);
 void loadOuterState(OuterState& outer, const engine::AlgorithmState& state);
