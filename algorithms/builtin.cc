@@ -8,6 +8,7 @@
 #include "algorithms/local_sgd.h"
 #include "algorithms/none.h"
 #include "algorithms/sparknet.h"
+#include "algorithms/streaming_diloco.h"
 #include "algorithms/tree_easgd.h"
 #include "engine/builtin.h"
 
@@ -65,6 +66,12 @@ void addBuiltinAlgorithms(engine::Registry& registry) {
                     "Nesterov step moves the shared model by the average progress (Douillard et al. "
                     "2023)",
                     "ring"));
+  add("streaming-diloco",
+      engine::algorithmSpec<StreamingDiloco, StreamingDilocoOptions>(
+          "diloco one fragment of the model at a time, H/F steps apart, each fragment's "
+          "all-reduce overlapped with tau inner steps and merged with mixing factor alpha "
+          "(Douillard et al. 2025)",
+          "ring"));
 }
 
 engine::Registry makeRegistry() {

@@ -1,7 +1,10 @@
 // diloco (algorithms/diloco.h): local-sgd as its special case, the outer step against closed forms
 // on distinct initial models with inner learning rate 0, the convex optimum, training, options,
-// the checkpoint state, a peer killed mid-run and a late joiner that receives theta and m.
+// the checkpoint state, a peer killed mid-run and a late joiner that receives theta and m; and
+// streaming-diloco: diloco as its special case, its fragment schedule and mixing against closed
+// forms, the same convergence, training, options, kill and join checks.
 #include "algorithms/diloco.h"
+#include "algorithms/streaming_diloco.h"
 
 #include <algorithm>
 #include <cmath>
@@ -10,7 +13,9 @@
 
 #include <doctest/doctest.h>
 
+#include "engine/builtin.h"
 #include "engine/runtime/peer.h"
+#include "tests/algorithms/forwarding_context.h"
 #include "tests/algorithms/periodic_averaging_testing.h"
 #include "tests/support/watchdog.h"
 
@@ -43,17 +48,55 @@ TEST_CASE("diloco: with outer lr 1 and outer momentum 0 it is local-sgd with tau
   }
 }
 
+// The algorithms seen through a context whose run never ends (totalSteps beyond the last step):
+// finish() merges streaming-diloco's rounds in flight but runs no last round and no consensus, so
+// the models keep what the outer steps made of them.
+class UnendingContext final : public test::ForwardingContext {
+ public:
+  using ForwardingContext::ForwardingContext;
+  std::uint64_t totalSteps() const override { return inner_.totalSteps() + 1000; }
+};
+class UnendingShell final : public test::AlgorithmShell {
+ public:
+  using AlgorithmShell::AlgorithmShell;
+
+ protected:
+  std::unique_ptr<engine::PeerContext> wrap(engine::PeerContext& ctx) override {
+    return std::make_unique<UnendingContext>(ctx);
+  }
+};
+template <typename A, typename O>
+void addUnending(engine::Registry& r, const std::string& name) {
+  engine::AlgorithmSpec spec = engine::algorithmSpec<A, O>(name + " in a shell without an end", "ring");
+  spec.make = [](const engine::OptionValues& values) {
+    return std::unique_ptr<engine::Algorithm>(
+        std::make_unique<UnendingShell>(std::make_unique<A>(engine::parseOptions<O>(values))));
+  };
+  r.algorithms.add(name, name + " in a test shell", std::move(spec));
+}
+const engine::Registry& unendingRegistry() {
+  static const engine::Registry registry = [] {
+    engine::Registry r = engine::makeBuiltinRegistry();
+    addUnending<Diloco, DilocoOptions>(r, "diloco");
+    addUnending<StreamingDiloco, StreamingDilocoOptions>(r, "streaming-diloco");
+    return r;
+  }();
+  return registry;
+}
+
 // Inner learning rate 0 and distinct initial models x_i (test::distinctParams): every inner step
 // leaves w_i where it is, so each round is the outer step alone and its result has a closed form
 // per peer. Each peer's theta starts at its own x_i (its first setup), so the thetas differ and the
-// rule's contraction of that difference is visible.
+// rule's contraction of that difference is visible; the unending shell leaves out the consensus at
+// the end, which would make them equal (`ending` keeps it).
 engine::runtime::ClusterResult runOuterOnly(std::size_t peers, std::uint64_t rounds,
-                                            engine::OptionValues options) {
+                                            engine::OptionValues options, bool ending = false) {
   const std::uint64_t h = std::stoull(options.at("h"));
   auto config = test::algorithmCluster("diloco", peers, rounds * h, 0.0, std::move(options));
   config.peer.training.optimizer.kind = engine::train::OptimizerKind::kAdam;
   config.peer.training.initialParams = test::distinctParams;
-  return engine::runtime::runLocalCluster(config, test::registry(), test::smallData());
+  return engine::runtime::runLocalCluster(config, ending ? test::registry() : unendingRegistry(),
+                                          test::smallData());
 }
 
 TEST_CASE("diloco: with inner lr 0, one round of outer lr 1 and momentum 0 gives every peer the "
@@ -85,6 +128,15 @@ TEST_CASE("diloco: with inner lr 0, outer lr 1/2 moves every peer half-way to th
     for (std::size_t k = 0; k < size; ++k) oracle[k] = 0.5f * (x[k] + mean[k]);
     CHECK(test::maxAbsDiff(result.finals[i].params, oracle) < 3e-6);
     CHECK(test::maxAbsDiff(result.finals[i].params, x) > 0.1);  // it moved
+  }
+  // The end of a real run: the mean of the thetas (x_i + a)/2 is a, on every peer, same bits.
+  const auto ended =
+      runOuterOnly(peers, 1, {{"h", "2"}, {"outer-lr", "0.5"}, {"outer-momentum", "0"}}, true);
+  for (std::size_t i = 0; i < peers; ++i) {
+    CAPTURE(i);
+    CHECK(ended.finals[i].params == ended.finals[0].params);
+    CHECK(test::maxAbsDiff(ended.finals[i].params, mean) < 3e-6);
+    CHECK(metric(ended.peers[i], "diloco.consensus") == 1);
   }
 }
 
@@ -249,6 +301,137 @@ TEST_CASE("diloco: a late joiner receives theta and the outer momentum and ends 
           "model") {
   test::Watchdog watchdog(120s);
   checkJoinerReceivesOuterState("diloco", {{"h", "25"}});
+}
+
+// ---- streaming-diloco -----------------------------------------------------------------------
+
+TEST_CASE("streaming-diloco: with one fragment, tau 0 and alpha 0 it is diloco") {
+  test::Watchdog watchdog(120s);
+  auto run = [](const std::string& algorithm, engine::OptionValues options) {
+    auto config = test::algorithmCluster(algorithm, 4, 203, 0.05, std::move(options));
+    config.peer.training.optimizer.kind = engine::train::OptimizerKind::kMomentum;
+    return engine::runtime::runLocalCluster(config, test::registry(), test::smallData());
+  };
+  const auto diloco = run("diloco", {{"h", "8"}});
+  const auto streaming =
+      run("streaming-diloco", {{"h", "8"}, {"fragments", "1"}, {"tau", "0"}, {"alpha", "0"}});
+  for (std::size_t i = 0; i < 4; ++i) {
+    CAPTURE(i);
+    CHECK(metric(streaming.peers[i], "streaming-diloco.rounds") == 26);
+    CHECK(streaming.finals[i].params == streaming.finals[0].params);
+    // The two all-reduces add in different orders; training carries the rounding on.
+    CHECK(test::maxAbsDiff(streaming.finals[i].params, diloco.finals[i].params) < 1e-4);
+  }
+}
+
+TEST_CASE("streaming-diloco: fragments are synchronised on their own schedule and mixed with "
+          "alpha") {
+  test::Watchdog watchdog(60s);
+  // Inner lr 0, distinct models x_i (mean a), H = 9, F = 3 (offsets 0, 3, 6), tau = 2, alpha 1/2,
+  // outer lr 1/2, no momentum, 13 steps. Fragment 1 starts after steps 3 and 12, fragment 2 after
+  // 6, fragment 0 after 9; each merges 2 steps later (the last one in finish()). One round from
+  // theta = w = x gives theta = (x + a)/2, w = 3/4 x + 1/4 a; a second gives theta = (x + 3a)/4,
+  // w = (x + a)/2.
+  const std::size_t peers = 3;
+  auto config = test::algorithmCluster(
+      "streaming-diloco", peers, 13, 0.0,
+      {{"h", "9"}, {"fragments", "3"}, {"tau", "2"}, {"alpha", "0.5"}, {"outer-lr", "0.5"},
+       {"outer-momentum", "0"}});
+  config.peer.training.initialParams = test::distinctParams;
+  const auto result =
+      engine::runtime::runLocalCluster(config, unendingRegistry(), test::smallData());
+  const std::size_t size = result.finals[0].params.size();
+  const std::vector<float> a = test::averageOfDistinct(peers, size);
+  for (std::size_t i = 0; i < peers; ++i) {
+    CAPTURE(i);
+    const std::vector<float> x = test::distinctParams(i, size);
+    std::vector<float> oracle(size);
+    for (std::size_t f = 0; f < 3; ++f) {
+      const Slice slice = ringSlice(size, 3, f);
+      const float own = f == 1 ? 0.5f : 0.75f;
+      for (std::size_t k = slice.offset; k < slice.offset + slice.count; ++k)
+        oracle[k] = own * x[k] + (1 - own) * a[k];
+    }
+    CHECK(test::maxAbsDiff(result.finals[i].params, oracle) < 3e-6);
+    CHECK(metric(result.peers[i], "streaming-diloco.rounds") == 4);
+  }
+}
+
+TEST_CASE("streaming-diloco: with inner lr 0 the run ends with every peer at the average") {
+  test::Watchdog watchdog(60s);
+  const std::size_t peers = 4;
+  auto config = test::algorithmCluster(
+      "streaming-diloco", peers, 10, 0.0,
+      {{"h", "6"}, {"fragments", "3"}, {"tau", "1"}, {"outer-lr", "1"}, {"outer-momentum", "0"}});
+  config.peer.training.initialParams = test::distinctParams;
+  const auto result = engine::runtime::runLocalCluster(config, test::registry(), test::smallData());
+  const std::vector<float> oracle = test::averageOfDistinct(peers, result.finals[0].params.size());
+  for (std::size_t i = 0; i < peers; ++i) {
+    CAPTURE(i);
+    CHECK(test::maxAbsDiff(result.finals[i].params, oracle) < 3e-6);
+    // Rounds after steps 2 (f1), 4 (f2), 6 (f0), 8 (f1), then the last one of every fragment.
+    CHECK(metric(result.peers[i], "streaming-diloco.rounds") == 7);
+  }
+}
+
+TEST_CASE("streaming-diloco: on a strongly convex problem the peers converge to the known "
+          "optimum") {
+  test::Watchdog watchdog(120s);
+  test::checkConvexOptimum("streaming-diloco", {{"h", "8"}, {"fragments", "2"}, {"tau", "1"}},
+                           800, 0.05, 0.02);
+}
+
+TEST_CASE("streaming-diloco: four peers learn the synthetic task and end on one model") {
+  test::Watchdog watchdog(120s);
+  test::checkLearns("streaming-diloco", {{"h", "6"}, {"fragments", "3"}, {"tau", "1"}});
+}
+
+TEST_CASE("streaming-diloco: options are validated") {
+  const auto& spec = test::registry().algorithms.get("streaming-diloco");
+  CHECK(spec.defaultTopology == "ring");
+  auto fails = [&](engine::OptionValues values, const char* message) {
+    CAPTURE(message);
+    CHECK_THROWS_WITH_AS(spec.make(values), doctest::Contains(message), gossamer::Error);
+  };
+  fails({{"h", "0"}}, "streaming-diloco.h must be at least 1");
+  fails({{"h", "4"}, {"fragments", "5"}}, "streaming-diloco.fragments must be in [1, h = 4]");
+  fails({{"fragments", "0"}}, "streaming-diloco.fragments must be in [1, h = 50]");
+  fails({{"h", "4"}, {"fragments", "2"}, {"tau", "2"}},
+        "streaming-diloco.tau must be below h / fragments = 2");
+  fails({{"alpha", "1.5"}}, "streaming-diloco.alpha must be in [0, 1]");
+  fails({{"alpha", "-0.5"}}, "streaming-diloco.alpha must be in [0, 1]");
+  fails({{"outer-lr", "0"}}, "streaming-diloco.outer-lr must be in (0, 2]");
+  fails({{"outer-momentum", "1"}}, "streaming-diloco.outer-momentum must be in [0, 1)");
+  fails({{"pieces", "0"}}, "streaming-diloco.pieces must be in [1, 16]");
+  CHECK_NOTHROW(spec.make({{"h", "4"}, {"fragments", "4"}, {"tau", "0"}, {"alpha", "1"}}));
+  CHECK_NOTHROW(spec.make({{"h", "10"}, {"fragments", "3"}, {"tau", "2"}}));
+}
+
+TEST_CASE("streaming-diloco: a checkpoint keeps theta, the outer momentum and the round count") {
+  engine::AlgorithmState saved;
+  saved.tensors["outer_theta"] = {1, 2, 3, 4};
+  saved.tensors["outer_momentum"] = {0.5f, -0.5f, 0.25f, 0};
+  saved.values["outer_rounds"] = 3;
+  StreamingDiloco streaming(StreamingDilocoOptions{});
+  streaming.loadState(saved);
+  engine::AlgorithmState again;
+  streaming.saveState(again);
+  CHECK(again.tensors == saved.tensors);
+  CHECK(again.values == saved.values);
+}
+
+TEST_CASE("streaming-diloco: a peer killed mid-run does not stop the others") {
+  test::Watchdog watchdog(120s);
+  const auto result = test::checkSurvivesKill(
+      "streaming-diloco", {{"h", "4"}, {"fragments", "2"}, {"tau", "1"}}, 1);
+  for (std::size_t i : {0, 2, 3})
+    CHECK(metric(result.peers[i], "streaming-diloco.fallbacks") >= 1);
+}
+
+TEST_CASE("streaming-diloco: a late joiner receives theta and the outer momentum and ends on the "
+          "others' model") {
+  test::Watchdog watchdog(120s);
+  checkJoinerReceivesOuterState("streaming-diloco", {{"h", "24"}, {"fragments", "3"}, {"tau", "2"}});
 }
 
 }  // namespace
