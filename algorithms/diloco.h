@@ -68,7 +68,9 @@ struct OuterOptions {
 struct DilocoOptions {
   // Inner steps per outer round. 50, not the paper's 500: the paper runs 88k steps (176 rounds at
   // H = 500) and its H ablation loses little down to H = 50; our runs are hundreds to a few
-  // thousand steps, and the outer momentum needs tens of rounds to build up.
+  // thousand steps, and the outer momentum needs tens of rounds to build up. On Fashion-MNIST (MLP,
+  // 4 local peers, 3 epochs = 705 steps, seed 1) H = 50 reached 86.3% with comm_wait_fraction
+  // 0.13, H = 6 85.2% at 0.31 (local-sgd, tau = 6: 85.3% at 0.36).
   std::uint64_t h = 50;
   OuterOptions outer;
   std::size_t pipeline = 4;  // sub-chunks per ring chunk

@@ -65,7 +65,9 @@
 namespace gossamer::algorithms {
 
 struct StreamingDilocoOptions {
-  // Inner steps between two rounds of one fragment. 50, as diloco's h (see DilocoOptions).
+  // Inner steps between two rounds of one fragment. 50, as diloco's h (see DilocoOptions). With the
+  // defaults on Fashion-MNIST (MLP, 4 local peers, 3 epochs, seed 1): 85.6% with comm_wait_fraction
+  // 0.03 (diloco: 86.3% at 0.13; one seed, differences within about half a point of noise).
   std::uint64_t h = 50;
   // Fragments. 4: the paper's ablations use a few fragments (its 12-layer fragments of a 36-layer
   // model make 3); more cut the peak bandwidth further at the cost of more messages.
