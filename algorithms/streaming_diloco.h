@@ -47,7 +47,8 @@
 // Memory, on top of the model: theta and m (none when mu = 0), |w| x 4 bytes each (80 MB each for
 // 20M parameters); one scratch of the largest fragment (|w|/F x 4); and the all-reduce's two buffers
 // of the one fragment round in flight (2 |w|/F x 4): tau < H/F, so a round merges before the next
-// one starts.
+// one starts. At the end only, finish() holds the last rounds of all fragments at once (2 |w| x 4)
+// and then a scratch of |w| x 4 for the consensus.
 // On CUDA, host mirrors of theta and m for serve() (2 |w| x 4 bytes of host memory).
 #pragma once
 
