@@ -2,6 +2,7 @@
 
 #include "algorithms/adpsgd.h"
 #include "algorithms/allreduce_sgd.h"
+#include "algorithms/diloco.h"
 #include "algorithms/dpsgd.h"
 #include "algorithms/dts.h"
 #include "algorithms/easgd.h"
@@ -9,6 +10,7 @@
 #include "algorithms/local_sgd.h"
 #include "algorithms/none.h"
 #include "algorithms/sparknet.h"
+#include "algorithms/streaming_diloco.h"
 #include "algorithms/tree_easgd.h"
 #include "engine/builtin.h"
 
@@ -72,6 +74,17 @@ void addBuiltinAlgorithms(engine::Registry& registry) {
                  "(temporally sparse update), with the exact error compensation for sgd, momentum "
                  "and nesterov (Zhu et al. 2019)",
                  "mesh"));
+  add("diloco", engine::algorithmSpec<Diloco, DilocoOptions>(
+                    "every H inner steps the models are averaged by a ring all-reduce and an outer "
+                    "Nesterov step moves the shared model by the average progress (Douillard et al. "
+                    "2023)",
+                    "ring"));
+  add("streaming-diloco",
+      engine::algorithmSpec<StreamingDiloco, StreamingDilocoOptions>(
+          "diloco one fragment of the model at a time, H/F steps apart, each fragment's "
+          "all-reduce overlapped with tau inner steps and merged with mixing factor alpha "
+          "(Douillard et al. 2025)",
+          "ring"));
 }
 
 engine::Registry makeRegistry() {

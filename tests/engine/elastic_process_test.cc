@@ -76,6 +76,8 @@ GOSSAMER_KILL_TESTS("easgd --easgd.prefetch 2")
 GOSSAMER_KILL_TESTS("tree-easgd")
 GOSSAMER_KILL_TESTS("dts")
 GOSSAMER_KILL_TESTS("ad-psgd")
+GOSSAMER_KILL_TESTS("diloco")
+GOSSAMER_KILL_TESTS("streaming-diloco")
 
 // A fifth peer joins four that have taken 100 steps: it takes a neighbour's model, trains to the
 // end with them, and its own model is as good as theirs (within 5 points).

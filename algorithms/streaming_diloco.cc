@@ -1,0 +1,169 @@
+#include "algorithms/streaming_diloco.h"
+
+#include <cmath>
+
+#include "algorithms/ring_allreduce.h"
+#include "engine/base/enforce.h"
+#include "engine/base/log.h"
+
+namespace gossamer::algorithms {
+
+void StreamingDilocoOptions::validate() const {
+  GOSSAMER_ENFORCE(h >= 1, "streaming-diloco.h must be at least 1, not {}", h);
+  GOSSAMER_ENFORCE(fragments >= 1 && fragments <= h,
+                   "streaming-diloco.fragments must be in [1, h = {}] (offsets H/F apart), not {}",
+                   h, fragments);
+  GOSSAMER_ENFORCE(fragments > h || tau < h / fragments,
+                   "streaming-diloco.tau must be below h / fragments = {} (a round merges before "
+                   "the next one starts), not {}",
+                   fragments > h ? 0 : h / fragments, tau);
+  GOSSAMER_ENFORCE(std::isfinite(alpha) && alpha >= 0 && alpha <= 1,
+                   "streaming-diloco.alpha must be in [0, 1], not {}", alpha);
+  outer.validate("streaming-diloco");
+  GOSSAMER_ENFORCE(pieces >= 1 && pieces <= kMaxRingPipeline,
+                   "streaming-diloco.pieces must be in [1, {}], not {}", kMaxRingPipeline, pieces);
+}
+
+StreamingDiloco::StreamingDiloco(StreamingDilocoOptions options)
+    : options_(options),
+      outer_("streaming-diloco", options.outer),
+      allReduce_(AsyncAllReduceOptions{
+          .kind = kAverage,
+          .op = ReduceOp::kMean,
+          .pieces = options.pieces,
+          .who = "streaming-diloco",
+          // A member up to one period of H steps ahead has started F rounds this peer has not.
+          .maxFutureRounds = 4 + static_cast<std::size_t>(options.fragments)}) {}
+
+void StreamingDiloco::setup(engine::PeerContext& ctx) {
+  const std::size_t size = ctx.params().size();
+  GOSSAMER_ENFORCE(options_.fragments <= size,
+                   "streaming-diloco.fragments ({}) must not exceed the model's {} parameters",
+                   options_.fragments, size);
+  outer_.setup(ctx);
+  const std::size_t largest = ringSlice(size, options_.fragments, 0).count;
+  if (scratch_.size() != largest) scratch_ = ctx.compute().allocate<float>(largest);
+  step_ = ctx.step();
+}
+
+void StreamingDiloco::count(engine::PeerContext& ctx, const std::string& what, double value) {
+  ctx.metrics().add(name() + "." + what, value);
+}
+
+void StreamingDiloco::start(engine::PeerContext& ctx, std::uint64_t step, std::size_t fragment) {
+  const Slice slice = ringSlice(ctx.params().size(), options_.fragments, fragment);
+  allReduce_.start(ctx, roundOf(step, fragment),
+                   std::span<const float>(ctx.params()).subspan(slice.offset, slice.count));
+  lastStart_[fragment] = step;
+  lastRound_ = roundOf(step, fragment);
+  started_ = true;
+}
+
+bool StreamingDiloco::merge(engine::PeerContext& ctx, std::uint64_t round, std::size_t fragment,
+                            double alpha) {
+  const RingOutcome outcome = allReduce_.wait(ctx, round, engine::Clock::now() + ctx.commTimeout());
+  if (outcome != RingOutcome::kComplete) {
+    // theta[f] and m[f] stay; w_i[f] goes on unmerged (see the header comment).
+    allReduce_.release(ctx, round);
+    count(ctx, "fallbacks");
+    count(ctx, ringOutcomeName(outcome));
+    return false;
+  }
+  const Slice slice = ringSlice(ctx.params().size(), options_.fragments, fragment);
+  outer_.step(ctx, slice.offset, allReduce_.result(round), scratch_.span().first(slice.count));
+  allReduce_.release(ctx, round);
+  kernels::Compute& compute = ctx.compute();
+  const std::span<float> local = ctx.params().subspan(slice.offset, slice.count);
+  const std::span<const float> theta = outer_.theta().subspan(slice.offset, slice.count);
+  if (alpha == 0) {
+    compute.copy(local, theta);
+  } else {
+    const auto a = static_cast<float>(alpha);
+    compute.weightedSum(local, {{a, local}, {1.0f - a, theta}});
+  }
+  outer_.publish(ctx, slice.offset, slice.count);
+  merged_[fragment] = round / options_.fragments;
+  outer_.countRound();
+  count(ctx, "rounds");
+  return true;
+}
+
+void StreamingDiloco::afterStep(engine::PeerContext& ctx) {
+  const std::uint64_t done = ctx.step() + 1;  // ctx.step() counts this step once it returns
+  step_ = done;
+  allReduce_.poll(ctx);
+  const std::uint64_t phase = done % options_.h;
+  for (std::size_t f = 0; f < options_.fragments; ++f) {
+    if (f * options_.h / options_.fragments != phase) continue;
+    // Round numbers must grow; a step count moved back (adoptStep) skips until they do.
+    if (started_ && roundOf(done, f) <= lastRound_) continue;
+    start(ctx, done, f);
+    inFlight_[done] = f;
+    outer_.setBusy(true);
+  }
+  // Every round started tau or more steps ago (tau = 0: the one just started).
+  while (!inFlight_.empty() && inFlight_.begin()->first + options_.tau <= done) {
+    const auto [started, fragment] = *inFlight_.begin();
+    inFlight_.erase(inFlight_.begin());
+    merge(ctx, roundOf(started, fragment), fragment, options_.alpha);
+  }
+  outer_.setBusy(!inFlight_.empty());
+}
+
+void StreamingDiloco::finish(engine::PeerContext& ctx) {
+  // The rounds in flight, merged as usual.
+  while (!inFlight_.empty()) {
+    const auto [started, fragment] = *inFlight_.begin();
+    inFlight_.erase(inFlight_.begin());
+    merge(ctx, roundOf(started, fragment), fragment, options_.alpha);
+  }
+  if (ctx.step() != ctx.totalSteps()) return;  // stopped early: the peers are at different steps
+  // One last round of every fragment but those whose round started at the last step and merged,
+  // all in flight at once; every peer takes theta: the run ends on one model.
+  const std::uint64_t total = ctx.step();
+  std::vector<std::size_t> last;
+  for (std::size_t f = 0; f < options_.fragments; ++f) {
+    const auto started = lastStart_.find(f);
+    const auto merged = merged_.find(f);
+    if (started != lastStart_.end() && started->second == total && merged != merged_.end() &&
+        merged->second == total) {
+      const Slice slice = ringSlice(ctx.params().size(), options_.fragments, f);
+      ctx.compute().copy(ctx.params().subspan(slice.offset, slice.count),
+                         outer_.theta().subspan(slice.offset, slice.count));
+      continue;
+    }
+    if (started_ && roundOf(total + 1, f) <= lastRound_) continue;
+    start(ctx, total + 1, f);
+    last.push_back(f);
+  }
+  for (std::size_t f : last) merge(ctx, roundOf(total + 1, f), f, 0.0);
+  outer_.setBusy(false);
+  // The consensus needs a buffer of |w|: the fragment scratch grows for it, at the end only.
+  if (scratch_.size() != ctx.params().size())
+    scratch_ = ctx.compute().allocate<float>(ctx.params().size());
+  endOnConsensus(ctx, outer_, scratch_, kConsensus, total, options_.pieces, name());
+}
+
+void StreamingDiloco::serve(engine::ServiceContext& ctx, const engine::Incoming& request) {
+  if (request.kind != kStateRequest) {
+    ctx.metrics().add(name() + ".refused", 1);
+    return;
+  }
+  serveOuterState(ctx, request, outer_, kState, step_, name());
+}
+
+void StreamingDiloco::join(engine::PeerContext& ctx) {
+  if (joinFromOuterState(ctx, outer_, name(), kStateRequest)) return;
+  ctx.metrics().add(name() + ".join_fallbacks", 1);
+  engine::Algorithm::join(ctx);
+}
+
+void StreamingDiloco::saveState(engine::AlgorithmState& state) const {
+  saveOuterState(outer_, state);
+}
+
+void StreamingDiloco::loadState(const engine::AlgorithmState& state) {
+  loadOuterState(outer_, state);
+}
+
+}  // namespace gossamer::algorithms

@@ -1,0 +1,144 @@
+// streaming-diloco: DiLoCo with the model synchronised one fragment at a time and each fragment's
+// all-reduce overlapped with inner steps (Douillard et al., "Streaming DiLoCo with overlapping
+// communication: Towards a Distributed Free Lunch", 2025). The rule is algorithms/README.md's
+// "streaming-diloco"; the outer step is diloco's (diloco.h).
+//
+//   communication    non-blocking all-reduce of one fragment's models (async_allreduce.h) every
+//                    H/F inner steps, collected tau steps after it started
+//   messages / step  2 (n-1) x pieces x F / H per peer
+//   bytes on wire    2 (n-1)/n x |w| x 4 per H steps and peer (diloco's), in F parts of |w|/F spread
+//                    over the round, so the peak bandwidth is 1/F of diloco's
+//   staleness        a fragment's outer step uses the models of tau steps ago; the step path never
+//                    waits for a round trip while the network keeps up (it waits only for a round
+//                    not complete when its merge is due, at most --comm-timeout)
+//
+// Fragments: the flat parameter buffer cut into F contiguous near-equal slices (ringSlice). The
+// paper's fragments are groups of layers; contiguous slices of the flat buffer are that, since a
+// model's parameters lie layer after layer in it (a fragment may start or end inside a layer).
+// Fragment f has offset o_f = f H / F (integer division; F <= H, so the offsets differ).
+//
+// After inner step s (s = 1, 2, ...), on every peer:
+//   for the fragment f with s mod H == o_f (at most one):            start
+//     start the all-reduce of w_i[f] (copied: training goes on at once)
+//   for the fragment f started at step s - tau:                       merge (tau = 0: at once)
+//     w~[f]     = the all-reduce's mean (wait for it: normally complete already)
+//     Delta     = theta[f] - w~[f]                                    // diloco's outer step
+//     m[f]      = mu m[f] + Delta
+//     theta[f] -= lr (Delta + mu m[f])                                 // or lr m[f]
+//     w_i[f]    = alpha w_i[f] + (1 - alpha) theta[f]                 // alpha = 0: theta
+// poll() once per step advances the rounds in flight without waiting.
+//
+// With F = 1, tau = 0 and alpha = 0 this is diloco (up to the all-reduce's order of additions).
+// A failed fragment round (a peer died, left or joined, views differ, a refused payload, or the
+// merge's deadline): that fragment's theta and m stay on every peer and w_i[f] goes on unmerged
+// ("streaming-diloco.fallbacks"); its next round covers both. finish(): the rounds in flight are
+// merged, then one last blocking round over every fragment with progress since its last start,
+// after which every peer takes theta (alpha is not applied), and then the mean of the members'
+// thetas (diloco.h's endOnConsensus: one all-reduce of |w| per run), so that the run ends on one
+// model even when a round completed on some peers and failed on others (an asynchronous round
+// fails where a member notices a view change first). A run stopped early does not.
+//
+// Joiner, checkpoint: as diloco (theta and m of every fragment, from a live member or the
+// checkpoint). A member answers a joiner only between a merge and the next start (busy otherwise:
+// the joiner asks again), so the theta it hands over misses no round it has started; tau < H/F
+// leaves such a moment at every step boundary but tau of every H/F. A joiner merges only the
+// rounds it started itself.
+//
+// Memory, on top of the model: theta and m (none when mu = 0), |w| x 4 bytes each (80 MB each for
+// 20M parameters); one scratch of the largest fragment (|w|/F x 4); and the all-reduce's two buffers
+// of the one fragment round in flight (2 |w|/F x 4): tau < H/F, so a round merges before the next
+// one starts. At the end only, finish() holds the last rounds of all fragments at once (2 |w| x 4)
+// and then a scratch of |w| x 4 for the consensus.
+// On CUDA, host mirrors of theta and m for serve() (2 |w| x 4 bytes of host memory).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "algorithms/async_allreduce.h"
+#include "algorithms/diloco.h"
+#include "engine/algorithm.h"
+#include "kernels/compute.h"
+
+namespace gossamer::algorithms {
+
+struct StreamingDilocoOptions {
+  // Inner steps between two rounds of one fragment. 50, as diloco's h (see DilocoOptions). With the
+  // defaults on Fashion-MNIST (MLP, 4 local peers, 3 epochs, seed 1): 85.6% with comm_wait_fraction
+  // 0.03 (diloco: 86.3% at 0.13; one seed, differences within about half a point of noise).
+  std::uint64_t h = 50;
+  // Fragments. 4: the paper's ablations use a few fragments (its 12-layer fragments of a 36-layer
+  // model make 3); more cut the peak bandwidth further at the cost of more messages.
+  std::uint64_t fragments = 4;
+  // Inner steps a fragment's all-reduce overlaps. 2: one step for the contributions, one for the
+  // reduced chunks when poll() runs once per step (async_allreduce.h); the paper finds 1-5
+  // overlapping steps free of loss.
+  std::uint64_t tau = 2;
+  double alpha = 0.5;  // the paper's mixing factor
+  OuterOptions outer;
+  std::size_t pieces = 4;
+
+  template <typename Bind>
+  void bind(Bind& b) {
+    b("h", h, "inner steps between two synchronisations of one fragment (the paper: 100)");
+    b("fragments", fragments,
+      "contiguous slices of the model synchronised in turn, H/F steps apart (1 to h)");
+    b("tau", tau,
+      "inner steps a fragment's all-reduce overlaps before its outer step is merged (below h / "
+      "fragments)");
+    b("alpha", alpha,
+      "mixing factor in [0, 1]: w = alpha w_local + (1 - alpha) theta (the paper: 0.5; 0 replaces "
+      "the fragment by theta)");
+    b("outer-lr", outer.lr, "outer learning rate, in (0, 2] (the paper: 0.7)");
+    b("outer-momentum", outer.momentum, "outer momentum, in [0, 1) (the paper: 0.9)");
+    b("nesterov", outer.nesterov, "Nesterov outer momentum (the paper's); false: heavy ball");
+    b("pieces", pieces, "messages each all-reduce chunk is cut into (1-16)");
+  }
+  void validate() const;
+};
+
+class StreamingDiloco final : public engine::Algorithm {
+ public:
+  explicit StreamingDiloco(StreamingDilocoOptions options);
+  std::string name() const override { return "streaming-diloco"; }
+  void setup(engine::PeerContext& ctx) override;
+  void afterStep(engine::PeerContext& ctx) override;
+  void finish(engine::PeerContext& ctx) override;
+  void serve(engine::ServiceContext& ctx, const engine::Incoming& request) override;
+  void join(engine::PeerContext& ctx) override;
+  void saveState(engine::AlgorithmState& state) const override;
+  void loadState(const engine::AlgorithmState& state) override;
+
+  // Message kinds: the all-reduce; a joiner's request and its reply (as diloco's).
+  static constexpr std::uint32_t kAverage = 1;
+  static constexpr std::uint32_t kStateRequest = 2;
+  static constexpr std::uint32_t kState = 3;
+  static constexpr std::uint32_t kConsensus = 4;  // the all-reduce of theta at the end
+
+ private:
+  // The all-reduce round of fragment f started after step s: s F + f, increasing in start order.
+  std::uint64_t roundOf(std::uint64_t step, std::size_t fragment) const {
+    return step * options_.fragments + fragment;
+  }
+  void start(engine::PeerContext& ctx, std::uint64_t step, std::size_t fragment);
+  // Waits for `round` of `fragment` and merges it with `alpha`; false when it failed.
+  bool merge(engine::PeerContext& ctx, std::uint64_t round, std::size_t fragment, double alpha);
+  void count(engine::PeerContext& ctx, const std::string& what, double value = 1);
+
+  StreamingDilocoOptions options_;
+  OuterState outer_;
+  AsyncAllReduce allReduce_;
+  kernels::Buffer<float> scratch_;  // Delta of one fragment; |w| at the end (endOnConsensus)
+  // Rounds this peer started and has not merged: step started -> fragment.
+  std::map<std::uint64_t, std::size_t> inFlight_;
+  // Per fragment: the step of its last start, and the start step of its last merged round.
+  std::map<std::size_t, std::uint64_t> lastStart_, merged_;
+  std::uint64_t lastRound_ = 0;  // the last round started, when started_
+  bool started_ = false;
+  std::atomic<std::uint64_t> step_{0};  // the compute thread's step, for replies to joiners
+};
+
+}  // namespace gossamer::algorithms
