@@ -75,7 +75,7 @@ void addBuiltinAlgorithms(engine::Registry& registry) {
                  "and nesterov (Zhu et al. 2019)",
                  "mesh"));
   add("diloco", engine::algorithmSpec<Diloco, DilocoOptions>(
-                    "every H inner steps the models are averaged by a ring all-reduce and an outer "
+                    "every H inner steps the models are averaged by an all-reduce and an outer "
                     "Nesterov step moves the shared model by the average progress (Douillard et al. "
                     "2023)",
                     "ring"));

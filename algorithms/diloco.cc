@@ -239,7 +239,9 @@ void loadOuterState(OuterState& outer, const engine::AlgorithmState& state) {
 Diloco::Diloco(DilocoOptions options)
     : PeriodicAveraging(PeriodicAveragingOptions{.tau = options.h}),
       options_(options),
-      outer_("diloco", options.outer) {}
+      outer_("diloco", options.outer),
+      exchange_(
+          {.kind = kAverage, .op = ReduceOp::kMean, .pieces = options.pipeline, .who = "diloco"}) {}
 
 void Diloco::setup(engine::PeerContext& ctx) {
   outer_.setup(ctx);
@@ -254,17 +256,19 @@ void Diloco::afterStep(engine::PeerContext& ctx) {
 }
 
 void Diloco::average(engine::PeerContext& ctx, std::uint64_t round) {
-  const RingOutcome outcome = ringAllReduce(
-      ctx, ctx.params(), mean_,
-      {.kind = kAverage, .step = round, .op = ReduceOp::kMean, .pipeline = options_.pipeline,
-       .who = name()});
+  // Started and awaited at once: the direct exchange takes two one-way latencies where the ring
+  // takes 2 (n-1), and uses the n-1 links of every peer at once.
+  exchange_.start(ctx, round, ctx.params());
+  const RingOutcome outcome = exchange_.wait(ctx, round, engine::Clock::now() + ctx.commTimeout());
   if (outcome != RingOutcome::kComplete) {
     // theta and m stay; this peer goes on from its own w_i (see the header comment).
+    exchange_.release(ctx, round);
     count(ctx, "fallbacks");
     count(ctx, ringOutcomeName(outcome));
     return;
   }
-  outer_.step(ctx, 0, mean_, mean_);
+  outer_.step(ctx, 0, exchange_.result(round), mean_);
+  exchange_.release(ctx, round);
   ctx.compute().copy(ctx.params(), outer_.theta());
   outer_.publish(ctx);
   outer_.countRound();

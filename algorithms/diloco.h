@@ -1,14 +1,16 @@
-// diloco: local SGD with an outer optimizer (Douillard et al., "DiLoCo: Distributed Low-Communication
-// Training of Language Models", 2023, algorithm 1). The rule is algorithms/README.md's "diloco".
+// diloco: local SGD with an outer optimizer (Douillard et al., "DiLoCo: Distributed
+// Low-Communication Training of Language Models", 2023, algorithm 1). The rule is
+// algorithms/README.md's "diloco".
 //
-//   communication    ring all-reduce of w every H inner steps (ring_allreduce.h), synchronous
+//   communication    all-reduce of w every H inner steps, started and awaited at once
+//                    (async_allreduce.h: two one-way latencies, n-1 links per peer at once)
 //   messages / step  2 (n-1) x pipeline / H per peer
 //   bytes on wire    2 (n-1)/n x |w| x 4 per H steps and peer
 //   staleness        none: a round waits for its data, up to a deadline
 //
 // Every peer holds the same theta (the shared model of the last outer step) and the same outer
 // momentum m. Round r (after inner step r H), on every peer:
-//   w~    = (1/n) sum_i w_i                  // ring all-reduce of the models (same bits everywhere)
+//   w~    = (1/n) sum_i w_i                  // all-reduce of the models (same bits everywhere)
 //   Delta = theta - w~                       // = (1/n) sum_i (theta - w_i), the outer gradient
 //   m     = mu m + Delta                     // outer momentum (PyTorch's SGD: no dampening)
 //   theta = theta - lr (Delta + mu m)        // Nesterov; plain momentum: theta - lr m
@@ -38,8 +40,8 @@
 //
 // Memory, on top of the model: theta, m (none when mu = 0) and one scratch buffer for the
 // all-reduce, |w| x 4 bytes each in the Compute's memory (80 MB each for a 20M-parameter model).
-// serve() reads theta and m in place on the CPU backend; on CUDA, host mirrors refreshed after every
-// outer step (another 2 |w| x 4 bytes of host memory).
+// serve() reads theta and m in place on the CPU backend; on CUDA, host mirrors refreshed after
+// every outer step (another 2 |w| x 4 bytes of host memory).
 #pragma once
 
 #include <atomic>
@@ -49,6 +51,7 @@
 #include <string>
 #include <vector>
 
+#include "algorithms/async_allreduce.h"
 #include "algorithms/periodic_averaging.h"
 #include "engine/algorithm.h"
 #include "kernels/compute.h"
@@ -73,18 +76,19 @@ struct DilocoOptions {
   // 0.13, H = 6 85.2% at 0.31 (local-sgd, tau = 6: 85.3% at 0.36).
   std::uint64_t h = 50;
   OuterOptions outer;
-  std::size_t pipeline = 4;  // sub-chunks per ring chunk
+  std::size_t pipeline = 4;  // messages per all-reduce chunk
 
   template <typename Bind>
   void bind(Bind& b) {
     b("h", h, "inner steps between outer rounds (the paper: 500)");
-    b("outer-lr", outer.lr, "outer learning rate, in (0, 2] (the paper: 0.7; 1 with momentum 0 is "
-                            "local-sgd)");
+    b("outer-lr", outer.lr,
+      "outer learning rate, in (0, 2] (the paper: 0.7; 1 with momentum 0 is "
+      "local-sgd)");
     b("outer-momentum", outer.momentum, "outer momentum, in [0, 1) (the paper: 0.9)");
     b("nesterov", outer.nesterov, "Nesterov outer momentum (the paper's); false: heavy ball");
     b("pipeline", pipeline,
-      "sub-chunks per ring all-reduce chunk, sent back to back so transfer and reduction overlap "
-      "(1-16)");
+      "messages each chunk of the all-reduce is cut into, so that transfer and reduction "
+      "overlap (1-16)");
   }
   void validate() const;
 };
@@ -149,12 +153,12 @@ class OuterState {
   bool onHost_ = false;  // the Compute's memory is host memory: serve() reads theta_ in place
 
   mutable std::mutex mutex_;
-  std::span<const float> hostTheta_, hostMomentum_;  // guarded by mutex_
-  std::vector<float> mirrorTheta_, mirrorMomentum_;  // CUDA: host mirrors; guarded by mutex_
+  std::span<const float> hostTheta_, hostMomentum_;    // guarded by mutex_
+  std::vector<float> mirrorTheta_, mirrorMomentum_;    // CUDA: host mirrors; guarded by mutex_
   std::vector<float> pendingTheta_, pendingMomentum_;  // adopted before setup; guarded by mutex_
-  bool pending_ = false;     // guarded by mutex_
-  bool busy_ = false;        // guarded by mutex_
-  std::uint64_t rounds_ = 0;  // outer steps done; guarded by mutex_
+  bool pending_ = false;                               // guarded by mutex_
+  bool busy_ = false;                                  // guarded by mutex_
+  std::uint64_t rounds_ = 0;                           // outer steps done; guarded by mutex_
 };
 
 class Diloco final : public PeriodicAveraging {
@@ -184,7 +188,8 @@ class Diloco final : public PeriodicAveraging {
  private:
   DilocoOptions options_;
   OuterState outer_;
-  kernels::Buffer<float> mean_;  // the all-reduce's output, then Delta
+  kernels::Buffer<float> mean_;         // scratch of the outer step
+  AsyncAllReduce exchange_;             // the round's average
   std::atomic<std::uint64_t> step_{0};  // the compute thread's step, for replies to joiners
 };
 
