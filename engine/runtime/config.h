@@ -55,7 +55,11 @@ struct NetworkConfig {
   std::function<std::optional<std::size_t>(const net::Endpoint&)> indexOf;
   std::shared_ptr<net::shaped::Partitions> partitions;
   net::membership::Options membership = net::membership::Options::local();
-  std::chrono::milliseconds connectTimeout{2000};
+  // Opening an algorithm link (connect and handshake: a few round trips). On `geo` the handshake
+  // of a pair's second link queues behind the bulk data the pair already exchanges; at 2 s
+  // handshakes failed there under load and the message that opened the link was lost. A send to
+  // a dead peer waits this long at most, asynchronously on the io thread.
+  std::chrono::milliseconds connectTimeout{10000};
 };
 
 struct TrainingConfig {
