@@ -97,7 +97,7 @@ void AdPsgd::exchange(engine::PeerContext& ctx) {
       continue;
     }
     ctx.metrics().add(it->second.departed ? "ad-psgd.abandoned" : "ad-psgd.expired", 1);
-    recycle(std::move(it->second.model));
+    spare_.give(std::move(it->second.model));
     it = offers_.erase(it);
   }
 }
@@ -130,26 +130,9 @@ void AdPsgd::apply(engine::PeerContext& ctx, const engine::Incoming& answer) {
   const std::span<float> x = ctx.params();
   const engine::DeviceView a = ctx.upload(answer.payload(0));
   ctx.compute().weightedSum(x, {{1.0f, x}, {1.0f, a}, {-1.0f, it->second.model->span()}});
-  recycle(std::move(it->second.model));
+  spare_.give(std::move(it->second.model));
   offers_.erase(it);
   ctx.metrics().add("ad-psgd.merged", 1);
-}
-
-std::shared_ptr<kernels::Buffer<float>> AdPsgd::snapshotBuffer(engine::PeerContext& ctx) {
-  // A spare that the transport still sends from (it holds the owner) is not written yet.
-  for (auto it = spare_.begin(); it != spare_.end(); ++it) {
-    if (it->use_count() != 1 || (*it)->size() != ctx.params().size()) continue;
-    std::shared_ptr<kernels::Buffer<float>> buffer = std::move(*it);
-    spare_.erase(it);
-    return buffer;
-  }
-  return std::make_shared<kernels::Buffer<float>>(
-      ctx.compute().allocate<float>(ctx.params().size()));
-}
-
-void AdPsgd::recycle(std::shared_ptr<kernels::Buffer<float>> buffer) {
-  if (buffer && spare_.size() < static_cast<std::size_t>(options_.outstanding))
-    spare_.push_back(std::move(buffer));
 }
 
 void AdPsgd::offer(engine::PeerContext& ctx) {
@@ -175,7 +158,9 @@ void AdPsgd::offer(engine::PeerContext& ctx) {
   }
   std::uniform_int_distribution<std::size_t> pick(0, partners.size() - 1);
   const PeerId to = partners[pick(ctx.rng())];
-  Offer o{.to = to, .model = snapshotBuffer(ctx), .expires = Clock::now() + timeout(ctx)};
+  Offer o{.to = to,
+          .model = spare_.take(ctx.compute(), ctx.params().size()),
+          .expires = Clock::now() + timeout(ctx)};
   ctx.compute().copy(o.model->span(), ctx.params());
   const std::uint64_t id = nextId_++;
   // The snapshot is never written while the offer is held: it is sent from where it is (no

@@ -74,6 +74,7 @@
 #include <string>
 #include <vector>
 
+#include "algorithms/spare_buffers.h"
 #include "engine/algorithm.h"
 
 namespace gossamer::algorithms {
@@ -100,7 +101,8 @@ struct AdPsgdOptions {
 
 class AdPsgd final : public engine::Algorithm {
  public:
-  explicit AdPsgd(AdPsgdOptions options) : options_(options) {}
+  explicit AdPsgd(AdPsgdOptions options)
+      : options_(options), spare_(static_cast<std::size_t>(options.outstanding)) {}
   std::string name() const override { return "ad-psgd"; }
   // Roles from the sorted members; offers to peers that left the view stop counting as in
   // flight (see "Failures").
@@ -145,8 +147,6 @@ class AdPsgd final : public engine::Algorithm {
   // Loops on exchange() until no offer is in flight or `timeout` passed (finish and leave).
   void settle(engine::PeerContext& ctx, const char* when);
   void refuse(engine::PeerContext& ctx, const engine::Incoming& m, const std::string& why);
-  std::shared_ptr<kernels::Buffer<float>> snapshotBuffer(engine::PeerContext& ctx);
-  void recycle(std::shared_ptr<kernels::Buffer<float>> buffer);
   engine::Clock::duration timeout(engine::PeerContext& ctx) const;
   void publish(engine::PeerContext& ctx);
 
@@ -156,7 +156,7 @@ class AdPsgd final : public engine::Algorithm {
   bool warnedNoPartner_ = false;
   std::uint64_t nextId_ = 1;
   std::map<std::uint64_t, Offer> offers_;
-  std::vector<std::shared_ptr<kernels::Buffer<float>>> spare_;  // snapshot buffers to reuse
+  SpareBuffers spare_;  // snapshot buffers to reuse (as many as offers may be in flight)
 };
 
 }  // namespace gossamer::algorithms

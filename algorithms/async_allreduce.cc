@@ -90,23 +90,7 @@ void AsyncAllReduce::start(engine::PeerContext& ctx, std::uint64_t round,
 
 std::shared_ptr<kernels::Buffer<float>> AsyncAllReduce::buffer(engine::PeerContext& ctx,
                                                                std::size_t size) {
-  for (auto it = spare_.begin(); it != spare_.end(); ++it) {
-    if (it->use_count() != 1 || (*it)->size() != size) continue;
-    std::shared_ptr<kernels::Buffer<float>> found = std::move(*it);
-    spare_.erase(it);
-    return found;
-  }
-  return std::make_shared<kernels::Buffer<float>>(ctx.compute().allocate<float>(size));
-}
-
-void AsyncAllReduce::recycle(std::shared_ptr<kernels::Buffer<float>> buffer) {
-  // Enough for the rounds of a few windows in flight; beyond that, freed.
-  constexpr std::size_t kMaxSpare = 8;
-  if (!buffer) return;
-  spare_.erase(std::remove_if(spare_.begin(), spare_.end(),
-                              [&](const auto& b) { return b->size() != buffer->size(); }),
-               spare_.end());
-  if (spare_.size() < kMaxSpare) spare_.push_back(std::move(buffer));
+  return spare_.take(ctx.compute(), size);
 }
 
 void AsyncAllReduce::begin(engine::PeerContext& ctx, std::uint64_t round,
@@ -327,8 +311,8 @@ void AsyncAllReduce::release(engine::PeerContext& ctx, std::uint64_t round) {
   auto it = rounds_.find(round);
   if (it == rounds_.end()) return;
   fail(ctx, *it->second, RingOutcome::kMissing);
-  recycle(std::move(it->second->sent));
-  recycle(std::move(it->second->result));
+  spare_.give(std::move(it->second->sent));
+  spare_.give(std::move(it->second->result));
   rounds_.erase(it);
 }
 

@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "algorithms/ring_allreduce.h"
+#include "algorithms/spare_buffers.h"
 #include "engine/algorithm.h"
 
 namespace gossamer::algorithms {
@@ -115,7 +116,6 @@ class AsyncAllReduce {
   struct Round;
   void begin(engine::PeerContext& ctx, std::uint64_t round,
              std::shared_ptr<kernels::Buffer<float>> input);
-  void recycle(std::shared_ptr<kernels::Buffer<float>> buffer);
   Round& find(std::uint64_t round);
   const Round* lookup(std::uint64_t round) const;
   void absorb(engine::PeerContext& ctx, engine::Incoming message);
@@ -128,9 +128,9 @@ class AsyncAllReduce {
   std::map<std::uint64_t, std::unique_ptr<Round>> rounds_;
   // Messages of rounds not started here yet, by round.
   std::map<std::uint64_t, std::vector<engine::Incoming>> future_;
-  // Buffers of released rounds, reused once nothing else holds them (large allocations are
-  // page-faulted anew every time otherwise).
-  std::vector<std::shared_ptr<kernels::Buffer<float>>> spare_;
+  // Buffers of released rounds, reused once the transport is done with them: enough for the
+  // rounds of a few windows in flight.
+  SpareBuffers spare_{8};
   std::uint64_t lastStarted_ = 0;
   bool started_ = false;
 };

@@ -18,7 +18,6 @@ using engine::PeerId;
 constexpr Clock::duration kTick = std::chrono::milliseconds(5);
 constexpr Clock::duration kLinger = 4 * kTick;
 // Escrow buffers kept for reuse at most (the bound on transfers in flight is InflightBound's).
-constexpr std::size_t kMaxSpare = 4;
 
 bool contains(const std::vector<PeerId>& ids, PeerId id) {
   return std::find(ids.begin(), ids.end(), id) != ids.end();
@@ -125,7 +124,7 @@ void Gosgd::setup(engine::PeerContext& ctx) {
     lost_ += it->second.weight;
     lostTo_[it->second.to] += it->second.weight;
     inflight_.forget(it->first);
-    recycle(std::move(it->second.model));
+    spare_.give(std::move(it->second.model));
     it = escrow_.erase(it);
   }
   publish(ctx);
@@ -139,9 +138,8 @@ bool Gosgd::refuse(engine::PeerContext& ctx, const engine::Incoming& m, const st
 }
 
 bool Gosgd::acceptTransfer(engine::PeerContext& ctx, const engine::Incoming& m) {
-  if (!engine::acceptMessage(
-          m, {.payloads = {ctx.params().size()}, .scalars = 1, .integers = 2}, ctx.metrics(),
-          name()))
+  if (!engine::acceptMessage(m, {.payloads = {ctx.params().size()}, .scalars = 1, .integers = 2},
+                             ctx.metrics(), name()))
     return false;
   // A weight is a share of the cluster's mass of 1.
   if (m.scalars[0] < 0 || m.scalars[0] > 1)
@@ -163,7 +161,7 @@ void Gosgd::exchange(engine::PeerContext& ctx) {
           if (it == escrow_.end() || it->second.to != m.from) continue;  // a duplicate ack
           inflight_.acked(id, Clock::now(), it->second.resent);
           ackedBy_[it->second.to] += it->second.weight;
-          recycle(std::move(it->second.model));
+          spare_.give(std::move(it->second.model));
           escrow_.erase(it);
         }
         break;
@@ -247,22 +245,6 @@ void Gosgd::merge(engine::PeerContext& ctx, std::vector<engine::Incoming>& trans
     ctx.send(to, engine::Message{.kind = kAck, .step = ctx.step(), .integers = std::move(ids)});
 }
 
-std::shared_ptr<kernels::Buffer<float>> Gosgd::escrowBuffer(engine::PeerContext& ctx) {
-  // A spare that the transport still sends from (it holds the owner) is not written yet.
-  for (auto it = spare_.begin(); it != spare_.end(); ++it) {
-    if (it->use_count() != 1 || (*it)->size() != ctx.params().size()) continue;
-    std::shared_ptr<kernels::Buffer<float>> buffer = std::move(*it);
-    spare_.erase(it);
-    return buffer;
-  }
-  return std::make_shared<kernels::Buffer<float>>(
-      ctx.compute().allocate<float>(ctx.params().size()));
-}
-
-void Gosgd::recycle(std::shared_ptr<kernels::Buffer<float>> buffer) {
-  if (buffer && spare_.size() < kMaxSpare) spare_.push_back(std::move(buffer));
-}
-
 void Gosgd::releaseBuffers() {
   spare_.clear();
   for (auto& [id, e] : escrow_) e.model.reset();
@@ -271,7 +253,7 @@ void Gosgd::releaseBuffers() {
 void Gosgd::transfer(engine::PeerContext& ctx, PeerId to, double weight) {
   Escrow e{.to = to,
            .weight = weight,
-           .model = escrowBuffer(ctx),
+           .model = spare_.take(ctx.compute(), ctx.params().size()),
            .due = Clock::now() + retransmitAfter(ctx)};
   ctx.compute().copy(e.model->span(), ctx.params());
   alpha_ -= weight;
@@ -352,14 +334,14 @@ void Gosgd::finish(engine::PeerContext& ctx) {
   }
   publish(ctx);
   log::get("algorithms")
-      ->info("peer {:016x}: gosgd sent {} transfers ({} retransmitted), skipped {} draws for the "
-             "bound on bytes in flight ({} bytes, {:.1f} transfers; ack rtt {:.1f} ms, {:.1f} "
-             "Mbit/s)",
-             ctx.self(), sent_, retransmits_, throttled_,
-             inflight_.limit(transferBytes(ctx)),
-             static_cast<double>(inflight_.limit(transferBytes(ctx))) /
-                 static_cast<double>(std::max<std::size_t>(transferBytes(ctx), 1)),
-             inflight_.rttSeconds() * 1e3, inflight_.rateBytesPerSecond() * 8e-6);
+      ->info(
+          "peer {:016x}: gosgd sent {} transfers ({} retransmitted), skipped {} draws for the "
+          "bound on bytes in flight ({} bytes, {:.1f} transfers; ack rtt {:.1f} ms, {:.1f} "
+          "Mbit/s)",
+          ctx.self(), sent_, retransmits_, throttled_, inflight_.limit(transferBytes(ctx)),
+          static_cast<double>(inflight_.limit(transferBytes(ctx))) /
+              static_cast<double>(std::max<std::size_t>(transferBytes(ctx), 1)),
+          inflight_.rttSeconds() * 1e3, inflight_.rateBytesPerSecond() * 8e-6);
   // Nothing is sent after this: the buffers go back to the Compute now, not whenever the
   // algorithm is destroyed.
   releaseBuffers();

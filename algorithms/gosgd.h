@@ -104,6 +104,7 @@
 #include <string>
 #include <vector>
 
+#include "algorithms/spare_buffers.h"
 #include "engine/algorithm.h"
 
 namespace gossamer::algorithms {
@@ -238,8 +239,6 @@ class Gosgd final : public engine::Algorithm {
   void transfer(engine::PeerContext& ctx, engine::PeerId to, double weight);
   void sendEscrow(engine::PeerContext& ctx, std::uint64_t id, const Escrow& escrow);
   // A buffer for a new escrow: a spare the transport no longer holds, or a new one.
-  std::shared_ptr<kernels::Buffer<float>> escrowBuffer(engine::PeerContext& ctx);
-  void recycle(std::shared_ptr<kernels::Buffer<float>> buffer);
   // Drops every buffer (spares and the models of unsettled escrow) once nothing more is sent.
   void releaseBuffers();
   void broadcast(engine::PeerContext& ctx, std::uint32_t kind,
@@ -266,7 +265,7 @@ class Gosgd final : public engine::Algorithm {
   bool started_ = false;
   std::uint64_t nextId_ = 1;
   std::map<std::uint64_t, Escrow> escrow_;
-  std::vector<std::shared_ptr<kernels::Buffer<float>>> spare_;  // escrow buffers to reuse
+  SpareBuffers spare_{4};  // escrow buffers to reuse
   std::map<engine::PeerId, Merged> merged_;
   std::set<engine::PeerId> leavers_;  // announced LEAVING: never chosen again
   std::set<engine::PeerId> settled_;  // announced SETTLED
