@@ -1,7 +1,8 @@
-// The CPU reference backend. Every loop is written so that GCC -O3 vectorises it for the baseline
-// x86-64 ISA (no -march=native: the binary must run on any peer's machine), and every loop that
-// streams a parameter-sized buffer touches each byte once, so the element-wise ops and optimizer
-// steps run at memory bandwidth on one thread.
+// The CPU reference backend. Every loop is written so that GCC -O3 vectorises it, and every loop
+// that streams a parameter-sized buffer touches each byte once, so the element-wise ops and
+// optimizer steps run at memory bandwidth on one thread. The streaming loops are free functions
+// marked GOSSAMER_CPU_CLONES (dispatch.h): compiled for AVX-512, AVX2 and baseline x86-64 and
+// chosen at load time, so one binary uses the vector units of whatever machine runs it.
 #include "kernels/cpu/cpu_compute.h"
 
 #include <algorithm>
@@ -21,6 +22,7 @@
 #include "engine/base/enforce.h"
 #include "engine/base/log.h"
 #include "kernels/compute_checks.h"
+#include "kernels/cpu/dispatch.h"
 
 namespace gossamer::kernels::cpu {
 namespace {
@@ -41,7 +43,7 @@ constexpr std::size_t kWeightedSumBlock = 1024;
 // overlap of out == x[j], so the aliased call runs the vector loop too. Measured at 16M-64M
 // floats, this beats both a blocked copy and non-temporal stores for k = 2.
 template <std::size_t K>
-void weightedSumFixed(float* out, std::span<const WeightedInput> inputs, std::size_t n) {
+[[gnu::always_inline]] inline void weightedSumFixed(float* out, std::span<const WeightedInput> inputs, std::size_t n) {
   std::array<const float*, K> x;
   std::array<float, K> w;
   for (std::size_t j = 0; j < K; ++j) {
@@ -56,7 +58,7 @@ void weightedSumFixed(float* out, std::span<const WeightedInput> inputs, std::si
 }
 
 // The same for any number of inputs: each block accumulates the inputs one after another.
-void weightedSumBlocked(float* out, std::span<const WeightedInput> inputs, std::size_t n) {
+[[gnu::always_inline]] inline void weightedSumBlocked(float* out, std::span<const WeightedInput> inputs, std::size_t n) {
   alignas(kAlignment) float block[kWeightedSumBlock];
   for (std::size_t begin = 0; begin < n; begin += kWeightedSumBlock) {
     const std::size_t count = std::min(kWeightedSumBlock, n - begin);
@@ -72,10 +74,74 @@ void weightedSumBlocked(float* out, std::span<const WeightedInput> inputs, std::
   }
 }
 
+GOSSAMER_CPU_CLONES void weightedSumLoop(float* out, std::span<const WeightedInput> inputs,
+                                         std::size_t n) {
+  switch (inputs.size()) {
+    case 1:
+      return weightedSumFixed<1>(out, inputs, n);
+    case 2:
+      return weightedSumFixed<2>(out, inputs, n);
+    case 3:
+      return weightedSumFixed<3>(out, inputs, n);
+    case 4:
+      return weightedSumFixed<4>(out, inputs, n);
+    default:
+      return weightedSumBlocked(out, inputs, n);
+  }
+}
+
+GOSSAMER_CPU_CLONES void scaleLoop(float* p, float a, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) p[i] *= a;
+}
+
+GOSSAMER_CPU_CLONES void axpbyLoop(float* py, float a, const float* px, float b, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) py[i] = a * px[i] + b * py[i];
+}
+
+GOSSAMER_CPU_CLONES void elasticPullLoop(float* px, float* pc, float a, float b, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) {
+    const float d = px[i] - pc[i];
+    px[i] -= a * d;
+    pc[i] += b * d;
+  }
+}
+
+GOSSAMER_CPU_CLONES void sgdLoop(float* pw, const float* pg, float lr, float wd, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) pw[i] -= lr * (pg[i] + wd * pw[i]);
+}
+
+// Two loops rather than a branch per element, so each stays a straight vector loop.
+GOSSAMER_CPU_CLONES void momentumLoop(float* pw, const float* pg, float* pv, float lr, float mu,
+                                      float wd, bool nesterov, std::size_t n) {
+  if (nesterov) {
+    for (std::size_t i = 0; i < n; ++i) {
+      const float grad = pg[i] + wd * pw[i];
+      const float v = mu * pv[i] + grad;
+      pv[i] = v;
+      pw[i] -= lr * (grad + mu * v);
+    }
+  } else {
+    for (std::size_t i = 0; i < n; ++i) {
+      const float grad = pg[i] + wd * pw[i];
+      const float v = mu * pv[i] + grad;
+      pv[i] = v;
+      pw[i] -= lr * v;
+    }
+  }
+}
+
+GOSSAMER_CPU_CLONES void reluLoop(float* p, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) p[i] = p[i] > 0.0f ? p[i] : 0.0f;
+}
+
+GOSSAMER_CPU_CLONES void reluBackwardLoop(float* pd, const float* py, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) pd[i] = py[i] > 0.0f ? pd[i] : 0.0f;
+}
+
 // Sum of x[i] * y[i] in double. Products of two floats are exact in double; eight independent
 // accumulators keep the adds pipelined and let the compiler pack them into vector registers,
 // while the fixed order keeps the result bit-reproducible.
-double dotDouble(const float* x, const float* y, std::size_t n) {
+GOSSAMER_CPU_CLONES double dotDouble(const float* x, const float* y, std::size_t n) {
   constexpr std::size_t kLanes = 8;
   std::array<double, kLanes> acc{};
   std::size_t i = 0;
@@ -162,47 +228,21 @@ class CpuCompute final : public Compute {
 
   void fill(std::span<float> x, float value) override { std::fill(x.begin(), x.end(), value); }
 
-  void scale(std::span<float> x, float a) override {
-    float* p = x.data();
-    const std::size_t n = x.size();
-    for (std::size_t i = 0; i < n; ++i) p[i] *= a;
-  }
+  void scale(std::span<float> x, float a) override { scaleLoop(x.data(), a, x.size()); }
 
   void axpby(std::span<float> y, float a, std::span<const float> x, float b) override {
     checks::axpby(y, x);
-    float* py = y.data();
-    const float* px = x.data();
-    const std::size_t n = y.size();
-    for (std::size_t i = 0; i < n; ++i) py[i] = a * px[i] + b * py[i];
+    axpbyLoop(y.data(), a, x.data(), b, y.size());
   }
 
   void weightedSum(std::span<float> out, std::span<const WeightedInput> inputs) override {
     checks::weightedSum(out, inputs);
-    const std::size_t n = out.size();
-    switch (inputs.size()) {
-      case 1:
-        return weightedSumFixed<1>(out.data(), inputs, n);
-      case 2:
-        return weightedSumFixed<2>(out.data(), inputs, n);
-      case 3:
-        return weightedSumFixed<3>(out.data(), inputs, n);
-      case 4:
-        return weightedSumFixed<4>(out.data(), inputs, n);
-      default:
-        return weightedSumBlocked(out.data(), inputs, n);
-    }
+    weightedSumLoop(out.data(), inputs, out.size());
   }
 
   void elasticPull(std::span<float> x, std::span<float> center, float a, float b) override {
     checks::elasticPull(x, center);
-    float* px = x.data();
-    float* pc = center.data();
-    const std::size_t n = x.size();
-    for (std::size_t i = 0; i < n; ++i) {
-      const float d = px[i] - pc[i];
-      px[i] -= a * d;
-      pc[i] += b * d;
-    }
+    elasticPullLoop(x.data(), center.data(), a, b, x.size());
   }
 
   double dot(std::span<const float> x, std::span<const float> y) override {
@@ -218,40 +258,14 @@ class CpuCompute final : public Compute {
 
   void sgdStep(std::span<float> w, std::span<const float> g, const SgdHyper& h) override {
     checks::sgdStep(w, g);
-    float* pw = w.data();
-    const float* pg = g.data();
-    const float lr = h.lr;
-    const float wd = h.weightDecay;
-    const std::size_t n = w.size();
-    for (std::size_t i = 0; i < n; ++i) pw[i] -= lr * (pg[i] + wd * pw[i]);
+    sgdLoop(w.data(), g.data(), h.lr, h.weightDecay, w.size());
   }
 
   void momentumStep(std::span<float> w, std::span<const float> g, std::span<float> velocity,
                     const MomentumHyper& h) override {
     checks::momentumStep(w, g, velocity);
-    float* pw = w.data();
-    const float* pg = g.data();
-    float* pv = velocity.data();
-    const float lr = h.lr;
-    const float mu = h.momentum;
-    const float wd = h.weightDecay;
-    const std::size_t n = w.size();
-    // Two loops rather than a branch per element, so each stays a straight vector loop.
-    if (h.nesterov) {
-      for (std::size_t i = 0; i < n; ++i) {
-        const float grad = pg[i] + wd * pw[i];
-        const float v = mu * pv[i] + grad;
-        pv[i] = v;
-        pw[i] -= lr * (grad + mu * v);
-      }
-    } else {
-      for (std::size_t i = 0; i < n; ++i) {
-        const float grad = pg[i] + wd * pw[i];
-        const float v = mu * pv[i] + grad;
-        pv[i] = v;
-        pw[i] -= lr * v;
-      }
-    }
+    momentumLoop(w.data(), g.data(), velocity.data(), h.lr, h.momentum, h.weightDecay, h.nesterov,
+                 w.size());
   }
 
   void adamStep(std::span<float> w, std::span<const float> g, std::span<float> m,
@@ -345,18 +359,11 @@ class CpuCompute final : public Compute {
     }
   }
 
-  void relu(std::span<float> x) override {
-    float* p = x.data();
-    const std::size_t n = x.size();
-    for (std::size_t i = 0; i < n; ++i) p[i] = p[i] > 0.0f ? p[i] : 0.0f;
-  }
+  void relu(std::span<float> x) override { reluLoop(x.data(), x.size()); }
 
   void reluBackward(std::span<float> dy, std::span<const float> y) override {
     checks::reluBackward(dy, y);
-    float* pd = dy.data();
-    const float* py = y.data();
-    const std::size_t n = dy.size();
-    for (std::size_t i = 0; i < n; ++i) pd[i] = py[i] > 0.0f ? pd[i] : 0.0f;
+    reluBackwardLoop(dy.data(), y.data(), dy.size());
   }
 
   double softmaxCrossEntropy(std::span<const float> logits, std::span<const std::int32_t> labels,
