@@ -67,7 +67,11 @@ std::size_t InflightBound::limit(std::size_t transferBytes) const {
   if (!sampled_) return kInitialTransfers * transferBytes;
   const double bdp = kGain * rate_ * minRtt_;
   const double bounded = std::min(bdp, static_cast<double>(kCapBytes));
-  return std::max(static_cast<std::size_t>(bounded), transferBytes);
+  // The floor: as many transfers as fit in kSmallFloorBytes, between 1 and kInitialTransfers.
+  const std::size_t floorTransfers =
+      std::clamp<std::size_t>(kSmallFloorBytes / std::max<std::size_t>(transferBytes, 1), 1,
+                              kInitialTransfers);
+  return std::max(static_cast<std::size_t>(bounded), floorTransfers * transferBytes);
 }
 
 double Gosgd::escrowed() const {

@@ -65,8 +65,11 @@
 //          bound would never grow (on `geo`, an EWMA held it at 1.1-1.4 transfers and skipped
 //          half the draws);
 //   bound  2 x rate x rtt (the gain of 2 lets the estimate grow while more is sent: k transfers
-//          in flight measure k per round trip and allow 2k), at least one transfer, at most
-//          256 MiB; 4 transfers until the first sample.
+//          in flight measure k per round trip and allow 2k), at most 256 MiB; 4 transfers until
+//          the first sample. At least one transfer, and for small models as many as fit in 1 MiB
+//          up to 4: on a loaded host their acks' round trips are mostly scheduling delays, so the
+//          estimate is noise, and a bound of one or two transfers of a few hundred kB would skip
+//          draws (mixing) to save a link nothing.
 // The round trip includes the receiver's wait for its next step boundary (acks go out there): that
 // is part of the pipe a transfer occupies. InflightBound below keeps the estimate.
 //
@@ -142,7 +145,8 @@ class InflightBound {
   // No ack will come (the receiver left the view).
   void forget(std::uint64_t id) { flights_.erase(id); }
 
-  // The bound in bytes, for transfers of `transferBytes` each: at least one transfer.
+  // The bound in bytes, for transfers of `transferBytes` each: at least one transfer (up to 4
+  // while they fit in kSmallFloorBytes).
   std::size_t limit(std::size_t transferBytes) const;
   // Whether another transfer fits with `inflight` bytes unacknowledged.
   bool allows(std::size_t inflight, std::size_t transferBytes) const {
@@ -155,6 +159,7 @@ class InflightBound {
   static constexpr double kGain = 2;
   static constexpr std::size_t kInitialTransfers = 4;
   static constexpr std::size_t kCapBytes = std::size_t{256} << 20;
+  static constexpr std::size_t kSmallFloorBytes = std::size_t{1} << 20;
   static constexpr engine::Clock::duration kWindow = std::chrono::seconds(10);
 
  private:

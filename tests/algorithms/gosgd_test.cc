@@ -236,7 +236,8 @@ TEST_CASE("gosgd: options are validated") {
 }
 
 // The bound on bytes in flight, driven by a fake clock: 2 x (windowed maximum delivery rate) x
-// (windowed minimum ack round trip), at least one transfer, at most the cap; 4 transfers before any sample.
+// (windowed minimum ack round trip), at least one transfer (up to 4 small ones in 1 MiB), at most
+// the cap; 4 transfers before any sample.
 TEST_CASE("gosgd: the bound on bytes in flight is twice the estimated bandwidth-delay product") {
   const engine::Clock::time_point t0{};
   const auto at = [&](int ms) { return t0 + std::chrono::milliseconds(ms); };
@@ -310,6 +311,10 @@ TEST_CASE("gosgd: the bound on bytes in flight is twice the estimated bandwidth-
     small.sent(1, 10, at(0));
     small.acked(1, at(1), false);  // 10 B in 1 ms: 2 x 10 kB/s x 1 ms = 20 B
     CHECK(small.limit(mb) == mb);  // floor: one transfer
+    // Small transfers: as many as fit in 1 MiB, at most 4, whatever the estimate says.
+    CHECK(small.limit(300'000) == 3 * 300'000);
+    CHECK(small.limit(100'000) == 4 * 100'000);
+    CHECK(small.limit(600'000) == 600'000);
     InflightBound fast;
     fast.sent(1, 100 * mb, at(0));
     fast.acked(1, at(1000), false);  // 100 MB/s x 1 s x 2 = 200 MB: under the cap
