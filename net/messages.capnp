@@ -201,7 +201,28 @@ struct Membership {
 struct PayloadDescriptor {
   size @0 :UInt64;      # bytes
   dtype @1 :Dtype;
-  elements @2 :UInt64;  # element count (size / element size for typed buffers)
+  elements @2 :UInt64;  # element count (size / element size for typed buffers; for an encoded
+                        # payload, the float32 elements it decodes to)
+  encoding @3 :PayloadEncoding;  # how float32 data was compressed (absent: sent as is)
+}
+
+# The compression of a float32 payload (the layouts: kernels/codec.h). The receiver checks the
+# bytes against it and decodes them into `elements` float32 values before anyone reads them.
+struct PayloadEncoding {
+  codec @0 :Codec;
+  blockSize @1 :UInt32;   # int8, int4: elements per scale
+  fraction @2 :Float64;   # topk, randk: the share of elements sent
+  sampled @3 :Bool;       # topk: threshold from a sample (fewer than k values may come)
+
+  enum Codec {
+    none @0;
+    fp16 @1;
+    bf16 @2;
+    int8 @3;
+    int4 @4;
+    topk @5;
+    randk @6;
+  }
 }
 
 # The one generic header of the engine's messages. net/ interprets none of it but `route`, and

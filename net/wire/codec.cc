@@ -132,8 +132,13 @@ EnvelopeHeader toEnvelope(m::Envelope::Reader r) {
   out.control = toBytes(r.getControl());
   out.payloads.reserve(payloads.size());
   for (auto p : payloads) {
-    out.payloads.push_back(
-        PayloadDescriptor{p.getSize(), toEnum(p.getDtype(), Dtype::i64), p.getElements()});
+    PayloadDescriptor d{p.getSize(), toEnum(p.getDtype(), Dtype::i64), p.getElements()};
+    if (p.hasEncoding()) {
+      const auto e = p.getEncoding();
+      d.encoding = PayloadEncoding{toEnum(e.getCodec(), PayloadEncoding::Codec::randk),
+                                   e.getBlockSize(), e.getFraction(), e.getSampled()};
+    }
+    out.payloads.push_back(d);
   }
   return out;
 }
@@ -283,6 +288,14 @@ void setEnvelope(m::Envelope::Builder b, const EnvelopeHeader& e) {
     payloads[i].setSize(e.payloads[i].size);
     payloads[i].setDtype(static_cast<m::Dtype>(e.payloads[i].dtype));
     payloads[i].setElements(e.payloads[i].elements);
+    const PayloadEncoding& encoding = e.payloads[i].encoding;
+    if (encoding.codec != PayloadEncoding::Codec::none) {
+      auto b = payloads[i].initEncoding();
+      b.setCodec(static_cast<m::PayloadEncoding::Codec>(encoding.codec));
+      b.setBlockSize(encoding.blockSize);
+      b.setFraction(encoding.fraction);
+      b.setSampled(encoding.sampled);
+    }
   }
   if (!e.integers.empty()) {
     auto integers = b.initIntegers(e.integers.size());

@@ -25,10 +25,22 @@ enum class Dtype : std::uint16_t { bytes, f32, f64, f16, bf16, i8, u8, i32, i64 
 
 // ---- Algorithm traffic --------------------------------------------------------------------
 
+// How a float32 payload was compressed (messages.capnp's PayloadEncoding; the layouts and their
+// checks are kernels/codec.h's, which net/ does not interpret). Codec values match the schema.
+struct PayloadEncoding {
+  enum class Codec : std::uint16_t { none, fp16, bf16, int8, int4, topk, randk };
+  Codec codec = Codec::none;
+  std::uint32_t blockSize = 0;
+  double fraction = 0;
+  bool sampled = false;
+  friend bool operator==(const PayloadEncoding&, const PayloadEncoding&) = default;
+};
+
 struct PayloadDescriptor {
   std::uint64_t size = 0;  // bytes
   Dtype dtype = Dtype::bytes;
-  std::uint64_t elements = 0;
+  std::uint64_t elements = 0;  // encoded: the float32 elements the payload decodes to
+  PayloadEncoding encoding;
   friend bool operator==(const PayloadDescriptor&, const PayloadDescriptor&) = default;
 };
 

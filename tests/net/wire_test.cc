@@ -110,6 +110,21 @@ TEST_CASE("net wire: envelope round trip through the typed shorthands") {
         Errc::unexpectedMessage);
 }
 
+TEST_CASE("net wire: the encoding of compressed payloads round trips; raw ones carry none") {
+  using Codec = wire::PayloadEncoding::Codec;
+  wire::EnvelopeHeader envelope{1, 2, 3, 4, {}, {}};
+  envelope.payloads = {{1024, wire::Dtype::f32, 256},
+                       {260, wire::Dtype::i8, 256, {Codec::int8, 64, 0, false}},
+                       {84, wire::Dtype::bytes, 1000, {Codec::topk, 0, 0.01, true}},
+                       {512, wire::Dtype::f16, 256, {Codec::fp16, 0, 0, false}}};
+  const auto bytes = wire::encodeEnvelope(envelope);
+  wire::EnvelopeHeader decoded;
+  REQUIRE(wire::decodeEnvelope(bytes, decoded) == std::error_code{});
+  CHECK(decoded == envelope);
+  CHECK(decoded.payloads[0].encoding.codec == Codec::none);
+  CHECK(decoded.payloads[2].encoding.fraction == 0.01);
+}
+
 TEST_CASE("net wire: membership messages round trip") {
   std::vector<wire::MemberUpdate> members;
   for (std::uint64_t i = 0; i < 200; ++i) {  // large enough to need several segments
