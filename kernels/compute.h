@@ -24,6 +24,7 @@
 #include <utility>
 
 #include "engine/base/enforce.h"
+#include "kernels/codec.h"
 
 namespace gossamer::kernels {
 
@@ -165,6 +166,32 @@ class Compute {
   // Adam (Kingma & Ba) with bias correction; `step` is the 1-based update count (>= 1).
   virtual void adamStep(std::span<float> w, std::span<const float> g, std::span<float> m,
                         std::span<float> v, std::int64_t step, const AdamHyper& h) = 0;
+
+  // ---- compression (codecs, payload layouts and numerics: codec.h) ----
+  // Encodes `input` under `codec` into `out`, a byte buffer in this Compute's memory of exactly
+  // encodedBytes(codec, input.size()) bytes, 4-byte aligned, and returns how many of them the
+  // payload uses: all of them, except for sampled top-k (4 + 8c, c <= k). Reading that count
+  // back makes sampled top-k wait for the backend's stream; the other codecs do not wait.
+  // With a non-empty `residual` (as long as input) this is error feedback, fused into the
+  // encode: v = input + residual is encoded and the residual becomes v - decode(payload), so
+  // whatever is not sent now is carried to the next call (top-k and random-k zero the entries
+  // they send and keep the rest of v). With an empty residual, input itself is encoded.
+  // `seed` draws random-k's positions and sampled top-k's sample, the same on every backend;
+  // the other codecs ignore it. input, residual and out must be disjoint. Throws
+  // gossamer::Error on an invalid codec, a size mismatch, a misaligned or overlapping buffer,
+  // or (sparse codecs) n >= 2^32.
+  virtual std::size_t encode(const Codec& codec, std::span<const float> input,
+                             std::span<float> residual, std::span<std::byte> out,
+                             std::uint64_t seed) = 0;
+  // Decodes `payload` (in this Compute's memory, 4-byte aligned) into `out`, whose length is
+  // the element count n the payload was encoded from: kOverwrite writes every element of out
+  // (sparse codecs write 0 where nothing was sent), kAccumulate adds the decoded values to out
+  // in float32. `payload` is what encode wrote (the bytes it returned), or bytes that passed
+  // checkEncoded: decode checks the lengths (throwing gossamer::Error on a mismatch; a sparse
+  // payload's count is taken from its length) but trusts the contents. payload and out must be
+  // disjoint.
+  virtual void decode(const Codec& codec, std::span<const std::byte> payload,
+                      std::span<float> out, DecodeMode mode) = 0;
 
   // ---- dense algebra and NN ops for the built-in models ----
   // C[m x n] = alpha * op(A) * op(B) + beta * C, row-major; op(A) is m x k, op(B) is k x n.

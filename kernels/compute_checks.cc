@@ -71,6 +71,66 @@ void adamStep(std::span<const float> w, std::span<const float> g, std::span<cons
   GOSSAMER_ENFORCE_GE(step, std::int64_t{1}, "adamStep: step is 1-based");
 }
 
+// ---- compression ----
+
+namespace {
+void enforceAligned4(const void* pointer, const char* op) {
+  GOSSAMER_ENFORCE(reinterpret_cast<std::uintptr_t>(pointer) % 4 == 0,
+                   "{}: the payload must be 4-byte aligned", op);
+}
+void enforceIndexable(const Codec& codec, std::size_t n, const char* op) {
+  GOSSAMER_ENFORCE(!isSparse(codec.kind) || n <= UINT32_MAX,
+                   "{}: {} takes at most 2^32 - 1 elements (uint32 indices), got {}", op,
+                   codecName(codec.kind), n);
+}
+}  // namespace
+
+void encode(const Codec& codec, std::span<const float> input, std::span<const float> residual,
+            std::span<const std::byte> out) {
+  validate(codec);
+  const std::size_t n = input.size();
+  enforceIndexable(codec, n, "encode");
+  GOSSAMER_ENFORCE(residual.empty() || residual.size() == n,
+                   "encode: the residual must be empty or as long as the input ({} vs {})",
+                   residual.size(), n);
+  GOSSAMER_ENFORCE_EQ(out.size(), encodedBytes(codec, n),
+                      "encode: out must be encodedBytes({}, {}) bytes", formatCodec(codec), n);
+  enforceAligned4(out.data(), "encode");
+  GOSSAMER_ENFORCE(
+      !overlaps(input.data(), input.size_bytes(), residual.data(), residual.size_bytes()),
+      "encode: input and residual must not overlap");
+  GOSSAMER_ENFORCE(!overlaps(input.data(), input.size_bytes(), out.data(), out.size()),
+                   "encode: input and out must not overlap");
+  GOSSAMER_ENFORCE(!overlaps(residual.data(), residual.size_bytes(), out.data(), out.size()),
+                   "encode: residual and out must not overlap");
+}
+
+std::size_t decode(const Codec& codec, std::span<const std::byte> payload,
+                   std::span<const float> out) {
+  validate(codec);
+  const std::size_t n = out.size();
+  enforceIndexable(codec, n, "decode");
+  enforceAligned4(payload.data(), "decode");
+  GOSSAMER_ENFORCE(!overlaps(payload.data(), payload.size(), out.data(), out.size_bytes()),
+                   "decode: payload and out must not overlap");
+  if (!isSparse(codec.kind)) {
+    GOSSAMER_ENFORCE_EQ(payload.size(), encodedBytes(codec, n),
+                        "decode: a {} payload of {} elements has encodedBytes bytes",
+                        formatCodec(codec), n);
+    return 0;
+  }
+  const std::size_t bytes = payload.size();
+  GOSSAMER_ENFORCE(bytes >= 4 && (bytes - 4) % 8 == 0,
+                   "decode: a {} payload is 4 + 8c bytes, got {}", formatCodec(codec), bytes);
+  const std::size_t count = sparsePayloadCount(bytes);
+  const std::size_t k = sparseCount(codec, n);
+  const bool exact = codec.kind == CodecKind::kRandK || codec.selection == TopKSelection::kExact;
+  GOSSAMER_ENFORCE(exact ? count == k : count <= k,
+                   "decode: a {} payload of {} elements carries {}{} values, got {}",
+                   formatCodec(codec), n, exact ? "" : "at most ", k, count);
+  return count;
+}
+
 // ---- dense algebra and NN ops ----
 
 GemmRest gemm(Compute& compute, std::size_t m, std::size_t n, std::size_t k,

@@ -42,6 +42,17 @@ void momentumStep(std::span<const float> w, std::span<const float> g,
 void adamStep(std::span<const float> w, std::span<const float> g, std::span<const float> m,
               std::span<const float> v, std::int64_t step);
 
+// ---- compression ----
+// A valid codec; residual empty or as long as input; out exactly encodedBytes(codec, n) bytes
+// and 4-byte aligned; input, residual and out pairwise disjoint; n < 2^32 for sparse codecs.
+void encode(const Codec& codec, std::span<const float> input, std::span<const float> residual,
+            std::span<const std::byte> out);
+// A valid codec; payload 4-byte aligned and disjoint from out; for dense codecs exactly
+// encodedBytes(codec, out.size()) bytes; for sparse codecs 4 + 8c bytes with c <= k (and, but
+// for sampled top-k, c == k) and out.size() < 2^32. Returns c (0 for dense codecs).
+std::size_t decode(const Codec& codec, std::span<const std::byte> payload,
+                   std::span<const float> out);
+
 // ---- dense algebra and NN ops ----
 
 // What is left of a gemm call once gemm() below has checked and handled it.

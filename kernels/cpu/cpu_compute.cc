@@ -22,6 +22,7 @@
 #include "engine/base/enforce.h"
 #include "engine/base/log.h"
 #include "kernels/compute_checks.h"
+#include "kernels/cpu/cpu_codec.h"
 #include "kernels/cpu/dispatch.h"
 
 namespace gossamer::kernels::cpu {
@@ -320,6 +321,20 @@ class CpuCompute final : public Compute {
     }
   }
 
+  // ---- compression (loops in cpu_codec.cc) ----
+
+  std::size_t encode(const Codec& codec, std::span<const float> input, std::span<float> residual,
+                     std::span<std::byte> out, std::uint64_t seed) override {
+    checks::encode(codec, input, residual, out);
+    return cpu::encode(codec, input, residual, out, seed, codecScratch_);
+  }
+
+  void decode(const Codec& codec, std::span<const std::byte> payload, std::span<float> out,
+              DecodeMode mode) override {
+    const std::size_t count = checks::decode(codec, payload, out);
+    cpu::decode(codec, payload, count, out, mode);
+  }
+
   // ---- dense algebra and NN ops ----
 
   void gemm(Transpose transA, Transpose transB, std::size_t m, std::size_t n, std::size_t k,
@@ -421,6 +436,7 @@ class CpuCompute final : public Compute {
 
  private:
   int blasThreads_;
+  CodecScratch codecScratch_;
 };
 
 }  // namespace

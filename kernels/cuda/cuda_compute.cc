@@ -115,6 +115,12 @@ class CudaCompute final : public Compute {
   void adamStep(std::span<float> w, std::span<const float> g, std::span<float> m,
                 std::span<float> v, std::int64_t step, const AdamHyper& h) override;
 
+  // Not on the device yet: both throw gossamer::Error after the argument checks.
+  std::size_t encode(const Codec& codec, std::span<const float> input, std::span<float> residual,
+                     std::span<std::byte> out, std::uint64_t seed) override;
+  void decode(const Codec& codec, std::span<const std::byte> payload, std::span<float> out,
+              DecodeMode mode) override;
+
   void gemm(Transpose transA, Transpose transB, std::size_t m, std::size_t n, std::size_t k,
             float alpha, std::span<const float> a, std::span<const float> b, float beta,
             std::span<float> c) override;
@@ -422,6 +428,21 @@ void CudaCompute::adamStep(std::span<float> w, std::span<const float> g, std::sp
   GOSSAMER_CUDA_CHECK(detail::adamStep(w.data(), g.data(), m.data(), v.data(), w.size(), h.lr,
                                        h.beta1, h.beta2, h.epsilon, h.weightDecay,
                                        inverseCorrection1, inverseCorrection2, launch()));
+}
+
+// ---- compression ----
+
+std::size_t CudaCompute::encode(const Codec& codec, std::span<const float> input,
+                                std::span<float> residual, std::span<std::byte> out,
+                                std::uint64_t /*seed*/) {
+  checks::encode(codec, input, residual, out);
+  GOSSAMER_THROW("{}: the CUDA backend has no codec kernels yet", description_);
+}
+
+void CudaCompute::decode(const Codec& codec, std::span<const std::byte> payload,
+                         std::span<float> out, DecodeMode /*mode*/) {
+  checks::decode(codec, payload, out);
+  GOSSAMER_THROW("{}: the CUDA backend has no codec kernels yet", description_);
 }
 
 // ---- dense algebra and NN ops ----

@@ -233,6 +233,14 @@ class DeviceLike final : public kernels::Compute {
                 std::span<float> v, std::int64_t step, const kernels::AdamHyper& h) override {
     cpu_->adamStep(w, g, m, v, step, h);
   }
+  std::size_t encode(const kernels::Codec& codec, std::span<const float> in, std::span<float> res,
+                     std::span<std::byte> out, std::uint64_t seed) override {
+    return cpu_->encode(codec, in, res, out, seed);
+  }
+  void decode(const kernels::Codec& codec, std::span<const std::byte> payload,
+              std::span<float> out, kernels::DecodeMode mode) override {
+    cpu_->decode(codec, payload, out, mode);
+  }
   void gemm(kernels::Transpose ta, kernels::Transpose tb, std::size_t m, std::size_t n,
             std::size_t k, float alpha, std::span<const float> a, std::span<const float> b,
             float beta, std::span<float> c) override {
