@@ -43,7 +43,8 @@ struct AsyncAllReduce::Round {
   std::vector<std::size_t> contributions;  // per piece of the own chunk: contributions added
   std::vector<bool> contributed;           // [sender rank][piece]: added already (no duplicates)
   std::vector<bool> gathered;              // [chunk][piece]: reduced piece received
-  std::size_t missingPieces = 0;           // reduced pieces of other chunks still to come
+  std::size_t missingPieces = 0;           // reduced pieces still to come (own ones: compressed)
+  bool compressed = false;                 // pieces travel encoded; the owner takes its own copy
   RoundStatus status = RoundStatus::kPending;
   RingOutcome why = RingOutcome::kComplete;
 
@@ -129,6 +130,17 @@ void AsyncAllReduce::begin(engine::PeerContext& ctx, std::uint64_t round,
   ref.gathered.assign(n * options_.pieces, false);
   for (std::size_t chunk = 0; chunk < n; ++chunk)
     if (chunk != ref.rank) ref.missingPieces += piecesOf(ref.size, n, chunk, options_.pieces);
+  const engine::PayloadCompression& compression = ctx.compression();
+  ref.compressed = options_.compress && compression.enabled();
+  if (ref.compressed) ref.missingPieces += ownPieces;  // the owner's decoded copies, from itself
+  std::span<float> residual;
+  if (ref.compressed && compression.errorFeedback) {
+    if (residual_.size() != ref.size) {
+      residual_ = compute.allocate<float>(ref.size);
+      compute.fill(residual_, 0.0f);
+    }
+    residual = residual_.span();
+  }
 
   // Chunk c of the input goes to its owner c, piece by piece; owners in rank order from the right
   // neighbour on, so that not every member starts with the same owner.
@@ -136,12 +148,17 @@ void AsyncAllReduce::begin(engine::PeerContext& ctx, std::uint64_t round,
     const std::size_t chunk = (ref.rank + step) % n;
     for (std::size_t k = 0; k < piecesOf(ref.size, n, chunk, options_.pieces); ++k) {
       const Slice s = pieceOf(ref.size, n, chunk, options_.pieces, k);
-      ctx.send(ref.members[chunk],
-               engine::Message{.kind = options_.kind,
-                               .step = round,
-                               .integers = {ref.fingerprint, kContribution, chunk, k},
-                               .payloads = {ref.sent->span().subspan(s.offset, s.count)},
-                               .owner = ref.sent});
+      engine::Message message{.kind = options_.kind,
+                              .step = round,
+                              .integers = {ref.fingerprint, kContribution, chunk, k},
+                              .payloads = {ref.sent->span().subspan(s.offset, s.count)},
+                              .owner = ref.sent};
+      if (ref.compressed)
+        message.compressible = {{.payload = 0,
+                                 .residual = residual.empty()
+                                                 ? residual
+                                                 : residual.subspan(s.offset, s.count)}};
+      ctx.send(ref.members[chunk], message);
     }
   }
   // Messages that came before this peer started the round.
@@ -181,7 +198,11 @@ void AsyncAllReduce::handle(engine::PeerContext& ctx, Round& r, const engine::In
   const std::size_t n = r.n();
   const auto sender = static_cast<std::size_t>(
       std::find(r.members.begin(), r.members.end(), message.from) - r.members.begin());
-  if (sender >= n || sender == r.rank) return;  // not a member of this round: ignore
+  if (sender >= n) return;  // not a member of this round: ignore
+  // From itself only its reduced pieces, when they travel compressed (see "Compression").
+  if (sender == r.rank && !(r.compressed && message.integers.size() >= kIntegers &&
+                            message.integers[1] == kReduced))
+    return;
   if (message.integers.size() < kIntegers || message.integers[0] != r.fingerprint) {
     fail(ctx, r, RingOutcome::kMismatch);
     return;
@@ -242,15 +263,18 @@ void AsyncAllReduce::sendReduced(engine::PeerContext& ctx, Round& r, std::size_t
   const Slice s = pieceOf(r.size, n, r.rank, options_.pieces, k);
   const std::span<float> out = r.result->span().subspan(s.offset, s.count);
   if (options_.op == ReduceOp::kMean) ctx.compute().scale(out, 1.0f / static_cast<float>(n));
-  std::vector<PeerId> others;
+  // Compressed, the owner is a recipient too: it replaces its sum with the decoded piece.
+  std::vector<PeerId> recipients;
   for (std::size_t i = 0; i < n; ++i)
-    if (i != r.rank) others.push_back(r.members[i]);
+    if (i != r.rank || r.compressed) recipients.push_back(r.members[i]);
   // The reduced piece is final: it is sent from the result buffer itself.
-  ctx.send(others, engine::Message{.kind = options_.kind,
-                                   .step = r.id,
-                                   .integers = {r.fingerprint, kReduced, r.rank, k},
-                                   .payloads = {out},
-                                   .owner = r.result});
+  engine::Message message{.kind = options_.kind,
+                          .step = r.id,
+                          .integers = {r.fingerprint, kReduced, r.rank, k},
+                          .payloads = {out},
+                          .owner = r.result};
+  if (r.compressed) message.compressible = {{.payload = 0}};
+  ctx.send(recipients, message);
 }
 
 void AsyncAllReduce::fail(engine::PeerContext& ctx, Round& r, RingOutcome why) {

@@ -29,6 +29,13 @@
 // differ), when a payload is refused (engine::acceptMessage: a warning naming its sender, counted
 // in "<who>.refused"), or when wait() reaches its deadline. The caller falls back for that round.
 //
+// Compression. With `compress` set and a codec in the run, contributions travel encoded, with
+// error feedback when the run has it on (one residual of the input's size, kept by this
+// all-reduce: the rounds of one all-reduce are one stream, e.g. the successive gradients), and
+// the owner sends each reduced piece encoded to every member, itself included, and takes its own
+// decoded copy like the others do: every member still ends with the same bits. The owner sums in
+// float32 (its own contribution exactly, the others' decoded).
+//
 // Memory. A round holds two buffers of the input's size in the Compute's memory (what this peer
 // sends, and the result), kept for reuse by release(). Sends leave without a staging copy on host
 // memory.
@@ -61,6 +68,9 @@ struct AsyncAllReduceOptions {
   // Future rounds (started by faster members, not yet by this peer) whose messages are kept; the
   // oldest are dropped beyond that, counted in "<who>.dropped".
   std::size_t maxFutureRounds = 4;
+  // Let contributions and reduced chunks travel compressed when the run has a codec
+  // (PeerContext::compression()); see "Compression" above.
+  bool compress = false;
 };
 
 enum class RoundStatus { kPending, kComplete, kFailed, kUnknown };
@@ -131,6 +141,8 @@ class AsyncAllReduce {
   // Buffers of released rounds, reused once the transport is done with them: enough for the
   // rounds of a few windows in flight.
   SpareBuffers spare_{8};
+  // Error feedback of compressed contributions (empty until a round needs it).
+  kernels::Buffer<float> residual_;
   std::uint64_t lastStarted_ = 0;
   bool started_ = false;
 };

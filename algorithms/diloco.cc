@@ -241,7 +241,11 @@ Diloco::Diloco(DilocoOptions options)
       options_(options),
       outer_("diloco", options.outer),
       exchange_(
-          {.kind = kAverage, .op = ReduceOp::kMean, .pieces = options.pipeline, .who = "diloco"}) {}
+          {.kind = kAverage,
+           .op = ReduceOp::kMean,
+           .pieces = options.pipeline,
+           .who = "diloco",
+           .compress = true}) {}
 
 void Diloco::setup(engine::PeerContext& ctx) {
   outer_.setup(ctx);
@@ -258,7 +262,20 @@ void Diloco::afterStep(engine::PeerContext& ctx) {
 void Diloco::average(engine::PeerContext& ctx, std::uint64_t round) {
   // Started and awaited at once: the direct exchange takes two one-way latencies where the ring
   // takes 2 (n-1), and uses the n-1 links of every peer at once.
-  exchange_.start(ctx, round, ctx.params());
+  // Uncompressed, the models travel: their mean re-synchronises theta on every member, even one
+  // whose theta drifted (a round that failed only here). Compressed (--compress), the outer
+  // gradient Delta_i = theta - w_i travels, as the paper compresses it, with error feedback: the
+  // mean of the models is then theta - mean(Delta), which assumes the members share theta (the
+  // same seed, and every complete round since).
+  kernels::Compute& compute = ctx.compute();
+  const bool compressed = ctx.compression().enabled();
+  if (compressed) {
+    std::shared_ptr<kernels::Buffer<float>> delta = exchange_.buffer(ctx, ctx.params().size());
+    compute.weightedSum(delta->span(), {{1.0f, outer_.theta()}, {-1.0f, ctx.params()}});
+    exchange_.start(ctx, round, std::move(delta));
+  } else {
+    exchange_.start(ctx, round, ctx.params());
+  }
   const RingOutcome outcome = exchange_.wait(ctx, round, engine::Clock::now() + ctx.commTimeout());
   if (outcome != RingOutcome::kComplete) {
     // theta and m stay; this peer goes on from its own w_i (see the header comment).
@@ -267,9 +284,14 @@ void Diloco::average(engine::PeerContext& ctx, std::uint64_t round) {
     count(ctx, ringOutcomeName(outcome));
     return;
   }
-  outer_.step(ctx, 0, exchange_.result(round), mean_);
+  if (compressed) {
+    compute.weightedSum(mean_, {{1.0f, outer_.theta()}, {-1.0f, exchange_.result(round)}});
+    outer_.step(ctx, 0, mean_, mean_);
+  } else {
+    outer_.step(ctx, 0, exchange_.result(round), mean_);
+  }
   exchange_.release(ctx, round);
-  ctx.compute().copy(ctx.params(), outer_.theta());
+  compute.copy(ctx.params(), outer_.theta());
   outer_.publish(ctx);
   outer_.countRound();
   count(ctx, "rounds");

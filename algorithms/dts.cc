@@ -129,7 +129,9 @@ void Dts::setup(engine::PeerContext& ctx) {
         .pieces = options_.pieces,
         .who = name(),
         // A faster member runs at most t steps ahead: floor(t / p) + 1 rounds.
-        .maxFutureRounds = static_cast<std::size_t>(options_.delay / options_.period) + 2});
+        .maxFutureRounds = static_cast<std::size_t>(options_.delay / options_.period) + 2,
+        // The window's averaged gradients, with error feedback (--compress).
+        .compress = true});
   }
   // The members changed (or this is the first setup): rounds started with the old view fail.
   dropAll(ctx);

@@ -51,6 +51,16 @@ using Clock = std::chrono::steady_clock;
 // Message kinds below this are the algorithm's; the runtime uses the ones above.
 inline constexpr std::uint32_t kMaxAlgorithmKind = 1u << 24;
 
+// A payload of a Message that the run's codec may compress on the wire (--compress; see
+// Message::compressible). `residual` is the payload's error feedback, owned by the algorithm: a
+// buffer of the payload's length in the Compute's memory, one per stream of payloads (what one
+// encoding leaves out is added to the next payload of the same stream). Empty: no feedback for
+// this payload. The runtime uses it only when the run has error feedback on.
+struct Compressible {
+  std::size_t payload = 0;  // index into Message::payloads
+  std::span<float> residual;
+};
+
 // What an algorithm sends. Payloads are spans of the Compute's memory (params, grads, or a buffer
 // of the algorithm's own) or of host memory; they are staged when send/request/notify returns.
 struct Message {
@@ -65,6 +75,18 @@ struct Message {
   // from them, without a staging copy, and keeps `owner` until the transport is done with them.
   // Null: the payloads are staged (copied) before send returns, and may change right after.
   std::shared_ptr<const void> owner;
+  // The payloads that may travel compressed: with a codec other than none (PeerContext::
+  // compression()), the runtime encodes them as they leave (on the compute thread, before send
+  // returns; a residual is updated then) and the receiver decodes them into float32 before anyone
+  // sees them. Others, and every payload of a serve() reply, travel as float32.
+  std::vector<Compressible> compressible;
+};
+
+// The run's compression of payloads on the wire (gossamer-peer --compress, --error-feedback).
+struct PayloadCompression {
+  kernels::Codec codec;       // kind none: every payload travels as float32
+  bool errorFeedback = true;  // use the residuals that messages name
+  bool enabled() const { return codec.kind != kernels::CodecKind::kNone; }
 };
 
 // A received message. Its payloads are host memory owned by the Incoming (receive buffers return
@@ -217,6 +239,9 @@ class PeerContext {
   virtual DeviceView upload(std::span<const float> host) = 0;
   // The default deadline of synchronous exchanges (--comm-timeout).
   virtual Clock::duration commTimeout() const = 0;
+  // How payloads marked compressible travel in this run; an algorithm keeps error-feedback
+  // residuals only when compression is enabled and errorFeedback is set.
+  virtual const PayloadCompression& compression() const = 0;
 
   // ---- elasticity ----
   // A copy of `from`'s params as of its next step boundary (it copies them and goes on; nothing

@@ -99,6 +99,8 @@ struct PeerOptions {
   engine::OptionValues transportOptions;  // --transport-option and the --rdma-* flags
   std::string checkpointDir;
   double commTimeout = 10;
+  std::string compress = "none";
+  std::string errorFeedback = "on";
   double minStepTime = 0;  // milliseconds
   double startTimeout = 120;
   double finishTimeout = 60;
@@ -326,6 +328,16 @@ void addClusterOptions(CLI::App& app, PeerOptions& o, const engine::Registry& re
       ->check(CLI::PositiveNumber)
       ->capture_default_str()
       ->group(cluster);
+  app.add_option("--compress", o.compress,
+                 "codec of the payloads an algorithm lets travel compressed: none, fp16, bf16, "
+                 "int8[:BLOCK], int4[:BLOCK], topk:FRACTION[:sampled] or randk:FRACTION")
+      ->capture_default_str()
+      ->group(cluster);
+  app.add_option("--error-feedback", o.errorFeedback,
+                 "keep what compression leaves out and send it later (on) or drop it (off)")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str()
+      ->group(cluster);
   app.add_option("--step-time,--min-step-time", o.minStepTime,
                  "milliseconds of emulated compute per step: the gradient computation takes at "
                  "least this long (the real compute still runs; waits for messages come on "
@@ -400,6 +412,7 @@ engine::runtime::TrainingConfig trainingConfig(const PeerOptions& o) {
     return std::chrono::milliseconds(static_cast<std::int64_t>(s * 1000));
   };
   t.commTimeout = seconds(o.commTimeout);
+  t.compression = {kernels::parseCodec(o.compress), o.errorFeedback == "on"};
   t.startTimeout = seconds(o.startTimeout);
   t.finishTimeout = seconds(o.finishTimeout);
   t.minStepTime = std::chrono::microseconds(static_cast<std::int64_t>(o.minStepTime * 1000));
@@ -494,6 +507,8 @@ JsonObject clusterJson(const PeerOptions& o, const std::string& topologyName, st
   json.add("algorithm", o.algorithm)
       .add("topology", topologyName)
       .add("network", o.network)
+      .add("compress", kernels::formatCodec(kernels::parseCodec(o.compress)))
+      .add("error_feedback", o.errorFeedback == "on")
       .add("peers", static_cast<std::uint64_t>(peers))
       .add("model", o.model)
       .add("dataset", o.dataset)

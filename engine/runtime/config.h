@@ -84,6 +84,8 @@ struct TrainingConfig {
   std::size_t shards = 0;
   std::size_t shardIndex = 0;
   std::uint64_t seed = 1;  // initial model (the same on every peer), shards, shuffling
+  // How payloads that the algorithm marks compressible travel (engine/runtime/payload_codec.h).
+  PayloadCompression compression;
   std::chrono::milliseconds commTimeout{10000};    // default deadline of every wait
   std::chrono::milliseconds startTimeout{120000};  // for minPeers to join
   std::chrono::milliseconds finishTimeout{60000};  // for the others to finish

@@ -77,6 +77,7 @@ class ComputeContext final : public PeerContext {
   Tags& tags() override { return tags_; }
   DeviceView upload(std::span<const float> host) override { return p_.staging.upload(host); }
   Clock::duration commTimeout() const override { return p_.config.commTimeout; }
+  const PayloadCompression& compression() const override { return p_.config.compression; }
 
   std::optional<Incoming> pullModel(PeerId from, Clock::duration timeout) override;
   void adoptStep(std::uint64_t step) override { p_.status.step = step; }

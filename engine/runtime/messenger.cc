@@ -18,10 +18,12 @@ const auto& logger() {
 
 }  // namespace
 
-Messenger::Messenger(PeerNetwork& network, Staging& staging)
-    : network_(network), staging_(staging) {}
+Messenger::Messenger(PeerNetwork& network, Staging& staging, PayloadCodec& codec)
+    : network_(network), staging_(staging), codec_(codec) {}
 
-net::wire::EnvelopeHeader Messenger::headerOf(const Message& message, Envelope& envelope) const {
+net::wire::EnvelopeHeader Messenger::headerOf(
+    const Message& message, Envelope& envelope,
+    std::vector<net::wire::PayloadDescriptor> payloads) const {
   net::wire::EnvelopeHeader header;
   header.tag = message.tag;
   header.kind = message.kind;
@@ -31,8 +33,7 @@ net::wire::EnvelopeHeader Messenger::headerOf(const Message& message, Envelope& 
   header.integers = message.integers;
   header.route = envelope.route;
   header.control = std::move(envelope.control);
-  for (const auto& payload : message.payloads)
-    header.payloads.push_back({payload.size_bytes(), net::wire::Dtype::f32, payload.size()});
+  header.payloads = std::move(payloads);
   return header;
 }
 
@@ -55,10 +56,11 @@ std::vector<PeerId> Messenger::recipients(std::span<const PeerId> to, std::uint3
 bool Messenger::send(std::span<const PeerId> to, const Message& message, Envelope envelope,
                      Clock::duration wait) {
   if (to.empty()) return true;
-  auto header = headerOf(message, envelope);
+  WirePayloads wire = codec_.encode(message);
+  auto header = headerOf(message, envelope, std::move(wire.descriptors));
   std::vector<PeerId> recipients(to.begin(), to.end());
   const bool staged = staging_.stageFromCompute(
-      message, wait,
+      wire.bytes, wait,
       [this, recipients = std::move(recipients), header = std::move(header),
        channel = envelope.channel](StagedBytes bytes) mutable {
         asio::post(network_.io(), [this, recipients = std::move(recipients),
@@ -84,7 +86,10 @@ bool Messenger::sendFromHost(std::span<const PeerId> to, const Message& message,
                    reply ? "reply" : "send", message.kind);
     return false;
   }
-  auto header = headerOf(message, envelope);
+  std::vector<net::wire::PayloadDescriptor> descriptors;
+  for (const auto& payload : message.payloads)
+    descriptors.push_back({payload.size_bytes(), net::wire::Dtype::f32, payload.size(), {}});
+  auto header = headerOf(message, envelope, std::move(descriptors));
   asio::post(network_.io(), [this, recipients = std::vector<PeerId>(to.begin(), to.end()),
                              header = std::move(header), channel = envelope.channel,
                              bytes = std::move(*bytes)]() mutable {
@@ -136,19 +141,18 @@ void Messenger::onEnvelope(const net::Remote& from, net::wire::EnvelopeHeader he
   message.tag = header.tag;
   message.scalars = std::move(header.scalars);
   message.integers = std::move(header.integers);
-  for (net::Payload& payload : payloads) {
-    const std::span<std::byte> bytes = payload.bytes();
-    if (bytes.size() % sizeof(float) != 0 ||
-        reinterpret_cast<std::uintptr_t>(bytes.data()) % alignof(float) != 0) {
-      logger()->warn(
-          "peer {:016x}: dropping a message of kind {} from {:016x}: a payload of {} bytes is "
-          "not float32 data",
-          network_.self(), message.kind, from.peerId, bytes.size());
+  // Every payload has its descriptor (the mesh checks the count against the frame).
+  for (std::size_t i = 0; i < payloads.size(); ++i) {
+    const net::wire::PayloadDescriptor descriptor =
+        i < header.payloads.size() ? header.payloads[i] : net::wire::PayloadDescriptor{};
+    DecodedPayload decoded = codec_.decode(descriptor, payloads[i]);
+    if (!decoded.error.empty()) {
+      ++refusedPayloads_;
+      logger()->warn("peer {:016x}: dropping a message of kind {} from {:016x}: {}",
+                     network_.self(), message.kind, from.peerId, decoded.error);
       return;
     }
-    message.addPayload(std::span<const float>(reinterpret_cast<const float*>(bytes.data()),
-                                              bytes.size() / sizeof(float)),
-                       payload.releaseOwner());
+    message.addPayload(decoded.data, std::move(decoded.owner));
   }
   deliver(header.route, std::move(message), std::move(header.control));
 }

@@ -28,6 +28,7 @@
 #include "engine/algorithm.h"
 #include "engine/runtime/message_queue.h"
 #include "engine/runtime/network.h"
+#include "engine/runtime/payload_codec.h"
 #include "engine/runtime/staging.h"
 #include "net/wire/codec.h"
 
@@ -52,7 +53,8 @@ struct Envelope {
 
 class Messenger {
  public:
-  Messenger(PeerNetwork& network, Staging& staging);
+  // `codec` encodes what send() marks compressible and decodes what arrives encoded.
+  Messenger(PeerNetwork& network, Staging& staging, PayloadCodec& codec);
   void setRoutes(Routes routes) { routes_ = std::move(routes); }
 
   // Compute thread: stages `message` (payloads in the Compute's memory) and sends it to each of
@@ -61,8 +63,9 @@ class Messenger {
   // skipped (counted in sendFailures()).
   bool send(std::span<const PeerId> to, const Message& message, Envelope envelope,
             Clock::duration wait);
-  // Any thread: the same for host payloads. A reply (io thread) takes a reply slot and never
-  // waits: without one it is dropped (the requester's wait ends at its deadline).
+  // Any thread: the same for host payloads, which travel as float32 (compression is for the
+  // compute thread's messages). A reply (io thread) takes a reply slot and never waits: without
+  // one it is dropped (the requester's wait ends at its deadline).
   bool sendFromHost(std::span<const PeerId> to, const Message& message, Envelope envelope,
                     bool reply, Clock::duration wait);
 
@@ -72,9 +75,12 @@ class Messenger {
                   std::vector<net::Payload> payloads);
 
   std::uint64_t sendFailures() const { return sendFailures_; }
+  // Received messages dropped for a payload that was not float32 or failed to decode.
+  std::uint64_t refusedPayloads() const { return refusedPayloads_; }
 
  private:
-  net::wire::EnvelopeHeader headerOf(const Message& message, Envelope& envelope) const;
+  net::wire::EnvelopeHeader headerOf(const Message& message, Envelope& envelope,
+                                     std::vector<net::wire::PayloadDescriptor> payloads) const;
   // Io thread: one send per recipient (or a local hand-over to self).
   void dispatch(std::vector<PeerId> to, net::wire::EnvelopeHeader header,
                 std::optional<net::Channel> channel, StagedBytes bytes);
@@ -83,8 +89,10 @@ class Messenger {
 
   PeerNetwork& network_;
   Staging& staging_;
+  PayloadCodec& codec_;
   Routes routes_;
   std::atomic<std::uint64_t> sendFailures_{0};
+  std::atomic<std::uint64_t> refusedPayloads_{0};
 };
 
 }  // namespace gossamer::engine::runtime

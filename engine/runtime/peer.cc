@@ -14,10 +14,12 @@
 #include "engine/runtime/control.h"
 #include "engine/runtime/messenger.h"
 #include "engine/runtime/network.h"
+#include "engine/runtime/payload_codec.h"
 #include "engine/runtime/peer_state.h"
 #include "engine/runtime/staging.h"
 #include "engine/runtime/training_loop.h"
 #include "kernels/cpu/cpu_compute.h"
+#include "net/limits.h"
 
 namespace gossamer::engine::runtime {
 namespace {
@@ -64,7 +66,10 @@ struct Comms {
       : network(config, self),
         staging(compute, modelBytes,
                 {.sendSlots = training.sendBuffers, .receiveSlots = training.receiveBuffers}),
-        messenger(network, staging),
+        codec(compute, *hostCompute, training.compression, training.seed ^ self,
+              [this](std::size_t bytes) { return staging.receiveSlot(bytes); },
+              net::Limits{}.maxFrameBytes),
+        messenger(network, staging, codec),
         snapshots(self),
         control(network, messenger, snapshots, status),
         serveContext(self, *hostCompute, messenger, metrics),
@@ -76,6 +81,7 @@ struct Comms {
   std::unique_ptr<kernels::Compute> hostCompute = kernels::cpu::makeCompute({.blasThreads = 1});
   PeerNetwork network;
   Staging staging;
+  PayloadCodec codec;
   MessageQueue inbox;
   Messenger messenger;
   SnapshotBoard snapshots;

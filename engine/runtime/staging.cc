@@ -10,36 +10,47 @@
 namespace gossamer::engine::runtime {
 namespace {
 
-std::size_t payloadBytes(const Message& message) {
+// Payloads are laid out in a staging buffer at multiples of 4 bytes, so that each starts aligned
+// for its float32/uint32 fields (an encoded payload may have any length; float32 ones lie back to
+// back as before).
+constexpr std::size_t kPayloadAlignment = 4;
+
+std::size_t alignedSize(std::size_t bytes) {
+  return (bytes + kPayloadAlignment - 1) / kPayloadAlignment * kPayloadAlignment;
+}
+
+// The padding goes between payloads only: a single payload of a model's size fits a slot.
+std::size_t bufferBytes(const OutgoingBytes& payloads) {
   std::size_t bytes = 0;
-  for (const auto& payload : message.payloads) bytes += payload.size_bytes();
+  for (const auto& payload : payloads.spans) bytes = alignedSize(bytes) + payload.size();
   return bytes;
 }
 
-std::span<const std::byte> bytesOf(std::span<const float> payload) {
-  return std::as_bytes(payload);
-}
-
 // The payloads as they are (sent in place: their owner keeps them unchanged).
-StagedBytes inPlace(const Message& message) {
-  StagedBytes staged{{}, message.owner};
-  for (const auto& payload : message.payloads) staged.spans.push_back(bytesOf(payload));
-  return staged;
+StagedBytes inPlace(const OutgoingBytes& payloads) {
+  return StagedBytes{payloads.spans, payloads.owner};
 }
 
 // The payloads laid out one after another in `buffer`.
-StagedBytes inBuffer(const Message& message, std::shared_ptr<HostBuffer> buffer) {
+StagedBytes inBuffer(const OutgoingBytes& payloads, std::shared_ptr<HostBuffer> buffer) {
   StagedBytes staged;
   std::size_t offset = 0;
-  for (const auto& payload : message.payloads) {
-    staged.spans.emplace_back(buffer->data() + offset, payload.size_bytes());
-    offset += payload.size_bytes();
+  for (const auto& payload : payloads.spans) {
+    offset = alignedSize(offset);
+    staged.spans.emplace_back(buffer->data() + offset, payload.size());
+    offset += payload.size();
   }
   staged.owner = std::move(buffer);
   return staged;
 }
 
 }  // namespace
+
+OutgoingBytes OutgoingBytes::of(const Message& message) {
+  OutgoingBytes out{{}, message.owner};
+  for (const auto& payload : message.payloads) out.spans.push_back(std::as_bytes(payload));
+  return out;
+}
 
 // Device memory for uploads of received payloads: `slots` buffers of `slotFloats`, allocated up
 // front; an upload that finds none free (or is larger) gets a buffer of its own, counted.
@@ -127,19 +138,19 @@ Staging::Staging(kernels::Compute& compute, std::size_t slotBytes, StagingSizes 
 
 Staging::~Staging() = default;
 
-bool Staging::stageFromCompute(const Message& message, Clock::duration wait,
+bool Staging::stageFromCompute(const OutgoingBytes& payloads, Clock::duration wait,
                                std::function<void(StagedBytes)> ready) {
   auto flight = std::make_shared<InFlight>();
   flight->ready = std::move(ready);
-  const std::size_t bytes = payloadBytes(message);
+  const std::size_t bytes = bufferBytes(payloads);
   const bool hostMemory = compute_.device() == kernels::Device::kCpu;
   std::shared_ptr<HostBuffer> buffer;
-  if (bytes > 0 && !(message.owner && hostMemory)) {
+  if (bytes > 0 && !(payloads.owner && hostMemory)) {
     buffer = wait > Clock::duration::zero() ? send_->acquire(bytes, wait) : send_->tryAcquire(bytes);
     if (!buffer) return false;
   }
-  flight->bytes = buffer ? inBuffer(message, buffer) : inPlace(message);
-  flight->copiesLeft = buffer ? message.payloads.size() : 0;
+  flight->bytes = buffer ? inBuffer(payloads, buffer) : inPlace(payloads);
+  flight->copiesLeft = buffer ? payloads.spans.size() : 0;
   {
     std::lock_guard lock(orderMutex_);
     inFlight_.push_back(flight);
@@ -151,12 +162,13 @@ bool Staging::stageFromCompute(const Message& message, Clock::duration wait,
   // The Compute copies every payload out, overlapped with the compute that follows; the last
   // copy to land releases the message (and any landed ones behind it).
   std::size_t offset = 0;
-  for (const auto& payload : message.payloads) {
-    compute_.copyToHostAsync(buffer->data() + offset, payload.data(), payload.size_bytes(),
+  for (const auto& payload : payloads.spans) {
+    offset = alignedSize(offset);
+    compute_.copyToHostAsync(buffer->data() + offset, payload.data(), payload.size(),
                              [this, flight] {
                                if (--flight->copiesLeft == 0) release(flight);
                              });
-    offset += payload.size_bytes();
+    offset += payload.size();
   }
   return true;
 }
@@ -171,20 +183,21 @@ void Staging::release(const std::shared_ptr<InFlight>& done) {
   }
 }
 
-std::optional<StagedBytes> Staging::stageFromHost(const Message& message, bool reply,
+std::optional<StagedBytes> Staging::stageFromHost(const OutgoingBytes& payloads, bool reply,
                                                   Clock::duration wait) {
-  const std::size_t bytes = payloadBytes(message);
-  if (bytes == 0 || message.owner) return inPlace(message);
+  const std::size_t bytes = bufferBytes(payloads);
+  if (bytes == 0 || payloads.owner) return inPlace(payloads);
   HostBufferPool& pool = reply ? *reply_ : *send_;
   std::shared_ptr<HostBuffer> buffer =
       reply || wait <= Clock::duration::zero() ? pool.tryAcquire(bytes) : pool.acquire(bytes, wait);
   if (!buffer) return std::nullopt;
   std::size_t offset = 0;
-  for (const auto& payload : message.payloads) {
-    std::memcpy(buffer->data() + offset, payload.data(), payload.size_bytes());
-    offset += payload.size_bytes();
+  for (const auto& payload : payloads.spans) {
+    offset = alignedSize(offset);
+    if (!payload.empty()) std::memcpy(buffer->data() + offset, payload.data(), payload.size());
+    offset += payload.size();
   }
-  return inBuffer(message, std::move(buffer));
+  return inBuffer(payloads, std::move(buffer));
 }
 
 net::Payload Staging::receiveSlot(std::size_t bytes) {

@@ -48,6 +48,14 @@ struct StagedBytes {
   std::shared_ptr<const void> owner;
 };
 
+// The payload bytes of an outgoing message as it will travel (float32 as is, or encoded), in the
+// Compute's memory or host memory; `owner` as Message::owner (null: staged by copy).
+struct OutgoingBytes {
+  std::vector<std::span<const std::byte>> spans;
+  std::shared_ptr<const void> owner;
+  static OutgoingBytes of(const Message& message);
+};
+
 class Staging {
  public:
   // Slots of `slotBytes` each (a model's size); larger payloads get a buffer of their own, one
@@ -62,12 +70,20 @@ class Staging {
   // returning when nothing is in flight (always on the CPU), else on the thread that ends the
   // last copy ahead of it (CUDA's callback thread): `ready` must not block. Waits up to `wait`
   // for a send slot; false when none came (nothing is staged and `ready` is never called).
-  bool stageFromCompute(const Message& message, Clock::duration wait,
+  bool stageFromCompute(const OutgoingBytes& payloads, Clock::duration wait,
                         std::function<void(StagedBytes)> ready);
+  bool stageFromCompute(const Message& message, Clock::duration wait,
+                        std::function<void(StagedBytes)> ready) {
+    return stageFromCompute(OutgoingBytes::of(message), wait, std::move(ready));
+  }
   // Any thread. The same for payloads in host memory, copied at once into a reply slot (`reply`,
   // never waiting) or a send slot (waiting up to `wait`); sent in place when message.owner is set.
-  std::optional<StagedBytes> stageFromHost(const Message& message, bool reply,
+  std::optional<StagedBytes> stageFromHost(const OutgoingBytes& payloads, bool reply,
                                            Clock::duration wait);
+  std::optional<StagedBytes> stageFromHost(const Message& message, bool reply,
+                                           Clock::duration wait) {
+    return stageFromHost(OutgoingBytes::of(message), reply, wait);
+  }
 
   // Io thread: a receive slot of `bytes` for an incoming payload, or an empty Payload when none
   // is free (the link's own bounded pool takes it then).

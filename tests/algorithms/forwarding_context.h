@@ -69,6 +69,9 @@ class ForwardingContext : public engine::PeerContext {
   engine::Tags& tags() override { return inner_.tags(); }
   engine::DeviceView upload(std::span<const float> host) override { return inner_.upload(host); }
   engine::Clock::duration commTimeout() const override { return inner_.commTimeout(); }
+  const engine::PayloadCompression& compression() const override {
+    return inner_.compression();
+  }
 
   std::optional<engine::Incoming> pullModel(engine::PeerId from,
                                             engine::Clock::duration timeout) override {

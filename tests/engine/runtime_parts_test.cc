@@ -85,7 +85,8 @@ TEST_CASE("runtime parts: a peer has finished or released only when both of its 
   PeerNetwork network(config, 1);
   auto compute = kernels::cpu::makeCompute({.blasThreads = 1});
   Staging staging(*compute, 16, {});
-  Messenger messenger(network, staging);
+  PayloadCodec codec(*compute, *compute, {}, 1, [](std::size_t) { return net::Payload(); }, 1024);
+  Messenger messenger(network, staging, codec);
   SnapshotBoard snapshots(1);
   LoopStatus status;
   ClusterControl control(network, messenger, snapshots, status);

@@ -1,0 +1,223 @@
+#include "engine/runtime/payload_codec.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "engine/base/enforce.h"
+
+namespace gossamer::engine::runtime {
+namespace {
+
+using WireCodec = net::wire::PayloadEncoding::Codec;
+
+// Encoded payloads start at multiples of 4 bytes in the scratch (their float32/uint32 fields).
+constexpr std::size_t kAlignment = 4;
+
+std::size_t aligned(std::size_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; }
+
+WireCodec wireCodec(kernels::CodecKind kind) {
+  switch (kind) {
+    case kernels::CodecKind::kNone:
+      return WireCodec::none;
+    case kernels::CodecKind::kFp16:
+      return WireCodec::fp16;
+    case kernels::CodecKind::kBf16:
+      return WireCodec::bf16;
+    case kernels::CodecKind::kInt8:
+      return WireCodec::int8;
+    case kernels::CodecKind::kInt4:
+      return WireCodec::int4;
+    case kernels::CodecKind::kTopK:
+      return WireCodec::topk;
+    case kernels::CodecKind::kRandK:
+      return WireCodec::randk;
+  }
+  GOSSAMER_THROW("unknown codec kind {}", static_cast<int>(kind));
+}
+
+kernels::CodecKind codecKind(WireCodec codec) {
+  switch (codec) {
+    case WireCodec::none:
+      return kernels::CodecKind::kNone;
+    case WireCodec::fp16:
+      return kernels::CodecKind::kFp16;
+    case WireCodec::bf16:
+      return kernels::CodecKind::kBf16;
+    case WireCodec::int8:
+      return kernels::CodecKind::kInt8;
+    case WireCodec::int4:
+      return kernels::CodecKind::kInt4;
+    case WireCodec::topk:
+      return kernels::CodecKind::kTopK;
+    case WireCodec::randk:
+      return kernels::CodecKind::kRandK;
+  }
+  GOSSAMER_THROW("unknown payload codec {}", static_cast<int>(codec));
+}
+
+// SplitMix64's finaliser: independent-looking seeds for consecutive draws.
+std::uint64_t mix(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+net::wire::PayloadEncoding encodingOf(const kernels::Codec& codec) {
+  net::wire::PayloadEncoding encoding;
+  encoding.codec = wireCodec(codec.kind);
+  switch (codec.kind) {
+    case kernels::CodecKind::kInt8:
+    case kernels::CodecKind::kInt4:
+      encoding.blockSize = static_cast<std::uint32_t>(codec.blockSize);
+      break;
+    case kernels::CodecKind::kTopK:
+    case kernels::CodecKind::kRandK:
+      encoding.fraction = codec.fraction;
+      encoding.sampled = codec.selection == kernels::TopKSelection::kSampled;
+      break;
+    default:
+      break;
+  }
+  return encoding;
+}
+
+kernels::Codec codecOf(const net::wire::PayloadEncoding& encoding) {
+  kernels::Codec codec;
+  codec.kind = codecKind(encoding.codec);
+  if (codec.kind == kernels::CodecKind::kInt8 || codec.kind == kernels::CodecKind::kInt4)
+    codec.blockSize = encoding.blockSize;
+  if (kernels::isSparse(codec.kind)) {
+    codec.fraction = encoding.fraction;
+    codec.selection =
+        encoding.sampled ? kernels::TopKSelection::kSampled : kernels::TopKSelection::kExact;
+  }
+  kernels::validate(codec);
+  return codec;
+}
+
+PayloadCodec::PayloadCodec(kernels::Compute& compute, kernels::Compute& hostCompute,
+                           PayloadCompression compression, std::uint64_t seed,
+                           std::function<net::Payload(std::size_t)> slot,
+                           std::size_t maxDecodedBytes)
+    : compute_(compute),
+      hostCompute_(hostCompute),
+      compression_(compression),
+      seed_(seed),
+      slot_(std::move(slot)),
+      maxDecodedBytes_(maxDecodedBytes) {
+  kernels::validate(compression_.codec);
+}
+
+std::span<std::byte> PayloadCodec::scratch(std::size_t bytes) {
+  // Grown, never shrunk. Freeing the old buffer waits for the device (cudaFree), so a copy still
+  // reading it has ended.
+  if (scratch_.size() < bytes) scratch_ = compute_.allocate<std::byte>(bytes);
+  return scratch_.span().first(bytes);
+}
+
+WirePayloads PayloadCodec::encode(const Message& message) {
+  WirePayloads out{OutgoingBytes::of(message), {}};
+  out.descriptors.reserve(message.payloads.size());
+  for (const auto& payload : message.payloads)
+    out.descriptors.push_back({payload.size_bytes(), net::wire::Dtype::f32, payload.size(), {}});
+  if (!compression_.enabled() || message.compressible.empty()) return out;
+
+  // Where each marked payload goes in the scratch, then one encode per payload.
+  std::vector<std::size_t> offsets(message.compressible.size());
+  std::size_t total = 0;
+  for (std::size_t i = 0; i < message.compressible.size(); ++i) {
+    const Compressible& mark = message.compressible[i];
+    GOSSAMER_ENFORCE_LT(mark.payload, message.payloads.size(),
+                        "a compressible mark names a payload the message does not have");
+    GOSSAMER_ENFORCE(mark.residual.empty() ||
+                         mark.residual.size() == message.payloads[mark.payload].size(),
+                     "the residual of payload {} has {} elements, the payload {}", mark.payload,
+                     mark.residual.size(), message.payloads[mark.payload].size());
+    offsets[i] = total;
+    total = aligned(total + kernels::encodedBytes(compression_.codec,
+                                                  message.payloads[mark.payload].size()));
+  }
+  const std::span<std::byte> space = scratch(total);
+  for (std::size_t i = 0; i < message.compressible.size(); ++i) {
+    const Compressible& mark = message.compressible[i];
+    const std::span<const float> input = message.payloads[mark.payload];
+    const std::size_t capacity = kernels::encodedBytes(compression_.codec, input.size());
+    const std::span<std::byte> target = space.subspan(offsets[i], capacity);
+    const std::span<float> residual =
+        compression_.errorFeedback ? mark.residual : std::span<float>();
+    const std::size_t used =
+        compute_.encode(compression_.codec, input, residual, target, mix(seed_ ^ mix(draws_++)));
+    out.bytes.spans[mark.payload] = target.first(used);
+    out.descriptors[mark.payload] = {used, net::wire::Dtype::bytes, input.size(),
+                                     encodingOf(compression_.codec)};
+    ++encodedPayloads_;
+    rawBytes_ += input.size_bytes();
+    wireBytes_ += used;
+  }
+  // Encoded payloads live in the scratch, which the next encode() overwrites: they are staged by
+  // copy, whatever the message's owner promised about its float32 payloads.
+  out.bytes.owner = nullptr;
+  return out;
+}
+
+DecodedPayload PayloadCodec::decode(const net::wire::PayloadDescriptor& descriptor,
+                                    net::Payload& payload) {
+  const std::span<std::byte> bytes = payload.bytes();
+  if (descriptor.encoding.codec == WireCodec::none) {
+    if (bytes.size() % sizeof(float) != 0 ||
+        reinterpret_cast<std::uintptr_t>(bytes.data()) % alignof(float) != 0) {
+      return {.error = fmt::format("a payload of {} bytes is not float32 data", bytes.size())};
+    }
+    return {std::span<const float>(reinterpret_cast<const float*>(bytes.data()),
+                                   bytes.size() / sizeof(float)),
+            payload.releaseOwner(), ""};
+  }
+  kernels::Codec codec;
+  try {
+    codec = codecOf(descriptor.encoding);
+  } catch (const Error& e) {
+    return {.error = fmt::format("a payload's encoding is invalid: {}", e.what())};
+  }
+  const std::uint64_t n = descriptor.elements;
+  if (n > maxDecodedBytes_ / sizeof(float)) {
+    return {.error = fmt::format(
+                "a {} payload claims {} elements, more than the {} this peer takes",
+                kernels::formatCodec(codec), n, maxDecodedBytes_ / sizeof(float))};
+  }
+  try {
+    kernels::checkEncoded(codec, bytes, n);
+  } catch (const Error& e) {
+    return {.error = fmt::format("a malformed {} payload: {}", kernels::formatCodec(codec), e.what())};
+  }
+  // Decode reads float32/uint32 fields: an unaligned payload (never one of ours: receive slots and
+  // the link's pool are aligned) is copied first.
+  std::vector<std::byte> alignedCopy;
+  std::span<const std::byte> source = bytes;
+  if (reinterpret_cast<std::uintptr_t>(bytes.data()) % alignof(float) != 0) {
+    alignedCopy.assign(bytes.begin(), bytes.end());
+    source = alignedCopy;
+  }
+  net::Payload slot = slot_(n * sizeof(float));
+  std::span<float> floats;
+  std::shared_ptr<const void> owner;
+  if (slot.size() >= n * sizeof(float) && n > 0) {
+    floats = std::span<float>(reinterpret_cast<float*>(slot.bytes().data()), n);
+    owner = slot.releaseOwner();
+  } else {
+    auto own = std::make_shared<std::vector<float>>(n);
+    floats = *own;
+    owner = std::move(own);
+  }
+  hostCompute_.decode(codec, source, floats, kernels::DecodeMode::kOverwrite);
+  return {floats, std::move(owner), ""};
+}
+
+}  // namespace gossamer::engine::runtime
