@@ -34,8 +34,8 @@ Parts split(std::string_view text) {
   std::size_t begin = 0;
   while (true) {
     const std::size_t colon = text.find(':', begin);
-    const std::string_view piece =
-        text.substr(begin, colon == std::string_view::npos ? std::string_view::npos : colon - begin);
+    const std::string_view piece = text.substr(
+        begin, colon == std::string_view::npos ? std::string_view::npos : colon - begin);
     if (parts.count == 3) {
       parts.extra = true;
       return parts;
@@ -109,8 +109,8 @@ void validate(const Codec& codec) {
     case CodecKind::kInt8:
     case CodecKind::kInt4:
       if (codec.blockSize == 0 || codec.blockSize > kMaxCodecBlockSize) {
-        GOSSAMER_THROW("{}: block size {} is outside 1..{}", codecName(codec.kind),
-                       codec.blockSize, kMaxCodecBlockSize);
+        GOSSAMER_THROW("{}: block size {} is outside 1..{}", codecName(codec.kind), codec.blockSize,
+                       kMaxCodecBlockSize);
       }
       if (codec.kind == CodecKind::kInt4 && codec.blockSize % 2 != 0) {
         GOSSAMER_THROW("int4: block size {} must be even (a block starts on a byte)",
@@ -133,8 +133,8 @@ Codec parseCodec(std::string_view text) {
   const std::string_view name = parts.part[0];
   Codec codec;
   if (name == "none" || name == "fp16" || name == "bf16") {
-    codec.kind = name == "none" ? CodecKind::kNone
-                                : (name == "fp16" ? CodecKind::kFp16 : CodecKind::kBf16);
+    codec.kind =
+        name == "none" ? CodecKind::kNone : (name == "fp16" ? CodecKind::kFp16 : CodecKind::kBf16);
     if (parts.count != 1) throwBadCodec(text, fmt::format("{} takes no parameter", name));
   } else if (name == "int8" || name == "int4") {
     codec.kind = name == "int8" ? CodecKind::kInt8 : CodecKind::kInt4;
@@ -233,8 +233,8 @@ void checkEncoded(const Codec& codec, std::span<const std::byte> payload, std::s
       bool bad = false;
       for (std::size_t i = 0; i < n; ++i) bad |= codes[i] == std::byte{0x80};
       if (bad) {
-        const std::size_t at = static_cast<std::size_t>(
-            std::find(codes, codes + n, std::byte{0x80}) - codes);
+        const std::size_t at =
+            static_cast<std::size_t>(std::find(codes, codes + n, std::byte{0x80}) - codes);
         GOSSAMER_THROW("int8 payload: code -128 at element {} (codes are -127..127)", at);
       }
     } else if (codec.kind == CodecKind::kInt4) {
@@ -267,14 +267,15 @@ void checkEncoded(const Codec& codec, std::span<const std::byte> payload, std::s
   if (size < 4) GOSSAMER_THROW("{} payload: {} bytes, too short for the count", name, size);
   const std::size_t count = loadU32(payload.data());
   const std::size_t k = sparseCount(codec, n);
-  const bool exactCount = codec.kind == CodecKind::kRandK || codec.selection == TopKSelection::kExact;
+  const bool exactCount =
+      codec.kind == CodecKind::kRandK || codec.selection == TopKSelection::kExact;
   if (exactCount ? count != k : count > k) {
     GOSSAMER_THROW("{} payload: count {} for {} elements, expected {}{}", name, count, n,
                    exactCount ? "" : "at most ", k);
   }
   if (size != 4 + 8 * count) {
-    GOSSAMER_THROW("{} payload: {} bytes, expected {} for a count of {}", name, size,
-                   4 + 8 * count, count);
+    GOSSAMER_THROW("{} payload: {} bytes, expected {} for a count of {}", name, size, 4 + 8 * count,
+                   count);
   }
   const std::byte* indices = payload.data() + 4 + 4 * count;
   for (std::size_t j = 0; j < count; ++j) {
@@ -283,8 +284,8 @@ void checkEncoded(const Codec& codec, std::span<const std::byte> payload, std::s
     if (j > 0) {
       const std::uint32_t previous = loadU32(indices + 4 * (j - 1));
       if (index <= previous) {
-        GOSSAMER_THROW("{} payload: index {} at {} does not increase (previous {})", name, index,
-                       j, previous);
+        GOSSAMER_THROW("{} payload: index {} at {} does not increase (previous {})", name, index, j,
+                       previous);
       }
     }
   }

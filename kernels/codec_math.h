@@ -154,7 +154,7 @@ GOSSAMER_CODEC_FN std::uint64_t counterHash(std::uint64_t seed, std::uint64_t sa
   return mix64(mix64(seed ^ mix64(salt)) + counter);
 }
 
-inline constexpr std::uint64_t kRandKSalt = 0x72616e646bull;  // "randk"
+inline constexpr std::uint64_t kRandKSalt = 0x72616e646bull;   // "randk"
 inline constexpr std::uint64_t kSampleSalt = 0x746f706b73ull;  // "topks"
 
 // The j-th index of random-k (0 <= j < k <= n < 2^32): one draw in the stratum

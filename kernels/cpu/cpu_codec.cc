@@ -348,8 +348,8 @@ std::size_t encode(const Codec& codec, std::span<const float> input, std::span<f
       break;
     case CodecKind::kTopK:
       if (codec.selection == TopKSelection::kSampled) {
-        return 4 + 8 * encodeTopKSampled(codec, in, res, o, n, sparseCount(codec, n), seed,
-                                         scratch);
+        return 4 +
+               8 * encodeTopKSampled(codec, in, res, o, n, sparseCount(codec, n), seed, scratch);
       }
       encodeTopKExact(in, res, o, n, sparseCount(codec, n), scratch);
       break;

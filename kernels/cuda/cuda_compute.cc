@@ -115,7 +115,6 @@ class CudaCompute final : public Compute {
   void adamStep(std::span<float> w, std::span<const float> g, std::span<float> m,
                 std::span<float> v, std::int64_t step, const AdamHyper& h) override;
 
-  // Not on the device yet: both throw gossamer::Error after the argument checks.
   std::size_t encode(const Codec& codec, std::span<const float> input, std::span<float> residual,
                      std::span<std::byte> out, std::uint64_t seed) override;
   void decode(const Codec& codec, std::span<const std::byte> payload, std::span<float> out,
@@ -430,19 +429,93 @@ void CudaCompute::adamStep(std::span<float> w, std::span<const float> g, std::sp
                                        inverseCorrection1, inverseCorrection2, launch()));
 }
 
-// ---- compression ----
+// ---- compression (kernels in cuda_codec.cu) ----
 
 std::size_t CudaCompute::encode(const Codec& codec, std::span<const float> input,
                                 std::span<float> residual, std::span<std::byte> out,
-                                std::uint64_t /*seed*/) {
+                                std::uint64_t seed) {
   checks::encode(codec, input, residual, out);
-  GOSSAMER_THROW("{}: the CUDA backend has no codec kernels yet", description_);
+  const std::size_t n = input.size();
+  const float* in = input.data();
+  float* res = residual.empty() ? nullptr : residual.data();
+  void* payload = out.data();
+  activate();
+  if (isSparse(codec.kind) && n == 0) {
+    // Only the count, 0.
+    GOSSAMER_CUDA_CHECK(cudaMemsetAsync(payload, 0, 4, stream_));
+    return out.size();
+  }
+  switch (codec.kind) {
+    case CodecKind::kNone:
+      GOSSAMER_CUDA_CHECK(
+          detail::encodeNone(in, res, static_cast<float*>(payload), n, launch()));
+      break;
+    case CodecKind::kFp16:
+    case CodecKind::kBf16:
+      GOSSAMER_CUDA_CHECK(detail::encodeHalf(codec.kind == CodecKind::kBf16, in, res,
+                                             static_cast<std::uint16_t*>(payload), n, launch()));
+      break;
+    case CodecKind::kInt8:
+    case CodecKind::kInt4:
+      GOSSAMER_CUDA_CHECK(detail::encodeBlocks(codec.kind == CodecKind::kInt4, in, res, payload,
+                                               n, codec.blockSize, launch()));
+      break;
+    case CodecKind::kTopK:
+      if (codec.selection == TopKSelection::kSampled) {
+        const std::size_t m = sampleSize(codec, n);
+        GOSSAMER_CUDA_CHECK(detail::encodeTopKSampled(in, res, payload, n,
+                                                      sparseCount(codec, n), m,
+                                                      sampledThresholdRank(codec, m), seed,
+                                                      launch()));
+        std::uint32_t count = 0;
+        copyToHost(&count, payload, sizeof(count));
+        return 4 + 8 * std::size_t{count};
+      }
+      GOSSAMER_CUDA_CHECK(
+          detail::encodeTopKExact(in, res, payload, n, sparseCount(codec, n), launch()));
+      break;
+    case CodecKind::kRandK:
+      GOSSAMER_CUDA_CHECK(
+          detail::encodeRandK(in, res, payload, n, sparseCount(codec, n), seed, launch()));
+      break;
+  }
+  return out.size();
 }
 
 void CudaCompute::decode(const Codec& codec, std::span<const std::byte> payload,
-                         std::span<float> out, DecodeMode /*mode*/) {
-  checks::decode(codec, payload, out);
-  GOSSAMER_THROW("{}: the CUDA backend has no codec kernels yet", description_);
+                         std::span<float> out, DecodeMode mode) {
+  const std::size_t count = checks::decode(codec, payload, out);
+  const std::size_t n = out.size();
+  const bool accumulate = mode == DecodeMode::kAccumulate;
+  const void* p = payload.data();
+  activate();
+  switch (codec.kind) {
+    case CodecKind::kNone:
+      if (n == 0) return;
+      if (accumulate) {
+        GOSSAMER_CUDA_CHECK(
+            detail::axpby(out.data(), static_cast<const float*>(p), n, 1.0f, 1.0f, launch()));
+      } else {
+        GOSSAMER_CUDA_CHECK(cudaMemcpyAsync(out.data(), p, n * sizeof(float),
+                                            cudaMemcpyDeviceToDevice, stream_));
+      }
+      return;
+    case CodecKind::kFp16:
+    case CodecKind::kBf16:
+      GOSSAMER_CUDA_CHECK(detail::decodeHalf(codec.kind == CodecKind::kBf16,
+                                             static_cast<const std::uint16_t*>(p), out.data(), n,
+                                             accumulate, launch()));
+      return;
+    case CodecKind::kInt8:
+    case CodecKind::kInt4:
+      GOSSAMER_CUDA_CHECK(detail::decodeBlocks(codec.kind == CodecKind::kInt4, p, out.data(), n,
+                                               codec.blockSize, accumulate, launch()));
+      return;
+    case CodecKind::kTopK:
+    case CodecKind::kRandK:
+      GOSSAMER_CUDA_CHECK(detail::decodeSparse(p, count, out.data(), n, accumulate, launch()));
+      return;
+  }
 }
 
 // ---- dense algebra and NN ops ----

@@ -20,17 +20,12 @@
 #include <math_constants.h>
 
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/cuda_launch.cuh"
 
 namespace gossamer::kernels::cuda::detail {
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int kWarpSize = 32;
 constexpr int kWarpsPerBlock = kThreads / kWarpSize;
-constexpr unsigned kFullMask = 0xffffffffu;
-// Resident 256-thread blocks per SM on sm_90 (2048 threads). Grid-stride grids are capped at
-// one such wave: enough warps to saturate HBM, no tail of partially filled waves.
-constexpr int kBlocksPerMultiprocessor = 8;
 
 // ---- launch geometry ----
 
@@ -60,23 +55,7 @@ Split splitFor(std::initializer_list<const void*> pointers, std::size_t n) {
 // Elements handled by the scalar loop of a Split.
 std::size_t scalarCount(const Split& split) { return split.n - 4 * split.n4; }
 
-// Blocks of kThreads for `items` independent work items, capped at one resident wave and `cap`.
-unsigned blocksFor(std::size_t items, const Launch& launch, std::size_t cap = SIZE_MAX) {
-  const std::size_t wave =
-      static_cast<std::size_t>(std::max(launch.multiprocessors, 1)) * kBlocksPerMultiprocessor;
-  std::size_t blocks = (items + kThreads - 1) / kThreads;
-  blocks = std::min({blocks, wave, cap});
-  return static_cast<unsigned>(std::max<std::size_t>(blocks, 1));
-}
-
-// ---- device helpers ----
-
-__device__ __forceinline__ std::size_t globalThread() {
-  return static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-}
-__device__ __forceinline__ std::size_t gridThreads() {
-  return static_cast<std::size_t>(gridDim.x) * blockDim.x;
-}
+// ---- device helpers (blocksFor, globalThread and gridThreads: cuda_launch.cuh) ----
 
 // `pointer + element` must be 16-byte aligned (guaranteed by Split).
 __device__ __forceinline__ float4 load4(const float* pointer, std::size_t element) {

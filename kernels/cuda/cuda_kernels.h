@@ -112,4 +112,40 @@ cudaError_t argmax(const float* x, std::size_t rows, std::size_t classes, std::i
 cudaError_t countCorrect(const float* logits, const std::int32_t* labels, std::size_t rows,
                          std::size_t classes, Scratch* scratch, const Launch& launch);
 
+// ---- codecs (cuda_codec.cu; layouts and numerics in kernels/codec.h, element-wise math shared
+// with the CPU reference through kernels/codec_math.h). `residual` null means no error
+// feedback; otherwise it is n long and becomes v - decode(payload), v = in + residual.
+// `payload` is the encoded buffer (4-byte aligned); `blockSize` is the int8/int4 block. ----
+
+// none: payload = n float32 (with feedback v, and the residual becomes 0).
+cudaError_t encodeNone(const float* in, float* residual, float* payload, std::size_t n,
+                       const Launch& launch);
+// fp16 (bf16 == false) or bf16: payload = n uint16.
+cudaError_t encodeHalf(bool bf16, const float* in, float* residual, std::uint16_t* payload,
+                       std::size_t n, const Launch& launch);
+cudaError_t decodeHalf(bool bf16, const std::uint16_t* payload, float* out, std::size_t n,
+                       bool accumulate, const Launch& launch);
+// int8 (int4 == false) or int4 (blockSize even): scales, then codes.
+cudaError_t encodeBlocks(bool int4, const float* in, float* residual, void* payload, std::size_t n,
+                         std::size_t blockSize, const Launch& launch);
+cudaError_t decodeBlocks(bool int4, const void* payload, float* out, std::size_t n,
+                         std::size_t blockSize, bool accumulate, const Launch& launch);
+// Exact top-k (1 <= k <= n < 2^32): the full sparse payload (count k), found with device radix
+// sorts over (magnitude, index) keys; stream-ordered temporary memory (cudaMallocAsync), no
+// host synchronisation.
+cudaError_t encodeTopKExact(const float* in, float* residual, void* payload, std::size_t n,
+                            std::size_t k, const Launch& launch);
+// Sampled top-k (1 <= k <= n < 2^32, 1 <= m <= n sampled positions, threshold rank r in
+// [1, m]): the payload with its count c <= k in the first 4 bytes, the values and indices laid
+// out for that c. Enqueued only; the caller reads c back.
+cudaError_t encodeTopKSampled(const float* in, float* residual, void* payload, std::size_t n,
+                              std::size_t k, std::size_t m, std::size_t rank, std::uint64_t seed,
+                              const Launch& launch);
+// Random-k (1 <= k <= n < 2^32): the full sparse payload (count k).
+cudaError_t encodeRandK(const float* in, float* residual, void* payload, std::size_t n,
+                        std::size_t k, std::uint64_t seed, const Launch& launch);
+// Sparse payload of `count` values into out (n long): scattered over zeros, or added.
+cudaError_t decodeSparse(const void* payload, std::size_t count, float* out, std::size_t n,
+                         bool accumulate, const Launch& launch);
+
 }  // namespace gossamer::kernels::cuda::detail

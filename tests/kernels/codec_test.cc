@@ -77,8 +77,7 @@ TEST_CASE("codec: bad text and parameters are rejected with a sentence naming th
   CHECK_THROWS_WITH_AS(parseCodec("topk:0"), doctest::Contains("outside (0, 1]"), Error);
   CHECK_THROWS_WITH_AS(parseCodec("topk:1.5"), doctest::Contains("outside (0, 1]"), Error);
   CHECK_THROWS_WITH_AS(parseCodec("randk:nan"), doctest::Contains("outside (0, 1]"), Error);
-  CHECK_THROWS_WITH_AS(parseCodec("randk:0.1:sampled"), doctest::Contains("unknown option"),
-                       Error);
+  CHECK_THROWS_WITH_AS(parseCodec("randk:0.1:sampled"), doctest::Contains("unknown option"), Error);
   CHECK_THROWS_WITH_AS(parseCodec("topk:0.1:sampled:x"), doctest::Contains("too many"), Error);
   // The message lists what is accepted.
   CHECK_THROWS_WITH_AS(parseCodec("zip"), doctest::Contains("int8[:BLOCK]"), Error);
@@ -107,7 +106,8 @@ TEST_CASE("codec: payload sizes follow the documented layouts") {
   CHECK(sampleSize(parseCodec("topk:0.1:sampled"), 1000000) == 4096);
   CHECK(sampleSize(parseCodec("topk:0.001:sampled"), 1000000) == 64000);
   CHECK(sampleSize(topk, 1000000) == 0);
-  for (const char* text : {"none", "fp16", "int8", "int4"}) CHECK(encodedBytes(parseCodec(text), 0) == 0);
+  for (const char* text : {"none", "fp16", "int8", "int4"})
+    CHECK(encodedBytes(parseCodec(text), 0) == 0);
 }
 
 TEST_CASE("codec: checkEncoded accepts what encode writes") {
@@ -137,8 +137,7 @@ TEST_CASE("codec: checkEncoded rejects each kind of malformed dense payload") {
 
   Bytes bad = good8;
   store(bad, 4, -1.0f);
-  CHECK_THROWS_WITH_AS(checkEncoded(int8, bad, 9), doctest::Contains("block 1 is negative"),
-                       Error);
+  CHECK_THROWS_WITH_AS(checkEncoded(int8, bad, 9), doctest::Contains("block 1 is negative"), Error);
   store(bad, 4, std::numeric_limits<float>::quiet_NaN());
   CHECK_THROWS_WITH_AS(checkEncoded(int8, bad, 9), doctest::Contains("not finite"), Error);
   store(bad, 4, std::numeric_limits<float>::infinity());
@@ -160,8 +159,7 @@ TEST_CASE("codec: checkEncoded rejects each kind of malformed dense payload") {
   CHECK_THROWS_WITH_AS(checkEncoded(int4, bad, 9), doctest::Contains("padding nibble"), Error);
   bad = good4;
   store(bad, 0, -0.5f);
-  CHECK_THROWS_WITH_AS(checkEncoded(int4, bad, 9), doctest::Contains("block 0 is negative"),
-                       Error);
+  CHECK_THROWS_WITH_AS(checkEncoded(int4, bad, 9), doctest::Contains("block 0 is negative"), Error);
 }
 
 TEST_CASE("codec: checkEncoded rejects each kind of malformed sparse payload") {
@@ -188,12 +186,10 @@ TEST_CASE("codec: checkEncoded rejects each kind of malformed sparse payload") {
   std::uint32_t first;
   std::memcpy(&first, bad.data() + indices, 4);
   store<std::uint32_t>(bad, indices + 4, first);
-  CHECK_THROWS_WITH_AS(checkEncoded(topk, bad, 100), doctest::Contains("does not increase"),
-                       Error);
+  CHECK_THROWS_WITH_AS(checkEncoded(topk, bad, 100), doctest::Contains("does not increase"), Error);
   store<std::uint32_t>(bad, indices + 4, 0);
   store<std::uint32_t>(bad, indices, 1);
-  CHECK_THROWS_WITH_AS(checkEncoded(topk, bad, 100), doctest::Contains("does not increase"),
-                       Error);
+  CHECK_THROWS_WITH_AS(checkEncoded(topk, bad, 100), doctest::Contains("does not increase"), Error);
 
   // Sampled top-k may send fewer than k, not more; the length must match the count.
   const Codec sampled = parseCodec("topk:0.05:sampled");

@@ -885,9 +885,9 @@ using Bytes = std::vector<std::byte>;
 
 // Every codec, with the block sizes and fractions that reach their corner cases: int8 with an
 // odd block (blocks not on a 4-byte boundary), sparse codecs with k well above 1.
-const char* const kCodecs[] = {"none",     "fp16",      "bf16",       "int8:256", "int8:7",
-                               "int4:256", "int4:6",    "topk:0.01",  "topk:0.3",
-                               "topk:0.05:sampled",     "randk:0.01", "randk:0.3"};
+const char* const kCodecs[] = {
+    "none",   "fp16",      "bf16",     "int8:256",          "int8:7",     "int4:256",
+    "int4:6", "topk:0.01", "topk:0.3", "topk:0.05:sampled", "randk:0.01", "randk:0.3"};
 
 // One encode on `compute`: the payload (the bytes encode used) and, with feedback, the residual.
 struct Encoded {
@@ -898,9 +898,11 @@ struct Encoded {
 Encoded encodeOn(Compute& compute, const Codec& codec, const Host& input, const Host* residual,
                  std::uint64_t seed) {
   Buffer<float> in = toDevice(compute, input);
-  Buffer<float> res = residual != nullptr ? toDevice(compute, *residual) : compute.allocate<float>(0);
+  Buffer<float> res =
+      residual != nullptr ? toDevice(compute, *residual) : compute.allocate<float>(0);
   // Filled with 0xa5 so a byte encode forgot to write shows up in the agreement test.
-  Buffer<std::byte> out = toDevice(compute, Bytes(encodedBytes(codec, input.size()), std::byte{0xa5}));
+  Buffer<std::byte> out =
+      toDevice(compute, Bytes(encodedBytes(codec, input.size()), std::byte{0xa5}));
   const std::size_t used = compute.encode(codec, in, res, out, seed);
   REQUIRE(used <= out.size());
   Encoded result;
@@ -950,7 +952,7 @@ double roundReference(double x, int p, int emin, double overflow) {
   const double quantum = std::ldexp(1.0, e - (p - 1));
   return std::copysign(std::nearbyint(a / quantum) * quantum, x);
 }
-const double kHalfOverflow = 65520.0;                                 // (2 - 2^-11) 2^15
+const double kHalfOverflow = 65520.0;                                     // (2 - 2^-11) 2^15
 const double kBf16Overflow = std::ldexp(2.0 - std::ldexp(1.0, -8), 127);  // (2 - 2^-8) 2^127
 
 // Inputs spanning many binades (sign, exponent in [lo, hi], random mantissa).
@@ -990,11 +992,30 @@ TEST_CASE_TEMPLATE("kernels: fp16 and bf16 round to nearest even (float64 refere
       checkNear(got, exact, bound, label(formatCodec(codec), " relative bound n=", n));
     }
     // Corner cases: ties to even, subnormals, overflow, the largest finite values, inf, NaN.
-    const Host corners =
-        bf16 ? Host{1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, -(1.0f + 0x1p-8f), 0x1p-130f,
-                    std::numeric_limits<float>::max(), 0x1.fep127f, -inf, inf, 0.0f, -0.0f}
-             : Host{1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-11f, 0x1p-24f, 0x1p-25f, 3 * 0x1p-26f,
-                    0x1p-14f, 65504.0f, 65519.0f, 65520.0f, -1e6f, 1e-30f, inf, 0.0f, -0.0f};
+    const Host corners = bf16 ? Host{1.0f + 0x1p-8f,
+                                     1.0f + 3 * 0x1p-8f,
+                                     -(1.0f + 0x1p-8f),
+                                     0x1p-130f,
+                                     std::numeric_limits<float>::max(),
+                                     0x1.fep127f,
+                                     -inf,
+                                     inf,
+                                     0.0f,
+                                     -0.0f}
+                              : Host{1.0f + 0x1p-11f,
+                                     1.0f + 3 * 0x1p-11f,
+                                     0x1p-24f,
+                                     0x1p-25f,
+                                     3 * 0x1p-26f,
+                                     0x1p-14f,
+                                     65504.0f,
+                                     65519.0f,
+                                     65520.0f,
+                                     -1e6f,
+                                     1e-30f,
+                                     inf,
+                                     0.0f,
+                                     -0.0f};
     const Encoded encoded = encodeOn(*compute, codec, corners, nullptr, 0);
     const Host got = decodeFresh(*compute, codec, encoded.payload, corners.size());
     for (std::size_t i = 0; i < corners.size(); ++i) {
@@ -1011,8 +1032,8 @@ TEST_CASE_TEMPLATE("kernels: fp16 and bf16 round to nearest even (float64 refere
   }
 }
 
-TEST_CASE_TEMPLATE("kernels: int8 and int4 are within half a step of their block's scale",
-                   Backend, CpuBackend, CudaBackend) {
+TEST_CASE_TEMPLATE("kernels: int8 and int4 are within half a step of their block's scale", Backend,
+                   CpuBackend, CudaBackend) {
   const std::unique_ptr<Compute> compute = makeOrSkip<Backend>();
   if (!compute) return;
   std::mt19937 rng(41);
@@ -1049,8 +1070,7 @@ TEST_CASE_TEMPLATE("kernels: int8 and int4 are within half a step of their block
         // Half a step, plus the two float32 roundings (x / scale and code * scale).
         for (std::size_t i = begin; i < end; ++i) bound[i] = scale / 2.0 * (1.0 + 0x1p-15);
       }
-      CHECK_MESSAGE(badScales == 0, text << " n=" << n << ": scales other than absmax/"
-                                         << maxCode);
+      CHECK_MESSAGE(badScales == 0, text << " n=" << n << ": scales other than absmax/" << maxCode);
       checkNear(got, want, bound, label(text, " n=", n));
       if (int4 && n % 2 != 0) {
         CHECK((encoded.payload.back() & std::byte{0xf0}) == std::byte{0});  // padding nibble
@@ -1059,14 +1079,14 @@ TEST_CASE_TEMPLATE("kernels: int8 and int4 are within half a step of their block
   }
 }
 
-TEST_CASE_TEMPLATE("kernels: int8 and int4 keep a non-finite block to itself", Backend,
-                   CpuBackend, CudaBackend) {
+TEST_CASE_TEMPLATE("kernels: int8 and int4 keep a non-finite block to itself", Backend, CpuBackend,
+                   CudaBackend) {
   const std::unique_ptr<Compute> compute = makeOrSkip<Backend>();
   if (!compute) return;
   for (const char* text : {"int8:4", "int4:4"}) {
     const Codec codec = parseCodec(text);
-    Host x{1.0f, -2.0f, 3.0f, 0.5f, kNan, 1.0f, 2.0f, 3.0f,
-           std::numeric_limits<float>::infinity(), 1.0f, -1.0f, 0.0f};
+    Host x{1.0f, -2.0f, 3.0f, 0.5f, kNan, 1.0f, 2.0f, 3.0f, std::numeric_limits<float>::infinity(),
+           1.0f, -1.0f, 0.0f};
     Host residual(x.size(), 0.0f);
     const Encoded encoded = encodeOn(*compute, codec, x, &residual, 0);
     const Host got = decodeFresh(*compute, codec, encoded.payload, x.size());
@@ -1224,9 +1244,9 @@ TEST_CASE_TEMPLATE("kernels: error feedback conserves mass", Backend, CpuBackend
           inputs[i] += x[i];
           sent[i] += decoded[i];
           // One float32 rounding of input + residual per element per round.
-          bound[i] += exactValues ? 0.0
-                                  : 0x1p-24 * (std::abs(x[i]) + std::abs(residual[i])) *
-                                        (1.0 + 0x1p-23);
+          bound[i] += exactValues
+                          ? 0.0
+                          : 0x1p-24 * (std::abs(x[i]) + std::abs(residual[i])) * (1.0 + 0x1p-23);
         }
         residual = encoded.residual;
       }
@@ -1236,8 +1256,8 @@ TEST_CASE_TEMPLATE("kernels: error feedback conserves mass", Backend, CpuBackend
       for (std::size_t i = 0; i < n; ++i) got[i] = sent[i] + residual[i];
       std::size_t failures = 0;
       for (std::size_t i = 0; i < n; ++i) failures += std::abs(got[i] - inputs[i]) > bound[i];
-      CHECK_MESSAGE(failures == 0, text << " n=" << n << ": mass not conserved at " << failures
-                                        << " elements");
+      CHECK_MESSAGE(failures == 0,
+                    text << " n=" << n << ": mass not conserved at " << failures << " elements");
     }
   }
 }
