@@ -21,11 +21,18 @@
 // models apart, to 1 / (1 - mu) times the first step's difference; Adam's moments differ for
 // good. A chunk of the wrong size or with a non-finite value is refused (ring_allreduce.h,
 // "allreduce-sgd.refused") and fails the round the same way.
+//
+// Compressed (--compress): the gradients go through the direct all-reduce instead of the ring
+// (async_allreduce.h), whose contributions carry error feedback and whose reduced pieces reach
+// every member, the owner included, as the same decoded bits; a ring would re-encode what it
+// forwards, and the members' copies would drift apart in the last bits.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
+#include "algorithms/async_allreduce.h"
 #include "engine/algorithm.h"
 #include "kernels/compute.h"
 
@@ -50,12 +57,18 @@ class AllreduceSgd final : public engine::Algorithm {
   void setup(engine::PeerContext& ctx) override;
   double step(engine::PeerContext& ctx) override;
 
-  // Message kind of the all-reduce.
+  // Message kinds of the all-reduce: the ring's, and the direct one's when compressing.
   static constexpr std::uint32_t kGradient = 1;
+  static constexpr std::uint32_t kCompressedGradient = 2;
 
  private:
+  // The gradients' mean by the direct all-reduce with compressed pieces (async_allreduce.h,
+  // "Compression"), started and awaited at once, into mean_.
+  RingOutcome averageCompressed(engine::PeerContext& ctx);
+
   AllreduceSgdOptions options_;
   kernels::Buffer<float> mean_;  // the all-reduce's output
+  std::unique_ptr<AsyncAllReduce> compressed_;
 };
 
 }  // namespace gossamer::algorithms

@@ -45,6 +45,7 @@ struct AsyncAllReduce::Round {
   std::vector<bool> gathered;              // [chunk][piece]: reduced piece received
   std::size_t missingPieces = 0;           // reduced pieces still to come (own ones: compressed)
   bool compressed = false;                 // pieces travel encoded; the owner takes its own copy
+  bool feedback = false;                   // with error feedback (residual_, reducedResidual_)
   RoundStatus status = RoundStatus::kPending;
   RingOutcome why = RingOutcome::kComplete;
 
@@ -135,12 +136,15 @@ void AsyncAllReduce::begin(engine::PeerContext& ctx, std::uint64_t round,
   if (ref.compressed) ref.missingPieces += ownPieces;  // the owner's decoded copies, from itself
   std::span<float> residual;
   if (ref.compressed && compression.errorFeedback) {
-    if (residual_.size() != ref.size) {
-      residual_ = compute.allocate<float>(ref.size);
-      compute.fill(residual_, 0.0f);
+    for (kernels::Buffer<float>* buffer : {&residual_, &reducedResidual_}) {
+      if (buffer->size() != ref.size) {
+        *buffer = compute.allocate<float>(ref.size);
+        compute.fill(*buffer, 0.0f);
+      }
     }
     residual = residual_.span();
   }
+  ref.feedback = !residual.empty();
 
   // Chunk c of the input goes to its owner c, piece by piece; owners in rank order from the right
   // neighbour on, so that not every member starts with the same owner.
@@ -273,7 +277,11 @@ void AsyncAllReduce::sendReduced(engine::PeerContext& ctx, Round& r, std::size_t
                           .integers = {r.fingerprint, kReduced, r.rank, k},
                           .payloads = {out},
                           .owner = r.result};
-  if (r.compressed) message.compressible = {{.payload = 0}};
+  if (r.compressed)
+    message.compressible = {
+        {.payload = 0,
+         .residual = r.feedback ? reducedResidual_.span().subspan(s.offset, s.count)
+                                : std::span<float>()}};
   ctx.send(recipients, message);
 }
 

@@ -29,12 +29,15 @@
 // differ), when a payload is refused (engine::acceptMessage: a warning naming its sender, counted
 // in "<who>.refused"), or when wait() reaches its deadline. The caller falls back for that round.
 //
-// Compression. With `compress` set and a codec in the run, contributions travel encoded, with
-// error feedback when the run has it on (one residual of the input's size, kept by this
-// all-reduce: the rounds of one all-reduce are one stream, e.g. the successive gradients), and
-// the owner sends each reduced piece encoded to every member, itself included, and takes its own
-// decoded copy like the others do: every member still ends with the same bits. The owner sums in
-// float32 (its own contribution exactly, the others' decoded).
+// Compression. With `compress` set and a codec in the run, contributions travel encoded and the
+// owner sends each reduced piece encoded to every member, itself included, taking its own decoded
+// copy like the others do: every member still ends with the same bits. The owner sums in float32
+// (its own contribution exactly, the others' decoded). With error feedback on, both directions
+// keep a residual, as DoubleSqueeze does (Tang et al., ICML 2019): each member one for what its
+// contributions left out, each owner one for what its reduced pieces left out, both of the
+// input's size and kept by this all-reduce (the rounds of one all-reduce are one stream, e.g. the
+// successive gradients). Without the owner's, a sparsifying codec would drop most of every mean
+// for good.
 //
 // Memory. A round holds two buffers of the input's size in the Compute's memory (what this peer
 // sends, and the result), kept for reuse by release(). Sends leave without a staging copy on host
@@ -141,8 +144,9 @@ class AsyncAllReduce {
   // Buffers of released rounds, reused once the transport is done with them: enough for the
   // rounds of a few windows in flight.
   SpareBuffers spare_{8};
-  // Error feedback of compressed contributions (empty until a round needs it).
-  kernels::Buffer<float> residual_;
+  // Error feedback of compressed contributions and of compressed reduced pieces (empty until a
+  // round needs them).
+  kernels::Buffer<float> residual_, reducedResidual_;
   std::uint64_t lastStarted_ = 0;
   bool started_ = false;
 };

@@ -9,7 +9,10 @@
 #include <string>
 #include <vector>
 
+#include "kernels/codec.h"
+#include "kernels/cpu/cpu_compute.h"
 #include "net/wire/codec.h"
+#include "tests/kernels/codec_fuzz.h"
 #include "tests/net/wire_samples.h"
 
 namespace {
@@ -32,6 +35,47 @@ void write(const fs::path& path, const std::vector<std::uint8_t>& bytes) {
 
 std::vector<std::byte> frame(const wire::HandshakeMessage& message) {
   return wire::encodeHandshake(message);
+}
+
+// Payload decoder: a valid payload of every codec (encoded by the CPU reference), and each one
+// broken in the ways checkEncoded must catch (truncated, an extra byte, a flipped byte, a count
+// or an element count that does not match).
+void writeCodecCorpus(const fs::path& dir) {
+  namespace k = gossamer::kernels;
+  fs::create_directories(dir);
+  const auto compute = k::cpu::makeCompute();
+  const std::uint16_t n = 300;
+  std::vector<float> input(n);
+  for (std::uint16_t i = 0; i < n; ++i)
+    input[i] = static_cast<float>((i * 37) % 101) / 17.0f - 3.0f;
+  for (const char* text : {"fp16", "bf16", "int8:64", "int4:32", "int8:7", "topk:0.05",
+                           "topk:0.1:sampled", "randk:0.02"}) {
+    const k::Codec codec = k::parseCodec(text);
+    std::vector<std::byte> payload(k::encodedBytes(codec, n));
+    payload.resize(compute->encode(codec, input, {}, payload, 42));
+    std::string name = text;
+    for (char& c : name)
+      if (c == ':' || c == '.') c = '_';
+    auto input = [&](std::uint16_t elements, const std::vector<std::byte>& bytes) {
+      std::vector<std::uint8_t> out = gossamer::kernels::testing::codecFuzzHeader(codec, elements);
+      for (std::byte b : bytes) out.push_back(static_cast<std::uint8_t>(b));
+      return out;
+    };
+    write(dir / (name + "_valid"), input(n, payload));
+    write(dir / (name + "_truncated"),
+          input(n, std::vector<std::byte>(payload.begin(), payload.end() - 1)));
+    std::vector<std::byte> longer = payload;
+    longer.push_back(std::byte{0});
+    write(dir / (name + "_extra_byte"), input(n, longer));
+    std::vector<std::byte> flipped = payload;
+    flipped[flipped.size() / 2] ^= std::byte{0x80};
+    write(dir / (name + "_flipped"), input(n, flipped));
+    std::vector<std::byte> lastFlipped = payload;
+    lastFlipped.back() ^= std::byte{0xff};
+    write(dir / (name + "_last_byte_flipped"), input(n, lastFlipped));
+    write(dir / (name + "_fewer_elements"), input(n - 50, payload));
+    write(dir / (name + "_more_elements"), input(60000, payload));
+  }
 }
 
 }  // namespace
@@ -123,5 +167,7 @@ int main(int argc, char** argv) {
       {"mitm_flip_accept", {2, 0, 0, 0, 3, 9, 0, 0x02}},
   };
   for (const auto& [name, bytes] : mitm) write(handshake / name, bytes);
+
+  writeCodecCorpus(root / "payload_decoder");
   return 0;
 }
