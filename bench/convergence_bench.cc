@@ -65,6 +65,8 @@ struct Outcome {
   double timeToTarget = kNaN;  // first evaluation at or above the target
   double stepsToTarget = kNaN;
   double bytesToTarget = kNaN;
+  // allreduce-sgd's bytes to the target (float32 when in the matrix) over this experiment's.
+  double bytesRatio = kNaN;
   EvalPoint final;
   bool stoppedEarly = false;  // the wall-clock budget ended it
   double speedup = kNaN;      // allreduce-sgd's time to target / this one's
@@ -106,6 +108,7 @@ engine::runtime::ClusterConfig clusterConfig(const RunSettings& run, const Exper
   t.commTimeout = std::chrono::milliseconds(static_cast<std::int64_t>(run.commTimeout * 1000));
   t.finishTimeout = std::chrono::seconds(120);
   t.minStepTime = std::chrono::microseconds(static_cast<std::int64_t>(e.stepTime * 1000));
+  t.compression = {kernels::parseCodec(e.compress), run.errorFeedback == "on"};
   return c;
 }
 
@@ -187,17 +190,24 @@ void computeScalability(std::vector<Outcome>& outcomes, const RunSettings& run,
 }
 
 // Speed-up of every experiment against allreduce-sgd on the same network, peers, split and step
-// time.
+// time: float32 allreduce-sgd when the matrix has it, else allreduce-sgd with the same codec. The
+// same baseline's bytes to the target over the experiment's give bytesRatio.
 void computeSpeedups(std::vector<Outcome>& outcomes, const RunSettings& run) {
   for (Outcome& o : outcomes) {
-    const auto baseline = std::find_if(outcomes.begin(), outcomes.end(), [&](const Outcome& b) {
-      return b.experiment.algorithm == "allreduce-sgd" &&
-             b.experiment.network == o.experiment.network &&
-             b.experiment.peers == o.experiment.peers &&
-             b.experiment.split.name() == o.experiment.split.name() &&
-             b.experiment.stepTime == o.experiment.stepTime && b.error.empty();
-    });
+    auto baselineWith = [&](const std::string& codec) {
+      return std::find_if(outcomes.begin(), outcomes.end(), [&](const Outcome& b) {
+        return b.experiment.algorithm == "allreduce-sgd" && b.experiment.compress == codec &&
+               b.experiment.network == o.experiment.network &&
+               b.experiment.peers == o.experiment.peers &&
+               b.experiment.split.name() == o.experiment.split.name() &&
+               b.experiment.stepTime == o.experiment.stepTime && b.error.empty();
+      });
+    };
+    auto baseline = baselineWith("none");
+    if (baseline == outcomes.end()) baseline = baselineWith(o.experiment.compress);
     if (baseline == outcomes.end() || std::isnan(o.timeToTarget)) continue;
+    if (!std::isnan(baseline->bytesToTarget) && o.bytesToTarget > 0)
+      o.bytesRatio = baseline->bytesToTarget / o.bytesToTarget;
     if (!std::isnan(baseline->timeToTarget)) {
       o.speedup = baseline->timeToTarget / o.timeToTarget;
       o.speedupNote = fmt::format("{:.2f}x", o.speedup);
@@ -232,7 +242,7 @@ void writePoints(const fs::path& dir, const std::vector<Outcome>& outcomes) {
           p.consensus.meanPeerAccuracy, p.consensus.distance);
       jsonl << JsonObject()
                    .add("experiment", e.name())
-                   .add("algorithm", e.algorithm)
+                   .add("algorithm", e.label())
                    .add("topology", o.topology)
                    .add("network", e.network)
                    .add("peers", static_cast<std::uint64_t>(e.peers))
@@ -322,14 +332,14 @@ void writeReport(const fs::path& dir, const std::vector<Outcome>& outcomes, cons
       md << "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
     }
     if (!o.error.empty()) {
-      md << fmt::format("| {} | {} | failed: {} | | | | | | | | | |\n", e.algorithm, e.topology,
+      md << fmt::format("| {} | {} | failed: {} | | | | | | | | | |\n", e.label(), e.topology,
                         o.error);
       continue;
     }
     md << fmt::format(
         "| {} | {} | {} | {} | {:.2f}%{} | {:.2f}% | {:.1f} MB | {} | {:.1f}% | {} | "
         "{} | {} |\n",
-        e.algorithm, o.topology, orDash(o.timeToTarget, "{:.1f} s"),
+        e.label(), o.topology, orDash(o.timeToTarget, "{:.1f} s"),
         orDash(o.stepsToTarget, "{:.0f}"), 100 * o.final.consensus.accuracy,
         o.stoppedEarly
             ? fmt::format(" (stopped at {:.0f} s, step {})", o.final.wallSeconds, o.final.maxStep)
@@ -489,6 +499,7 @@ void runConvergence(const ConvergenceOptions& o, const std::string& command) {
                          .add("network", e.network)
                          .add("peers", static_cast<std::uint64_t>(e.peers))
                          .add("step_time_ms", e.stepTime)
+                         .add("compress", e.compress)
                          .add("split", e.split.name())
                          .add("time_to_target_s", out.timeToTarget)
                          .add("speedup_vs_allreduce", out.speedup)
@@ -497,6 +508,7 @@ void runConvergence(const ConvergenceOptions& o, const std::string& command) {
                          .add("final_accuracy", ok ? out.final.consensus.accuracy : kNaN)
                          .add("bytes_per_peer", ok ? out.final.bytesSentPerPeer : kNaN)
                          .add("bytes_to_target", out.bytesToTarget)
+                         .add("bytes_ratio_vs_allreduce", out.bytesRatio)
                          .str());
     }
     fmt::print("{{\"experiments\": [{}]}}\n", fmt::join(rows, ", "));

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "engine/base/enforce.h"
+#include "kernels/codec.h"
 
 namespace gossamer::bench {
 namespace {
@@ -40,37 +41,49 @@ void RunSettings::validate() const {
   GOSSAMER_ENFORCE(transport == "inproc" || transport == "tcp",
                    "transport must be inproc or tcp, not {}", transport);
   GOSSAMER_ENFORCE(stepTime >= 0, "step-time must not be negative, not {}", stepTime);
+  kernels::parseCodec(compress);
+  GOSSAMER_ENFORCE(errorFeedback == "on" || errorFeedback == "off",
+                   "error-feedback must be on or off, not {}", errorFeedback);
 }
 
 std::string Split::name() const { return kind == "iid" ? kind : fmt::format("{}:{}", kind, alpha); }
 
 std::string Experiment::name() const {
-  return fmt::format("{}/{}/{}/{}p/{}{}", algorithm, topology.empty() ? "default" : topology,
+  return fmt::format("{}/{}/{}/{}p/{}{}{}", algorithm, topology.empty() ? "default" : topology,
                      network, peers, split.name(),
-                     stepTime > 0 ? fmt::format("/{}ms", stepTime) : std::string());
+                     stepTime > 0 ? fmt::format("/{}ms", stepTime) : std::string(),
+                     compress == "none" ? std::string() : "/" + compress);
+}
+
+std::string Experiment::label() const {
+  return compress == "none" ? algorithm : algorithm + " + " + compress;
 }
 
 std::vector<Experiment> Matrix::experiments() const {
   std::vector<Experiment> out;
   const std::vector<double> times =
       stepTimes.empty() ? std::vector<double>{run.stepTime} : stepTimes;
+  const std::vector<std::string> codecs =
+      compress.empty() ? std::vector<std::string>{run.compress} : compress;
   for (double stepTime : times)
     for (const std::string& network : networks)
       for (std::size_t n : peers)
         for (const Split& split : splits)
           for (const std::string& topology : topologies)
-            for (const std::string& algorithm : algorithms) {
-              Experiment e;
-              e.algorithm = algorithm;
-              e.topology = topology == "default" ? "" : topology;
-              e.network = network;
-              e.peers = n;
-              e.split = split;
-              e.stepTime = stepTime;
-              if (const auto it = options.find(algorithm); it != options.end())
-                e.options = it->second;
-              out.push_back(std::move(e));
-            }
+            for (const std::string& codec : codecs)
+              for (const std::string& algorithm : algorithms) {
+                Experiment e;
+                e.algorithm = algorithm;
+                e.topology = topology == "default" ? "" : topology;
+                e.network = network;
+                e.peers = n;
+                e.split = split;
+                e.stepTime = stepTime;
+                e.compress = kernels::formatCodec(kernels::parseCodec(codec));
+                if (const auto it = options.find(algorithm); it != options.end())
+                  e.options = it->second;
+                out.push_back(std::move(e));
+              }
   return out;
 }
 
@@ -169,13 +182,16 @@ Matrix parseMatrix(const std::string& text, const std::string& source) {
           engine::detail::parseOne(key, value, m.stepTimes);
           for (double t : m.stepTimes)
             GOSSAMER_ENFORCE(t >= 0, "step-time must not be negative, not {}", t);
+        } else if (key == "compress") {
+          for (const std::string& item : items) kernels::parseCodec(item);
+          m.compress = items;
         } else if (key == "splits") {
           m.splits.clear();
           for (const std::string& item : items) m.splits.push_back(parseSplit(item, where));
         } else {
           GOSSAMER_THROW(
               "unknown matrix list '{}' (algorithms, topologies, networks, peers, splits, "
-              "step-time)",
+              "step-time, compress)",
               key);
         }
       } else {
@@ -215,6 +231,7 @@ std::string formatMatrix(const Matrix& m) {
   for (const Split& s : m.splits) splits.push_back(s.name());
   out += fmt::format("splits = {}\n", fmt::join(splits, ", "));
   if (!m.stepTimes.empty()) out += fmt::format("step-time = {}\n", fmt::join(m.stepTimes, ", "));
+  if (!m.compress.empty()) out += fmt::format("compress = {}\n", fmt::join(m.compress, ", "));
   for (const auto& [algorithm, values] : m.options) {
     out += fmt::format("\n[{}]\n", algorithm);
     for (const auto& [key, value] : values) out += fmt::format("{} = {}\n", key, value);

@@ -14,6 +14,8 @@
 //   splits = iid, dirichlet:0.5
 //   step-time = 0, 300         milliseconds of emulated compute per step (default: [run]'s);
 //                              `step-times` is the same list
+//   compress = none, int8      codecs of the payloads algorithms let travel compressed (default:
+//                              [run]'s; gossamer-peer's --compress)
 //   [gosgd]                    options of one algorithm (as --gosgd.p on gossamer-peer)
 //   p = 0.1
 // Every error is a gossamer::Error naming FILE:LINE.
@@ -47,6 +49,8 @@ struct RunSettings {
   std::string transport = "inproc";  // the local cluster's transport under the emulated network
   double commTimeout = 30;           // seconds: deadline of synchronous waits
   double stepTime = 0;  // milliseconds of emulated compute per step (0: the real compute only)
+  std::string compress = "none";     // codec of compressible payloads (kernels/codec.h)
+  std::string errorFeedback = "on";  // on or off
 
   template <typename Bind>
   void bind(Bind& b) {
@@ -69,6 +73,10 @@ struct RunSettings {
     b("comm-timeout", commTimeout, "seconds: deadline of synchronous waits");
     b("step-time", stepTime,
       "milliseconds of emulated compute per step (a step's gradients take at least this long)");
+    b("compress", compress,
+      "codec of the payloads an algorithm lets travel compressed (none, fp16, bf16, int8, int4, "
+      "topk:F, randk:F)");
+    b("error-feedback", errorFeedback, "on or off: keep what compression leaves out");
   }
   void validate() const;
 };
@@ -87,10 +95,13 @@ struct Experiment {
   std::size_t peers = 4;
   Split split;
   double stepTime = 0;  // milliseconds of emulated compute per step
+  std::string compress = "none";  // the codec, in its canonical text
   engine::OptionValues options;
-  // "gosgd/default/geo/4p/iid" (and "/300ms" with a step time): unique within a matrix, safe in
-  // file names after replacing '/'.
+  // "gosgd/default/geo/4p/iid" (and "/300ms" with a step time, "/int8:256" with a codec): unique
+  // within a matrix, safe in file names after replacing '/' and ':'.
   std::string name() const;
+  // "allreduce-sgd", or "allreduce-sgd + int8:256" when compressed.
+  std::string label() const;
 };
 
 struct Matrix {
@@ -101,10 +112,11 @@ struct Matrix {
   std::vector<std::size_t> peers{4};
   std::vector<Split> splits{Split{}};
   std::vector<double> stepTimes;                        // empty: run.stepTime alone
+  std::vector<std::string> compress;                    // empty: run.compress alone
   std::map<std::string, engine::OptionValues> options;  // by algorithm
 
   // The product of the lists, in a stable order (step time, network, peers, split, topology,
-  // algorithm).
+  // codec, algorithm).
   std::vector<Experiment> experiments() const;
 };
 

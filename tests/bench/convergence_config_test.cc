@@ -44,6 +44,43 @@ TEST_CASE("bench convergence: step times are a [run] setting and a [matrix] list
   CHECK(refused.output.find(bad + ":3: step-time must not be negative") != std::string::npos);
 }
 
+TEST_CASE("bench convergence: codecs are a [run] setting and a [matrix] list, named in --json") {
+  const std::string path = writeConfig(
+      "gossamer-compress.conf",
+      "[run]\ncompress = fp16\nerror-feedback = off\n[matrix]\nalgorithms = allreduce-sgd\n"
+      "compress = none, int8\n");
+  const test::ProcessResult r = test::runCommand(bench("--config " + path + " --print-config"));
+  INFO(r.output);
+  REQUIRE(r.exitCode == 0);
+  CHECK(r.output.find("compress = fp16") != std::string::npos);
+  CHECK(r.output.find("error-feedback = off") != std::string::npos);
+  CHECK(r.output.find("compress = none, int8") != std::string::npos);
+
+  const std::string bad = writeConfig("gossamer-bad-compress.conf",
+                                      "[matrix]\nalgorithms = gosgd\ncompress = int8, zip\n");
+  const test::ProcessResult refused =
+      test::runCommand(bench("--config " + bad + " --print-config"));
+  INFO(refused.output);
+  CHECK(refused.exitCode != 0);
+  CHECK(refused.output.find(bad + ":3:") != std::string::npos);
+  CHECK(refused.output.find("zip") != std::string::npos);
+
+  // A short run: each experiment object carries its codec and its bytes against float32's.
+  const std::string run = writeConfig(
+      "gossamer-compress-run.conf",
+      "[run]\ndataset = synthetic\nmodel = softmax\nepochs = 0.5\ntarget = 0.3\n"
+      "eval-seconds = 0.2\n[matrix]\nalgorithms = allreduce-sgd\ncompress = none, int8\n");
+  const std::filesystem::path out = std::filesystem::temp_directory_path() / "gossamer-compress";
+  const test::ProcessResult ran =
+      test::runCommand(bench("--config " + run + " --out " + out.string() + " --json"), 120);
+  INFO(ran.output);
+  REQUIRE(ran.exitCode == 0);
+  const std::string json = test::lastLine(ran.output);
+  CHECK(json.find("\"compress\":\"none\"") != std::string::npos);
+  CHECK(json.find("\"compress\":\"int8:256\"") != std::string::npos);
+  CHECK(json.find("\"bytes_ratio_vs_allreduce\"") != std::string::npos);
+}
+
 TEST_CASE("bench convergence: the full preset has every algorithm and a geo block at 300 ms") {
   const test::ProcessResult r = test::runCommand(bench("--preset full --print-config"));
   INFO(r.output);
