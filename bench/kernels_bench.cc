@@ -11,6 +11,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -21,6 +22,7 @@
 #include "bench/bench_util.h"
 #include "bench/benchmarks.h"
 #include "engine/base/json.h"
+#include "kernels/codec.h"
 #include "kernels/cpu/dispatch.h"
 
 namespace gossamer::bench {
@@ -57,11 +59,25 @@ struct KernelBuffers {
     compute.fill(w, 1.0f);
     compute.fill(g, 1e-3f);
     compute.fill(v, 0.0f);
+    std::vector<float> values(n);
+    std::mt19937 rng(1);
+    std::normal_distribution<float> normal;
+    for (float& value : values) value = normal(rng);
+    codecInput = compute.allocate<float>(n);
+    compute.upload(codecInput.span(), values);
+    residual = compute.allocate<float>(n);
+    compute.fill(residual, 0.0f);
+    decoded = compute.allocate<float>(n);
+    payload = compute.allocate<std::byte>(n * sizeof(float) + 64);
     compute.synchronize();
   }
 
   kernels::Buffer<float> out;
   std::array<kernels::Buffer<float>, 4> in;
+  // Codecs: the input (random values, so quantization and selection do real work), the residual
+  // of error feedback, the payload, and the decoded output.
+  kernels::Buffer<float> codecInput, residual, decoded;
+  kernels::Buffer<std::byte> payload;
   kernels::Buffer<float> x, center;  // elasticPull
   kernels::Buffer<float> w, g, v;    // momentumStep
 };
@@ -105,6 +121,19 @@ std::vector<KernelOp> makeOps(kernels::Compute& compute, KernelBuffers& b, std::
                      streamTriad(b.out.data(), b.in[0].data(), b.in[1].data(), 0.5f, n);
                    }});
   }
+  // Encode with error feedback, then decode: what one compressed exchange costs the sender and
+  // the receiver. Counted as memcpy counts its bytes (2 x the float32 input), so the ratio is the
+  // speed of compressing a buffer against copying it.
+  for (const char* text : {"int8", "int4", "fp16", "topk:0.01", "topk:0.01:sampled"}) {
+    const kernels::Codec codec = kernels::parseCodec(text);
+    ops.push_back({std::string("codec ") + text, 2 * floatBytes, [&compute, &b, codec, n] {
+                     const std::span<std::byte> out =
+                         b.payload.span().first(kernels::encodedBytes(codec, n));
+                     const std::size_t used = compute.encode(codec, b.codecInput, b.residual, out, 1);
+                     compute.decode(codec, out.first(used), b.decoded,
+                                    kernels::DecodeMode::kOverwrite);
+                   }});
+  }
   return ops;
 }
 
@@ -121,6 +150,11 @@ constexpr std::pair<const char*, const char*> kRatioKeys[] = {
     {"elasticPull", "ratio_elastic_pull"},
     {"momentumStep", "ratio_momentum"},
     {"triad", "ratio_triad_vs_memcpy"},
+    {"codec int8", "codec_int8_ratio_vs_memcpy"},
+    {"codec int4", "codec_int4_ratio_vs_memcpy"},
+    {"codec fp16", "codec_fp16_ratio_vs_memcpy"},
+    {"codec topk:0.01:sampled", "codec_topk_ratio_vs_memcpy"},
+    {"codec topk:0.01", "codec_topk_exact_ratio_vs_memcpy"},
 };
 
 void runKernels(const KernelsOptions& options) {
@@ -146,7 +180,7 @@ void runKernels(const KernelsOptions& options) {
   fmt::print(
       "GB/s = (bytes read + written) / p50 time per call; bytes for n floats: memcpy 2n*4, "
       "weightedSum-k (k+1)n*4, elasticPull 4n*4, momentumStep 5n*4, triad 3n*4 (STREAM's "
-      "count){}\n\n",
+      "count), codec X (encode with error feedback + decode) 2n*4 like memcpy, target >= 0.8{}\n\n",
       gpu ? "; no triad on a GPU (host loop)" : "");
   std::fflush(stdout);
 

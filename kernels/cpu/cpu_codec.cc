@@ -6,6 +6,7 @@
 // residual is recomputed in each pass over a block instead of stored, so the residual is written
 // once.
 #include "kernels/cpu/cpu_codec.h"
+#include "kernels/cpu/dispatch.h"
 
 #include <algorithm>
 #include <cstring>
@@ -315,8 +316,14 @@ void encodeRandK(const float* in, float* res, std::byte* out, std::size_t n, std
 
 }  // namespace
 
-std::size_t encode(const Codec& codec, std::span<const float> input, std::span<float> residual,
-                   std::span<std::byte> out, std::uint64_t seed, CodecScratch& scratch) {
+// Both entry points are compiled per vector ISA (dispatch.h) with every helper inlined into each
+// clone (flatten), so the conversion, quantization and selection loops use AVX2/AVX-512 where
+// the machine has them.
+[[gnu::flatten]] GOSSAMER_CPU_CLONES std::size_t encode(const Codec& codec,
+                                                        std::span<const float> input,
+                                                        std::span<float> residual,
+                                                        std::span<std::byte> out,
+                                                        std::uint64_t seed, CodecScratch& scratch) {
   const std::size_t n = input.size();
   const float* in = input.data();
   float* res = residual.empty() ? nullptr : residual.data();
@@ -360,8 +367,10 @@ std::size_t encode(const Codec& codec, std::span<const float> input, std::span<f
   return out.size();
 }
 
-void decode(const Codec& codec, std::span<const std::byte> payload, std::size_t count,
-            std::span<float> out, DecodeMode mode) {
+[[gnu::flatten]] GOSSAMER_CPU_CLONES void decode(const Codec& codec,
+                                                 std::span<const std::byte> payload,
+                                                 std::size_t count, std::span<float> out,
+                                                 DecodeMode mode) {
   const std::size_t n = out.size();
   const bool accumulate = mode == DecodeMode::kAccumulate;
   const std::byte* p = payload.data();
