@@ -77,6 +77,12 @@ TEST_CASE("cluster processes: bad cluster configuration fails with a clear messa
   check("--dataset synthetic --algorithm gosgd --local 2 --gosgd.p 7", "gosgd.p must be in (0, 1]");
   check("--dataset synthetic --algorithm gosgd --local 2 --topology moebius",
         "unknown topology 'moebius'");
+  check("--dataset synthetic --algorithm allreduce-sgd --local 2 --compress int9",
+        "codec 'int9': unknown codec");
+  check("--dataset synthetic --algorithm allreduce-sgd --local 2 --compress topk:2",
+        "fraction 2 is outside (0, 1]");
+  check("--dataset synthetic --algorithm allreduce-sgd --local 2 --error-feedback maybe",
+        "--error-feedback");
   check(
       "--dataset synthetic --listen 0.0.0.0:7000 --algorithm gosgd --secret-file " + scratch.secret,
       "add --advertise");
