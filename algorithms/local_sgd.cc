@@ -14,19 +14,55 @@ void LocalSgdOptions::validate() const {
 void LocalSgd::setup(engine::PeerContext& ctx) {
   if (mean_.size() != ctx.params().size())
     mean_ = ctx.compute().allocate<float>(ctx.params().size());
+  anchored_ = false;  // the start or a membership change: the next round sends the models
 }
 
 void LocalSgd::average(engine::PeerContext& ctx, std::uint64_t round) {
+  const bool compressed = ctx.compression().enabled();
+  if (compressed && anchored_) {
+    anchored_ = averageChange(ctx, round);
+    return;
+  }
   const RingOutcome outcome = ringAllReduce(
       ctx, ctx.params(), mean_,
       {.kind = kAverage, .step = round, .op = ReduceOp::kMean, .pipeline = pipeline_,
        .who = name()});
   if (outcome == RingOutcome::kComplete) {
     adopt(ctx, mean_, false);
+    if (compressed) {
+      if (anchor_.size() != mean_.size()) anchor_ = ctx.compute().allocate<float>(mean_.size());
+      ctx.compute().copy(anchor_, mean_);
+      anchored_ = true;
+    }
   } else {
     count(ctx, "fallbacks");  // keep w_i for this round
     count(ctx, ringOutcomeName(outcome));
   }
+}
+
+bool LocalSgd::averageChange(engine::PeerContext& ctx, std::uint64_t round) {
+  if (!changes_)
+    changes_ = std::make_unique<AsyncAllReduce>(AsyncAllReduceOptions{.kind = kCompressedChange,
+                                                                      .op = ReduceOp::kMean,
+                                                                      .pieces = pipeline_,
+                                                                      .who = name(),
+                                                                      .compress = true});
+  kernels::Compute& compute = ctx.compute();
+  std::shared_ptr<kernels::Buffer<float>> change = changes_->buffer(ctx, ctx.params().size());
+  compute.weightedSum(change->span(), {{1.0f, anchor_}, {-1.0f, ctx.params()}});
+  changes_->start(ctx, round, std::move(change));
+  const RingOutcome outcome = changes_->wait(ctx, round, engine::Clock::now() + ctx.commTimeout());
+  if (outcome != RingOutcome::kComplete) {
+    changes_->release(ctx, round);
+    count(ctx, "fallbacks");  // keep w_i; the next round sends the models again
+    count(ctx, ringOutcomeName(outcome));
+    return false;
+  }
+  compute.weightedSum(mean_, {{1.0f, anchor_}, {-1.0f, changes_->result(round)}});
+  changes_->release(ctx, round);
+  compute.copy(anchor_, mean_);
+  adopt(ctx, mean_, false);
+  return true;
 }
 
 }  // namespace gossamer::algorithms

@@ -15,11 +15,20 @@
 // "local-sgd.refused"), the peer keeps its own w_i for that round; the next round uses the new
 // view. The run's last round is in finish() when the step count is not a multiple of tau
 // (periodic_averaging.h).
+//
+// Compressed (--compress): a round sends the model's change since the last average,
+// d_i = a - w_i with a the average every peer adopted last, through the direct all-reduce with
+// error feedback (async_allreduce.h, "Compression"); the mean is w~ = a - mean(d). That needs the
+// same a on every peer, so the first round after setup (the start, a membership change) and the
+// round after a failed one send the models as above and set a = w~.
 #pragma once
+
+#include <memory>
 
 #include <cstdint>
 #include <string>
 
+#include "algorithms/async_allreduce.h"
 #include "algorithms/periodic_averaging.h"
 #include "engine/algorithm.h"
 #include "kernels/compute.h"
@@ -48,15 +57,22 @@ class LocalSgd final : public PeriodicAveraging {
   std::string name() const override { return "local-sgd"; }
   void setup(engine::PeerContext& ctx) override;
 
-  // Message kind of the all-reduce.
+  // Message kinds of the all-reduce: the ring's (models), the direct one's (compressed changes).
   static constexpr std::uint32_t kAverage = 1;
+  static constexpr std::uint32_t kCompressedChange = 2;
 
  protected:
   void average(engine::PeerContext& ctx, std::uint64_t round) override;
 
  private:
+  // The round by the compressed change from the anchor; false when it failed.
+  bool averageChange(engine::PeerContext& ctx, std::uint64_t round);
+
   std::size_t pipeline_;
-  kernels::Buffer<float> mean_;  // the all-reduce's output
+  kernels::Buffer<float> mean_;    // the all-reduce's output
+  kernels::Buffer<float> anchor_;  // compressed: the average every peer adopted last
+  bool anchored_ = false;          // anchor_ is the same on every peer
+  std::unique_ptr<AsyncAllReduce> changes_;
 };
 
 }  // namespace gossamer::algorithms

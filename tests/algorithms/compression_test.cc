@@ -1,5 +1,5 @@
 // The algorithms that exchange through the non-blocking all-reduce with compression on
-// (allreduce-sgd's gradients, dts's windows, diloco's outer gradients): the members stay
+// (allreduce-sgd's gradients, dts's windows, diloco's outer gradients, local-sgd's changes): the members stay
 // bit-identical where the algorithm keeps them so, the convex optimum is still reached with
 // every codec (error feedback on), and the bytes on the wire shrink as the codec says.
 #include <string>
@@ -74,6 +74,16 @@ TEST_CASE("compression: each codec sends the share of float32's bytes its layout
     INFO(codec << ": " << ratio << " of float32's bytes, expected " << share << " + headers");
     CHECK(ratio >= share);
     CHECK(ratio < share + 0.03);
+  }
+}
+
+TEST_CASE("compression: local-sgd averages compressed changes and ends with identical models") {
+  test::Watchdog watchdog(180s);
+  for (const char* codec : {"int8", "topk:0.1"}) {
+    const Outcome got = convexRun("local-sgd", {{"tau", "4"}}, codec, 400, 0.1);
+    INFO("local-sgd " << codec << ": " << got.error);
+    CHECK(got.error < 0.05);
+    CHECK(got.distance == 0);  // the last round's mean is the same bits everywhere
   }
 }
 
