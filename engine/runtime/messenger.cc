@@ -80,16 +80,14 @@ bool Messenger::send(std::span<const PeerId> to, const Message& message, Envelop
 bool Messenger::sendFromHost(std::span<const PeerId> to, const Message& message,
                              Envelope envelope, bool reply, Clock::duration wait) {
   if (to.empty()) return true;
-  std::optional<StagedBytes> bytes = staging_.stageFromHost(message, reply, wait);
+  WirePayloads wire = rawPayloads(message);
+  std::optional<StagedBytes> bytes = staging_.stageFromHost(wire.bytes, reply, wait);
   if (!bytes) {
     logger()->warn("peer {:016x}: no {} buffer free; message of kind {} dropped", network_.self(),
                    reply ? "reply" : "send", message.kind);
     return false;
   }
-  std::vector<net::wire::PayloadDescriptor> descriptors;
-  for (const auto& payload : message.payloads)
-    descriptors.push_back({payload.size_bytes(), net::wire::Dtype::f32, payload.size(), {}});
-  auto header = headerOf(message, envelope, std::move(descriptors));
+  auto header = headerOf(message, envelope, std::move(wire.descriptors));
   asio::post(network_.io(), [this, recipients = std::vector<PeerId>(to.begin(), to.end()),
                              header = std::move(header), channel = envelope.channel,
                              bytes = std::move(*bytes)]() mutable {

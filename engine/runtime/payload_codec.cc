@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "engine/base/enforce.h"
+#include "engine/data/random.h"
 
 namespace gossamer::engine::runtime {
 namespace {
@@ -20,59 +21,21 @@ constexpr std::size_t kAlignment = 4;
 
 std::size_t aligned(std::size_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; }
 
-WireCodec wireCodec(kernels::CodecKind kind) {
-  switch (kind) {
-    case kernels::CodecKind::kNone:
-      return WireCodec::none;
-    case kernels::CodecKind::kFp16:
-      return WireCodec::fp16;
-    case kernels::CodecKind::kBf16:
-      return WireCodec::bf16;
-    case kernels::CodecKind::kInt8:
-      return WireCodec::int8;
-    case kernels::CodecKind::kInt4:
-      return WireCodec::int4;
-    case kernels::CodecKind::kTopK:
-      return WireCodec::topk;
-    case kernels::CodecKind::kRandK:
-      return WireCodec::randk;
-  }
-  GOSSAMER_THROW("unknown codec kind {}", static_cast<int>(kind));
-}
-
-kernels::CodecKind codecKind(WireCodec codec) {
-  switch (codec) {
-    case WireCodec::none:
-      return kernels::CodecKind::kNone;
-    case WireCodec::fp16:
-      return kernels::CodecKind::kFp16;
-    case WireCodec::bf16:
-      return kernels::CodecKind::kBf16;
-    case WireCodec::int8:
-      return kernels::CodecKind::kInt8;
-    case WireCodec::int4:
-      return kernels::CodecKind::kInt4;
-    case WireCodec::topk:
-      return kernels::CodecKind::kTopK;
-    case WireCodec::randk:
-      return kernels::CodecKind::kRandK;
-  }
-  GOSSAMER_THROW("unknown payload codec {}", static_cast<int>(codec));
-}
-
-// SplitMix64's finaliser: independent-looking seeds for consecutive draws.
-std::uint64_t mix(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
+// The wire's codec values are kernels::CodecKind's, in the same order (messages.capnp appends
+// new codecs at the end, as CodecKind must).
+static_assert(static_cast<int>(WireCodec::none) == static_cast<int>(kernels::CodecKind::kNone) &&
+              static_cast<int>(WireCodec::fp16) == static_cast<int>(kernels::CodecKind::kFp16) &&
+              static_cast<int>(WireCodec::bf16) == static_cast<int>(kernels::CodecKind::kBf16) &&
+              static_cast<int>(WireCodec::int8) == static_cast<int>(kernels::CodecKind::kInt8) &&
+              static_cast<int>(WireCodec::int4) == static_cast<int>(kernels::CodecKind::kInt4) &&
+              static_cast<int>(WireCodec::topk) == static_cast<int>(kernels::CodecKind::kTopK) &&
+              static_cast<int>(WireCodec::randk) == static_cast<int>(kernels::CodecKind::kRandK));
 
 }  // namespace
 
 net::wire::PayloadEncoding encodingOf(const kernels::Codec& codec) {
   net::wire::PayloadEncoding encoding;
-  encoding.codec = wireCodec(codec.kind);
+  encoding.codec = static_cast<WireCodec>(codec.kind);
   switch (codec.kind) {
     case kernels::CodecKind::kInt8:
     case kernels::CodecKind::kInt4:
@@ -91,7 +54,7 @@ net::wire::PayloadEncoding encodingOf(const kernels::Codec& codec) {
 
 kernels::Codec codecOf(const net::wire::PayloadEncoding& encoding) {
   kernels::Codec codec;
-  codec.kind = codecKind(encoding.codec);
+  codec.kind = static_cast<kernels::CodecKind>(encoding.codec);  // in range: the wire decoder checked
   if (codec.kind == kernels::CodecKind::kInt8 || codec.kind == kernels::CodecKind::kInt4)
     codec.blockSize = encoding.blockSize;
   if (kernels::isSparse(codec.kind)) {
@@ -123,15 +86,22 @@ std::span<std::byte> PayloadCodec::scratch(std::size_t bytes) {
   return scratch_.span().first(bytes);
 }
 
-WirePayloads PayloadCodec::encode(const Message& message) {
+WirePayloads rawPayloads(const Message& message) {
   WirePayloads out{OutgoingBytes::of(message), {}};
   out.descriptors.reserve(message.payloads.size());
   for (const auto& payload : message.payloads)
     out.descriptors.push_back({payload.size_bytes(), net::wire::Dtype::f32, payload.size(), {}});
+  return out;
+}
+
+WirePayloads PayloadCodec::encode(const Message& message) {
+  WirePayloads out = rawPayloads(message);
   if (!compression_.enabled() || message.compressible.empty()) return out;
 
-  // Where each marked payload goes in the scratch, then one encode per payload.
+  // Where each marked payload goes in the scratch (and how much room it has), then one encode
+  // per payload.
   std::vector<std::size_t> offsets(message.compressible.size());
+  std::vector<std::size_t> capacities(message.compressible.size());
   std::size_t total = 0;
   for (std::size_t i = 0; i < message.compressible.size(); ++i) {
     const Compressible& mark = message.compressible[i];
@@ -142,19 +112,19 @@ WirePayloads PayloadCodec::encode(const Message& message) {
                      "the residual of payload {} has {} elements, the payload {}", mark.payload,
                      mark.residual.size(), message.payloads[mark.payload].size());
     offsets[i] = total;
-    total = aligned(total + kernels::encodedBytes(compression_.codec,
-                                                  message.payloads[mark.payload].size()));
+    capacities[i] = kernels::encodedBytes(compression_.codec, message.payloads[mark.payload].size());
+    total = aligned(total + capacities[i]);
   }
   const std::span<std::byte> space = scratch(total);
   for (std::size_t i = 0; i < message.compressible.size(); ++i) {
     const Compressible& mark = message.compressible[i];
     const std::span<const float> input = message.payloads[mark.payload];
-    const std::size_t capacity = kernels::encodedBytes(compression_.codec, input.size());
-    const std::span<std::byte> target = space.subspan(offsets[i], capacity);
+    const std::span<std::byte> target = space.subspan(offsets[i], capacities[i]);
     const std::span<float> residual =
         compression_.errorFeedback ? mark.residual : std::span<float>();
     const std::size_t used =
-        compute_.encode(compression_.codec, input, residual, target, mix(seed_ ^ mix(draws_++)));
+        compute_.encode(compression_.codec, input, residual, target,
+                        data::detail::mixSeed(seed_, draws_++));
     out.bytes.spans[mark.payload] = target.first(used);
     out.descriptors[mark.payload] = {used, net::wire::Dtype::bytes, input.size(),
                                      encodingOf(compression_.codec)};

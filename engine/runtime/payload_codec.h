@@ -44,6 +44,9 @@ struct WirePayloads {
   std::vector<net::wire::PayloadDescriptor> descriptors;
 };
 
+// The payloads of `message` as they are: float32, with their descriptors.
+WirePayloads rawPayloads(const Message& message);
+
 // A received payload as float32 host memory, or why it was refused.
 struct DecodedPayload {
   std::span<const float> data;
