@@ -39,10 +39,32 @@ void weightedSumAny(kernels::Compute& compute, std::span<float> out,
 void DpsgdOptions::validate() const {
   GOSSAMER_ENFORCE(std::isfinite(timeout) && timeout >= 0,
                    "dpsgd.timeout must be >= 0 seconds (0: --comm-timeout), not {}", timeout);
+  GOSSAMER_ENFORCE(std::isfinite(gamma) && gamma >= 0 && gamma <= 1,
+                   "dpsgd.gamma must be in (0, 1] (0: the codec's default), not {}", gamma);
+}
+
+double DpsgdOptions::gammaFor(const kernels::Codec& codec) const {
+  if (gamma > 0) return gamma;
+  // A sparse difference moves the estimates by a fraction of the way: a consensus step beyond
+  // about that share oscillates and blows up (lr 0 on a ring of 5, 68 parameters: top-k 10%
+  // converged at gamma <= 0.2 and diverged at 0.4, random-k 10% at 0.1 and 0.2, random-k 25% at
+  // 0.25 and not at 0.4).
+  switch (codec.kind) {
+    case kernels::CodecKind::kTopK:
+      return std::min(1.0, 2 * codec.fraction);
+    case kernels::CodecKind::kRandK:
+      return codec.fraction;
+    default:
+      return 1.0;
+  }
 }
 
 void Dpsgd::setup(engine::PeerContext& ctx) {
   checkMixing(ctx);
+  std::vector<engine::PeerId> neighbours;
+  for (const topology::WeightedPeer& j : ctx.graph().inNeighbors(ctx.self()))
+    neighbours.push_back(j.id);
+  estimates_.reset(neighbours);  // the view changed: anchors first
   const OptimizerKind kind = ctx.optimizer().options().kind;
   if (options_.plain && kind != OptimizerKind::kSgd && !warnedPlain_) {
     log::get("algorithms")
@@ -108,25 +130,53 @@ double Dpsgd::step(engine::PeerContext& ctx) {
   const std::uint64_t tag = engine::Tags::forRound(kModel, t);
   if (const std::size_t late = ctx.inbox().discardBefore(t); late > 0)
     ctx.metrics().add("dpsgd.late", static_cast<double>(late));
-  // Line 3: send w_i,t to the peers that mix it in (staged before send returns).
-  ctx.send(ctx.graph().outNeighbors(ctx.self()),
-           engine::Message{.kind = kModel, .step = t, .tag = tag, .payloads = {ctx.params()}});
+  // Line 3: send w_i,t to the peers that mix it in (staged before send returns); compressed, the
+  // difference from its public estimate.
+  const bool compressed = choco(ctx);
+  const std::vector<engine::PeerId> out = ctx.graph().outNeighbors(ctx.self());
+  if (compressed) {
+    estimates_.send(ctx, out, ctx.params(), {.kind = kModel, .step = t, .tag = tag});
+  } else {
+    ctx.send(out,
+             engine::Message{.kind = kModel, .step = t, .tag = tag, .payloads = {ctx.params()}});
+  }
   // Lines 4-5: g_i on w_i,t, while the sends fly.
   const double loss = ctx.computeGradients();
   // Line 6: await w_j,t from every in-neighbour, until the deadline.
-  const std::vector<engine::Incoming> models = awaitModels(ctx, tag);
-  // Line 7: w_i,t+1 = sum_j W_ij w_j,t - eta d_i.
+  const std::vector<engine::Incoming> models = awaitModels(ctx, tag, compressed);
+  // Line 7: w_i,t+1 = sum_j W_ij w_j,t - eta d_i (compressed: CHOCO-SGD's consensus step).
+  if (compressed) {
+    mixEstimates(ctx, models, options_.plain);
+  } else {
+    mix(ctx, models, options_.plain);
+  }
   if (options_.plain) {
-    mix(ctx, models, true);
     ctx.optimizer().setSteps(ctx.optimizer().steps() + 1);
   } else {
-    mix(ctx, models, false);
     ctx.applyOptimizer();
   }
   return loss;
 }
 
-std::vector<engine::Incoming> Dpsgd::awaitModels(engine::PeerContext& ctx, std::uint64_t tag) {
+bool Dpsgd::choco(engine::PeerContext& ctx) {
+  if (!ctx.compression().enabled()) return false;
+  if (ctx.graph().symmetric()) return true;
+  // A peer's request for an anchor travels in its own messages, which reach only the peers it
+  // sends to: the estimates need every edge both ways.
+  const std::string problem = fmt::format(
+      "dpsgd compresses (--compress {}) with CHOCO-SGD's estimates, which need an undirected "
+      "topology with a symmetric mixing matrix, and this one is not (a directed or time-varying "
+      "graph, or --mixing uniform on an irregular one)",
+      kernels::formatCodec(ctx.compression().codec));
+  if (ctx.step() == 0) GOSSAMER_THROW("{}; use ring, torus, exponential, mesh or --mixing metropolis", problem);
+  if (!warnedDirected_)
+    log::get("algorithms")->warn("peer {:016x}: {}: sending float32 models", ctx.self(), problem);
+  warnedDirected_ = true;
+  return false;
+}
+
+std::vector<engine::Incoming> Dpsgd::awaitModels(engine::PeerContext& ctx, std::uint64_t tag,
+                                                 bool compressed) {
   std::vector<engine::PeerId> from;
   for (const topology::WeightedPeer& j : ctx.graph().inNeighbors(ctx.self())) from.push_back(j.id);
   const engine::Clock::duration timeout = options_.timeout > 0
@@ -137,8 +187,17 @@ std::vector<engine::Incoming> Dpsgd::awaitModels(engine::PeerContext& ctx, std::
   const engine::Expected expected{.payloads = {ctx.params().size()}};
   std::vector<engine::Incoming> models;
   models.reserve(got.messages.size());
-  for (engine::Incoming& m : got.messages)
-    if (engine::acceptMessage(m, expected, ctx.metrics(), name())) models.push_back(std::move(m));
+  for (engine::Incoming& m : got.messages) {
+    if (!engine::acceptMessage(m, expected, ctx.metrics(), name())) continue;
+    // A difference is no model: without estimates (a peer that compresses while this one does
+    // not, during a change of view) it is left out like a missing one.
+    const bool difference = !m.integers.empty() && m.integers[0] == PublicEstimates::kDifference;
+    if (!compressed && difference) {
+      ctx.metrics().add("dpsgd.unusable", 1);
+      continue;
+    }
+    models.push_back(std::move(m));
+  }
   if (!got.complete()) ctx.metrics().add("dpsgd.missing", static_cast<double>(got.missing.size()));
   if (models.size() < from.size()) ctx.metrics().add("dpsgd.partial_rounds", 1);
   return models;
@@ -174,6 +233,44 @@ void Dpsgd::mix(engine::PeerContext& ctx, const std::vector<engine::Incoming>& m
     inputs = {{mine, w}};
   }
   inputs.insert(inputs.end(), mixing.begin(), mixing.end());
+  weightedSumAny(ctx.compute(), w, inputs);
+}
+
+
+void Dpsgd::mixEstimates(engine::PeerContext& ctx, const std::vector<engine::Incoming>& models,
+                         bool descent) {
+  const topology::Graph& graph = ctx.graph();
+  const engine::PeerId self = ctx.self();
+  // x^_j += q_j (or x^_j = w_j from an anchor) for the models that came; the others' estimates
+  // are unknown until their anchors.
+  for (const engine::Incoming& m : models) estimates_.receive(ctx, m);
+  for (const topology::WeightedPeer& j : graph.inNeighbors(self))
+    if (std::none_of(models.begin(), models.end(),
+                     [&](const engine::Incoming& m) { return m.from == j.id; }))
+      estimates_.missed(j.id);
+  const float gamma = static_cast<float>(options_.gammaFor(ctx.compression().codec));
+  // w_i += gamma sum_j W_ij (x^_j - x^_i) over the known estimates: a neighbour whose estimate is
+  // unknown (its model missed the round) counts as W_ij = 0, its weight staying on w_i.
+  std::vector<kernels::WeightedInput> pulls;
+  double weights = 0;
+  for (const topology::WeightedPeer& j : graph.inNeighbors(self)) {
+    const std::optional<std::span<const float>> x = estimates_.of(j.id);
+    if (!x) continue;
+    const double wij = graph.weight(self, j.id);
+    pulls.push_back({static_cast<float>(gamma * wij), *x});
+    weights += wij;
+  }
+  const std::span<float> w = ctx.params();
+  std::vector<kernels::WeightedInput> inputs;
+  if (descent) {
+    const engine::train::OptimizerOptions& o = ctx.optimizer().options();
+    inputs = {{1.0f - o.lr * o.weightDecay, w}, {-o.lr, ctx.grads()}};
+  } else {
+    if (pulls.empty()) return;
+    inputs = {{1.0f, w}};
+  }
+  if (!pulls.empty()) inputs.push_back({-static_cast<float>(gamma * weights), estimates_.own()});
+  inputs.insert(inputs.end(), pulls.begin(), pulls.end());
   weightedSumAny(ctx.compute(), w, inputs);
 }
 

@@ -6,7 +6,8 @@
 //   communication    synchronous neighbour exchange: every step, w_i to each out-neighbour of
 //                    the topology (ring by default), then a wait for each in-neighbour's w_j
 //   messages / step  out-degree (2 on the ring), each one model
-//   bytes on wire    out-degree x |w| x 4 per step and peer, plus a small header per message
+//   bytes on wire    out-degree x |w| x 4 per step and peer, plus a small header per message;
+//                    compressed, the codec's share of that (see "Compressed")
 //   staleness        none: round t mixes round-t models only; a model that misses the deadline
 //                    (--comm-timeout, or dpsgd.timeout) is left out of its round
 //   invariant        with lr 0 and doubly stochastic W (checked), the network mean of w never
@@ -52,6 +53,26 @@
 // steps start at 0) or stops early stays out of step with its neighbours, each of whose rounds
 // then costs one deadline.
 //
+// Compressed (--compress): CHOCO-SGD (Koloskova, Stich and Jaggi, ICML 2019, algorithm 2) over
+// the public estimates of public_estimates.h. Every peer keeps x^_i, the estimate of its model
+// that its neighbours hold, and a copy of each in-neighbour's x^_j (the same bits as j's). Step t:
+//   send q_i = C(w_i,t - x^_i) to out(i);  g_i = grad on w_i,t;  await q_j from every j in in(i);
+//   x^_j += q_j for j in in(i) + i                            (the decoded q, the same bits)
+//   w_i,t+1/2 = w_i,t + gamma sum_{j in in(i)} W_ij (x^_j - x^_i)   (one fused weightedSum)
+//   w_i,t+1   = local optimizer step of w_i,t+1/2 with g_i
+// as dpsgd's line order (the gradient at w_i,t, overlapped with the exchange; the paper steps
+// before it compresses). With C the identity and gamma 1 it is the rule above. The first message
+// after setup (the start, a membership change) is an anchor: w itself in float32, x^ = w on both
+// sides ("dpsgd.anchors"); a model that misses a round (late, refused, lost) leaves its sender's
+// estimate unknown here (counted as W_ij = 0, "dpsgd.estimate_misses") until the sender, asked
+// in this peer's next messages, sends an anchor. The estimates carry what C drops to the next
+// differences, so --error-feedback keeps no residual here. gamma (dpsgd.gamma) defaults to 1 for
+// the dense codecs and to about the share a sparse codec sends (larger ones diverge: see
+// gammaFor). A symmetric W (an undirected topology) is required, since requests for anchors
+// travel back along the edges: a directed one is refused at the start (a later view that is one
+// sends float32 models, with a warning). Memory: (2 + in-degree) x |w| in the Compute, plus the
+// difference's scratch.
+//
 // Degree. weightedSum takes at most 16 inputs; a peer with more in-neighbours than fit in one
 // pass (15, or 14 with dpsgd.plain) mixes in further passes of 15 models each, accumulating in
 // w_i (any degree works; one pass per 15 extra neighbours).
@@ -62,13 +83,16 @@
 #include <string>
 #include <vector>
 
+#include "algorithms/public_estimates.h"
 #include "engine/algorithm.h"
+#include "kernels/codec.h"
 
 namespace gossamer::algorithms {
 
 struct DpsgdOptions {
   bool plain = false;  // true: the paper's fused rule, ignoring --optimizer's rule and state
   double timeout = 0;  // seconds to wait for the neighbours' models; 0: --comm-timeout
+  double gamma = 0;    // CHOCO-SGD's consensus step size with --compress; 0: gammaFor(codec)
 
   template <typename Bind>
   void bind(Bind& b) {
@@ -79,13 +103,19 @@ struct DpsgdOptions {
     b("timeout", timeout,
       "seconds to wait for the in-neighbours' models each step before mixing those present "
       "(0: --comm-timeout)");
+    b("gamma", gamma,
+      "with --compress: the consensus step size of CHOCO-SGD's rule w += gamma sum_j W_ij (x^_j - "
+      "x^_i), in (0, 1] (0: 1 for fp16, bf16, int8 and int4, twice the fraction for top-k, the "
+      "fraction for random-k)");
   }
   void validate() const;
+  // gamma, or its default for `codec` when gamma is 0.
+  double gammaFor(const kernels::Codec& codec) const;
 };
 
 class Dpsgd final : public engine::Algorithm {
  public:
-  explicit Dpsgd(DpsgdOptions options) : options_(options) {}
+  explicit Dpsgd(DpsgdOptions options) : options_(options), estimates_("dpsgd") {}
   std::string name() const override { return "dpsgd"; }
   // Checks the mixing matrix (see the header comment) and, with dpsgd.plain, warns once when
   // --optimizer has state that the plain rule leaves unused.
@@ -98,17 +128,27 @@ class Dpsgd final : public engine::Algorithm {
 
  private:
   // Line 6: the in-neighbours' models of the round `tag` that came by the deadline and passed
-  // acceptMessage (the others are counted and left out).
-  std::vector<engine::Incoming> awaitModels(engine::PeerContext& ctx, std::uint64_t tag);
+  // acceptMessage (the others are counted and left out); differences only when `compressed`.
+  std::vector<engine::Incoming> awaitModels(engine::PeerContext& ctx, std::uint64_t tag,
+                                            bool compressed);
   // Line 7: w_i = sum_j W_ij w_j over self and `models` (rows renormalised over those present),
   // minus eta (g_i + wd w_i) in the same passes when `descent` (dpsgd.plain).
   void mix(engine::PeerContext& ctx, const std::vector<engine::Incoming>& models, bool descent);
+  // Compressed: the estimates take in `models` (and forget the in-neighbours missing from it),
+  // then w_i += gamma sum_j W_ij (x^_j - x^_i) over
+  // the in-neighbours whose estimate is known, minus eta (g_i + wd w_i) when `descent`.
+  void mixEstimates(engine::PeerContext& ctx, const std::vector<engine::Incoming>& models,
+                    bool descent);
+  // Whether this round compresses: a codec in the run and an undirected graph (see "Compressed").
+  bool choco(engine::PeerContext& ctx);
   // Throws (first setup) or warns (later ones) when the mixing matrix is not doubly stochastic.
   void checkMixing(engine::PeerContext& ctx);
 
   DpsgdOptions options_;
   bool setUp_ = false;
   bool warnedPlain_ = false;
+  bool warnedDirected_ = false;
+  PublicEstimates estimates_;
 };
 
 }  // namespace gossamer::algorithms

@@ -56,9 +56,15 @@ inline constexpr std::uint32_t kMaxAlgorithmKind = 1u << 24;
 // buffer of the payload's length in the Compute's memory, one per stream of payloads (what one
 // encoding leaves out is added to the next payload of the same stream). Empty: no feedback for
 // this payload. The runtime uses it only when the run has error feedback on.
+// `sent`, when non-empty (the payload's length, in the Compute's memory), receives the float32
+// values every receiver will decode, as the message leaves: an algorithm that keeps a copy of
+// what its receivers hold (CHOCO-SGD's public estimates, algorithms/dpsgd.h) adds it to that copy
+// with the same kernel the receivers use, and both sides keep the same bits. Written only when
+// the payload is encoded (a codec other than none).
 struct Compressible {
   std::size_t payload = 0;  // index into Message::payloads
   std::span<float> residual;
+  std::span<float> sent;
 };
 
 // What an algorithm sends. Payloads are spans of the Compute's memory (params, grads, or a buffer

@@ -111,6 +111,9 @@ WirePayloads PayloadCodec::encode(const Message& message) {
                          mark.residual.size() == message.payloads[mark.payload].size(),
                      "the residual of payload {} has {} elements, the payload {}", mark.payload,
                      mark.residual.size(), message.payloads[mark.payload].size());
+    GOSSAMER_ENFORCE(mark.sent.empty() || mark.sent.size() == message.payloads[mark.payload].size(),
+                     "the decoded copy of payload {} has {} elements, the payload {}", mark.payload,
+                     mark.sent.size(), message.payloads[mark.payload].size());
     offsets[i] = total;
     capacities[i] = kernels::encodedBytes(compression_.codec, message.payloads[mark.payload].size());
     total = aligned(total + capacities[i]);
@@ -125,6 +128,9 @@ WirePayloads PayloadCodec::encode(const Message& message) {
     const std::size_t used =
         compute_.encode(compression_.codec, input, residual, target,
                         data::detail::mixSeed(seed_, draws_++));
+    if (!mark.sent.empty())
+      compute_.decode(compression_.codec, target.first(used), mark.sent,
+                      kernels::DecodeMode::kOverwrite);
     out.bytes.spans[mark.payload] = target.first(used);
     out.descriptors[mark.payload] = {used, net::wire::Dtype::bytes, input.size(),
                                      encodingOf(compression_.codec)};

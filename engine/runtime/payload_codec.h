@@ -68,10 +68,11 @@ class PayloadCodec {
 
   // Compute thread. The payloads of `message` as they will travel: float32 as they are, or, for
   // those it marks compressible when the run has a codec, encoded into scratch memory of the
-  // Compute (updating their residuals when error feedback is on). The encoded bytes stay valid
+  // Compute (updating their residuals when error feedback is on, and writing the decoded values
+  // into the marks' `sent` spans). The encoded bytes stay valid
   // for operations enqueued before the next encode(), so they must be staged before it.
-  // Throws gossamer::Error on a bad mark (an index past the payloads, a residual of the wrong
-  // length).
+  // Throws gossamer::Error on a bad mark (an index past the payloads, a residual or a sent span
+  // of the wrong length).
   WirePayloads encode(const Message& message);
 
   // Io thread. The float32 data of a received payload: `bytes` itself when it is float32, else

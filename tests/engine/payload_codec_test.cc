@@ -120,6 +120,31 @@ TEST_CASE("payload codec: error feedback keeps what the encoding left out in the
   }
 }
 
+TEST_CASE("payload codec: a mark's sent span gets exactly the values the receiver decodes") {
+  const std::size_t n = 700;
+  const std::vector<float> a = randomVector(n, 5);
+  for (const char* name : {"fp16", "bf16", "int8:64", "int4", "topk:0.05", "randk:0.2"}) {
+    INFO(name);
+    std::vector<float> residual(n, 0.25f), sent(n, 99.0f);
+    Pair pair({kernels::parseCodec(name), true});
+    Message message{.payloads = {a},
+                    .compressible = {{.payload = 0, .residual = residual, .sent = sent}}};
+    const DecodedPayload got = pair.roundTrip(pair.codec.encode(message), 0);
+    REQUIRE(got.error.empty());
+    REQUIRE(got.data.size() == n);
+    // Bit for bit, every element (sparse codecs' zeros included), and with the residual's
+    // contract intact: sent + residual' == a + residual.
+    CHECK(std::memcmp(got.data.data(), sent.data(), n * sizeof(float)) == 0);
+    for (std::size_t i = 0; i < n; ++i) CHECK(sent[i] + residual[i] == a[i] + 0.25f);
+  }
+  SUBCASE("without a codec nothing is written") {
+    std::vector<float> sent(n, 99.0f);
+    Pair pair({kernels::parseCodec("none"), true});
+    pair.codec.encode(Message{.payloads = {a}, .compressible = {{.payload = 0, .sent = sent}}});
+    for (float x : sent) CHECK(x == 99.0f);
+  }
+}
+
 TEST_CASE("payload codec: bad marks are misuse") {
   const std::vector<float> a(10, 1.0f);
   std::vector<float> shortResidual(3);
@@ -129,6 +154,10 @@ TEST_CASE("payload codec: bad marks are misuse") {
   CHECK_THROWS_AS(pair.codec.encode(Message{.payloads = {a},
                                             .compressible = {{.payload = 0,
                                                               .residual = shortResidual}}}),
+                  Error);
+  CHECK_THROWS_AS(pair.codec.encode(Message{.payloads = {a},
+                                            .compressible = {{.payload = 0,
+                                                              .sent = shortResidual}}}),
                   Error);
 }
 

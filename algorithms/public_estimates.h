@@ -1,0 +1,86 @@
+// CHOCO-SGD's public estimates (Koloskova, Stich and Jaggi, "Decentralized Stochastic Optimization
+// and Gossip Algorithms with Compressed Communication", ICML 2019, algorithm 2): how a model
+// travels compressed between neighbours that exchange it at every step. algorithms/README.md,
+// "Compression with error feedback", has the rule; dpsgd.h uses it.
+//
+//   state        x^_i, the estimate of this peer's model that its neighbours hold, and x^_j, this
+//                peer's copy of the estimate of each neighbour j (the same bits as j's own x^_j)
+//   a message    q_i = C(w_i - x^_i), the codec's encoding of the difference; both sides then
+//                add the decoded q_i to their x^_i (the runtime hands the sender the decoded
+//                values through Compressible::sent, so the bits agree)
+//   an anchor    w_i itself, in float32: x^_i = w_i on both sides. Sent at the first exchange after
+//                reset() (the start, a membership change) and when a neighbour asks for it
+//   invariant    while nothing is lost, every neighbour's x^_i equals this peer's, bit for bit
+//
+// What C leaves out of a difference stays in w_i - x^_i and travels in the next ones: the
+// estimates are the error feedback, and no residual is kept (--error-feedback does not apply).
+//
+// Losses heal by anchors. A peer that misses a message of neighbour j (it did not come by the
+// deadline, was refused, or came while j's estimate was unknown here) forgets x^_j and asks j for
+// an anchor in each of its next messages (their `integers` list the peers asked) until one comes;
+// j answers at its next exchange, with one anchor to every neighbour. So the requests reach j only
+// if j receives this peer's messages: the graph must be undirected (dpsgd checks it).
+//
+// Messages carry integers {form, asked peers...}; the payload is the difference or the model.
+// Memory: |w| x 4 bytes for x^_i, as much for each neighbour's x^_j, and two scratch buffers of
+// |w| (the difference, and the decoded copy), in the Compute's memory. Compute thread only.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/algorithm.h"
+#include "kernels/compute.h"
+
+namespace gossamer::algorithms {
+
+class PublicEstimates {
+ public:
+  // The forms of a message (its integer 0).
+  static constexpr std::uint64_t kAnchor = 1;
+  static constexpr std::uint64_t kDifference = 2;
+
+  // `who` names the algorithm in warnings and metrics ("<who>.anchors", "<who>.estimate_misses").
+  explicit PublicEstimates(std::string who) : who_(std::move(who)) {}
+
+  // Forgets every estimate: the next message is an anchor, and every neighbour's estimate is
+  // unknown until its anchor comes. Estimates of peers not in `neighbours` are freed.
+  void reset(std::span<const engine::PeerId> neighbours);
+
+  // Sends w (this peer's model) to `to` as an anchor or a compressed difference (see above), and
+  // updates x^_i as the receivers will. `message` gives the kind, step and tag; its payloads,
+  // integers and compressible marks are set here.
+  void send(engine::PeerContext& ctx, std::span<const engine::PeerId> to,
+            std::span<const float> w, engine::Message message);
+
+  // A message of neighbour `from` (already accepted: one payload of the model's size): updates
+  // x^_from (a message without integers is a plain model, taken as an anchor), or ignores a difference whose base is unknown here (and asks
+  // for an anchor). Reads the requests for this peer's anchor.
+  void receive(engine::PeerContext& ctx, const engine::Incoming& message);
+  // Neighbour `from` sent nothing usable this round: x^_from is unknown until its anchor.
+  void missed(engine::PeerId from);
+
+  // x^_i, and x^_j (nullopt while unknown here).
+  std::span<const float> own() const { return own_.span(); }
+  std::optional<std::span<const float>> of(engine::PeerId j) const;
+
+ private:
+  struct Estimate {
+    kernels::Buffer<float> x;
+    bool known = false;
+  };
+
+  std::string who_;
+  kernels::Buffer<float> own_, difference_, sent_;
+  bool ownShared_ = false;  // the neighbours hold x^_i (false: the next message is an anchor)
+  bool anchorAsked_ = false;                // a neighbour asked for an anchor
+  std::optional<std::uint64_t> lastAnchor_;  // the step of the last anchor sent
+  std::map<engine::PeerId, Estimate> neighbours_;
+};
+
+}  // namespace gossamer::algorithms
