@@ -45,7 +45,7 @@ struct AsyncAllReduce::Round {
   std::vector<bool> gathered;              // [chunk][piece]: reduced piece received
   std::size_t missingPieces = 0;           // reduced pieces still to come (own ones: compressed)
   bool compressed = false;                 // pieces travel encoded; the owner takes its own copy
-  bool feedback = false;                   // with error feedback (residual_, reducedResidual_)
+  Feedback* feedback = nullptr;            // its stream's residuals, with error feedback
   RoundStatus status = RoundStatus::kPending;
   RingOutcome why = RingOutcome::kComplete;
 
@@ -78,16 +78,16 @@ AsyncAllReduce::AsyncAllReduce(AsyncAllReduceOptions options) : options_(std::mo
 AsyncAllReduce::~AsyncAllReduce() = default;
 
 void AsyncAllReduce::start(engine::PeerContext& ctx, std::uint64_t round,
-                           std::span<const float> input) {
+                           std::span<const float> input, std::uint64_t stream) {
   std::shared_ptr<kernels::Buffer<float>> copy = buffer(ctx, input.size());
   ctx.compute().copy(copy->span(), input);
-  begin(ctx, round, std::move(copy));
+  begin(ctx, round, std::move(copy), stream);
 }
 
 void AsyncAllReduce::start(engine::PeerContext& ctx, std::uint64_t round,
-                           std::shared_ptr<kernels::Buffer<float>> input) {
+                           std::shared_ptr<kernels::Buffer<float>> input, std::uint64_t stream) {
   GOSSAMER_ENFORCE(input != nullptr, "{}: round {} without an input buffer", options_.who, round);
-  begin(ctx, round, std::move(input));
+  begin(ctx, round, std::move(input), stream);
 }
 
 std::shared_ptr<kernels::Buffer<float>> AsyncAllReduce::buffer(engine::PeerContext& ctx,
@@ -96,7 +96,7 @@ std::shared_ptr<kernels::Buffer<float>> AsyncAllReduce::buffer(engine::PeerConte
 }
 
 void AsyncAllReduce::begin(engine::PeerContext& ctx, std::uint64_t round,
-                           std::shared_ptr<kernels::Buffer<float>> input) {
+                           std::shared_ptr<kernels::Buffer<float>> input, std::uint64_t stream) {
   GOSSAMER_ENFORCE(!started_ || round > lastStarted_,
                    "{}: round {} started after round {}: rounds must increase", options_.who, round,
                    lastStarted_);
@@ -136,15 +136,16 @@ void AsyncAllReduce::begin(engine::PeerContext& ctx, std::uint64_t round,
   if (ref.compressed) ref.missingPieces += ownPieces;  // the owner's decoded copies, from itself
   std::span<float> residual;
   if (ref.compressed && compression.errorFeedback) {
-    for (kernels::Buffer<float>* buffer : {&residual_, &reducedResidual_}) {
+    Feedback& feedback = feedback_[stream];
+    for (kernels::Buffer<float>* buffer : {&feedback.contributions, &feedback.reduced}) {
       if (buffer->size() != ref.size) {
         *buffer = compute.allocate<float>(ref.size);
         compute.fill(*buffer, 0.0f);
       }
     }
-    residual = residual_.span();
+    ref.feedback = &feedback;
+    residual = feedback.contributions.span();
   }
-  ref.feedback = !residual.empty();
 
   // Chunk c of the input goes to its owner c, piece by piece; owners in rank order from the right
   // neighbour on, so that not every member starts with the same owner.
@@ -280,7 +281,7 @@ void AsyncAllReduce::sendReduced(engine::PeerContext& ctx, Round& r, std::size_t
   if (r.compressed)
     message.compressible = {
         {.payload = 0,
-         .residual = r.feedback ? reducedResidual_.span().subspan(s.offset, s.count)
+         .residual = r.feedback ? r.feedback->reduced.span().subspan(s.offset, s.count)
                                 : std::span<float>()}};
   ctx.send(recipients, message);
 }
@@ -313,6 +314,12 @@ RingOutcome AsyncAllReduce::wait(engine::PeerContext& ctx, std::uint64_t round,
     if (!queued) fail(ctx, r, RingOutcome::kMissing);
   }
   return r.status == RoundStatus::kComplete ? RingOutcome::kComplete : r.why;
+}
+
+AsyncAllReduce::Residuals AsyncAllReduce::residuals(std::uint64_t stream) const {
+  const auto it = feedback_.find(stream);
+  if (it == feedback_.end()) return {};
+  return {it->second.contributions.span(), it->second.reduced.span()};
 }
 
 RoundStatus AsyncAllReduce::status(std::uint64_t round) const {

@@ -35,13 +35,16 @@
 // (its own contribution exactly, the others' decoded). With error feedback on, both directions
 // keep a residual, as DoubleSqueeze does (Tang et al., ICML 2019): each member one for what its
 // contributions left out, each owner one for what its reduced pieces left out, both of the
-// input's size and kept by this all-reduce (the rounds of one all-reduce are one stream, e.g. the
-// successive gradients). Without the owner's, a sparsifying codec would drop most of every mean
-// for good.
+// input's size and kept by this all-reduce per stream (start()'s `stream`): the rounds of one
+// stream are the successive values of one quantity (the gradients; one fragment of the model), so
+// what one round left out is added to the next round of the same stream and never to another's.
+// An algorithm that all-reduces one quantity uses the one default stream. Without the owner's
+// residual, a sparsifying codec would drop most of every mean for good.
 //
 // Memory. A round holds two buffers of the input's size in the Compute's memory (what this peer
 // sends, and the result), kept for reuse by release(). Sends leave without a staging copy on host
-// memory.
+// memory. Compressed with error feedback, each stream keeps its two residuals (2 x its input's
+// size) for the life of the all-reduce.
 #pragma once
 
 #include <cstddef>
@@ -89,13 +92,16 @@ class AsyncAllReduce {
   // `round` names the round on every member (a step count, say): each member starts the same
   // rounds, in increasing order. Copies `input` first, so the caller may change it as soon as
   // start() returns; sends this peer's contributions and returns without waiting. With one member
-  // the round is complete at once. Compute thread. Throws gossamer::Error on misuse (a round not
-  // above the last one started, a kind out of range).
-  void start(engine::PeerContext& ctx, std::uint64_t round, std::span<const float> input);
+  // the round is complete at once. `stream` names the error feedback's residuals the round uses
+  // when compressed (see "Compression"); the same on every member, and every round of a stream of
+  // the same size (a stream whose size changes starts its residuals again at 0). Compute thread.
+  // Throws gossamer::Error on misuse (a round not above the last one started, a kind out of range).
+  void start(engine::PeerContext& ctx, std::uint64_t round, std::span<const float> input,
+             std::uint64_t stream = 0);
   // The same without the copy: the round keeps `input` and sends from it in place, so the caller
   // must not write it until the round is released (input(round) reads it back meanwhile).
   void start(engine::PeerContext& ctx, std::uint64_t round,
-             std::shared_ptr<kernels::Buffer<float>> input);
+             std::shared_ptr<kernels::Buffer<float>> input, std::uint64_t stream = 0);
 
   // Takes every queued message of this all-reduce out of the inbox and advances the rounds in
   // flight; fails those whose members changed. Never waits. Compute thread.
@@ -125,10 +131,21 @@ class AsyncAllReduce {
   // Rounds started and not released.
   std::size_t rounds() const { return rounds_.size(); }
 
+  // The error feedback of `stream` (the Compute's memory): what this peer's contributions left out
+  // so far, and what its reduced pieces (as an owner, on its own chunk) left out; both empty
+  // before the stream's first compressed round with error feedback. For tests and diagnostics.
+  struct Residuals {
+    std::span<const float> contributions, reduced;
+  };
+  Residuals residuals(std::uint64_t stream) const;
+
  private:
   struct Round;
+  struct Feedback {
+    kernels::Buffer<float> contributions, reduced;
+  };
   void begin(engine::PeerContext& ctx, std::uint64_t round,
-             std::shared_ptr<kernels::Buffer<float>> input);
+             std::shared_ptr<kernels::Buffer<float>> input, std::uint64_t stream);
   Round& find(std::uint64_t round);
   const Round* lookup(std::uint64_t round) const;
   void absorb(engine::PeerContext& ctx, engine::Incoming message);
@@ -144,9 +161,9 @@ class AsyncAllReduce {
   // Buffers of released rounds, reused once the transport is done with them: enough for the
   // rounds of a few windows in flight.
   SpareBuffers spare_{8};
-  // Error feedback of compressed contributions and of compressed reduced pieces (empty until a
-  // round needs them).
-  kernels::Buffer<float> residual_, reducedResidual_;
+  // Per stream: the error feedback of compressed contributions and of compressed reduced pieces
+  // (none until a round of the stream needs them).
+  std::map<std::uint64_t, Feedback> feedback_;
   std::uint64_t lastStarted_ = 0;
   bool started_ = false;
 };

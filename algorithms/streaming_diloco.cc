@@ -33,7 +33,8 @@ StreamingDiloco::StreamingDiloco(StreamingDilocoOptions options)
           .pieces = options.pieces,
           .who = "streaming-diloco",
           // A member up to one period of H steps ahead has started F rounds this peer has not.
-          .maxFutureRounds = 4 + static_cast<std::size_t>(options.fragments)}) {}
+          .maxFutureRounds = 4 + static_cast<std::size_t>(options.fragments),
+          .compress = true}) {}
 
 void StreamingDiloco::setup(engine::PeerContext& ctx) {
   const std::size_t size = ctx.params().size();
@@ -51,12 +52,39 @@ void StreamingDiloco::count(engine::PeerContext& ctx, const std::string& what, d
 }
 
 void StreamingDiloco::start(engine::PeerContext& ctx, std::uint64_t step, std::size_t fragment) {
+  // At most one round of a fragment in flight: nothing but its own merge changes theta[f] between
+  // a start and its merge, which the compressed merge relies on (see the header comment).
+  for (const auto& [round, f] : inFlight_)
+    GOSSAMER_ENFORCE(f != fragment,
+                     "streaming-diloco: fragment {} started at step {} while its round {} is in "
+                     "flight",
+                     fragment, step, round);
   const Slice slice = ringSlice(ctx.params().size(), options_.fragments, fragment);
-  allReduce_.start(ctx, roundOf(step, fragment),
-                   std::span<const float>(ctx.params()).subspan(slice.offset, slice.count));
+  const std::uint64_t round = roundOf(step, fragment);
+  if (ctx.compression().enabled()) {
+    // Delta_i[f] = theta[f] - w_i[f], built in the round's own buffer; the fragment is the
+    // stream of its error feedback.
+    std::shared_ptr<kernels::Buffer<float>> delta = allReduce_.buffer(ctx, slice.count);
+    ctx.compute().weightedSum(delta->span(),
+                              {{1.0f, outer_.theta().subspan(slice.offset, slice.count)},
+                               {-1.0f, ctx.params().subspan(slice.offset, slice.count)}});
+    allReduce_.start(ctx, round, std::move(delta), fragment);
+  } else {
+    allReduce_.start(ctx, round,
+                     std::span<const float>(ctx.params()).subspan(slice.offset, slice.count));
+  }
+  inFlight_[round] = fragment;
   lastStart_[fragment] = step;
-  lastRound_ = roundOf(step, fragment);
+  lastRound_ = round;
   started_ = true;
+}
+
+void StreamingDiloco::mergeUpTo(engine::PeerContext& ctx, std::uint64_t last, double alpha) {
+  while (!inFlight_.empty() && inFlight_.begin()->first / options_.fragments <= last) {
+    const auto [round, fragment] = *inFlight_.begin();
+    inFlight_.erase(inFlight_.begin());
+    merge(ctx, round, fragment, alpha);
+  }
 }
 
 bool StreamingDiloco::merge(engine::PeerContext& ctx, std::uint64_t round, std::size_t fragment,
@@ -70,9 +98,17 @@ bool StreamingDiloco::merge(engine::PeerContext& ctx, std::uint64_t round, std::
     return false;
   }
   const Slice slice = ringSlice(ctx.params().size(), options_.fragments, fragment);
-  outer_.step(ctx, slice.offset, allReduce_.result(round), scratch_.span().first(slice.count));
-  allReduce_.release(ctx, round);
   kernels::Compute& compute = ctx.compute();
+  const std::span<float> scratch = scratch_.span().first(slice.count);
+  if (ctx.compression().enabled()) {
+    // The mean model theta[f] - mean(Delta[f]), with the theta[f] that start() took Delta from.
+    compute.weightedSum(scratch, {{1.0f, outer_.theta().subspan(slice.offset, slice.count)},
+                                  {-1.0f, allReduce_.result(round)}});
+    outer_.step(ctx, slice.offset, scratch, scratch);
+  } else {
+    outer_.step(ctx, slice.offset, allReduce_.result(round), scratch);
+  }
+  allReduce_.release(ctx, round);
   const std::span<float> local = ctx.params().subspan(slice.offset, slice.count);
   const std::span<const float> theta = outer_.theta().subspan(slice.offset, slice.count);
   if (alpha == 0) {
@@ -98,30 +134,20 @@ void StreamingDiloco::afterStep(engine::PeerContext& ctx) {
     // Round numbers must grow; a step count moved back (adoptStep) skips until they do.
     if (started_ && roundOf(done, f) <= lastRound_) continue;
     start(ctx, done, f);
-    inFlight_[done] = f;
     outer_.setBusy(true);
   }
   // Every round started tau or more steps ago (tau = 0: the one just started).
-  while (!inFlight_.empty() && inFlight_.begin()->first + options_.tau <= done) {
-    const auto [started, fragment] = *inFlight_.begin();
-    inFlight_.erase(inFlight_.begin());
-    merge(ctx, roundOf(started, fragment), fragment, options_.alpha);
-  }
+  if (done >= options_.tau) mergeUpTo(ctx, done - options_.tau, options_.alpha);
   outer_.setBusy(!inFlight_.empty());
 }
 
 void StreamingDiloco::finish(engine::PeerContext& ctx) {
   // The rounds in flight, merged as usual.
-  while (!inFlight_.empty()) {
-    const auto [started, fragment] = *inFlight_.begin();
-    inFlight_.erase(inFlight_.begin());
-    merge(ctx, roundOf(started, fragment), fragment, options_.alpha);
-  }
+  mergeUpTo(ctx, kAll, options_.alpha);
   if (ctx.step() != ctx.totalSteps()) return;  // stopped early: the peers are at different steps
   // One last round of every fragment but those whose round started at the last step and merged,
   // all in flight at once; every peer takes theta: the run ends on one model.
   const std::uint64_t total = ctx.step();
-  std::vector<std::size_t> last;
   for (std::size_t f = 0; f < options_.fragments; ++f) {
     const auto started = lastStart_.find(f);
     const auto merged = merged_.find(f);
@@ -134,9 +160,8 @@ void StreamingDiloco::finish(engine::PeerContext& ctx) {
     }
     if (started_ && roundOf(total + 1, f) <= lastRound_) continue;
     start(ctx, total + 1, f);
-    last.push_back(f);
   }
-  for (std::size_t f : last) merge(ctx, roundOf(total + 1, f), f, 0.0);
+  mergeUpTo(ctx, kAll, 0.0);
   outer_.setBusy(false);
   // The consensus needs a buffer of |w|: the fragment scratch grows for it, at the end only.
   if (scratch_.size() != ctx.params().size())

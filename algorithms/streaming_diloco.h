@@ -7,7 +7,8 @@
 //                    H/F inner steps, collected tau steps after it started
 //   messages / step  2 (n-1) x pieces x F / H per peer
 //   bytes on wire    2 (n-1)/n x |w| x 4 per H steps and peer (diloco's), in F parts of |w|/F spread
-//                    over the round, so the peak bandwidth is 1/F of diloco's
+//                    over the round, so the peak bandwidth is 1/F of diloco's; compressed, the
+//                    codec's share of that
 //   staleness        a fragment's outer step uses the models of tau steps ago; the step path never
 //                    waits for a round trip while the network keeps up (it waits only for a round
 //                    not complete when its merge is due, at most --comm-timeout)
@@ -29,6 +30,19 @@
 // poll() once per step advances the rounds in flight without waiting.
 //
 // With F = 1, tau = 0 and alpha = 0 this is diloco (up to the all-reduce's order of additions).
+//
+// Compressed (--compress): a round sends the fragment's outer gradient Delta_i[f] = theta[f] -
+// w_i[f] instead of w_i[f], as diloco does, through the same all-reduce with error feedback in both
+// directions (async_allreduce.h, "Compression": every member decodes the same bits), each fragment
+// a stream of residuals of its own; the merge takes w~[f] = theta[f] - mean(Delta[f]) and goes on
+// as above. Delta_i[f] is taken at the start and merged tau steps later against the same theta[f]:
+// a fragment has at most one round in flight (tau < H/F; start() enforces it), and only that
+// round's merge changes theta[f] (the other fragments' merges change other slices). As diloco's,
+// this assumes the members share theta (the same initial model, and every complete round since);
+// uncompressed, the models travel, and their mean re-synchronises a theta that drifted. finish()'s
+// last rounds are compressed like the others (they carry the residuals' last contributions); the
+// consensus of the thetas after them stays float32, so that the run ends on one exact model.
+//
 // A failed fragment round (a peer died, left or joined, views differ, a refused payload, or the
 // merge's deadline): that fragment's theta and m stay on every peer and w_i[f] goes on unmerged
 // ("streaming-diloco.fallbacks"); its next round covers both. finish(): the rounds in flight are
@@ -48,12 +62,14 @@
 // 20M parameters); one scratch of the largest fragment (|w|/F x 4); and the all-reduce's two buffers
 // of the one fragment round in flight (2 |w|/F x 4): tau < H/F, so a round merges before the next
 // one starts. At the end only, finish() holds the last rounds of all fragments at once (2 |w| x 4)
-// and then a scratch of |w| x 4 for the consensus.
+// and then a scratch of |w| x 4 for the consensus. Compressed with error feedback, the all-reduce
+// keeps two residuals per fragment (2 |w| x 4 in all).
 // On CUDA, host mirrors of theta and m for serve() (2 |w| x 4 bytes of host memory).
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
@@ -123,7 +139,11 @@ class StreamingDiloco final : public engine::Algorithm {
   std::uint64_t roundOf(std::uint64_t step, std::size_t fragment) const {
     return step * options_.fragments + fragment;
   }
+  // Starts the round of `fragment` after `step` (at most one round of a fragment in flight).
   void start(engine::PeerContext& ctx, std::uint64_t step, std::size_t fragment);
+  // Merges, in start order, the rounds in flight started at step `last` or before (kAll: all).
+  void mergeUpTo(engine::PeerContext& ctx, std::uint64_t last, double alpha);
+  static constexpr std::uint64_t kAll = std::numeric_limits<std::uint64_t>::max();
   // Waits for `round` of `fragment` and merges it with `alpha`; false when it failed.
   bool merge(engine::PeerContext& ctx, std::uint64_t round, std::size_t fragment, double alpha);
   void count(engine::PeerContext& ctx, const std::string& what, double value = 1);
@@ -131,8 +151,9 @@ class StreamingDiloco final : public engine::Algorithm {
   StreamingDilocoOptions options_;
   OuterState outer_;
   AsyncAllReduce allReduce_;
-  kernels::Buffer<float> scratch_;  // Delta of one fragment; |w| at the end (endOnConsensus)
-  // Rounds this peer started and has not merged: step started -> fragment.
+  // Delta of one fragment (compressed: the mean model first); |w| at the end (endOnConsensus).
+  kernels::Buffer<float> scratch_;
+  // Rounds this peer started and has not merged: round -> fragment (round / F: the step started).
   std::map<std::uint64_t, std::size_t> inFlight_;
   // Per fragment: the step of its last start, and the start step of its last merged round.
   std::map<std::size_t, std::uint64_t> lastStart_, merged_;
