@@ -17,6 +17,7 @@ void PublicEstimates::reset(std::span<const engine::PeerId> neighbours) {
 
 void PublicEstimates::send(engine::PeerContext& ctx, std::span<const engine::PeerId> to,
                            std::span<const float> w, engine::Message message) {
+  if (to.empty()) return;  // nobody holds x^_i: nothing to keep in step
   kernels::Compute& compute = ctx.compute();
   if (own_.size() != w.size()) {
     own_ = compute.allocate<float>(w.size());
@@ -26,9 +27,10 @@ void PublicEstimates::send(engine::PeerContext& ctx, std::span<const engine::Pee
   }
   // Without a codec a difference would travel whole: the model itself is as cheap and exact.
   const bool anchor = !ownShared_ || anchorAsked_ || !ctx.compression().enabled();
-  message.integers = {anchor ? kAnchor : kDifference};
+  const std::uint64_t seq = ++sequence_;
+  message.integers = {anchor ? kAnchor : kDifference, seq};
   for (const auto& [j, estimate] : neighbours_)
-    if (!estimate.known) message.integers.push_back(j);  // asking j for an anchor
+    if (!estimate.known) message.integers.insert(message.integers.end(), {j, estimate.seq});
   if (anchor) {
     message.payloads = {w};
     message.compressible.clear();
@@ -36,7 +38,7 @@ void PublicEstimates::send(engine::PeerContext& ctx, std::span<const engine::Pee
     compute.copy(own_, w);
     ownShared_ = true;
     anchorAsked_ = false;
-    lastAnchor_ = message.step;
+    lastAnchor_ = seq;
     ctx.metrics().add(who_ + ".anchors", 1);
     return;
   }
@@ -48,33 +50,40 @@ void PublicEstimates::send(engine::PeerContext& ctx, std::span<const engine::Pee
 }
 
 void PublicEstimates::receive(engine::PeerContext& ctx, const engine::Incoming& message) {
-  const auto asked = message.integers.empty() ? message.integers.end() : message.integers.begin() + 1;
-  // A request in a message of round s was sent before this peer's anchor of round s arrived
-  // there: an anchor sent at s or later answers it.
-  if (std::find(asked, message.integers.end(), ctx.self()) != message.integers.end() &&
-      (!lastAnchor_ || *lastAnchor_ < message.step))
-    anchorAsked_ = true;
-
+  const std::vector<std::uint64_t>& ints = message.integers;
   Estimate& estimate = neighbours_[message.from];
+  // A message without integers is a peer's plain model (one that does not compress now).
+  const bool plain = ints.empty();
+  if (!plain && (ints.size() < 2 || ints.size() % 2 != 0 ||
+                 (ints[0] != kAnchor && ints[0] != kDifference))) {
+    log::get("algorithms")
+        ->warn("{}: peer {:016x} sent a model whose integers ({} of them, form {}) are not an "
+               "estimate's; treated as missing",
+               who_, message.from, ints.size(), ints.empty() ? 0 : ints[0]);
+    missed(message.from);
+    return;
+  }
+  // Requests for this peer's anchor: (peer, the last number it saw from here). An anchor sent
+  // after that number answers it (it is on its way: messages of one link arrive in order).
+  for (std::size_t i = 2; i + 1 < ints.size(); i += 2)
+    if (ints[i] == ctx.self() && (!lastAnchor_ || *lastAnchor_ <= ints[i + 1])) anchorAsked_ = true;
+
   kernels::Compute& compute = ctx.compute();
   const std::span<const float> payload = message.payload(0);
-  // A message without integers is a peer's plain model (one that does not compress this round).
-  const std::uint64_t form = message.integers.empty() ? kAnchor : message.integers[0];
-  if (form == kAnchor) {
+  const std::uint64_t number = plain ? 0 : ints[1];
+  // A difference applies to the estimate of the message just before it, and to no other.
+  const bool follows = estimate.known && number == estimate.seq + 1;
+  estimate.seq = number;
+  if (plain || ints[0] == kAnchor) {
     if (estimate.x.size() != payload.size()) estimate.x = compute.allocate<float>(payload.size());
     compute.upload(estimate.x.span(), payload);
     estimate.known = true;
     return;
   }
-  if (form == kDifference && estimate.known && estimate.x.size() == payload.size()) {
+  if (follows && estimate.x.size() == payload.size()) {
     const engine::DeviceView q = ctx.upload(payload);
     compute.weightedSum(estimate.x, {{1.0f, estimate.x}, {1.0f, q}});  // as the sender did
     return;
-  }
-  if (form != kDifference) {
-    log::get("algorithms")
-        ->warn("{}: peer {:016x} sent a model of unknown form {}; treated as missing", who_,
-               message.from, form);
   }
   missed(message.from);
   ctx.metrics().add(who_ + ".estimate_misses", 1);

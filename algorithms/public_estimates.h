@@ -15,13 +15,18 @@
 // What C leaves out of a difference stays in w_i - x^_i and travels in the next ones: the
 // estimates are the error feedback, and no residual is kept (--error-feedback does not apply).
 //
-// Losses heal by anchors. A peer that misses a message of neighbour j (it did not come by the
-// deadline, was refused, or came while j's estimate was unknown here) forgets x^_j and asks j for
-// an anchor in each of its next messages (their `integers` list the peers asked) until one comes;
-// j answers at its next exchange, with one anchor to every neighbour. So the requests reach j only
-// if j receives this peer's messages: the graph must be undirected (dpsgd checks it).
+// Losses heal by anchors. Messages are numbered; a peer that misses a message of neighbour j (it
+// did not come by the deadline, was refused, or a difference came whose number does not follow
+// the last one seen) forgets x^_j and asks j for an anchor in each of its next messages until
+// one comes; j answers at its next message, with one anchor to every receiver, unless it sent one
+// after the last message the asker had seen from it (that one is still on its way). So the requests reach j only if j receives this peer's
+// messages: every edge must be used both ways (dpsgd checks that the graph is undirected).
+// Messages of one sender arrive in order (one link each); a peer that takes messages from one
+// stream only misses nothing else.
 //
-// Messages carry integers {form, asked peers...}; the payload is the difference or the model.
+// Messages carry integers {form, number, then (asked peer, the last number seen from it)...};
+// the payload is the difference or the model. A message without integers is a plain model (a
+// peer that does not compress), taken as an anchor.
 // Memory: |w| x 4 bytes for x^_i, as much for each neighbour's x^_j, and two scratch buffers of
 // |w| (the difference, and the decoded copy), in the Compute's memory. Compute thread only.
 #pragma once
@@ -59,8 +64,9 @@ class PublicEstimates {
             std::span<const float> w, engine::Message message);
 
   // A message of neighbour `from` (already accepted: one payload of the model's size): updates
-  // x^_from (a message without integers is a plain model, taken as an anchor), or ignores a difference whose base is unknown here (and asks
-  // for an anchor). Reads the requests for this peer's anchor.
+  // x^_from (a plain model is an anchor), or forgets it on a difference that does not follow the
+  // last message seen from `from` (and asks for an anchor). Reads the requests for this peer's
+  // anchor.
   void receive(engine::PeerContext& ctx, const engine::Incoming& message);
   // Neighbour `from` sent nothing usable this round: x^_from is unknown until its anchor.
   void missed(engine::PeerId from);
@@ -73,13 +79,15 @@ class PublicEstimates {
   struct Estimate {
     kernels::Buffer<float> x;
     bool known = false;
+    std::uint64_t seq = 0;  // the number of the last message seen from this neighbour
   };
 
   std::string who_;
   kernels::Buffer<float> own_, difference_, sent_;
   bool ownShared_ = false;  // the neighbours hold x^_i (false: the next message is an anchor)
   bool anchorAsked_ = false;                // a neighbour asked for an anchor
-  std::optional<std::uint64_t> lastAnchor_;  // the step of the last anchor sent
+  std::uint64_t sequence_ = 0;                // messages sent
+  std::optional<std::uint64_t> lastAnchor_;  // the sequence number of the last anchor sent
   std::map<engine::PeerId, Estimate> neighbours_;
 };
 
