@@ -39,6 +39,10 @@ void TreeEasgd::setup(engine::PeerContext& ctx) {
   tauUp_ = depth > 0 ? atLevel(options_.tauUp, depth - 1) : 0;
   tauDown_ = atLevel(options_.tauDown, depth);
   ctx.metrics().set("tree-easgd.depth", static_cast<double>(depth));
+  std::vector<engine::PeerId> parent;
+  if (parent_) parent.push_back(*parent_);
+  up_.reset(parent);
+  down_.reset(children_);
 }
 
 void TreeEasgd::consume(engine::PeerContext& ctx) {
@@ -46,6 +50,10 @@ void TreeEasgd::consume(engine::PeerContext& ctx) {
   const engine::Expected expected{.payloads = {ctx.params().size()}};
   for (engine::Incoming& m : ctx.inbox().drain(kModel))
     if (engine::acceptMessage(m, expected, ctx.metrics(), name())) received.push_back(std::move(m));
+  if (ctx.compression().enabled()) {
+    consumeEstimates(ctx, std::move(received));
+    return;
+  }
   // k sequential pulls w = (1 - a) w + a w_j fold into one weighted sum: (1 - a)^k on w and
   // a (1 - a)^(k - j) on the j-th model; batches of kMaxWeightedInputs - 1 models.
   constexpr std::size_t kBatch = kernels::Compute::kMaxWeightedInputs - 1;
@@ -68,15 +76,51 @@ void TreeEasgd::consume(engine::PeerContext& ctx) {
     ctx.metrics().add("tree-easgd.merged", static_cast<double>(received.size()));
 }
 
+void TreeEasgd::consumeEstimates(engine::PeerContext& ctx,
+                                 std::vector<engine::Incoming> received) {
+  const float a = static_cast<float>(options_.alpha);
+  std::size_t merged = 0;
+  for (const engine::Incoming& m : received) {
+    const bool fromParent = parent_ && m.from == *parent_;
+    const bool fromChild = std::find(children_.begin(), children_.end(), m.from) != children_.end();
+    std::optional<std::span<const float>> x;
+    engine::DeviceView whole;
+    if (fromParent || fromChild) {
+      PublicEstimates& stream = fromParent ? up_ : down_;
+      stream.receive(ctx, m);
+      x = stream.of(m.from);
+    } else if (m.integers.empty() || m.integers[0] == PublicEstimates::kAnchor) {
+      whole = ctx.upload(m.payload(0));  // a former neighbour's whole model
+      x = whole;
+    } else {
+      ctx.metrics().add("tree-easgd.unusable", 1);
+    }
+    if (!x) continue;  // an estimate not known yet: its anchor is asked for
+    ctx.compute().weightedSum(ctx.params(), {{1 - a, ctx.params()}, {a, *x}});
+    ++merged;
+  }
+  if (merged > 0) ctx.metrics().add("tree-easgd.merged", static_cast<double>(merged));
+}
+
 void TreeEasgd::afterStep(engine::PeerContext& ctx) {
   const std::uint64_t done = ctx.step() + 1;  // local steps done, this one included
+  const bool compressed = ctx.compression().enabled();
   const engine::Message model{.kind = kModel, .step = done, .payloads = {ctx.params()}};
   if (parent_ && done % tauUp_ == 0) {
-    ctx.send(*parent_, model);
+    if (compressed) {
+      up_.send(ctx, std::span<const engine::PeerId>(&*parent_, 1), ctx.params(),
+               {.kind = kModel, .step = done});
+    } else {
+      ctx.send(*parent_, model);
+    }
     ctx.metrics().add("tree-easgd.sent_up", 1);
   }
   if (!children_.empty() && done % tauDown_ == 0) {
-    ctx.send(children_, model);
+    if (compressed) {
+      down_.send(ctx, children_, ctx.params(), {.kind = kModel, .step = done});
+    } else {
+      ctx.send(children_, model);
+    }
     ctx.metrics().add("tree-easgd.sent_down", static_cast<double>(children_.size()));
   }
 }

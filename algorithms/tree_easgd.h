@@ -5,7 +5,8 @@
 //   communication    tree edges only (default topology "tree", k-ary, --tree-arity): a peer pushes
 //                    its model to its parent and to its children, asynchronously
 //   messages / step  1 / tau_up(depth) up, plus children / tau_down(depth) down
-//   bytes on wire    (1 / tau_up + children / tau_down) x |w| x 4 per step and peer
+//   bytes on wire    (1 / tau_up + children / tau_down) x |w| x 4 per step and peer;
+//                    compressed, the codec's share of that (see "Compressed")
 //   staleness        bounded asynchronous (Langer et al.): nobody waits for anyone; a model is
 //                    consumed at the receiver's next step boundary, and each neighbour sends a
 //                    fresh one every tau_up or tau_down of its own steps
@@ -27,6 +28,17 @@
 // shallower nodes exchange more rarely upward, so tau_up may not grow with depth (validated).
 // A received model of the wrong size or with a non-finite value is refused (engine::acceptMessage:
 // a warning naming its sender, counted in "tree-easgd.refused") and the others are applied.
+//
+// Compressed (--compress): models travel as CHOCO-SGD's compressed differences from public
+// estimates (public_estimates.h), in two streams per peer: up (to the parent) and down (to every
+// child, the same message). A received message updates its sender's estimate x^_j, and the pull
+// is toward it: w_i = w_i - alpha (w_i - x^_j), one weightedSum per message. The first message of
+// each stream after setup() is an anchor (the model in float32); a numbering gap (a lost message)
+// makes the receiver ask for a new anchor in its next message the other way (a child asks in its
+// stream up, the parent in its stream down), and the pull waits until it comes. A model from a
+// peer that is no tree neighbour now (the tree changed) is merged if it is a whole model and
+// dropped if it is a difference ("tree-easgd.unusable"). Memory: 3 + 1 (parent) + children
+// model-sized buffers in the Compute.
 //
 // Models are consumed at step boundaries only: finish() drops what arrived after this peer's last
 // step ("tree-easgd.dropped"). A peer that finishes early would otherwise take in, at once, every
@@ -52,6 +64,7 @@
 #include <string>
 #include <vector>
 
+#include "algorithms/public_estimates.h"
 #include "engine/algorithm.h"
 
 namespace gossamer::algorithms {
@@ -76,7 +89,8 @@ struct TreeEasgdOptions {
 
 class TreeEasgd final : public engine::Algorithm {
  public:
-  explicit TreeEasgd(TreeEasgdOptions options) : options_(std::move(options)) {}
+  explicit TreeEasgd(TreeEasgdOptions options)
+      : options_(std::move(options)), up_("tree-easgd"), down_("tree-easgd") {}
   std::string name() const override { return "tree-easgd"; }
   void setup(engine::PeerContext& ctx) override;
   void beforeStep(engine::PeerContext& ctx) override { consume(ctx); }
@@ -90,12 +104,17 @@ class TreeEasgd final : public engine::Algorithm {
  private:
   // Applies every received model (see the header comment).
   void consume(engine::PeerContext& ctx);
+  // Compressed: each message updates its sender's estimate, and w_i moves toward the estimate.
+  void consumeEstimates(engine::PeerContext& ctx, std::vector<engine::Incoming> received);
 
   TreeEasgdOptions options_;
   std::optional<engine::PeerId> parent_;
   std::vector<engine::PeerId> children_;
   std::uint64_t tauUp_ = 0;  // of this peer's depth
   std::uint64_t tauDown_ = 0;
+  // Compressed: the stream to the parent (with the parent's estimate, from its stream down), and
+  // the stream to the children (with each child's estimate, from its stream up).
+  PublicEstimates up_, down_;
 };
 
 }  // namespace gossamer::algorithms
