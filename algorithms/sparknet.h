@@ -2,9 +2,12 @@
 // and Jordan, "SparkNet: Training Deep Networks in Spark", ICLR 2016). Langer et al. (seeds/003)
 // figure 7 and section 3.3.2; the rule is algorithms/README.md's "sparknet".
 //
-//   communication    star: every tau steps, workers -> master (w_i), master -> workers (w~)
+//   communication    star: every tau steps, workers -> master (w_i), master -> workers (w~);
+//                    compressed, the changes d_i and their mean instead (see below)
 //   messages / step  1 sent and 1 received per tau steps at a worker; n-1 each way at the master
-//   bytes on wire    |w| x 4 each way per tau steps at a worker, (n-1) x |w| x 4 at the master
+//                    (compressed, plus one to itself that stays in the process)
+//   bytes on wire    |w| x 4 each way per tau steps at a worker, (n-1) x |w| x 4 at the master;
+//                    compressed, the codec's share of that (int8: about a quarter)
 //   staleness        none: a round waits for its models, up to a deadline, and averages those
 //                    that came
 //
@@ -21,13 +24,33 @@
 // warning naming its sender, counted in "sparknet.refused") and treated as one that did not come.
 // After a membership change the next round uses the new view's master. The run's last round is in
 // finish() when the step count is not a multiple of tau.
+//
+// Compressed (--compress): a round sends the model's change since the last average,
+// d_i = a - w_i with a the average every peer adopted last (its anchor), and the master answers
+// with the mean change, both ways through the codec with error feedback, as DoubleSqueeze does
+// (async_allreduce.h, "Compression"): each worker keeps a residual for its changes, the master one
+// for its means. The master sums in float32 (its own d exactly, the decoded d_j of the workers
+// that came), sends the mean to every worker and to itself, and every peer, the master included,
+// sets w = a - decode(mean) and a = w from the same bits. That needs the same a on every peer, so
+// the first round after setup() (the start, a membership change) and a peer's round after one that
+// failed for it (no usable average) send the models in float32, and their average becomes a.
+// Each message says which it carries (its integers[0]: kModelForm or kChangeForm). When any
+// contribution is a model, or the master has no anchor, the master averages models (a change d_j
+// counts as the model a - d_j when the master has an anchor, else it is left out, counted in
+// "sparknet.ignored") and answers with that average in float32, so every peer re-anchors
+// ("sparknet.anchors"). A worker without an anchor that gets a mean change (its model missed the
+// master's deadline) keeps w_i ("sparknet.unanchored").
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "algorithms/periodic_averaging.h"
 #include "engine/algorithm.h"
+#include "kernels/compute.h"
 
 namespace gossamer::algorithms {
 
@@ -47,9 +70,13 @@ class Sparknet final : public PeriodicAveraging {
   std::string name() const override { return "sparknet"; }
   void setup(engine::PeerContext& ctx) override;
 
-  // Message kinds: a worker's model for the master, and the master's average.
+  // Message kinds: a worker's model (or change) for the master, and the master's average (or mean
+  // change).
   static constexpr std::uint32_t kModel = 1;
   static constexpr std::uint32_t kAverage = 2;
+  // Compressed runs: what a message of either kind carries, in its integers[0].
+  static constexpr std::uint64_t kModelForm = 0;   // a model, float32
+  static constexpr std::uint64_t kChangeForm = 1;  // a change from the anchor, through the codec
 
  protected:
   void average(engine::PeerContext& ctx, std::uint64_t round) override;
@@ -57,8 +84,32 @@ class Sparknet final : public PeriodicAveraging {
  private:
   void master(engine::PeerContext& ctx, std::uint64_t round);
   void worker(engine::PeerContext& ctx, std::uint64_t round);
+  // Compressed, at the master when every contribution is a change: sends the mean change (the
+  // master's own `change_` and the workers' `changes`) to every worker and to itself.
+  void sendMeanChange(engine::PeerContext& ctx, std::uint64_t round,
+                      std::span<const engine::PeerId> workers,
+                      const std::vector<engine::DeviceView>& changes);
+  // Applies the master's answer to this round (nothing when none came): adopts an average, or
+  // w = a - mean change; un-anchors when there is nothing it can use.
+  void receive(engine::PeerContext& ctx, const engine::GatherResult& got);
+  // The form of a contribution or answer that acceptMessage passed; nullopt (refused, counted)
+  // when it is neither form.
+  std::optional<std::uint64_t> formOf(engine::PeerContext& ctx,
+                                      const engine::Incoming& message) const;
+  // change_ = anchor_ - params.
+  void computeChange(engine::PeerContext& ctx);
+  // anchor_ = params, after adopting a float32 average.
+  void anchor(engine::PeerContext& ctx);
+  // A residual of the model's size for error feedback (allocated zero the first time), or an
+  // empty span when the run has none.
+  std::span<float> feedback(engine::PeerContext& ctx, kernels::Buffer<float>& residual);
 
   engine::PeerId master_ = 0;
+  // Compressed: the average every peer adopted last, whether this peer holds it, this peer's
+  // change from it (at the master: the mean change), and the error feedback of the changes this
+  // peer sends and of the mean changes it sends as the master.
+  kernels::Buffer<float> anchor_, change_, residual_, meanResidual_;
+  bool anchored_ = false;
 };
 
 }  // namespace gossamer::algorithms
