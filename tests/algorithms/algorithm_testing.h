@@ -2,6 +2,7 @@
 // it, and rank-dependent initial models whose exact average is the consensus oracle.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -81,6 +82,22 @@ inline std::vector<float> distinctParams(std::size_t rank, std::size_t count) {
         std::sin(0.37 * static_cast<double>(i) + 1.3 * static_cast<double>(rank)) *
         (1.0 + static_cast<double>(rank)));
   return v;
+}
+
+// Per coordinate, the smallest and the largest value of distinctParams over ranks 0..peers-1.
+struct Hull {
+  std::vector<float> low, high;
+};
+inline Hull hullOfDistinct(std::size_t peers, std::size_t count) {
+  Hull hull{std::vector<float>(count, INFINITY), std::vector<float>(count, -INFINITY)};
+  for (std::size_t r = 0; r < peers; ++r) {
+    const std::vector<float> w = distinctParams(r, count);
+    for (std::size_t k = 0; k < count; ++k) {
+      hull.low[k] = std::min(hull.low[k], w[k]);
+      hull.high[k] = std::max(hull.high[k], w[k]);
+    }
+  }
+  return hull;
 }
 
 // The exact average of distinctParams over ranks 0..peers-1.

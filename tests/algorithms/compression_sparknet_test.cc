@@ -14,7 +14,7 @@
 
 #include "algorithms/sparknet.h"
 #include "kernels/codec.h"
-#include "tests/algorithms/algorithm_testing.h"
+#include "tests/algorithms/compression_testing.h"
 #include "tests/algorithms/forwarding_context.h"
 #include "tests/support/watchdog.h"
 
@@ -32,22 +32,14 @@ engine::runtime::ClusterResult convexRun(
     const std::function<void(engine::runtime::ClusterConfig&)>& prepare = {},
     const engine::Registry& registry = test::registry(),
     const std::string& algorithm = "sparknet") {
-  auto config = test::algorithmCluster(algorithm, 4, steps, 0.1, {{"tau", "4"}});
-  config.peer.training.optimizer.weightDecay = 0.05f;
-  config.peer.training.batch = 64;
-  config.peer.training.compression = {kernels::parseCodec(codec), true};
+  auto config = test::convexCluster(algorithm, 4, steps, 0.1, {{"tau", "4"}});
   if (prepare) prepare(config);
-  return engine::runtime::runLocalCluster(config, registry, test::smallData());
+  return test::runCompressed(config, codec, registry);
 }
 
 const std::vector<float>& optimum() {
-  static const std::vector<float> w = test::convexOptimum(0.05f);
+  static const std::vector<float> w = test::convexOptimum(test::kConvexWeightDecay);
   return w;
-}
-
-double metric(const engine::runtime::PeerResult& peer, const std::string& name) {
-  const auto it = peer.metrics.find(name);
-  return it == peer.metrics.end() ? 0 : it->second;
 }
 
 TEST_CASE("compression: sparknet averages compressed changes and ends with identical models") {
@@ -64,28 +56,19 @@ TEST_CASE("compression: sparknet averages compressed changes and ends with ident
     for (const auto& p : got.peers) {
       CHECK(p.steps == 400);
       // Only the first round sends float32 models: every later one is a compressed change.
-      CHECK(metric(p, "sparknet.anchors") == 1);
-      CHECK(metric(p, "sparknet.rounds") == 100);
-      CHECK(metric(p, "sparknet.missing") == 0);
+      CHECK(test::metricOf(p, "sparknet.anchors") == 1);
+      CHECK(test::metricOf(p, "sparknet.rounds") == 100);
+      CHECK(test::metricOf(p, "sparknet.missing") == 0);
     }
   }
-}
-
-double bytesPerPeer(const engine::runtime::ClusterResult& result) {
-  double bytes = 0;
-  for (const auto& p : result.peers) bytes += static_cast<double>(p.bytesSent);
-  return bytes / static_cast<double>(result.peers.size());
 }
 
 // Bytes per peer of 100 sparknet steps (tau 4: 25 rounds) on an MLP of ~43k parameters, where
 // headers are a small part of the traffic.
 double mlpBytes(const std::string& codec) {
-  const auto result = convexRun(codec, 100, [](engine::runtime::ClusterConfig& config) {
-    config.peer.training.model = "mlp";
-    config.peer.training.modelConfig.hidden = {2048};
-  });
+  const auto result = convexRun(codec, 100, test::useMlp);
   CHECK(result.consensus.distance == 0);
-  return bytesPerPeer(result);
+  return test::bytesPerPeer(result);
 }
 
 TEST_CASE("compression: sparknet with int8 sends well under half of float32's bytes") {
@@ -112,9 +95,9 @@ void checkSurvivesKill(const std::string& codec, std::size_t killed) {
     CAPTURE(i);
     const auto& p = result.peers[i];
     CHECK(p.steps == 400);
-    CHECK(metric(p, "sparknet.rounds") >= 80);
+    CHECK(test::metricOf(p, "sparknet.rounds") >= 80);
     // The start, then at least once after the kill (a missed round or the new view's setup).
-    CHECK(metric(p, "sparknet.anchors") >= 2);
+    CHECK(test::metricOf(p, "sparknet.anchors") >= 2);
     for (float v : result.finals[i].params) REQUIRE(std::isfinite(v));
     survivors.push_back(result.finals[i]);
   }
@@ -235,10 +218,10 @@ TEST_CASE("compression: sparknet re-anchors everyone after a worker refused a me
   for (std::size_t i = 0; i < 4; ++i) {
     CAPTURE(i);
     const auto& p = result.peers[i];
-    CHECK(metric(p, "sparknet.anchors") == 2);
-    CHECK(metric(p, "sparknet.missing") == 0);
-    CHECK(metric(p, "sparknet.refused") == (i == kWorkerIndex ? 1 : 0));
-    CHECK(metric(p, "sparknet.rounds") == (i == kWorkerIndex ? 99 : 100));
+    CHECK(test::metricOf(p, "sparknet.anchors") == 2);
+    CHECK(test::metricOf(p, "sparknet.missing") == 0);
+    CHECK(test::metricOf(p, "sparknet.refused") == (i == kWorkerIndex ? 1 : 0));
+    CHECK(test::metricOf(p, "sparknet.rounds") == (i == kWorkerIndex ? 99 : 100));
   }
 }
 
@@ -256,11 +239,11 @@ TEST_CASE("compression: sparknet keeps w_i on a worker without an anchor that ge
   for (std::size_t i = 0; i < 4; ++i) {
     CAPTURE(i);
     const auto& p = result.peers[i];
-    CHECK(metric(p, "sparknet.anchors") == 2);
-    CHECK(metric(p, "sparknet.missing") == 0);
-    CHECK(metric(p, "sparknet.refused") == (i == kWorkerIndex || i == 0 ? 1 : 0));
-    CHECK(metric(p, "sparknet.unanchored") == (i == kWorkerIndex ? 1 : 0));
-    CHECK(metric(p, "sparknet.rounds") == (i == kWorkerIndex ? 98 : 100));
+    CHECK(test::metricOf(p, "sparknet.anchors") == 2);
+    CHECK(test::metricOf(p, "sparknet.missing") == 0);
+    CHECK(test::metricOf(p, "sparknet.refused") == (i == kWorkerIndex || i == 0 ? 1 : 0));
+    CHECK(test::metricOf(p, "sparknet.unanchored") == (i == kWorkerIndex ? 1 : 0));
+    CHECK(test::metricOf(p, "sparknet.rounds") == (i == kWorkerIndex ? 98 : 100));
   }
 }
 

@@ -8,7 +8,7 @@
 #include <doctest/doctest.h>
 
 #include "kernels/codec.h"
-#include "tests/algorithms/algorithm_testing.h"
+#include "tests/algorithms/compression_testing.h"
 #include "tests/support/watchdog.h"
 
 namespace gossamer::algorithms {
@@ -24,15 +24,11 @@ struct Outcome {
 
 Outcome convexRun(engine::OptionValues options, const std::string& codec, std::uint64_t steps,
                   double lr) {
-  const float weightDecay = 0.05f;
-  const std::vector<float> optimum = test::convexOptimum(weightDecay);
-  auto config = test::algorithmCluster("streaming-diloco", 4, steps, lr, std::move(options));
-  config.peer.training.optimizer.weightDecay = weightDecay;
-  config.peer.training.batch = 64;
-  config.peer.training.compression = {kernels::parseCodec(codec), true};
-  const auto result = engine::runtime::runLocalCluster(config, test::registry(), test::smallData());
-  return {test::relativeError(test::meanOf(result.finals), optimum), result.consensus.distance,
-          result.peers[0].metrics.at("streaming-diloco.rounds")};
+  const auto result = test::runCompressed(
+      test::convexCluster("streaming-diloco", 4, steps, lr, std::move(options)), codec);
+  return {test::relativeError(test::meanOf(result.finals),
+                              test::convexOptimum(test::kConvexWeightDecay)),
+          result.consensus.distance, result.peers[0].metrics.at("streaming-diloco.rounds")};
 }
 
 // H = 6, three fragments two steps apart, each merged one step after it starts. One piece per
@@ -51,7 +47,7 @@ TEST_CASE(
   test::Watchdog watchdog(60s);
   for (const char* codec : {"int8", "topk:0.1"}) {
     const Outcome got = convexRun(fragmented(), codec, 400, 0.1);
-    INFO("streaming-diloco " << codec << ": " << got.error << " from the optimum");
+    INFO("streaming-diloco " << std::string(codec) << ": " << got.error << " from the optimum");
     CHECK(got.error < 0.05);
     CHECK(got.distance == 0);  // the float32 consensus of the thetas at the end
     // A round at every even step (200), then the last rounds of fragments 0 and 1 (fragment 2's
@@ -64,14 +60,10 @@ TEST_CASE(
 // part of the traffic there).
 double mlpBytes(const std::string& codec) {
   auto config = test::algorithmCluster("streaming-diloco", 4, 60, 0.1, fragmented());
-  config.peer.training.model = "mlp";
-  config.peer.training.modelConfig.hidden = {2048};
-  config.peer.training.compression = {kernels::parseCodec(codec), true};
-  const auto result = engine::runtime::runLocalCluster(config, test::registry(), test::smallData());
+  test::useMlp(config);
+  const auto result = test::runCompressed(config, codec);
   CHECK(result.consensus.distance == 0);
-  double bytes = 0;
-  for (const auto& p : result.peers) bytes += static_cast<double>(p.bytesSent);
-  return bytes / static_cast<double>(result.peers.size());
+  return test::bytesPerPeer(result);
 }
 
 TEST_CASE("compression: streaming-diloco sends its fragments in int8's share of float32's bytes") {

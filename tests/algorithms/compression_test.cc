@@ -8,7 +8,7 @@
 #include <doctest/doctest.h>
 
 #include "kernels/codec.h"
-#include "tests/algorithms/algorithm_testing.h"
+#include "tests/algorithms/compression_testing.h"
 #include "tests/support/watchdog.h"
 
 namespace gossamer::algorithms {
@@ -24,17 +24,11 @@ struct Outcome {
 
 Outcome convexRun(const std::string& algorithm, engine::OptionValues options,
                   const std::string& codec, std::uint64_t steps, double lr) {
-  const float weightDecay = 0.05f;
-  const std::vector<float> optimum = test::convexOptimum(weightDecay);
-  auto config = test::algorithmCluster(algorithm, 4, steps, lr, std::move(options));
-  config.peer.training.optimizer.weightDecay = weightDecay;
-  config.peer.training.batch = 64;
-  config.peer.training.compression = {kernels::parseCodec(codec), true};
-  const auto result = engine::runtime::runLocalCluster(config, test::registry(), test::smallData());
-  double bytes = 0;
-  for (const auto& p : result.peers) bytes += static_cast<double>(p.bytesSent);
-  return {test::relativeError(test::meanOf(result.finals), optimum), result.consensus.distance,
-          bytes / static_cast<double>(result.peers.size())};
+  const auto result =
+      test::runCompressed(test::convexCluster(algorithm, 4, steps, lr, std::move(options)), codec);
+  return {test::relativeError(test::meanOf(result.finals),
+                              test::convexOptimum(test::kConvexWeightDecay)),
+          result.consensus.distance, test::bytesPerPeer(result)};
 }
 
 TEST_CASE("compression: allreduce-sgd reaches the convex optimum with every codec, peers identical") {
@@ -42,7 +36,7 @@ TEST_CASE("compression: allreduce-sgd reaches the convex optimum with every code
   const Outcome plain = convexRun("allreduce-sgd", {}, "none", 400, 0.1);
   for (const char* codec : {"fp16", "bf16", "int8", "int4", "topk:0.1", "randk:0.25"}) {
     const Outcome got = convexRun("allreduce-sgd", {}, codec, 400, 0.1);
-    INFO(codec << ": distance to the optimum " << got.error << " (float32: " << plain.error << ")");
+    INFO(std::string(codec) << ": distance to the optimum " << got.error << " (float32: " << plain.error << ")");
     CHECK(got.error < 0.05);
     CHECK(got.distance == 0);  // every member applies the same decoded mean
   }
@@ -52,14 +46,10 @@ TEST_CASE("compression: allreduce-sgd reaches the convex optimum with every code
 // part of the traffic there, unlike with the 68 parameters of the convex problem).
 double mlpBytes(const std::string& codec) {
   auto config = test::algorithmCluster("allreduce-sgd", 4, 50, 0.1);
-  config.peer.training.model = "mlp";
-  config.peer.training.modelConfig.hidden = {2048};
-  config.peer.training.compression = {kernels::parseCodec(codec), true};
-  const auto result = engine::runtime::runLocalCluster(config, test::registry(), test::smallData());
+  test::useMlp(config);
+  const auto result = test::runCompressed(config, codec);
   CHECK(result.consensus.distance == 0);
-  double bytes = 0;
-  for (const auto& p : result.peers) bytes += static_cast<double>(p.bytesSent);
-  return bytes / static_cast<double>(result.peers.size());
+  return test::bytesPerPeer(result);
 }
 
 TEST_CASE("compression: each codec sends the share of float32's bytes its layout says") {
@@ -71,7 +61,7 @@ TEST_CASE("compression: each codec sends the share of float32's bytes its layout
       {"fp16", 0.5}, {"int8", 0.254}, {"int4", 0.129}, {"topk:0.01", 0.02}};
   for (const auto& [codec, share] : expected) {
     const double ratio = mlpBytes(codec) / plain;
-    INFO(codec << ": " << ratio << " of float32's bytes, expected " << share << " + headers");
+    INFO(std::string(codec) << ": " << ratio << " of float32's bytes, expected " << share << " + headers");
     CHECK(ratio >= share);
     CHECK(ratio < share + 0.03);
   }
@@ -81,7 +71,7 @@ TEST_CASE("compression: local-sgd averages compressed changes and ends with iden
   test::Watchdog watchdog(180s);
   for (const char* codec : {"int8", "topk:0.1"}) {
     const Outcome got = convexRun("local-sgd", {{"tau", "4"}}, codec, 400, 0.1);
-    INFO("local-sgd " << codec << ": " << got.error);
+    INFO("local-sgd " << std::string(codec) << ": " << got.error);
     CHECK(got.error < 0.05);
     CHECK(got.distance == 0);  // the last round's mean is the same bits everywhere
   }
@@ -91,12 +81,12 @@ TEST_CASE("compression: dts and diloco reach the convex optimum's neighbourhood 
   test::Watchdog watchdog(240s);
   for (const char* codec : {"int8", "topk:0.1"}) {
     const Outcome dts = convexRun("dts", {{"delay", "2"}, {"period", "2"}}, codec, 400, 0.1);
-    INFO("dts " << codec << ": " << dts.error);
+    INFO("dts " << std::string(codec) << ": " << dts.error);
     CHECK(dts.error < 0.05);
     const Outcome diloco =
         convexRun("diloco", {{"h", "10"}, {"outer-lr", "1"}, {"outer-momentum", "0"}}, codec,
                   400, 0.1);
-    INFO("diloco " << codec << ": " << diloco.error);
+    INFO("diloco " << std::string(codec) << ": " << diloco.error);
     CHECK(diloco.error < 0.05);
   }
 }

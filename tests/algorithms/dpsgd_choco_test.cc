@@ -15,7 +15,7 @@
 #include "algorithms/dpsgd.h"
 #include "engine/builtin.h"
 #include "kernels/codec.h"
-#include "tests/algorithms/algorithm_testing.h"
+#include "tests/algorithms/compression_testing.h"
 #include "tests/algorithms/forwarding_context.h"
 #include "tests/support/watchdog.h"
 
@@ -25,15 +25,12 @@ namespace {
 using namespace std::chrono_literals;
 
 engine::runtime::ClusterResult run(engine::runtime::ClusterConfig config, const std::string& codec) {
-  config.peer.training.compression = {kernels::parseCodec(codec), true};
-  return engine::runtime::runLocalCluster(config, test::registry(), test::smallData());
+  return test::runCompressed(std::move(config), codec);
 }
 
 double counted(const engine::runtime::ClusterResult& result, std::size_t peer,
                const std::string& metric) {
-  const auto& metrics = result.peers[peer].metrics;
-  const auto it = metrics.find(metric);
-  return it == metrics.end() ? 0 : it->second;
+  return test::metricOf(result.peers[peer], metric);
 }
 
 TEST_CASE("dpsgd compressed: with learning rate 0 the network mean is kept and a ring reaches it") {
@@ -61,14 +58,10 @@ TEST_CASE("dpsgd compressed: with learning rate 0 the network mean is kept and a
 
 TEST_CASE("dpsgd compressed: reaches the convex optimum's neighbourhood with every codec") {
   test::Watchdog watchdog(240s);
-  const float weightDecay = 0.05f;
-  const std::vector<float> optimum = test::convexOptimum(weightDecay);
+  const std::vector<float> optimum = test::convexOptimum(test::kConvexWeightDecay);
   for (const char* codec : {"fp16", "bf16", "int8", "int4", "topk:0.1", "randk:0.25"}) {
     INFO(std::string(codec));
-    auto config = test::algorithmCluster("dpsgd", 4, 400, 0.1);
-    config.peer.training.optimizer.weightDecay = weightDecay;
-    config.peer.training.batch = 64;
-    const auto result = run(config, codec);
+    const auto result = run(test::convexCluster("dpsgd", 4, 400, 0.1), codec);
     CHECK(test::relativeError(test::meanOf(result.finals), optimum) < 0.05);
     CHECK(result.consensus.distance < 0.01);
   }
@@ -78,12 +71,8 @@ TEST_CASE("dpsgd compressed: int8 sends a quarter of float32's bytes, top-k 1% a
   test::Watchdog watchdog(180s);
   auto bytes = [](const char* codec) {
     auto config = test::algorithmCluster("dpsgd", 4, 50, 0.1);
-    config.peer.training.model = "mlp";
-    config.peer.training.modelConfig.hidden = {2048};
-    const auto result = run(config, codec);
-    double sum = 0;
-    for (const auto& p : result.peers) sum += static_cast<double>(p.bytesSent);
-    return sum;
+    test::useMlp(config);
+    return test::bytesPerPeer(run(config, codec));
   };
   const double plain = bytes("none");
   // 50 steps, the first an anchor in float32: (1 + 49 x share) / 50 of float32's bytes.
@@ -178,14 +167,10 @@ struct LossyDpsgd {
 
 TEST_CASE("dpsgd compressed: lost models are healed by anchors on request, and training goes on") {
   test::Watchdog watchdog(120s);
-  const float weightDecay = 0.05f;
-  const std::vector<float> optimum = test::convexOptimum(weightDecay);
+  const std::vector<float> optimum = test::convexOptimum(test::kConvexWeightDecay);
   LossyDpsgd lossy(0.1);
-  auto config = test::algorithmCluster("dpsgd", 4, 400, 0.1);
-  config.peer.training.optimizer.weightDecay = weightDecay;
-  config.peer.training.batch = 64;
-  config.peer.training.compression = {kernels::parseCodec("int8"), true};
-  const auto result = engine::runtime::runLocalCluster(config, lossy.registry, test::smallData());
+  const auto result =
+      test::runCompressed(test::convexCluster("dpsgd", 4, 400, 0.1), "int8", lossy.registry);
   for (std::size_t i = 0; i < 4; ++i) {
     CAPTURE(i);
     const double lost = counted(result, i, "test.lost");

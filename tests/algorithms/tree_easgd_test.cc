@@ -27,21 +27,14 @@ TEST_CASE("tree-easgd: with learning rate 0 the models reach a consensus inside 
   const auto result = engine::runtime::runLocalCluster(config, test::registry(), test::smallData());
   REQUIRE(result.finals.size() == peers);
   const std::size_t n = result.finals[0].params.size();
-  std::vector<float> low(n, INFINITY), high(n, -INFINITY);
-  for (std::size_t r = 0; r < peers; ++r) {
-    const std::vector<float> w = test::distinctParams(r, n);
-    for (std::size_t k = 0; k < n; ++k) {
-      low[k] = std::min(low[k], w[k]);
-      high[k] = std::max(high[k], w[k]);
-    }
-  }
+  const test::Hull hull = test::hullOfDistinct(peers, n);
   const std::vector<float> mean = test::meanOf(result.finals);
   for (const auto& s : result.finals) {
     CHECK(test::maxAbsDiff(s.params, mean) < 1e-4);
     for (std::size_t k = 0; k < n; ++k) {
       INFO("coordinate " << k << " of peer " << s.peer);
-      CHECK(s.params[k] >= low[k] - 1e-5f);
-      CHECK(s.params[k] <= high[k] + 1e-5f);
+      CHECK(s.params[k] >= hull.low[k] - 1e-5f);
+      CHECK(s.params[k] <= hull.high[k] + 1e-5f);
     }
   }
   CHECK(result.consensus.distance < 1e-6);
