@@ -31,6 +31,8 @@ void ElasticCenter::setup(engine::PeerContext& ctx) {
   step_ = ctx.step();
   if (delta_.size() != ctx.params().size())
     delta_ = ctx.compute().allocate<float>(ctx.params().size());
+  if (ctx.compression().enabled() && sent_.size() != ctx.params().size())
+    sent_ = ctx.compute().allocate<float>(ctx.params().size());
   ctx.metrics().set(metric("alpha"), alpha_);
 
   const bool isCenter = centerPeer_ == ctx.self();
@@ -202,9 +204,15 @@ void ElasticCenter::exchange(engine::PeerContext& ctx) {
   kernels::Compute& compute = ctx.compute();
   const auto a = static_cast<float>(alpha_);
   compute.weightedSum(delta_, {{a, ctx.params()}, {-a, center}});  // delta = alpha (w_i - w~)
-  compute.axpby(ctx.params(), -1.0f, delta_, 1.0f);                // w_i = w_i - delta
-  ctx.notify(centerPeer_,
-             engine::Message{.kind = kDelta, .step = ctx.step(), .payloads = {delta_.span()}});
+  engine::Message message{.kind = kDelta, .step = ctx.step(), .payloads = {delta_.span()}};
+  // With a codec the delta is encoded as it leaves (notify encodes before it returns), with no
+  // residual: what the codec drops stays in w_i - w~ and is in the next delta (see the header
+  // comment). w_i gives up exactly the decoded bits that the center adds, so w_i + w~ stays
+  // conserved.
+  const bool compressed = ctx.compression().enabled();
+  if (compressed) message.compressible = {{.payload = 0, .sent = sent_}};
+  ctx.notify(centerPeer_, message);                                       // the center: w~ += sent
+  compute.axpby(ctx.params(), -1.0f, compressed ? sent_ : delta_, 1.0f);  // w_i = w_i - sent
   ctx.metrics().add(metric("exchanges"), 1);
 }
 

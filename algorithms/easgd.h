@@ -6,7 +6,9 @@
 //   communication    star: every worker pulls from and pushes to the center, asynchronously
 //   messages / step  3 / tau per worker (a pull request, its reply carrying w~, the delta); the
 //                    center serves 2 n / tau and sends n / tau
-//   bytes on wire    2 x |w| x 4 / tau per step and worker (w~ down, delta up)
+//   bytes on wire    2 x |w| x 4 / tau per step and worker (w~ down, delta up); with --compress C
+//                    |w| x (4 + C's bytes per element) / tau (the delta in C, w~ in float32):
+//                    int8 (1 + 0.254) / 2 of float32's
 //   round trips      prefetch = 0: one blocking pull every tau steps, in the step path;
 //                    prefetch = K > 0: none (the pull leaves K steps ahead; waited for only when
 //                    its reply is not there yet, "<name>.late")
@@ -14,8 +16,8 @@
 //                    older than deltas already in flight (the rule stays symmetric regardless);
 //                    with prefetch K, w~ is K local steps older still
 //   invariant        with lr 0: sum_i w_i + w~ is conserved by every exchange (delta moves from
-//                    one side to the other), so all of them meet at (sum_i w_i(0) + w~(0)) / (n +
-//                    1)
+//                    one side to the other; compressed, its decoded bits), so all of them meet at
+//                    (sum_i w_i(0) + w~(0)) / (n + 1)
 //
 // The center variable w~ lives on the star's center peer (ctx.graph().root(); default topology
 // "star"), in host memory owned by the algorithm and guarded by a mutex, because serve() reads and
@@ -50,6 +52,24 @@
 // --lr 0.025, tau 8, a loaded 2-core machine): lan K = 0 84.97% / 85.15%, K = 2 85.22% / 85.11%;
 // --network geo K = 0 85.26% in 29.7 s (56% of the time waiting on communication), K = 4 85.22%
 // in 24.3 s (9%; a wait for a late reply in the inbox is not counted there). Set it on slow links.
+//
+// Compressed (--compress C). The delta travels through the run's codec (Message::compressible):
+// notify() takes the compute thread's send path (Messenger::send), which encodes it before it
+// returns, and Compressible::sent gives the worker the float32 values the center decodes. The
+// worker gives up exactly those bits, the center adds them (with the same axpby as uncompressed):
+//   q = decode(C(delta));  w_i = w_i - q;  notify(center, C(delta))   // the center: w~ = w~ + q
+// so sum_i w_i + w~ is conserved as without a codec (up to float rounding). No residual is kept,
+// and --error-feedback does not apply: what C drops is not lost, it stays in w_i - w~, and the next
+// exchange sends alpha of that gap again. A residual on top would count it twice: an element that
+// top-k leaves out for K exchanges would leave with K alpha of its gap at once and overshoot once K
+// alpha > 1; measured with one (4 peers, top-k 10%), the convex test problem ended 7e3 from its
+// optimum and models pulled with learning rate 0 drifted 1e3 apart (0.006 and under 1e-3 without).
+// The pull's reply, w~, stays float32, as every serve() reply does: it is a model, not a change,
+// and compressing it would need the center to keep an estimate of w~ per worker (CHOCO-SGD's public
+// estimates) and an encoder on the io thread where serve() runs. The handover of w~, the joiner's
+// pull and finish()'s last pull are float32 too. Measured on the convex problem (4 peers, tau 2):
+// 0.006-0.010 from the optimum with int8 and top-k 10%, as with float32; on an MLP of 43k
+// parameters int8 sent 0.633 of float32's bytes per peer.
 //
 // Options: alpha is the per-exchange moving rate of both sides (the paper's alpha = eta rho);
 // 0 picks the paper's beta = n alpha = 0.9. Progress: sum_i w_i + w~ moves only by the n workers'
@@ -209,6 +229,7 @@ class ElasticCenter {
   double alpha_ = 0;
   engine::PeerId centerPeer_ = 0;
   kernels::Buffer<float> delta_;        // the Compute's memory
+  kernels::Buffer<float> sent_;         // with a codec: decode(C(delta)), what w_i gives up
   std::atomic<std::uint64_t> step_{0};  // the compute thread's step, for replies to joiners
   // The prefetched pull in flight (compute thread): its tag, the peer asked, and the step before
   // which its exchange is due.

@@ -5,8 +5,6 @@
 #include "algorithms/easgd.h"
 
 #include <atomic>
-#include <memory>
-#include <mutex>
 #include <thread>
 
 #include <doctest/doctest.h>
@@ -14,65 +12,13 @@
 #include "engine/train/optimizer.h"
 #include "net/inproc/inproc_transport.h"
 #include "tests/algorithms/algorithm_testing.h"
+#include "tests/algorithms/easgd_testing.h"
 #include "tests/support/watchdog.h"
 
 namespace gossamer::algorithms {
 namespace {
 
 using namespace std::chrono_literals;
-
-// Runs an A made by the registry and, when its peer tears it down (after the peer's io thread has
-// stopped, so every delta sent to it has been applied), records the center variable w~ it holds.
-template <typename A>
-class Probe final : public engine::Algorithm {
- public:
-  using Centers = std::vector<std::vector<float>>;
-  Probe(std::unique_ptr<A> inner, std::shared_ptr<std::mutex> mutex, std::shared_ptr<Centers> out)
-      : inner_(std::move(inner)), mutex_(std::move(mutex)), out_(std::move(out)) {}
-  ~Probe() override {
-    if (std::optional<std::vector<float>> center = inner_->elastic().center()) {
-      std::lock_guard lock(*mutex_);
-      out_->push_back(std::move(*center));
-    }
-  }
-  std::string name() const override { return inner_->name(); }
-  void setup(engine::PeerContext& ctx) override { inner_->setup(ctx); }
-  double step(engine::PeerContext& ctx) override { return inner_->step(ctx); }
-  void finish(engine::PeerContext& ctx) override { inner_->finish(ctx); }
-  void serve(engine::ServiceContext& ctx, const engine::Incoming& request) override {
-    inner_->serve(ctx, request);
-  }
-
- private:
-  std::unique_ptr<A> inner_;
-  std::shared_ptr<std::mutex> mutex_;
-  std::shared_ptr<Centers> out_;
-};
-
-// The built-in registry plus "probe", which runs `name` (easgd or eamsgd) in a Probe.
-template <typename A>
-struct ProbedRegistry {
-  engine::Registry registry = makeRegistry();
-  std::shared_ptr<std::mutex> mutex = std::make_shared<std::mutex>();
-  std::shared_ptr<typename Probe<A>::Centers> centers =
-      std::make_shared<typename Probe<A>::Centers>();
-
-  explicit ProbedRegistry(const std::string& name) {
-    engine::AlgorithmSpec spec = registry.algorithms.get(name);
-    spec.make = [make = spec.make, m = mutex, c = centers](const engine::OptionValues& values) {
-      std::unique_ptr<A> inner(static_cast<A*>(make(values).release()));
-      return std::make_unique<Probe<A>>(std::move(inner), m, c);
-    };
-    registry.algorithms.add("probe", "records the center of " + name, std::move(spec));
-  }
-
-  // w~ at the end of the run (one peer held the center when nobody left).
-  std::vector<float> center() const {
-    std::lock_guard lock(*mutex);
-    REQUIRE(centers->size() == 1);
-    return centers->front();
-  }
-};
 
 // Learning rate 0, and every worker keeps its own model at the end (final_center=false): every
 // exchange moves delta = alpha (w_i - w~) from w_i to w~, so sum_i w_i + w~
@@ -87,39 +33,12 @@ void checkConservedSum(const std::string& name, std::uint64_t tau = 1, std::uint
   test::Watchdog watchdog(120s);
   const std::size_t peers = 4;
   const std::uint64_t steps = 300;
-  ProbedRegistry<A> probed(name);
-  auto config = test::algorithmCluster("probe", peers, steps, 0.0,
-                                       {{"tau", std::to_string(tau)},
-                                        {"prefetch", std::to_string(prefetch)},
-                                        {"final_center", "false"}});
-  if (name == "eamsgd")
-    config.peer.training.optimizer.kind = engine::train::OptimizerKind::kNesterov;
-  config.peer.training.minStepTime = 1ms;  // exchanges must keep up with the steps
-  config.peer.training.initialParams = test::distinctParams;
-  const auto result = engine::runtime::runLocalCluster(config, probed.registry, test::smallData());
-  REQUIRE(result.finals.size() == peers);
-  const std::size_t n = result.finals[0].params.size();
-  const std::vector<float> center = probed.center();
-  REQUIRE(center.size() == n);
-
-  std::vector<double> initial(n, 0.0), final(n, 0.0);
-  for (std::size_t r = 0; r < peers; ++r) {
-    const std::vector<float> w = test::distinctParams(r, n);
-    for (std::size_t k = 0; k < n; ++k) initial[k] += w[k];
-  }
-  const std::vector<float> center0 = test::distinctParams(0, n);
-  for (std::size_t k = 0; k < n; ++k) initial[k] += center0[k];
-  for (const auto& s : result.finals)
-    for (std::size_t k = 0; k < n; ++k) final[k] += s.params[k];
-  for (std::size_t k = 0; k < n; ++k) final[k] += center[k];
-  CHECK(test::maxAbsDiff(std::vector<float>(final.begin(), final.end()),
-                         std::vector<float>(initial.begin(), initial.end())) < 1e-4);
-
-  std::vector<float> fixedPoint(n);
-  for (std::size_t k = 0; k < n; ++k)
-    fixedPoint[k] = static_cast<float>(initial[k] / static_cast<double>(peers + 1));
-  CHECK(test::maxAbsDiff(center, fixedPoint) < 1e-4);
-  for (const auto& s : result.finals) CHECK(test::maxAbsDiff(s.params, fixedPoint) < 1e-4);
+  const ElasticSums sums = runWithLearningRateZero<A>(
+      name, peers, steps, {{"tau", std::to_string(tau)}, {"prefetch", std::to_string(prefetch)}});
+  const auto& result = sums.result;
+  CHECK(sumDrift(sums) < 1e-4);
+  CHECK(test::maxAbsDiff(sums.center, sums.fixedPoint) < 1e-4);
+  for (const auto& s : result.finals) CHECK(test::maxAbsDiff(s.params, sums.fixedPoint) < 1e-4);
   for (const auto& p : result.peers) {
     CHECK(p.metrics.at(name + ".exchanges") == steps / tau);
     CHECK(p.metrics.count(name + ".missed") == 0);
