@@ -4,6 +4,7 @@
 #include <chrono>
 #include <iterator>
 
+#include "algorithms/public_estimates.h"
 #include "engine/base/enforce.h"
 #include "engine/base/log.h"
 #include "engine/train/optimizer.h"
@@ -151,10 +152,63 @@ std::optional<engine::Incoming> ElasticCenter::pull(engine::PeerContext& ctx) {
   // Replies to pulls that timed out earlier are of no use now.
   if (const std::size_t late = ctx.inbox().drain(kCenter).size(); late > 0)
     ctx.metrics().add(metric("late_replies"), static_cast<double>(late));
-  std::optional<engine::Incoming> reply = ctx.request(
-      centerPeer_, engine::Message{.kind = kPull, .step = ctx.step()}, pullTimeout(ctx));
+  std::optional<engine::Incoming> reply =
+      ctx.request(centerPeer_, pullMessage(ctx), pullTimeout(ctx));
   if (!usable(ctx, reply)) return std::nullopt;
   return reply;
+}
+
+engine::Message ElasticCenter::pullMessage(engine::PeerContext& ctx) const {
+  engine::Message message{.kind = kPull, .step = ctx.step()};
+  if (ctx.compression().enabled())
+    message.integers = {estimateFrom_ == centerPeer_ ? estimateSeq_ : 0};
+  return message;
+}
+
+std::optional<std::span<const float>> ElasticCenter::centerOf(engine::PeerContext& ctx,
+                                                              const engine::Incoming& reply) {
+  const std::span<const float> payload = reply.payload(0);
+  if (reply.integers.size() < 2) return payload;  // w~ itself
+  kernels::Compute& compute = ctx.compute();
+  const std::uint64_t form = reply.integers[0], seq = reply.integers[1];
+  if (form == PublicEstimates::kAnchor) {
+    if (estimate_.size() != payload.size()) estimate_ = compute.allocate<float>(payload.size());
+    compute.upload(estimate_.span(), payload);
+  } else if (form == PublicEstimates::kDifference && estimateFrom_ == reply.from &&
+             estimateSeq_ != 0 && seq == estimateSeq_ + 1 && estimate_.size() == payload.size()) {
+    const engine::DeviceView q = ctx.upload(payload);
+    compute.weightedSum(estimate_, {{1.0f, estimate_}, {1.0f, q}});  // as the center did
+  } else {
+    estimateSeq_ = 0;  // the next pull asks for an anchor
+    ctx.metrics().add(metric("missed"), 1);
+    return std::nullopt;
+  }
+  estimateFrom_ = reply.from;
+  estimateSeq_ = seq;
+  return estimate_.span();
+}
+
+void ElasticCenter::replyCompressed(engine::ServiceContext& ctx, const engine::Incoming& request,
+                                    std::uint64_t seen) {
+  kernels::Compute& host = ctx.hostCompute();
+  WorkerEstimate& worker = workerEstimates_[request.from];
+  engine::Message reply{.kind = kCenter, .step = step_};
+  if (seen != 0 && seen == worker.seq && worker.x.size() == center_.size()) {
+    replyDifference_.resize(center_.size());
+    replySent_.resize(center_.size());
+    host.weightedSum(replyDifference_, {{1.0f, center_}, {-1.0f, worker.x}});
+    reply.integers = {PublicEstimates::kDifference, ++worker.seq};
+    reply.payloads = {replyDifference_};
+    reply.compressible = {{.payload = 0, .sent = replySent_}};
+    ctx.reply(request, reply);  // encodes now: replySent_ holds what the worker decodes
+    host.weightedSum(worker.x, {{1.0f, worker.x}, {1.0f, replySent_}});
+    return;
+  }
+  reply.integers = {PublicEstimates::kAnchor, ++worker.seq};
+  reply.payloads = {center_};
+  ctx.reply(request, reply);
+  worker.x = center_;
+  ctx.metrics().add(metric("center_anchors"), 1);
 }
 
 void ElasticCenter::prefetch(engine::PeerContext& ctx, std::uint64_t at) {
@@ -166,7 +220,9 @@ void ElasticCenter::prefetch(engine::PeerContext& ctx, std::uint64_t at) {
   // A notify with a fresh tag: serve() answers it like a request, into this peer's inbox with
   // that tag (ServiceContext::reply), and nothing waits for it now.
   const std::uint64_t tag = ctx.tags().fresh();
-  ctx.notify(centerPeer_, engine::Message{.kind = kPull, .step = ctx.step(), .tag = tag});
+  engine::Message message = pullMessage(ctx);
+  message.tag = tag;
+  ctx.notify(centerPeer_, message);
   pending_ = Pending{.tag = tag, .from = centerPeer_, .step = at};
   ctx.metrics().add(metric("prefetches"), 1);
 }
@@ -200,7 +256,11 @@ void ElasticCenter::exchange(engine::PeerContext& ctx) {
       pending_ && pending_->step == ctx.step() && pending_->from == centerPeer_;
   const std::optional<engine::Incoming> reply = prefetched ? collect(ctx) : pull(ctx);
   if (!reply) return;
-  const engine::DeviceView center = ctx.upload(reply->payload(0));
+  const std::optional<std::span<const float>> received = centerOf(ctx, *reply);
+  if (!received) return;
+  const engine::DeviceView center =
+      received->data() == reply->payload(0).data() ? ctx.upload(*received)
+                                                   : engine::DeviceView(*received, nullptr);
   kernels::Compute& compute = ctx.compute();
   const auto a = static_cast<float>(alpha_);
   compute.weightedSum(delta_, {{a, ctx.params()}, {-a, center}});  // delta = alpha (w_i - w~)
@@ -218,8 +278,10 @@ void ElasticCenter::exchange(engine::PeerContext& ctx) {
 
 void ElasticCenter::finish(engine::PeerContext& ctx) {
   if (!options_.finalCenter) return;
-  const std::optional<engine::Incoming> reply = pull(ctx);
-  if (!reply) return;
+  // In float32 (no integers in the pull): the run ends on w~ itself, not on an estimate of it.
+  std::optional<engine::Incoming> reply = ctx.request(
+      centerPeer_, engine::Message{.kind = kPull, .step = ctx.step()}, pullTimeout(ctx));
+  if (!usable(ctx, reply)) return;
   ctx.compute().copy(ctx.params(), ctx.upload(reply->payload(0)));
   ctx.metrics().set(metric("final_center"), 1);
 }
@@ -232,6 +294,10 @@ void ElasticCenter::serve(engine::ServiceContext& ctx, const engine::Incoming& r
       if (!holdsCenter_) {
         ctx.reply(request, engine::Message{.kind = kCenter});
         ctx.metrics().add(metric("not_center"), 1);
+        return;
+      }
+      if (!request.integers.empty()) {
+        replyCompressed(ctx, request, request.integers[0]);
         return;
       }
       ctx.reply(request, engine::Message{.kind = kCenter, .step = step_, .payloads = {center_}});

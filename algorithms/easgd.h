@@ -64,12 +64,18 @@
 // top-k leaves out for K exchanges would leave with K alpha of its gap at once and overshoot once K
 // alpha > 1; measured with one (4 peers, top-k 10%), the convex test problem ended 7e3 from its
 // optimum and models pulled with learning rate 0 drifted 1e3 apart (0.006 and under 1e-3 without).
-// The pull's reply, w~, stays float32, as every serve() reply does: it is a model, not a change,
-// and compressing it would need the center to keep an estimate of w~ per worker (CHOCO-SGD's public
-// estimates) and an encoder on the io thread where serve() runs. The handover of w~, the joiner's
-// pull and finish()'s last pull are float32 too. Measured on the convex problem (4 peers, tau 2):
-// 0.006-0.010 from the optimum with int8 and top-k 10%, as with float32; on an MLP of 43k
-// parameters int8 sent 0.633 of float32's bytes per peer.
+// The pull's reply, w~, a model, travels as CHOCO-SGD's public estimates do (public_estimates.h),
+// one stream per worker: the center keeps the estimate x^_c->i of w~ that worker i holds and the
+// number of its last reply; a pull names the last reply number the worker took in. When they
+// match, the reply is q = C(w~ - x^_c->i) (encoded on the io thread; ServiceContext::reply), both
+// sides add the decoded q to their x^_c->i, and the worker uses x^_c->i as w~'. Otherwise (the
+// first pull, a lost or late reply, a new center) the reply is an anchor: w~ in float32, x^ = w~
+// on both sides ("<name>.center_anchors"). A difference that does not follow the worker's last
+// reply is a missed pull. The estimate's lag is the compression's cost: delta = alpha (w_i - x^),
+// still subtracted and added as the same bits, so the invariant holds. Memory: the center keeps
+// one host copy of w~ per worker. The handover of w~, the joiner's pull and finish()'s last pull
+// are float32 (finish() ends on w~ itself). Measured on the convex problem (4 peers, tau 2):
+// 0.006-0.010 from the optimum with int8 and top-k 10%, as with float32.
 //
 // Options: alpha is the per-exchange moving rate of both sides (the paper's alpha = eta rho);
 // 0 picks the paper's beta = n alpha = 0.9. Progress: sum_i w_i + w~ moves only by the n workers'
@@ -120,8 +126,10 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -219,6 +227,18 @@ class ElasticCenter {
   std::optional<engine::Incoming> collect(engine::PeerContext& ctx);
   // Whether a pull's reply carries a usable w~; else counted as missed.
   bool usable(engine::PeerContext& ctx, const std::optional<engine::Incoming>& reply);
+  // The pull message: with a codec, it names the last compressed reply taken in (see
+  // "Compressed").
+  engine::Message pullMessage(engine::PeerContext& ctx) const;
+  // w~ from a usable reply: its payload, or (a compressed reply) this worker's estimate of w~
+  // after the reply; nullopt (counted as missed) for a difference that does not follow the last
+  // reply taken in.
+  std::optional<std::span<const float>> centerOf(engine::PeerContext& ctx,
+                                                 const engine::Incoming& reply);
+  // Center side of a compressed pull (mutex_ held): an anchor or the difference from `worker`'s
+  // estimate of w~, `seen` being the last reply number the worker took in.
+  void replyCompressed(engine::ServiceContext& ctx, const engine::Incoming& request,
+                       std::uint64_t seen);
   engine::Clock::duration pullTimeout(engine::PeerContext& ctx) const;
   // Sends w~ to `to` and stops holding it.
   void handOver(engine::PeerContext& ctx, engine::PeerId to);
@@ -240,10 +260,25 @@ class ElasticCenter {
   };
   std::optional<Pending> pending_;
 
+  // With a codec, a worker's estimate of w~ (the Compute's memory): the sum of the compressed
+  // replies since an anchor from `estimateFrom_`, the last of them numbered `estimateSeq_` (0:
+  // no estimate).
+  kernels::Buffer<float> estimate_;
+  engine::PeerId estimateFrom_ = 0;
+  std::uint64_t estimateSeq_ = 0;
+
   mutable std::mutex mutex_;
   bool holdsCenter_ = false;    // guarded by mutex_
   std::vector<float> center_;   // w~, host memory; guarded by mutex_
   std::size_t modelSize_ = 0;   // from setup(), for handovers; guarded by mutex_
+  // The center's copy of each worker's estimate of w~ and the number of its last reply, and the
+  // scratch of a compressed reply (host memory; guarded by mutex_).
+  struct WorkerEstimate {
+    std::vector<float> x;
+    std::uint64_t seq = 0;
+  };
+  std::map<engine::PeerId, WorkerEstimate> workerEstimates_;
+  std::vector<float> replyDifference_, replySent_;
 };
 
 class Easgd final : public engine::Algorithm {

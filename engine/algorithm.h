@@ -84,7 +84,8 @@ struct Message {
   // The payloads that may travel compressed: with a codec other than none (PeerContext::
   // compression()), the runtime encodes them as they leave (on the compute thread, before send
   // returns; a residual is updated then) and the receiver decodes them into float32 before anyone
-  // sees them. Others, and every payload of a serve() reply, travel as float32.
+  // sees them. Others travel as float32. A serve() reply's marks are encoded on the io thread
+  // with ServiceContext::hostCompute(): its residuals and sent spans are host memory.
   std::vector<Compressible> compressible;
 };
 

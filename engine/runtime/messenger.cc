@@ -80,7 +80,8 @@ bool Messenger::send(std::span<const PeerId> to, const Message& message, Envelop
 bool Messenger::sendFromHost(std::span<const PeerId> to, const Message& message,
                              Envelope envelope, bool reply, Clock::duration wait) {
   if (to.empty()) return true;
-  WirePayloads wire = rawPayloads(message);
+  // Only serve()'s replies (io thread) may carry compressible marks here.
+  WirePayloads wire = reply ? codec_.encodeReply(message) : rawPayloads(message);
   std::optional<StagedBytes> bytes = staging_.stageFromHost(wire.bytes, reply, wait);
   if (!bytes) {
     logger()->warn("peer {:016x}: no {} buffer free; message of kind {} dropped", network_.self(),

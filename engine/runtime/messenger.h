@@ -63,9 +63,9 @@ class Messenger {
   // skipped (counted in sendFailures()).
   bool send(std::span<const PeerId> to, const Message& message, Envelope envelope,
             Clock::duration wait);
-  // Any thread: the same for host payloads, which travel as float32 (compression is for the
-  // compute thread's messages). A reply (io thread) takes a reply slot and never waits: without
-  // one it is dropped (the requester's wait ends at its deadline).
+  // Any thread: the same for host payloads, which travel as float32, except a reply's (io
+  // thread: serve()'s), whose compressible marks `codec` encodes there. A reply takes a reply
+  // slot and never waits: without one it is dropped (the requester's wait ends at its deadline).
   bool sendFromHost(std::span<const PeerId> to, const Message& message, Envelope envelope,
                     bool reply, Clock::duration wait);
 

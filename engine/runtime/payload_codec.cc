@@ -79,11 +79,12 @@ PayloadCodec::PayloadCodec(kernels::Compute& compute, kernels::Compute& hostComp
   kernels::validate(compression_.codec);
 }
 
-std::span<std::byte> PayloadCodec::scratch(std::size_t bytes) {
+std::span<std::byte> PayloadCodec::scratch(kernels::Compute& compute,
+                                           kernels::Buffer<std::byte>& buffer, std::size_t bytes) {
   // Grown, never shrunk. Freeing the old buffer waits for the device (cudaFree), so a copy still
   // reading it has ended.
-  if (scratch_.size() < bytes) scratch_ = compute_.allocate<std::byte>(bytes);
-  return scratch_.span().first(bytes);
+  if (buffer.size() < bytes) buffer = compute.allocate<std::byte>(bytes);
+  return buffer.span().first(bytes);
 }
 
 WirePayloads rawPayloads(const Message& message) {
@@ -95,6 +96,15 @@ WirePayloads rawPayloads(const Message& message) {
 }
 
 WirePayloads PayloadCodec::encode(const Message& message) {
+  return encodeWith(compute_, scratch_, message);
+}
+
+WirePayloads PayloadCodec::encodeReply(const Message& message) {
+  return encodeWith(hostCompute_, replyScratch_, message);
+}
+
+WirePayloads PayloadCodec::encodeWith(kernels::Compute& compute,
+                                      kernels::Buffer<std::byte>& buffer, const Message& message) {
   WirePayloads out = rawPayloads(message);
   if (!compression_.enabled() || message.compressible.empty()) return out;
 
@@ -118,7 +128,7 @@ WirePayloads PayloadCodec::encode(const Message& message) {
     capacities[i] = kernels::encodedBytes(compression_.codec, message.payloads[mark.payload].size());
     total = aligned(total + capacities[i]);
   }
-  const std::span<std::byte> space = scratch(total);
+  const std::span<std::byte> space = scratch(compute, buffer, total);
   for (std::size_t i = 0; i < message.compressible.size(); ++i) {
     const Compressible& mark = message.compressible[i];
     const std::span<const float> input = message.payloads[mark.payload];
@@ -126,11 +136,11 @@ WirePayloads PayloadCodec::encode(const Message& message) {
     const std::span<float> residual =
         compression_.errorFeedback ? mark.residual : std::span<float>();
     const std::size_t used =
-        compute_.encode(compression_.codec, input, residual, target,
-                        data::detail::mixSeed(seed_, draws_++));
+        compute.encode(compression_.codec, input, residual, target,
+                       data::detail::mixSeed(seed_, draws_++));
     if (!mark.sent.empty())
-      compute_.decode(compression_.codec, target.first(used), mark.sent,
-                      kernels::DecodeMode::kOverwrite);
+      compute.decode(compression_.codec, target.first(used), mark.sent,
+                     kernels::DecodeMode::kOverwrite);
     out.bytes.spans[mark.payload] = target.first(used);
     out.descriptors[mark.payload] = {used, net::wire::Dtype::bytes, input.size(),
                                      encodingOf(compression_.codec)};

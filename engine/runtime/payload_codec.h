@@ -12,10 +12,12 @@
 // a float32 host buffer, so an algorithm always reads float32. A malformed payload is refused
 // with a message naming the problem, and its message is dropped.
 //
-// Threading: encode() on the compute thread (it uses the peer's Compute); decode() on the io
-// thread (it uses a host Compute of its own). The two share nothing.
+// Threading: encode() on the compute thread (it uses the peer's Compute); decode() and
+// encodeReply() (serve()'s replies) on the io thread (they use a host Compute of their own). The
+// two sides share nothing but the counters (atomic).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -74,6 +76,9 @@ class PayloadCodec {
   // Throws gossamer::Error on a bad mark (an index past the payloads, a residual or a sent span
   // of the wrong length).
   WirePayloads encode(const Message& message);
+  // Io thread: the same for a serve() reply, encoded with the host Compute (its residuals and
+  // sent spans are host memory) into scratch of its own, valid until the next encodeReply().
+  WirePayloads encodeReply(const Message& message);
 
   // Io thread. The float32 data of a received payload: `bytes` itself when it is float32, else
   // decoded per its descriptor.
@@ -85,17 +90,21 @@ class PayloadCodec {
   std::uint64_t wireBytesEncoded() const { return wireBytes_; }
 
  private:
-  std::span<std::byte> scratch(std::size_t bytes);
+  WirePayloads encodeWith(kernels::Compute& compute, kernels::Buffer<std::byte>& buffer,
+                          const Message& message);
+  static std::span<std::byte> scratch(kernels::Compute& compute,
+                                      kernels::Buffer<std::byte>& buffer, std::size_t bytes);
 
   kernels::Compute& compute_;
   kernels::Compute& hostCompute_;
   PayloadCompression compression_;
   std::uint64_t seed_;
-  std::uint64_t draws_ = 0;  // payloads encoded so far: each random-k draw gets its own seed
+  std::atomic<std::uint64_t> draws_{0};  // payloads encoded: each random-k draw its own seed
   std::function<net::Payload(std::size_t)> slot_;
   std::size_t maxDecodedBytes_;
-  kernels::Buffer<std::byte> scratch_;
-  std::uint64_t encodedPayloads_ = 0, rawBytes_ = 0, wireBytes_ = 0;
+  kernels::Buffer<std::byte> scratch_;       // compute thread
+  kernels::Buffer<std::byte> replyScratch_;  // io thread
+  std::atomic<std::uint64_t> encodedPayloads_{0}, rawBytes_{0}, wireBytes_{0};
 };
 
 }  // namespace gossamer::engine::runtime

@@ -2,7 +2,11 @@
 // travels through the codec and the worker gives up exactly the decoded bits that the center adds,
 // so sum_i w_i + w~ is still conserved; what the codec drops stays in w_i - w~ (no residual), and
 // the convex optimum's neighbourhood is still reached with top-k (a residual on top diverges
-// there); with int8 only the deltas shrink (the pulled w~ stays float32).
+// there); the pulled w~ travels as differences from the worker's estimate of it, anchored again
+// after a lost reply.
+#include <memory>
+#include <mutex>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -11,7 +15,9 @@
 #include "algorithms/easgd.h"
 #include "engine/train/optimizer.h"
 #include "kernels/codec.h"
-#include "tests/algorithms/algorithm_testing.h"
+#include "algorithms/builtin.h"
+#include "tests/algorithms/compression_testing.h"
+#include "tests/algorithms/forwarding_context.h"
 #include "tests/algorithms/easgd_testing.h"
 #include "tests/support/watchdog.h"
 
@@ -102,29 +108,97 @@ TEST_CASE("compression: eamsgd reaches the convex optimum's neighbourhood with i
 // part of the traffic there).
 double mlpBytes(const std::string& codec) {
   auto config = test::algorithmCluster("easgd", 4, 64, 0.1, {{"tau", "2"}});
-  config.peer.training.model = "mlp";
-  config.peer.training.modelConfig.hidden = {2048};
-  config.peer.training.compression = {kernels::parseCodec(codec), true};
-  const auto result = engine::runtime::runLocalCluster(config, test::registry(), test::smallData());
-  double bytes = 0;
-  for (const auto& p : result.peers) {
-    bytes += static_cast<double>(p.bytesSent);
-    CHECK(p.metrics.count("easgd.missed") == 0);
-  }
-  return bytes / static_cast<double>(result.peers.size());
+  test::useMlp(config);
+  const auto result = test::runCompressed(config, codec);
+  for (const auto& p : result.peers) CHECK(p.metrics.count("easgd.missed") == 0);
+  // Nothing lost: one anchor per worker (the center's own worker included), then differences.
+  if (codec != "none") CHECK(test::metricOf(result.peers[0], "easgd.center_anchors") == 4);
+  return test::bytesPerPeer(result);
 }
 
-TEST_CASE("compression: easgd sends its deltas in int8's share of float32's bytes, w~ in float32") {
+TEST_CASE("compression: easgd sends its deltas and its pulls in int8's share of float32's bytes") {
   test::Watchdog watchdog(60s);
   const double plain = mlpBytes("none");
   const double ratio = mlpBytes("int8") / plain;
-  // The deltas up in int8 (1 byte per element + a 4-byte scale per 256: 0.254 of float32), the
-  // pulled w~ down in float32, as many of each (32 exchanges; finish()'s last pull adds one more
-  // w~: 0.633), with headers on top.
-  const double share = (0.254 + 1) / 2;
+  // 32 exchanges per worker: 32 deltas up and 31 pulled differences down in int8 (1 byte per
+  // element + a 4-byte scale per 256: 0.254 of float32), the first pull's anchor and finish()'s
+  // last pull in float32, of 65 models' worth uncompressed; headers on top.
+  const double share = (63 * 0.254 + 2) / 65;
   INFO("int8: " << ratio << " of float32's bytes, expected " << share << " + headers");
-  CHECK(ratio >= share);
-  CHECK(ratio < share + 0.03);
+  CHECK(ratio >= share - 0.002);
+  CHECK(ratio < share + 0.02);
+}
+
+// easgd whose pulls lose each reply with probability `loss` (as if it timed out).
+struct LossyPulls {
+  explicit LossyPulls(double loss) : shared(std::make_shared<Shared>(loss)) {}
+  struct Shared {
+    explicit Shared(double loss) : loss(loss) {}
+    double loss;
+    std::mutex mutex;
+    std::mt19937_64 rng{5};
+  };
+  class Context final : public test::ForwardingContext {
+   public:
+    Context(engine::PeerContext& inner, Shared& shared) : ForwardingContext(inner), shared_(shared) {}
+    std::optional<engine::Incoming> request(engine::PeerId to, const engine::Message& message,
+                                            engine::Clock::duration timeout) override {
+      std::optional<engine::Incoming> reply = inner_.request(to, message, timeout);
+      std::lock_guard lock(shared_.mutex);
+      if (message.kind == ElasticCenter::kPull && !message.integers.empty() &&
+          std::uniform_real_distribution<double>(0, 1)(shared_.rng) < shared_.loss) {
+        inner_.metrics().add("test.lost", 1);
+        return std::nullopt;
+      }
+      return reply;
+    }
+
+   private:
+    Shared& shared_;
+  };
+  class Shell final : public test::AlgorithmShell {
+   public:
+    Shell(std::unique_ptr<engine::Algorithm> inner, std::shared_ptr<Shared> shared)
+        : AlgorithmShell(std::move(inner)), shared_(std::move(shared)) {}
+
+   protected:
+    std::unique_ptr<engine::PeerContext> wrap(engine::PeerContext& ctx) override {
+      return std::make_unique<Context>(ctx, *shared_);
+    }
+
+   private:
+    std::shared_ptr<Shared> shared_;
+  };
+
+  std::shared_ptr<Shared> shared;
+  engine::Registry registry = [this] {
+    engine::Registry r = makeRegistry();
+    engine::AlgorithmSpec spec = r.algorithms.get("easgd");
+    spec.make = [make = spec.make, shared = shared](const engine::OptionValues& values) {
+      return std::unique_ptr<engine::Algorithm>(std::make_unique<Shell>(make(values), shared));
+    };
+    r.algorithms.add("lossy-easgd", "easgd losing pulled replies", std::move(spec));
+    return r;
+  }();
+};
+
+TEST_CASE("compression: easgd's lost pulled replies are answered by anchors, and it converges") {
+  test::Watchdog watchdog(60s);
+  LossyPulls lossy(0.15);
+  auto config = test::convexCluster("lossy-easgd", 4, 1500, 0.1, {{"tau", "2"}});
+  config.peer.training.minStepTime = 1ms;  // as convexRun's
+  config.peer.training.schedule.kind = engine::train::LrSchedule::kCosine;
+  const auto result = test::runCompressed(config, "int8", lossy.registry);
+  double lost = 0;
+  for (const auto& p : result.peers) lost += test::metricOf(p, "test.lost");
+  CHECK(lost > 60);  // 15% of 4 x 750 pulls
+  // Each lost reply leaves its worker's estimate behind the center's copy: the next pull gets an
+  // anchor (the first pulls too), unless it was the last.
+  const double anchors = test::metricOf(result.peers[0], "easgd.center_anchors");
+  CHECK(anchors >= 4 + lost - 4);
+  CHECK(anchors <= 4 + lost);
+  CHECK(test::relativeError(test::meanOf(result.finals),
+                            test::convexOptimum(test::kConvexWeightDecay)) < 0.03);
 }
 
 }  // namespace

@@ -145,6 +145,27 @@ TEST_CASE("payload codec: a mark's sent span gets exactly the values the receive
   }
 }
 
+TEST_CASE("payload codec: a reply is encoded with the host Compute, apart from the compute side") {
+  const std::size_t n = 600;
+  const std::vector<float> a = randomVector(n, 6), b = randomVector(n, 7);
+  std::vector<float> sentA(n), sentB(n);
+  Pair pair({kernels::parseCodec("int8"), true});
+  // One encode on each side, then both read back: neither overwrote the other's scratch.
+  const WirePayloads fromCompute =
+      pair.codec.encode(Message{.payloads = {a}, .compressible = {{.payload = 0, .sent = sentA}}});
+  const WirePayloads reply = pair.codec.encodeReply(
+      Message{.payloads = {b}, .compressible = {{.payload = 0, .sent = sentB}}});
+  CHECK(reply.descriptors[0].encoding.codec == net::wire::PayloadEncoding::Codec::int8);
+  CHECK(fromCompute.bytes.spans[0].data() != reply.bytes.spans[0].data());
+  const DecodedPayload gotA = pair.roundTrip(fromCompute, 0);
+  const DecodedPayload gotB = pair.roundTrip(reply, 0);
+  REQUIRE(gotA.error.empty());
+  REQUIRE(gotB.error.empty());
+  CHECK(std::memcmp(gotA.data.data(), sentA.data(), n * sizeof(float)) == 0);
+  CHECK(std::memcmp(gotB.data.data(), sentB.data(), n * sizeof(float)) == 0);
+  CHECK(pair.codec.encodedPayloads() == 2);
+}
+
 TEST_CASE("payload codec: bad marks are misuse") {
   const std::vector<float> a(10, 1.0f);
   std::vector<float> shortResidual(3);
