@@ -11,8 +11,10 @@
 //   gossamer-peer --describe-topology NAME --peers N
 //       degree, diameter and spectral gap of a topology
 #include <atomic>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -103,6 +105,7 @@ struct PeerOptions {
   std::string errorFeedback = "on";
   double minStepTime = 0;  // milliseconds
   double startTimeout = 120;
+  double joinTimeout = 60;
   double finishTimeout = 60;
   std::size_t local = 0;
   std::string localTransport = "inproc";
@@ -115,6 +118,29 @@ struct PeerOptions {
     return !algorithm.empty() || local > 0 || !listen.empty() || !seeds.empty();
   }
 };
+
+// The exit status of a peer that joined no one within --join-timeout (other failures: 1).
+constexpr int kExitCannotJoin = 3;
+
+// The one line a failure ends with, on stderr.
+void printError(const std::string& sentence) {
+  fmt::print(stderr, "gossamer-peer: error: {}\n", sentence);
+}
+
+// SECONDS: a finite number of seconds, above 0, or also 0 where 0 means "never".
+CLI::Validator secondsFlag(bool zeroAllowed) {
+  return CLI::Validator(
+      [zeroAllowed](std::string& text) -> std::string {
+        char* end = nullptr;
+        const double value = std::strtod(text.c_str(), &end);
+        const bool number =
+            !text.empty() && end == text.c_str() + text.size() && std::isfinite(value);
+        if (number && (zeroAllowed ? value >= 0 : value > 0)) return {};
+        return fmt::format("'{}' is not a number of seconds ({})", text,
+                           zeroAllowed ? "0 or more" : "more than 0");
+      },
+      "SECONDS");
+}
 
 void addModelOptions(CLI::App& app, PeerOptions& o, const engine::Registry& registry) {
   app.set_config("--config", "",
@@ -325,7 +351,7 @@ void addClusterOptions(CLI::App& app, PeerOptions& o, const engine::Registry& re
          "poll completions on the io thread instead of waiting for events")
       ->group(cluster);
   app.add_option("--comm-timeout", o.commTimeout, "seconds: the deadline of every synchronous wait")
-      ->check(CLI::PositiveNumber)
+      ->check(secondsFlag(false))
       ->capture_default_str()
       ->group(cluster);
   app.add_option("--compress", o.compress,
@@ -344,12 +370,26 @@ void addClusterOptions(CLI::App& app, PeerOptions& o, const engine::Registry& re
                  "top), so a small model steps at a large one's pace")
       ->check(CLI::NonNegativeNumber)
       ->group(cluster);
-  app.add_option("--start-timeout", o.startTimeout, "seconds to wait for --min-peers members")
-      ->check(CLI::PositiveNumber)
+  app.add_option("--start-timeout", o.startTimeout,
+                 "seconds to wait for --min-peers members before training; then it fails (exit "
+                 "status 1) even if it got in (unlike --join-timeout, which is about getting in)")
+      ->check(secondsFlag(false))
+      ->capture_default_str()
+      ->group(cluster);
+  app.add_option(
+         "--join-timeout", o.joinTimeout,
+         fmt::format("seconds for a peer with --seeds to join anyone through them: one that "
+                     "joined no one by then (its seeds refused its secret or model, or were "
+                     "unreachable), waiting for --min-peers or training alone, exits with status "
+                     "{} and one line naming the cause. Once in, it never gives up this way (it "
+                     "rejoins after losing the cluster); a peer without seeds starts the cluster "
+                     "and never times out this way. 0: never",
+                     kExitCannotJoin))
+      ->check(secondsFlag(true))
       ->capture_default_str()
       ->group(cluster);
   app.add_option("--finish-timeout", o.finishTimeout, "seconds to wait for the others at the end")
-      ->check(CLI::PositiveNumber)
+      ->check(secondsFlag(false))
       ->capture_default_str()
       ->group(cluster);
   app.add_option("--local", o.local, "run N peers in this process (threads) instead of one")
@@ -393,6 +433,11 @@ std::shared_ptr<const engine::DatasetPair> loadData(const PeerOptions& o,
                                         .seed = o.seed}));
 }
 
+// Seconds of a flag (finite and not negative: its check) as a duration, a century at most.
+std::chrono::milliseconds durationOf(double seconds) {
+  return std::chrono::milliseconds(static_cast<std::int64_t>(std::min(seconds, 3.2e9) * 1000));
+}
+
 // What every peer trains with, alone or in a cluster.
 engine::runtime::TrainingConfig trainingConfig(const PeerOptions& o) {
   engine::runtime::TrainingConfig t;
@@ -408,13 +453,10 @@ engine::runtime::TrainingConfig trainingConfig(const PeerOptions& o) {
   t.split = engine::data::parseSplitKind(o.split);
   t.dirichletAlpha = o.dirichletAlpha;
   t.seed = o.seed;
-  auto seconds = [](double s) {
-    return std::chrono::milliseconds(static_cast<std::int64_t>(s * 1000));
-  };
-  t.commTimeout = seconds(o.commTimeout);
+  t.commTimeout = durationOf(o.commTimeout);
   t.compression = {kernels::parseCodec(o.compress), o.errorFeedback == "on"};
-  t.startTimeout = seconds(o.startTimeout);
-  t.finishTimeout = seconds(o.finishTimeout);
+  t.startTimeout = durationOf(o.startTimeout);
+  t.finishTimeout = durationOf(o.finishTimeout);
   t.minStepTime = std::chrono::microseconds(static_cast<std::int64_t>(o.minStepTime * 1000));
   t.evalSamples = o.evalSamples;
   t.metricsPath = o.metricsPath;
@@ -496,6 +538,7 @@ PeerConfig peerConfig(const PeerOptions& o, const engine::Registry& registry) {
                      o.listen);
     for (const std::string& seed : o.seeds) n.seeds.push_back(net::Endpoint::parse(seed));
     n.peerId = o.peerId;
+    t.joinTimeout = durationOf(o.joinTimeout);
   }
   return c;
 }
@@ -593,6 +636,10 @@ int runPeer(const PeerOptions& o, const engine::Registry& registry) {
   engine::runtime::Peer peer(peerConfig(o, registry), registry, data);
   log::get("engine")->info("peer {:016x} listening on {}", peer.id(), peer.endpoint().str());
   const PeerResult result = runStoppable(peer);
+  if (result.joinFailure) {
+    printError(result.joinFailure->describe());
+    return kExitCannotJoin;
+  }
   const engine::runtime::ConsensusResult consensus =
       result.consensus.value_or(engine::runtime::ConsensusResult{});
   log::get("engine")->info(
@@ -680,6 +727,11 @@ int main(int argc, char** argv) {
   addModelOptions(app, options, registry);
   addClusterOptions(app, options, registry);
   addAlgorithmOptions(app, options, registry);
+  app.footer(
+      fmt::format("Exit status: 0 done; 1 failed (the cause in one line on stderr); {} "
+                  "joined no one within --join-timeout (the same); 100 and up: a bad "
+                  "command line.",
+                  kExitCannotJoin));
   CLI11_PARSE(app, argc, argv);
   std::signal(SIGINT, onSignal);
   std::signal(SIGTERM, onSignal);
@@ -691,7 +743,7 @@ int main(int argc, char** argv) {
     return runSingle(options, registry);
   } catch (const gossamer::Error& e) {
     // The sentence for the user; the failed check and its source location for a developer.
-    fmt::print(stderr, "gossamer-peer: error: {}\n", e.what());
+    printError(e.what());
     if (!e.where().empty()) log::get("engine")->debug("that error was raised at {}", e.where());
     return 1;
   } catch (const std::exception& e) {

@@ -27,6 +27,7 @@ class NetCategory final : public std::error_category {
       case Errc::cryptoFailure: return "the crypto library failed (random source or MAC)";
       case Errc::rdmaAccessError: return "an RDMA transfer failed a memory access check";
       case Errc::rdmaFailure: return "an RDMA work request failed";
+      case Errc::joinRefused: return "a member refused to admit this peer";
     }
     return "unknown gossamer.net error";
   }
@@ -40,5 +41,10 @@ const std::error_category& netCategory() {
 }
 
 std::error_code make_error_code(Errc e) { return {static_cast<int>(e), netCategory()}; }
+
+bool isRefusal(std::error_code error) {
+  return error == Errc::authenticationFailed || error == Errc::versionMismatch ||
+         error == Errc::clusterMismatch || error == Errc::modelMismatch;
+}
 
 }  // namespace gossamer::net

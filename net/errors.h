@@ -24,10 +24,15 @@ enum class Errc {
   invalidPayloadTarget,  // a PayloadTarget returned a buffer whose size is not the payload's
   rdmaAccessError,       // an RDMA work request failed a memory protection check (local or remote)
   rdmaFailure,           // any other failed RDMA work request (its status is logged)
+  joinRefused,           // a member refused to admit this peer to the cluster (membership)
 };
 
 const std::error_category& netCategory();
 std::error_code make_error_code(Errc e);
+
+// Whether `error` is a handshake refusal: the remote answered but will not have this peer (wrong
+// secret, or another protocol version, cluster id or model), as opposed to not being reached.
+bool isRefusal(std::error_code error);
 
 }  // namespace gossamer::net
 

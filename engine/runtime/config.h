@@ -88,6 +88,10 @@ struct TrainingConfig {
   PayloadCompression compression;
   std::chrono::milliseconds commTimeout{10000};    // default deadline of every wait
   std::chrono::milliseconds startTimeout{120000};  // for minPeers to join
+  // A peer with seeds that joined no one within this (no seed admitted it, and no peer joined
+  // through it) gives up, training or not: run() returns with PeerResult::joinFailure saying why.
+  // Never once it has joined: a peer that loses the cluster later goes on and rejoins. 0: never.
+  std::chrono::milliseconds joinTimeout{0};
   std::chrono::milliseconds finishTimeout{60000};  // for the others to finish
   // Steps between evaluations of this peer's own model on evalSamples test samples, logged to
   // the metrics and the progress view; 0: none; kEachEpoch: after every pass over its shard.

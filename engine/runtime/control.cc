@@ -4,6 +4,7 @@
 
 #include "engine/base/enforce.h"
 #include "engine/base/log.h"
+#include "engine/runtime/join_failure.h"
 
 namespace gossamer::engine::runtime {
 namespace {
@@ -122,7 +123,7 @@ void ClusterControl::stop() {
 // ---- compute thread ----------------------------------------------------------------------------
 
 StartPlan ClusterControl::awaitStart(std::size_t minPeers, bool resumed, Clock::duration timeout,
-                                     const std::string& seeds) {
+                                     Clock::time_point joinDeadline, const std::string& seeds) {
   const Clock::time_point deadline = Clock::now() + timeout;
   for (;;) {
     const std::uint64_t seen = [&] {
@@ -159,9 +160,17 @@ StartPlan ClusterControl::awaitStart(std::size_t minPeers, bool resumed, Clock::
       }
     }
     if (expectedTotal == 0 && members.size() >= minPeers) return StartPlan{};
-    if (Clock::now() >= deadline)
-      GOSSAMER_THROW("only {} of the {} peers (--min-peers) joined within {} s; seeds: {}",
-                     members.size(), minPeers, duration_cast<seconds>(timeout).count(), seeds);
+    const Clock::time_point now = Clock::now();
+    if (now >= joinDeadline && !network_.joined()) return StartPlan{.cannotJoin = true};
+    if (now >= deadline) {
+      const std::string why = network_.joined()
+                                  ? ""
+                                  : "; " + JoinFailure::of(network_.seedFailures(),
+                                                           duration_cast<milliseconds>(timeout))
+                                               .cause();
+      GOSSAMER_THROW("only {} of the {} peers (--min-peers) joined within {} s; seeds: {}{}",
+                     members.size(), minPeers, duration_cast<seconds>(timeout).count(), seeds, why);
+    }
     std::unique_lock lock(mutex_);
     if (stopped_) GOSSAMER_THROW("peer {:016x} was stopped before training started",
                                  network_.self());

@@ -105,6 +105,8 @@ std::error_code PeerNetwork::startOnIo(Handlers& handlers, net::wire::ModelFinge
       view_ = membership_->view();
     }
     epoch_ = event.epoch;
+    if (event.kind == net::membership::EventKind::joined && event.member.id == self_)
+      joined_ = true;
     changed(event);
   });
   if (const std::error_code e = mesh_->listen(n.listen)) return e;
@@ -173,6 +175,13 @@ std::optional<net::Endpoint> PeerNetwork::addressOf(PeerId peer) const {
 net::TrafficCounters PeerNetwork::traffic(net::Traffic kind) const {
   std::lock_guard lock(viewMutex_);
   return mesh_ ? mesh_->counters(kind) : finalTraffic_[static_cast<std::size_t>(kind)];
+}
+
+std::vector<net::membership::SeedFailure> PeerNetwork::seedFailures() {
+  if (!thread_.joinable()) return {};
+  return runOn(io_, [this] {
+    return membership_ ? membership_->seedFailures() : std::vector<net::membership::SeedFailure>{};
+  });
 }
 
 asio::awaitable<std::error_code> PeerNetwork::send(

@@ -74,10 +74,16 @@ class PeerNetwork {
   std::vector<PeerId> members() const;  // the view's ids, sorted
   bool isMember(PeerId peer) const;
   std::uint64_t epoch() const { return epoch_; }
+  // Whether the membership admitted this peer, or it started the cluster (no seeds): true from
+  // its own `joined` event on, never false again (losing the cluster later does not undo it).
+  bool joined() const { return joined_; }
   // Where `peer` listens: its member address, or for a peer that wrote to us before its
   // membership reached us, the address it authenticated with (a reply must still find it).
   std::optional<net::Endpoint> addressOf(PeerId peer) const;
   net::TrafficCounters traffic(net::Traffic kind) const;
+  // Not the io thread (it waits for it): each seed with its last failed join attempt
+  // (net::membership::Service::seedFailures); empty before start().
+  std::vector<net::membership::SeedFailure> seedFailures();
 
   // Io thread: sends an encoded envelope to the peer listening at `to`.
   asio::awaitable<std::error_code> send(net::Endpoint to, net::Channel channel,
@@ -106,6 +112,7 @@ class PeerNetwork {
   net::membership::View view_;
   std::map<PeerId, net::Endpoint> heardFrom_;
   std::atomic<std::uint64_t> epoch_{0};
+  std::atomic<bool> joined_{false};
   std::once_flag stopped_;
 };
 

@@ -38,7 +38,10 @@ PeerId chooseId(const NetworkConfig& n) {
 
 std::string seedList(const NetworkConfig& n) {
   std::string seeds;
-  for (const auto& seed : n.seeds) seeds += (seeds.empty() ? "" : ",") + seed.str();
+  for (const auto& seed : n.seeds) {
+    if (!seeds.empty()) seeds += ',';
+    seeds += seed.str();
+  }
   return seeds.empty() ? "none (this peer started the cluster)" : seeds;
 }
 
@@ -97,6 +100,7 @@ struct Training {
   std::size_t shardCount = 0, shardRank = 0;
   std::unique_ptr<ComputeContext> context;
   std::unique_ptr<TrainingLoop> loop;
+  bool cannotJoin = false;  // the join deadline passed before anyone admitted this peer
 };
 
 // Requests from other threads, read at step boundaries.
@@ -121,6 +125,8 @@ struct Peer::Impl final : private LoopDriver {
   std::unique_ptr<topology::Topology> topology;
   PeerCheckpoints checkpoints;
   std::optional<train::Checkpoint> resumeFrom;  // --resume: loaded and checked at construction
+  // A peer with seeds that joined no one by then gives up (TrainingConfig::joinTimeout).
+  Clock::time_point joinDeadline = Clock::time_point::max();
   // ---- shared between threads ----
   LoopStatus status;
   MetricsMap metrics;
@@ -139,6 +145,7 @@ struct Peer::Impl final : private LoopDriver {
   void publishSnapshot(bool final);
   void finishWithOthers(bool leaving);
   ConsensusResult pullConsensus();
+  PeerResult cannotJoinResult();
   void onMembershipEvent(const net::membership::Event& event);
 
   // LoopDriver
@@ -203,6 +210,8 @@ Peer::Impl::Impl(PeerConfig c, const Registry& r, std::shared_ptr<const DatasetP
       },
       net::wire::ModelFingerprint{model->parameterCount(), "f32", model->layout().fingerprint()},
       t.seed);
+  if (t.joinTimeout.count() > 0 && !config.network.seeds.empty())
+    joinDeadline = Clock::now() + t.joinTimeout;
 }
 
 void Peer::Impl::onMembershipEvent(const net::membership::Event& event) {
@@ -316,10 +325,12 @@ double Peer::Impl::step() {
 
 void Peer::Impl::afterStep() {
   if (comms->snapshots.wanted()) publishSnapshot(false);
+  // Training alone (--min-peers 1) while the seeds keep refusing: the join timeout still holds.
+  if (Clock::now() >= joinDeadline && !comms->network.joined()) training.cannotJoin = true;
 }
 
 bool Peer::Impl::stopping() const {
-  return requests.stop || requests.leave || requests.killed;
+  return requests.stop || requests.leave || requests.killed || training.cannotJoin;
 }
 
 void Peer::Impl::checkpointIfDue(std::uint64_t step) {
@@ -335,8 +346,9 @@ std::uint64_t Peer::Impl::bytesSent() const {
 
 PeerResult Peer::Impl::run() {
   const TrainingConfig& t = config.training;
-  const StartPlan plan = comms->control.awaitStart(t.minPeers, resumeFrom.has_value(),
-                                                   t.startTimeout, seedList(config.network));
+  const StartPlan plan = comms->control.awaitStart(
+      t.minPeers, resumeFrom.has_value(), t.startTimeout, joinDeadline, seedList(config.network));
+  if (plan.cannotJoin) return cannotJoinResult();
   Roster& roster = training.roster;
   roster.members = comms->network.members();
   roster.epoch = comms->network.epoch();
@@ -364,6 +376,7 @@ PeerResult Peer::Impl::run() {
       t, self, *training.learner, *compute, *model, data->test, status,
       training.learner->sampler().batchesPerEpoch());
   const LoopFigures figures = training.loop->run(*this);
+  if (training.cannotJoin) return cannotJoinResult();
   const bool leaving = requests.leave && !requests.killed;
   finishWithOthers(leaving);
   if (checkpoints.enabled() && !requests.killed)
@@ -433,6 +446,15 @@ void Peer::Impl::finishWithOthers(bool leaving) {
   // the same members changes nothing).
   if (comms->network.members() != training.roster.members) refreshMembers(true);
   algorithm->finish(*training.context);
+}
+
+// Joined no one by the join deadline: nothing to finish with anyone, only why.
+PeerResult Peer::Impl::cannotJoinResult() {
+  PeerResult result;
+  result.peer = self;
+  result.steps = status.step;
+  result.joinFailure = JoinFailure::of(comms->network.seedFailures(), config.training.joinTimeout);
+  return result;
 }
 
 ConsensusResult Peer::Impl::pullConsensus() {

@@ -8,7 +8,9 @@
 //
 // run():
 //   1. waits until the view holds config.training.minPeers members (startTimeout), or finds the
-//      cluster already training and joins it late (ClusterControl::awaitStart);
+//      cluster already training and joins it late (ClusterControl::awaitStart); a peer with seeds
+//      that joined no one within joinTimeout gives up, then or later while training alone
+//      (PeerResult::joinFailure);
 //   2. takes its data shard: the training set split into one shard per member (iid or
 //      Dirichlet), this peer's by its rank among the members' sorted ids (or a fixed shard);
 //   3. builds the topology's graph over the members and calls algorithm.setup() (a late joiner
@@ -39,6 +41,7 @@
 #include "engine/registry.h"
 #include "engine/runtime/config.h"
 #include "engine/runtime/consensus.h"
+#include "engine/runtime/join_failure.h"
 #include "engine/runtime/snapshots.h"
 #include "net/endpoint.h"
 #include "net/membership/membership.h"
@@ -69,6 +72,9 @@ struct PeerResult {
   double utilization = 0;     // computeSeconds / wallSeconds: the compute utilization
   bool stopped = false;                   // requestStop() ended it early
   std::map<std::string, double> metrics;  // what the algorithm counted
+  // Set when this peer joined no one within TrainingConfig::joinTimeout: why (each seed's last
+  // failure). Then only `peer` and `steps` (taken alone meanwhile, with --min-peers 1) are set.
+  std::optional<JoinFailure> joinFailure;
 };
 
 // What any thread may read about a running peer.
@@ -101,7 +107,8 @@ class Peer {
   net::Endpoint endpoint() const;  // where others reach this peer
 
   // Trains on the calling thread (see the header comment). Call once. Throws gossamer::Error when
-  // too few peers joined in time, or on a bug; returns early (stopped) after requestStop().
+  // too few peers joined in time, or on a bug; returns early (stopped) after requestStop(), and
+  // with `joinFailure` set when it joined no one within the join timeout.
   PeerResult run();
 
   // Any thread: training ends at the next step boundary, then finishes as usual (for a whole

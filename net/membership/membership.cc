@@ -16,6 +16,7 @@
 
 #include "engine/base/enforce.h"
 #include "engine/base/log.h"
+#include "net/errors.h"
 #include "net/link_support.h"
 
 namespace gossamer::net::membership {
@@ -269,6 +270,15 @@ class Core final : public std::enable_shared_from_this<Core> {
   }
   bool joined() const { return joined_.load(); }
 
+  std::vector<SeedFailure> seedFailures() const {
+    std::vector<SeedFailure> out;
+    for (const Endpoint& seed : config_.seeds) {
+      const auto it = seedFailures_.find(seed);
+      out.push_back(it != seedFailures_.end() ? it->second : SeedFailure{seed, {}, {}});
+    }
+    return out;
+  }
+
  private:
   // ---- message handling ----------------------------------------------------------------------
 
@@ -305,6 +315,10 @@ class Core final : public std::enable_shared_from_this<Core> {
   void on(const Remote& from, wire::JoinReply& reply) {
     if (!reply.accepted) {
       logger_->warn("seed {} refused to admit this peer: {}", from.listen.str(), reply.reason);
+      if (joining_ && !joined_) {
+        noteFailure(*joining_, Errc::joinRefused, reply.reason);
+        joining_.reset();  // answered
+      }
       joinTimer_.cancel();
       return;
     }
@@ -692,6 +706,11 @@ class Core final : public std::enable_shared_from_this<Core> {
     return candidates[pick(rng_)];
   }
 
+  // A failed join attempt through `seed`, remembered until the next one replaces it.
+  void noteFailure(const Endpoint& seed, std::error_code error, std::string reason) {
+    seedFailures_[seed] = SeedFailure{seed, error, std::move(reason)};
+  }
+
   static asio::awaitable<void> joinLoop(std::shared_ptr<Core> self) {
     const Options& o = self->options_;
     milliseconds backoff = o.joinBackoffInitial;
@@ -699,21 +718,41 @@ class Core final : public std::enable_shared_from_this<Core> {
     while (self->running_ && !self->joined_) {
       for (const Endpoint& seed : self->config_.seeds) {
         if (!self->running_ || self->joined_) co_return;
-        // (A named message: GCC 12 destroys an aggregate temporary inside co_await twice.)
-        wire::MembershipMessage request =
-            wire::JoinRequest{self->self_.id, self->self_.address, self->self_.incarnation};
-        const std::error_code error =
-            co_await self->mesh_.sendMembership(seed, std::move(request), o.connectTimeout);
+        // The link first, for the reason of a refused handshake; then the request on it.
+        const LinkOutcome link =
+            co_await self->mesh_.open(seed, Channel::control, o.connectTimeout);
         if (!self->running_ || self->joined_) co_return;
+        std::error_code error = link.error;
+        if (!error) {
+          // (A named message: GCC 12 destroys an aggregate temporary inside co_await twice.)
+          wire::MembershipMessage request =
+              wire::JoinRequest{self->self_.id, self->self_.address, self->self_.incarnation};
+          error = co_await self->mesh_.sendMembership(seed, std::move(request), o.connectTimeout);
+          if (!self->running_ || self->joined_) co_return;
+        }
         if (error) {
+          self->noteFailure(seed, error, link.reason);
           // The first failure of each seed is a warning; the retries are not worth one each.
-          if (failures[seed]++ == 0)
-            self->logger_->warn("seed {} is unreachable ({}); skipping it, will retry", seed.str(),
-                                error.message());
+          if (failures[seed]++ == 0) {
+            if (isRefusal(error))
+              self->logger_->warn("seed {} refused this peer ({}); will retry", seed.str(),
+                                  link.reason.empty() ? error.message() : link.reason);
+            else
+              self->logger_->warn("seed {} is unreachable ({}); skipping it, will retry",
+                                  seed.str(), error.message());
+          }
           continue;
         }
+        self->joining_ = seed;
         self->joinTimer_.expires_after(o.connectTimeout);
         co_await self->joinTimer_.async_wait(kUseTuple);  // cancelled by the reply
+        if (!self->running_ || self->joined_) co_return;
+        if (self->joining_) {  // no reply, neither admitted nor refused
+          self->noteFailure(
+              seed, asio::error::timed_out,
+              fmt::format("no reply to the join request within {} ms", o.connectTimeout.count()));
+          self->joining_.reset();
+        }
       }
       if (!self->running_ || self->joined_) co_return;
       self->logger_->debug("no seed admitted this peer yet; retrying in {} ms", backoff.count());
@@ -747,6 +786,8 @@ class Core final : public std::enable_shared_from_this<Core> {
   std::size_t probeCursor_ = 0;
   std::uint64_t sequence_ = 0;
   std::map<std::uint64_t, std::shared_ptr<AckWaiter>> waiters_;
+  std::optional<Endpoint> joining_;  // the seed whose reply to a join request is awaited
+  std::map<Endpoint, SeedFailure> seedFailures_;  // at most one per seed
 
   asio::steady_timer probeTimer_, gossipTimer_, pushPullTimer_, tickTimer_, joinTimer_;
   std::shared_ptr<spdlog::logger> logger_;
@@ -769,6 +810,7 @@ class ServiceImpl final : public Service {
   View view() const override { return core_->view(); }
   bool joined() const override { return core_->joined(); }
   Traffic traffic() const override { return mesh_.counters(net::Traffic::membership); }
+  std::vector<SeedFailure> seedFailures() const override { return core_->seedFailures(); }
   void onEvent(std::function<void(const Event&)> handler) override {
     core_->onEvent(std::move(handler));
   }

@@ -5,7 +5,8 @@
 //
 // A peer starts a Service with a seed list (any subset of the cluster, possibly empty for the
 // first peer, possibly naming itself or dead peers). It joins through the first seed that
-// answers (unreachable seeds are skipped with a warning and the list is retried with backoff),
+// answers (unreachable seeds are skipped with a warning and the list is retried with backoff;
+// each seed's last failure, refused or unreachable, is kept as an error value: seedFailures()),
 // receives the full member list, and every member learns of it through dissemination. Then:
 //   - every probe interval T it probes one member (round-robin over a list reshuffled each
 //     round) with a Ping; without an Ack within probeTimeout it asks k other members to PingReq
@@ -39,6 +40,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include <asio/awaitable.hpp>
@@ -123,6 +125,18 @@ struct Config {
 // Membership frames and bytes this peer sent and received (from its mesh's counters).
 using Traffic = TrafficCounters;
 
+// The last failed attempt to join through one seed. `error`: opening a link to it failed (the
+// connect error, e.g. asio::error::timed_out for a closed port, or a refused handshake:
+// Errc::authenticationFailed, versionMismatch, clusterMismatch, modelMismatch), or sending the
+// join request did, or the seed refused to admit this peer (Errc::joinRefused), or no reply came
+// within the connect timeout (asio::error::timed_out). `reason`: the handshake's reason or the
+// seed's refusal, in words, when there is one (else empty).
+struct SeedFailure {
+  Endpoint seed;
+  std::error_code error;
+  std::string reason;
+};
+
 class Service {
  public:
   virtual ~Service() = default;
@@ -144,6 +158,11 @@ class Service {
   virtual View view() const = 0;
   virtual bool joined() const = 0;  // admitted by a member (or the first member)
   virtual Traffic traffic() const = 0;
+
+  // Io thread: each seed this peer joins through (its own address left out), in the order of the
+  // seed list, with the last failed attempt through it (an empty error: none failed yet). Nothing
+  // changes once joined.
+  virtual std::vector<SeedFailure> seedFailures() const = 0;
 
   // Called on the io thread, in order, for every event. Set before start().
   virtual void onEvent(std::function<void(const Event&)> handler) = 0;

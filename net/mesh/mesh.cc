@@ -61,6 +61,7 @@ struct LinkEntry {
   bool open = false;      // the handshake succeeded
   bool finished = false;  // outbound: connecting ended, open or failed
   std::error_code failure;
+  std::string failureReason;   // the handshake's, when it failed
   asio::steady_timer settled;  // cancelled when connecting ends, to wake waiting senders
   // The payload destinations chosen for the frame being received, by payload index; they are
   // released (given back to their owner) if the frame fails.
@@ -219,14 +220,14 @@ struct Mesh::State : std::enable_shared_from_this<Mesh::State> {
   }
 
   // This peer's open outbound link to (to, channel), connecting and authenticating it first if
-  // needed; null with `error` set when that fails within `timeout`.
+  // needed; null with `outcome` saying why when that fails within `timeout`.
   static asio::awaitable<std::shared_ptr<LinkEntry>> linkTo(std::shared_ptr<State> self,
                                                             Endpoint to, Channel channel,
                                                             std::chrono::milliseconds timeout,
-                                                            std::error_code& error) {
+                                                            LinkOutcome& outcome) {
     const Clock::time_point deadline = Clock::now() + timeout;
     if (self->closed) {
-      error = asio::error::operation_aborted;
+      outcome.error = asio::error::operation_aborted;
       co_return nullptr;
     }
     if (const auto it = self->outbound.find({to, channel}); it != self->outbound.end()) {
@@ -236,7 +237,11 @@ struct Mesh::State : std::enable_shared_from_this<Mesh::State> {
         co_await (entry->settled.async_wait(kUseTuple) || timer.async_wait(kUseTuple));
       }
       if (entry->open) co_return entry;
-      error = entry->finished ? entry->failure : std::error_code(asio::error::timed_out);
+      if (entry->finished) {
+        outcome = LinkOutcome{entry->failure, entry->failureReason};
+      } else {
+        outcome.error = asio::error::timed_out;
+      }
       co_return nullptr;
     }
 
@@ -257,6 +262,7 @@ struct Mesh::State : std::enable_shared_from_this<Mesh::State> {
         entry->remote = Remote{hello.remotePeerId, hello.remoteListen};
       } else {
         failure = hello.error;
+        entry->failureReason = hello.reason;
       }
     }
     entry->finished = true;
@@ -264,11 +270,18 @@ struct Mesh::State : std::enable_shared_from_this<Mesh::State> {
     if (failure || self->closed) {
       entry->failure = failure ? failure : std::error_code(asio::error::operation_aborted);
       self->drop(entry);
-      error = entry->failure;
+      outcome = LinkOutcome{entry->failure, entry->failureReason};
       co_return nullptr;
     }
     self->start(entry);
     co_return entry;
+  }
+
+  static asio::awaitable<LinkOutcome> open(std::shared_ptr<State> self, Endpoint to,
+                                           Channel channel, std::chrono::milliseconds timeout) {
+    LinkOutcome outcome;
+    co_await linkTo(std::move(self), std::move(to), channel, timeout, outcome);
+    co_return outcome;
   }
 
   static asio::awaitable<std::error_code> sendMembership(std::shared_ptr<State> self, Endpoint to,
@@ -294,11 +307,11 @@ struct Mesh::State : std::enable_shared_from_this<Mesh::State> {
                                                std::span<const std::byte> header,
                                                std::vector<std::span<const std::byte>> payloads,
                                                std::chrono::milliseconds timeout) {
-    std::error_code error;
-    std::shared_ptr<LinkEntry> entry = co_await linkTo(self, to, channel, timeout, error);
-    if (!entry) co_return error;
+    LinkOutcome opened;
+    std::shared_ptr<LinkEntry> entry = co_await linkTo(self, to, channel, timeout, opened);
+    if (!entry) co_return opened.error;
     const std::size_t bytes = header.size() + payloadBytes(payloads);
-    error = co_await entry->link->send(OutFrame(header, std::move(payloads)));
+    const std::error_code error = co_await entry->link->send(OutFrame(header, std::move(payloads)));
     if (error) {
       self->drop(entry);
       co_return error;
@@ -347,6 +360,11 @@ std::error_code Mesh::listen(const Endpoint& local) {
 
 Endpoint Mesh::localEndpoint() const { return state_->options.handshake.listen; }
 std::uint64_t Mesh::selfId() const { return state_->options.handshake.peerId; }
+
+asio::awaitable<LinkOutcome> Mesh::open(Endpoint to, Channel channel,
+                                        std::chrono::milliseconds connectTimeout) {
+  return State::open(state_, std::move(to), channel, connectTimeout);
+}
 
 asio::awaitable<std::error_code> Mesh::sendMembership(Endpoint to, wire::MembershipMessage message,
                                                       std::chrono::milliseconds connectTimeout) {

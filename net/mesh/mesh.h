@@ -30,6 +30,7 @@
 #include <functional>
 #include <memory>
 #include <span>
+#include <string>
 #include <system_error>
 #include <vector>
 
@@ -75,6 +76,16 @@ struct TrafficCounters {
   std::uint64_t bytesReceived = 0;
 };
 
+// The outcome of opening a link: an empty error when it is open; otherwise the connect error
+// (asio::error::timed_out, host_not_found, ...) or the handshake's (Errc::authenticationFailed,
+// modelMismatch, ...), and for a failed handshake its reason (wire::HandshakeResult::reason:
+// which field differs, with both values).
+struct LinkOutcome {
+  std::error_code error;
+  std::string reason;
+  bool ok() const { return !error; }
+};
+
 struct MeshOptions {
   // This peer's introduction and the cluster secret. `listen` is overwritten with the bound
   // endpoint (or `advertise`, when set) by listen().
@@ -112,6 +123,13 @@ class Mesh final {
   // Where other peers reach this one (the advertised or bound endpoint), after listen().
   Endpoint localEndpoint() const;
   std::uint64_t selfId() const;
+
+  // Opens this peer's own link to the peer listening at `to` for `channel` (connect and client
+  // handshake) unless it is open already, within `connectTimeout`; the next send there uses it.
+  // Unlike a send's error alone, the outcome of a failed handshake says why (its reason). An
+  // outcome shared with a send that was opening the same link meanwhile is that attempt's.
+  asio::awaitable<LinkOutcome> open(Endpoint to, Channel channel,
+                                    std::chrono::milliseconds connectTimeout);
 
   // Both sends go to the peer listening at `to` on this peer's own link for the channel (see the
   // header comment). Opening a link may take up to `connectTimeout` (connect + handshake).

@@ -53,6 +53,9 @@ TEST_CASE("peer cli: bad flags and bad input fail with a clear message, the sent
   check("--dataset synthetic --shards 2 --shard-index 2", "--shard-index 2 must be below --shards 2");
   check("--dataset synthetic --resume --checkpoint /nonexistent/ckpt", "/nonexistent/ckpt");
   check("--device tpu", "--device");
+  check("--join-timeout -1", "--join-timeout: '-1' is not a number of seconds (0 or more)");
+  check("--join-timeout nan", "--join-timeout: 'nan' is not a number of seconds");
+  check("--start-timeout inf", "--start-timeout: 'inf' is not a number of seconds (more than 0)");
   check("--algorithm gosgd --listen 127.0.0.1:0", "--secret-file is required");
   check("--local 2 --algorithm gosgd --dataset synthetic --transport-option keep-alive=false",
         "--local peers take --local-transport");

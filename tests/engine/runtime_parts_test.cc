@@ -10,10 +10,12 @@
 #include <thread>
 #include <vector>
 
+#include <asio/error.hpp>
 #include <doctest/doctest.h>
 
 #include "engine/runtime/control.h"
 #include "engine/runtime/control_codec.h"
+#include "engine/runtime/join_failure.h"
 #include "engine/runtime/message_queue.h"
 #include "engine/runtime/messenger.h"
 #include "engine/runtime/network.h"
@@ -27,6 +29,47 @@ namespace gossamer::engine::runtime {
 namespace {
 
 using namespace std::chrono_literals;
+
+// ---- join failure ------------------------------------------------------------------------------
+
+TEST_CASE("runtime parts: a join failure names the cause its seeds share, else each seed's") {
+  using net::membership::SeedFailure;
+  const net::Endpoint a{"10.0.0.1", 7000};
+  const net::Endpoint b{"10.0.0.2", 7000};
+  const auto of = [](std::vector<SeedFailure> failures) {
+    return JoinFailure::of(failures, 2000ms);
+  };
+  const JoinFailure secret = of({{a, net::Errc::authenticationFailed, "the server's proof failed"},
+                                 {b, net::Errc::authenticationFailed, ""}});
+  CHECK(secret.commonCause() == JoinCause::authentication);
+  CHECK(secret.describe() ==
+        "could not join the cluster within 2 s (--join-timeout): every seed refused "
+        "authentication (wrong --secret-file?)");
+  CHECK(of({{a, asio::error::connection_refused, ""}, {b, asio::error::timed_out, ""}}).cause() ==
+        "every seed was unreachable: 10.0.0.1:7000 (connection refused), 10.0.0.2:7000 "
+        "(connection timed out)");
+  // Not tried yet counts as unreachable.
+  CHECK(of({{a, {}, ""}}).cause() == "every seed was unreachable: 10.0.0.1:7000 (no answer yet)");
+  const std::string differs = "model fingerprint differs: parameters 10 here vs 20 remote";
+  CHECK(of({{a, net::Errc::modelMismatch, differs}, {b, net::Errc::modelMismatch, differs}})
+            .cause() == "the cluster's model differs from this peer's (" + differs +
+                            "; check --model and --hidden)");
+  CHECK(
+      of({{a, net::Errc::clusterMismatch, "cluster id differs: 'x' here vs 'y' remote"}}).cause() ==
+      "every seed belongs to another cluster (cluster id differs: 'x' here vs "
+      "'y' remote; check --cluster-id)");
+  CHECK(of({{a, net::Errc::versionMismatch, "protocol version differs: 1 here vs 2 remote"}})
+            .commonCause() == JoinCause::version);
+  // Seeds that fail differently are named each with its cause; remote text stays on one line.
+  const JoinFailure mixed =
+      of({{a, asio::error::timed_out, ""}, {b, net::Errc::joinRefused, "no\nroom"}});
+  CHECK(!mixed.commonCause());
+  CHECK(mixed.cause() ==
+        "the seeds failed differently: 10.0.0.1:7000 was unreachable (connection timed out); "
+        "10.0.0.2:7000 refused to admit this peer (no?room)");
+  CHECK(JoinFailure::of({}, 500ms).describe() ==
+        "could not join the cluster within 0.5 s (--join-timeout): it has no seed to join through");
+}
 
 // ---- control codec -----------------------------------------------------------------------------
 

@@ -16,6 +16,7 @@
 #include <doctest/doctest.h>
 
 #include "engine/base/enforce.h"
+#include "net/errors.h"
 #include "net/inproc/inproc_transport.h"
 #include "net/mesh/mesh.h"
 #include "net/shaped/shaped_transport.h"
@@ -147,6 +148,9 @@ class TestPeer {
       if (e.member.id == subject) out.push_back(e.kind);
     }
     return out;
+  }
+  std::vector<SeedFailure> seedFailures() {
+    return io_.call([this] { return service_->seedFailures(); });
   }
   bool saw(std::uint64_t subject, EventKind kind) const {
     const auto kinds = eventsAbout(subject);
@@ -367,6 +371,47 @@ TEST_CASE("membership: a wrong-secret peer never enters the view") {
   CHECK(intruder.view().members.size() == 1);
   CHECK(allSee(peers, 4));
   for (const auto& p : peers) CHECK(p->eventsAbout(99).empty());
+}
+
+TEST_CASE("membership: a peer no seed admits keeps each seed's last failure as a value") {
+  Watchdog watchdog(60s);
+  World world;
+  world.backend = Backend::tcp;
+  Peers peers = startChain(world, 2, Options::local());
+  REQUIRE(waitUntil(20s, [&] { return allSee(peers, 2); }));
+  // Admitted at the first try: no failure to tell.
+  const std::vector<SeedFailure> admitted = peers[1]->seedFailures();
+  REQUIRE(admitted.size() == 1);
+  CHECK(admitted[0].seed == peers[0]->endpoint());
+  CHECK(!admitted[0].error);
+
+  // Nobody at the first seed; the second refuses the handshake (another secret), saying why.
+  const Endpoint closed{"127.0.0.1", 1};
+  TestPeer intruder(world, 99, {closed, peers[0]->endpoint()}, Options::local(), "not-the-secret");
+  REQUIRE(waitUntil(20s, [&] {
+    const std::vector<SeedFailure> f = intruder.seedFailures();
+    return f.size() == 2 && f[0].error && f[1].error;
+  }));
+  const std::vector<SeedFailure> failures = intruder.seedFailures();
+  CHECK(failures[0].seed == closed);
+  CHECK_MESSAGE(failures[0].error == asio::error::timed_out, failures[0].error.message());
+  CHECK_FALSE(isRefusal(failures[0].error));
+  CHECK(failures[1].seed == peers[0]->endpoint());
+  CHECK_MESSAGE(failures[1].error == Errc::authenticationFailed, failures[1].error.message());
+  CHECK(isRefusal(failures[1].error));
+  CHECK(!failures[1].reason.empty());
+  CHECK(!intruder.joined());
+
+  // The seed's own id: its handshake passes, then the seed refuses to admit it, saying why.
+  TestPeer twin(world, 2, {peers[1]->endpoint()}, Options::local());
+  REQUIRE(waitUntil(20s, [&] {
+    const std::vector<SeedFailure> f = twin.seedFailures();
+    return f.size() == 1 && f[0].error;
+  }));
+  const SeedFailure refused = twin.seedFailures().front();
+  CHECK_MESSAGE(refused.error == Errc::joinRefused, refused.error.message());
+  CHECK(refused.reason.find("is the seed's own") != std::string::npos);
+  CHECK(!twin.joined());
 }
 
 TEST_CASE("membership: dead seeds are skipped and the first live one admits the peer") {

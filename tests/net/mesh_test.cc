@@ -77,6 +77,11 @@ class MeshPeer {
     });
   }
 
+  LinkOutcome open(const Endpoint& to, Channel channel) {
+    return io_.run(
+        [&]() -> asio::awaitable<LinkOutcome> { co_return co_await mesh_->open(to, channel, 2s); });
+  }
+
   std::vector<Received> envelopes() {
     std::lock_guard lock(mutex_);
     return envelopes_;
@@ -186,6 +191,26 @@ TEST_CASE("mesh: a peer with the wrong secret cannot send") {
   CHECK(error == make_error_code(Errc::authenticationFailed));
   std::this_thread::sleep_for(100ms);
   CHECK(a.envelopes().empty());
+}
+
+TEST_CASE("mesh: open says why a link cannot open, and an open link serves the next send") {
+  Watchdog watchdog(30s);
+  auto hub = inproc::makeHub();
+  MeshPeer a(false, hub, 1, "right"), b(false, hub, 2, "right"), intruder(false, hub, 3, "wrong");
+  // Another secret: the handshake's error and its reason, which side's proof failed.
+  const LinkOutcome refused = intruder.open(a.endpoint_, Channel::control);
+  CHECK(refused.error == make_error_code(Errc::authenticationFailed));
+  CHECK(refused.reason.find("HMAC") != std::string::npos);
+  // Nobody listening: the connect error, no handshake reason.
+  const LinkOutcome nobody = b.open(Endpoint{"127.0.0.1", 1}, Channel::control);
+  CHECK(nobody.error == asio::error::timed_out);
+  CHECK(nobody.reason.empty());
+  // The same secret: open, and the send after it goes out on that link.
+  const LinkOutcome opened = b.open(a.endpoint_, Channel::data);
+  CHECK(opened.ok());
+  CHECK(opened.reason.empty());
+  CHECK(!b.sendEnvelope(a.endpoint_, Channel::data, {}, {bytesOf("x")}));
+  CHECK(waitUntil(10s, [&] { return a.envelopes().size() == 1; }));
 }
 
 TEST_CASE("mesh: a malformed header after the handshake closes only that link") {
