@@ -20,7 +20,12 @@ class SpareBuffers {
   // A buffer of `size` floats: a spare that nothing else holds any more, or a new one.
   std::shared_ptr<kernels::Buffer<float>> take(kernels::Compute& compute, std::size_t size) {
     for (auto it = spares_.begin(); it != spares_.end(); ++it) {
-      if (it->use_count() != 1 || (*it)->size() != size) continue;
+      // A copy increments the count with acquire-release ordering: it orders this thread after
+      // the last holder's release (the transport's decrement, on the io thread), so the
+      // transport's reads of the buffer happen before the caller writes it. use_count() alone is
+      // a relaxed load and orders nothing (ThreadSanitizer reports the race).
+      const std::shared_ptr<kernels::Buffer<float>> probe = *it;
+      if (probe.use_count() != 2 || probe->size() != size) continue;
       std::shared_ptr<kernels::Buffer<float>> found = std::move(*it);
       spares_.erase(it);
       return found;

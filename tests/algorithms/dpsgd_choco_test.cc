@@ -46,12 +46,17 @@ TEST_CASE("dpsgd compressed: with learning rate 0 the network mean is kept and a
     // sum_i sum_j W_ij (x^_j - x^_i) = 0 for a symmetric W: the mean moves by rounding only.
     CHECK(test::maxAbsDiff(test::meanOf(result.finals), oracle) < 1e-4);
     for (const auto& s : result.finals) CHECK(test::maxAbsDiff(s.params, oracle) < 1e-3);
+    // One anchor at the start, then differences only, plus one for each model a neighbour
+    // missed: none on an idle machine (a model finds no send buffer in time only under heavy
+    // load).
+    double misses = 0;
+    for (std::size_t i = 0; i < peers; ++i)
+      misses += counted(result, i, "dpsgd.estimate_misses") + counted(result, i, "dpsgd.missing");
+    CHECK(misses <= 10);  // of 5 x 2 x 300 models
     for (std::size_t i = 0; i < peers; ++i) {
       CAPTURE(i);
-      // One anchor at the start, then differences only: nothing was lost.
-      CHECK(counted(result, i, "dpsgd.anchors") == 1);
-      CHECK(counted(result, i, "dpsgd.estimate_misses") == 0);
-      CHECK(counted(result, i, "dpsgd.missing") == 0);
+      CHECK(counted(result, i, "dpsgd.anchors") >= 1);
+      CHECK(counted(result, i, "dpsgd.anchors") <= 1 + misses);
     }
   }
 }

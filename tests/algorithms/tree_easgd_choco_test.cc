@@ -40,11 +40,18 @@ TEST_CASE("tree-easgd compressed: with learning rate 0 the models reach one cons
         CHECK(s.params[k] <= hull.high[k] + 1e-3f);
       }
     }
-    // One anchor per stream: the root sends down only, the leaves up only, the others both.
-    CHECK(result.peers[0].metrics.at("tree-easgd.anchors") == 1);
-    CHECK(result.peers[1].metrics.at("tree-easgd.anchors") == 2);
-    CHECK(result.peers[6].metrics.at("tree-easgd.anchors") == 1);
-    for (const auto& p : result.peers) CHECK(p.metrics.count("tree-easgd.estimate_misses") == 0);
+    // One anchor per stream (the root sends down only, the leaves up only, the others both),
+    // plus at most one for each message a receiver missed: none on an idle machine, a few when
+    // the host is so loaded that a message finds no send buffer in time.
+    double misses = 0;
+    for (const auto& p : result.peers) misses += test::metricOf(p, "tree-easgd.estimate_misses");
+    CHECK(misses <= 20);  // of some 3,000 messages
+    CHECK(test::metricOf(result.peers[0], "tree-easgd.anchors") >= 1);
+    CHECK(test::metricOf(result.peers[0], "tree-easgd.anchors") <= 1 + misses);
+    CHECK(test::metricOf(result.peers[1], "tree-easgd.anchors") >= 2);
+    CHECK(test::metricOf(result.peers[1], "tree-easgd.anchors") <= 2 + misses);
+    CHECK(test::metricOf(result.peers[6], "tree-easgd.anchors") >= 1);
+    CHECK(test::metricOf(result.peers[6], "tree-easgd.anchors") <= 1 + misses);
   }
 }
 
