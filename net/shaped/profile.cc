@@ -488,22 +488,33 @@ LinkSchedule::Clock::time_point LinkSchedule::streamArrival(Clock::time_point st
                                                             Clock::time_point arrival,
                                                             Clock::duration delay,
                                                             std::size_t bytes, double lossRate,
-                                                            std::size_t& losses) {
+                                                            Slot& slot) {
   const std::size_t segments =
       std::max<std::size_t>(1, (bytes + kSegmentBytes - 1) / kSegmentBytes);
+  // When segment `segment` has gone out whole: once the frame's first (segment + 1) have.
+  const auto sent = [&](std::size_t segment) {
+    if (profile_.bandwidthBitsPerSecond == 0) return Clock::duration::zero();
+    const std::size_t through = std::min(bytes, (segment + 1) * kSegmentBytes);
+    return Clock::duration(static_cast<Clock::rep>(
+        std::llround(static_cast<double>(through) * 8e9 / profile_.bandwidthBitsPerSecond)));
+  };
+  const Clock::duration timeout = backoff_[1];
   for (std::size_t segment = 0; segment < segments; ++segment) {
     int lost = 0;
     while (lost < kMaxRetransmissions && uniform() < lossRate) ++lost;
     if (lost == 0) continue;
-    losses += static_cast<std::size_t>(lost);
-    // This segment went out whole once the frame's first (segment + 1) segments had.
-    Clock::duration sent{0};
-    if (profile_.bandwidthBitsPerSecond > 0) {
-      const std::size_t through = std::min(bytes, (segment + 1) * kSegmentBytes);
-      sent = Clock::duration(static_cast<Clock::rep>(
-          std::llround(static_cast<double>(through) * 8e9 / profile_.bandwidthBitsPerSecond)));
+    slot.segmentLosses += static_cast<std::size_t>(lost);
+    Clock::duration wait = backoff_[static_cast<std::size_t>(lost)];
+    if (segments - segment > kDupAckThreshold) {
+      // Fast retransmit: resent when the duplicate ACK of segment + kDupAckThreshold is back,
+      // unless the timer fires first; a loss of the retransmission waits for the timer.
+      const Clock::duration fast = sent(segment + kDupAckThreshold) - sent(segment) + 2 * delay;
+      if (fast < timeout) {
+        wait = fast + backoff_[static_cast<std::size_t>(lost - 1)];
+        ++slot.fastRetransmits;
+      }
     }
-    arrival = std::max(arrival, start + sent + delay + backoff_[static_cast<std::size_t>(lost)]);
+    arrival = std::max(arrival, start + sent(segment) + delay + wait);
   }
   return arrival;
 }
@@ -543,7 +554,7 @@ LinkSchedule::Slot LinkSchedule::admit(Clock::time_point now, std::size_t bytes,
   }
   Clock::time_point arrival = slot.serialized + delay;
   if (!datagram && lossRate > 0) {
-    arrival = streamArrival(slot.start, arrival, delay, bytes, lossRate, slot.segmentLosses);
+    arrival = streamArrival(slot.start, arrival, delay, bytes, lossRate, slot);
   }
   slot.deliverAt = std::max(arrival, lastDelivery_);
   lastDelivery_ = slot.deliverAt;

@@ -43,10 +43,12 @@ namespace gossamer::net::shaped {
 // How a link treats its loss rate.
 enum class LossMode {
   // A TCP connection: the frame is a byte stream of kSegmentBytes segments, each lost with
-  // probability lossRate, independently; a lost segment is retransmitted after the link's
-  // retransmission timeout (LinkProfile::retransmissionTimeout), doubled for each further loss
-  // of the same segment. Nothing is dropped: the frame arrives late, and the frames after it on
-  // the link wait for it (head-of-line blocking).
+  // probability lossRate, independently. A lost segment followed by at least kDupAckThreshold
+  // more segments of its frame is resent by fast retransmit, about one round trip later; a loss
+  // at the frame's tail, or a retransmission lost again, waits for the link's retransmission
+  // timeout (LinkProfile::retransmissionTimeout), doubled for each further loss of the same
+  // segment (LinkSchedule has the arithmetic). Nothing is dropped: the frame arrives late, and
+  // the frames after it on the link wait for it (head-of-line blocking).
   stream,
   // A datagram (UDP-like) link: each frame is silently dropped whole with probability lossRate.
   // For experiments with message loss; a TCP link never loses a frame whole.
@@ -64,6 +66,9 @@ std::optional<LossMode> lossModeNamed(std::string_view text);
 inline constexpr std::size_t kSegmentBytes = 1448;
 inline constexpr std::chrono::milliseconds kMinRetransmissionTimeout{200};  // TCP_RTO_MIN
 inline constexpr std::chrono::seconds kMaxRetransmissionTimeout{120};       // TCP_RTO_MAX
+// Duplicate ACKs that trigger fast retransmit (RFC 5681; Linux's tcp_reordering): a lost segment
+// is resent without waiting for the timeout once this many later segments have arrived.
+inline constexpr std::size_t kDupAckThreshold = 3;
 // Losses of one segment before its next retransmission is taken to get through (tcp_retries2;
 // Linux would reset the connection there instead). A stream link with loss 1 therefore delivers
 // each frame after about 13 minutes, holding every later frame: cut a link with a partition, or
@@ -180,14 +185,27 @@ class NetworkProfile {
 //   deliverAt  = max(arrival, previous deliverAt)                     (order is preserved)
 // Loss, with probability p = the profile's lossRate combined with admit's extra rate
 // (1 - (1 - lossRate)(1 - extra)):
-//   stream     the frame is ceil(bytes / kSegmentBytes) segments (at least one). Segment i is
-//              lost k times with probability p^k (1 - p) (k capped at kMaxRetransmissions); it
-//              arrives after its own serialization (the first (i + 1) x kSegmentBytes bytes) +
-//              delay + RTO + 2 RTO + ... + 2^(k-1) RTO (each term capped at
-//              kMaxRetransmissionTimeout; RTO = LinkProfile::retransmissionTimeout()), and
-//              arrival is the latest arrival of its segments. Never dropped. Retransmissions
-//              add no serialization time, and a loss does not slow the link's later frames
-//              (no congestion window): what the model adds is the waiting of TCP's timers.
+//   stream     the frame is n = ceil(bytes / kSegmentBytes) segments (at least one). Segment i
+//              is lost k times with probability p^k (1 - p) (k capped at kMaxRetransmissions);
+//              unlost, it arrives at start + sent(i) + delay, where sent(i) is the serialization
+//              time of the frame's first (i + 1) x kSegmentBytes bytes. A lost one arrives later
+//              by
+//                fast retransmit, when i < n - kDupAckThreshold and fast < RTO:
+//                  fast + timeouts(k - 1), where fast = sent(i + kDupAckThreshold) - sent(i) +
+//                  2 x delay (the third duplicate ACK leaves the receiver when segment i + 3
+//                  arrives and takes `delay` back, the reverse direction taken to look like this
+//                  one, and the retransmission takes `delay` again), and a retransmission lost
+//                  again waits for the timeout;
+//                otherwise (a tail loss: too few segments follow it for duplicate ACKs):
+//                  timeouts(k) = RTO + 2 RTO + ... + 2^(k-1) RTO, each term capped at
+//                  kMaxRetransmissionTimeout (RTO = LinkProfile::retransmissionTimeout(),
+//                  >= 200 ms).
+//              The frame's arrival is the latest arrival of its segments; never dropped.
+//              Retransmissions add no serialization time, and a loss does not slow the link's
+//              later frames (no congestion window): what the model adds is TCP's waiting for
+//              duplicate ACKs and for its timer. Two simplifications, both on the slow side: a
+//              tail loss waits for the full RTO, not a tail loss probe (~2 RTT, RFC 8985), and
+//              the frames queued behind a frame do not trigger fast retransmit of its tail.
 //   datagram   dropped with probability p; a lost frame still occupied the link while it was
 //              serialized, as on a real wire, and does not hold the frames after it.
 // Serialization times are kept to fractions of a nanosecond across frames, so many small frames
@@ -198,11 +216,12 @@ class LinkSchedule {
   using Clock = std::chrono::steady_clock;
 
   struct Slot {
-    bool dropped = false;           // datagram mode only
-    std::size_t segmentLosses = 0;  // stream mode: losses of the frame's segments (all resent)
-    Clock::time_point start;        // serialization starts: the sender's send completes here
-    Clock::time_point serialized;   // serialization ends
-    Clock::time_point deliverAt;    // the receiver gets the frame (meaningless if dropped)
+    bool dropped = false;             // datagram mode only
+    std::size_t segmentLosses = 0;    // stream mode: losses of the frame's segments (all resent)
+    std::size_t fastRetransmits = 0;  // stream mode: segments of those resent by fast retransmit
+    Clock::time_point start;          // serialization starts: the sender's send completes here
+    Clock::time_point serialized;     // serialization ends
+    Clock::time_point deliverAt;      // the receiver gets the frame (meaningless if dropped)
   };
 
   // Throws gossamer::Error when `profile` is invalid.
@@ -213,8 +232,9 @@ class LinkSchedule {
   // the profile's loss mode (the shaped transport's run-time loss, Partitions::setLoss).
   Slot admit(Clock::time_point now, std::size_t bytes, double extraLossRate = 0);
 
-  // The stream mode's extra delay of a segment lost `losses` times (0 for none): the sum of its
-  // backed-off retransmission timeouts. `losses` in [0, kMaxRetransmissions] (checked).
+  // timeouts(losses) above: the sum of the backed-off retransmission timeouts of a segment whose
+  // `losses` losses are all recovered by the timer (0 for none), the extra delay of a tail
+  // segment. `losses` in [0, kMaxRetransmissions] (checked).
   Clock::duration retransmissionDelay(int losses) const;
 
   // Exact serialization time of `bytes` bytes (zero when unlimited).
@@ -225,10 +245,11 @@ class LinkSchedule {
  private:
   double uniform();  // [0, 1)
   // Stream mode: the latest arrival of the segments of a frame of `bytes` bytes that started
-  // serializing at `start` and arrives whole at `arrival` unless a segment is lost.
+  // serializing at `start` and arrives whole at `arrival` unless a segment is lost; `delay` is
+  // its one-way delay.
   Clock::time_point streamArrival(Clock::time_point start, Clock::time_point arrival,
                                   Clock::duration delay, std::size_t bytes, double lossRate,
-                                  std::size_t& losses);
+                                  Slot& slot);
 
   LinkProfile profile_;
   std::mt19937_64 rng_;

@@ -11,9 +11,11 @@
 //   transmit queue one frame deep. Latency is pipelined: many frames are in flight at once.
 //   Order per link is preserved, jitter included.
 // - Loss acts by the link's LossMode (profile.h). stream (the default, what a TCP link does):
-//   each kSegmentBytes segment of a frame is lost with probability lossRate and retransmitted
+//   each kSegmentBytes segment of a frame is lost with probability lossRate and retransmitted:
+//   by fast retransmit, about one round trip later, when at least 3 more segments of the frame
+//   follow it; otherwise (a loss at the frame's tail), or when the retransmission is lost too,
 //   after the link's retransmission timeout, max(200 ms, RTT + 4 RTTVAR), doubled on each
-//   further loss of the same segment; the frame arrives when its last segment does, and the
+//   further loss of the same segment. The frame arrives when its last segment does, and the
 //   frames after it on the link wait for it (in order, nothing dropped). datagram: a frame is
 //   silently dropped whole with probability lossRate (message loss, for datagram-like
 //   experiments; the link stays open and the send succeeds). Partitions' run-time loss

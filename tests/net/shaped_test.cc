@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <random>
@@ -53,6 +54,44 @@ using std::chrono::microseconds;
 namespace fs = std::filesystem;
 
 // ---- helpers ----
+
+// The stream mode's extra delay of a frame of `segments` segments on a link without jitter or a
+// bandwidth cap, as a distribution: value -> probability. A segment lost k times (probability
+// p^k (1 - p), k capped at kMaxRetransmissions) waits retransmissionDelay(k) when it is one of
+// the frame's last kDupAckThreshold (a tail loss), else roundTrip + retransmissionDelay(k - 1)
+// (fast retransmit, then timeouts); the frame waits for the slowest segment. P(max <= v) is
+// the product of the segments' P(wait <= v).
+std::map<Clock::duration, double> streamExtraDelay(const LinkSchedule& schedule,
+                                                   std::size_t segments, double p,
+                                                   Clock::duration roundTrip) {
+  std::map<Clock::duration, double> tail, fast;  // one segment's wait -> probability
+  double probability = 1;
+  for (int k = 0; k <= kMaxRetransmissions; ++k) {
+    const double pk = k < kMaxRetransmissions ? probability * (1 - p) : probability;
+    tail[schedule.retransmissionDelay(k)] += pk;
+    fast[k == 0 ? Clock::duration::zero() : roundTrip + schedule.retransmissionDelay(k - 1)] += pk;
+    probability *= p;
+  }
+  const std::size_t tails = std::min(segments, kDupAckThreshold);
+  const auto atMost = [](const std::map<Clock::duration, double>& wait, Clock::duration v) {
+    double sum = 0;
+    for (const auto& [value, pv] : wait) {
+      if (value <= v) sum += pv;
+    }
+    return sum;
+  };
+  std::map<Clock::duration, double> frame;
+  double below = 0;  // P(max < v)
+  std::map<Clock::duration, double> values = tail;
+  values.insert(fast.begin(), fast.end());
+  for (const auto& [v, ignored] : values) {
+    const double upTo = std::pow(atMost(tail, v), static_cast<double>(tails)) *
+                        std::pow(atMost(fast, v), static_cast<double>(segments - tails));
+    if (upTo > below) frame[v] = upTo - below;
+    below = upTo;
+  }
+  return frame;
+}
 
 // Runs `body` on `io` with a hard deadline (a hung case aborts the binary instead of stalling
 // the run); rethrows what it threw.
@@ -492,61 +531,104 @@ TEST_CASE("net shaped: the retransmission timeout is max(200 ms, RTT + 4 RTTVAR)
 TEST_CASE("net shaped: schedule stream loss delays frames by their retransmissions, drops none") {
   const Clock::time_point t0{};
   const auto latency = 10ms;
-  SUBCASE("one-segment frames: the mean delay is the closed form, every loss costs an RTO") {
-    // Frames 1000 s apart (more than any retransmission delay: no head-of-line waits): a frame
-    // lost k times (probability p^k (1 - p)) waits retransmissionDelay(k) beyond its latency.
-    const double p = 0.2;
-    const int frames = 20000;
-    LinkSchedule schedule(LinkProfile{.latency = latency, .lossRate = p}, 3);
-    double expected = 0, expectedSquare = 0, probability = 1;
-    for (int k = 0; k <= kMaxRetransmissions; ++k) {
-      const double pk = k < kMaxRetransmissions ? probability * (1 - p) : probability;
-      const double d = std::chrono::duration<double>(schedule.retransmissionDelay(k)).count();
-      expected += pk * d;
-      expectedSquare += pk * d * d;
-      probability *= p;
-    }
-    double sum = 0;
-    std::size_t losses = 0, delayed = 0;
-    for (int i = 0; i < frames; ++i) {
-      const Clock::time_point now = t0 + i * 1000s;
-      const LinkSchedule::Slot slot = schedule.admit(now, kSegmentBytes);
-      REQUIRE_FALSE(slot.dropped);
-      const auto extra = slot.deliverAt - now - latency;
-      CHECK(extra == schedule.retransmissionDelay(static_cast<int>(slot.segmentLosses)));
-      if (slot.segmentLosses > 0) {
-        ++delayed;
-        CHECK(extra >= 200ms);  // at least one RTO
+  SUBCASE("frames of n segments: the mean delay is the closed form") {
+    // Frames 1000 s apart (more than any retransmission delay: no head-of-line waits). One
+    // segment: every loss is a tail loss and costs timeouts; 3: still all tail losses; 4: the
+    // first can be fast-retransmitted; 50 with a partial last segment; 141: a 200 KB model
+    // frame at 5% loss, which fast retransmit spares the RTO unless one of its last 3
+    // segments, or a retransmission, is lost: 1 - 0.95^3 x (1 - 0.05^2)^138 = 39% of frames.
+    struct Case {
+      std::size_t segments;
+      double p;
+      int frames;
+    };
+    for (const Case c : {Case{1, 0.2, 20000}, Case{3, 0.1, 10000}, Case{4, 0.1, 10000},
+                         Case{50, 0.01, 10000}, Case{141, 0.05, 4000}}) {
+      CAPTURE(c.segments);
+      LinkSchedule schedule(LinkProfile{.latency = latency, .lossRate = c.p}, 3 + c.segments);
+      const std::map<Clock::duration, double> closed =
+          streamExtraDelay(schedule, c.segments, c.p, 2 * latency);
+      double expected = 0, expectedSquare = 0, rto = 0;
+      for (const auto& [v, pv] : closed) {
+        const double d = std::chrono::duration<double>(v).count();
+        expected += pv * d;
+        expectedSquare += pv * d * d;
+        if (v >= 200ms) rto += pv;
       }
-      losses += slot.segmentLosses;
-      sum += std::chrono::duration<double>(extra).count();
+      // The last segment is 1 byte: the frame is still `segments` segments.
+      const std::size_t bytes = (c.segments - 1) * kSegmentBytes + 1;
+      double sum = 0;
+      int waitedRto = 0;
+      for (int i = 0; i < c.frames; ++i) {
+        const Clock::time_point now = t0 + i * 1000s;
+        const LinkSchedule::Slot slot = schedule.admit(now, bytes);
+        REQUIRE_FALSE(slot.dropped);
+        const auto extra = slot.deliverAt - now - latency;
+        CHECK(closed.contains(extra));  // one of the closed form's values
+        CHECK(slot.fastRetransmits <= slot.segmentLosses);
+        if (slot.segmentLosses == 0) CHECK(extra == 0ms);
+        if (slot.segmentLosses > 0) CHECK(extra >= 2 * latency);  // at least a round trip
+        if (slot.fastRetransmits < slot.segmentLosses) CHECK(extra >= 200ms);  // a timeout
+        if (c.segments <= kDupAckThreshold) CHECK(slot.fastRetransmits == 0);
+        if (c.segments == 1) {
+          CHECK(extra == schedule.retransmissionDelay(static_cast<int>(slot.segmentLosses)));
+        }
+        if (extra >= 200ms) ++waitedRto;
+        sum += std::chrono::duration<double>(extra).count();
+      }
+      const double sigma = std::sqrt((expectedSquare - expected * expected) / c.frames);
+      CHECK(std::abs(sum / c.frames - expected) <= 4 * sigma);
+      CHECK(std::abs(waitedRto - rto * c.frames) <= 4 * std::sqrt(c.frames * rto * (1 - rto)) + 1);
+      if (c.segments == 141) CHECK(rto == doctest::Approx(0.393).epsilon(0.01));
     }
-    const double sigma = std::sqrt((expectedSquare - expected * expected) / frames);
-    CHECK(std::abs(sum / frames - expected) <= 4 * sigma);
-    // Losses per segment: geometric, mean p / (1 - p); frames delayed: p.
-    CHECK(static_cast<double>(losses) / frames == doctest::Approx(p / (1 - p)).epsilon(0.05));
-    CHECK(std::abs(static_cast<double>(delayed) - p * frames) <=
-          4 * std::sqrt(frames * p * (1 - p)));
   }
-  SUBCASE("a frame of n segments is delayed when any of them is lost") {
+  SUBCASE("a mid-frame loss waits one round trip, a tail loss the RTO, a lost resend the RTO") {
+    // 10 segments: a loss of the first 7 is fast-retransmitted, of the last 3 waits the RTO.
     const double p = 0.01;
-    const std::size_t segments = 50;
-    const int frames = 10000;
-    LinkSchedule schedule(LinkProfile{.latency = latency, .lossRate = p}, 4);
-    int delayed = 0;
+    const int frames = 20000;
+    LinkSchedule schedule(LinkProfile{.latency = latency, .lossRate = p}, 7);
+    int fast = 0, tail = 0;
     for (int i = 0; i < frames; ++i) {
       const Clock::time_point now = t0 + i * 1000s;
-      // The last segment is partial: 49 full ones and 1 byte.
-      const LinkSchedule::Slot slot = schedule.admit(now, (segments - 1) * kSegmentBytes + 1);
-      if (slot.segmentLosses == 0) {
-        CHECK(slot.deliverAt == now + latency);
-      } else {
-        ++delayed;
-        CHECK(slot.deliverAt >= now + latency + 200ms);
+      const LinkSchedule::Slot slot = schedule.admit(now, 10 * kSegmentBytes);
+      const auto extra = slot.deliverAt - now - latency;
+      if (slot.segmentLosses == 1 && slot.fastRetransmits == 1) {
+        ++fast;
+        CHECK(extra == 2 * latency);  // one round trip
+      } else if (slot.segmentLosses == 1) {
+        ++tail;
+        CHECK(extra == 200ms);
+      } else if (slot.segmentLosses == 2 && slot.fastRetransmits == 1) {
+        // One segment lost twice (a round trip, then the RTO), or a mid and a tail loss.
+        CHECK((extra == 2 * latency + 200ms || extra == 200ms));
       }
     }
-    const double q = 1 - std::pow(1 - p, static_cast<double>(segments));
-    CHECK(std::abs(delayed - q * frames) <= 4 * std::sqrt(frames * q * (1 - q)));
+    // Single losses: 7 in 10 mid-frame.
+    const double q = 0.7;
+    const int single = fast + tail;
+    CHECK(single > 1000);
+    CHECK(std::abs(fast - q * single) <= 4 * std::sqrt(single * q * (1 - q)));
+  }
+  SUBCASE("fast retransmit waits for 3 more segments to go out, and jitter") {
+    // 8 Mbit/s: a segment takes 1.448 ms to serialize. A lost segment i of 10 is resent when the
+    // duplicate ACK of segment i + 3 is back: it arrives at start + sent(i + 3) + 3 x delay,
+    // delay in [latency - jitter, latency + jitter], no later than serialized + 3 x delay.
+    const auto jitter = 1ms;
+    LinkSchedule schedule(
+        LinkProfile{
+            .latency = latency, .jitter = jitter, .bandwidthBitsPerSecond = 8e6, .lossRate = 0.01},
+        8);
+    int checked = 0;
+    for (int i = 0; i < 20000; ++i) {
+      const Clock::time_point now = t0 + i * 1000s;
+      const LinkSchedule::Slot slot = schedule.admit(now, 10 * kSegmentBytes);
+      if (slot.segmentLosses != 1 || slot.fastRetransmits != 1) continue;
+      ++checked;
+      const auto fourSegments = microseconds(4 * 1448);
+      CHECK(slot.deliverAt >= slot.start + fourSegments + 3 * (latency - jitter));
+      CHECK(slot.deliverAt <= slot.serialized + 3 * (latency + jitter));
+    }
+    CHECK(checked > 500);
   }
   SUBCASE("loss 1: every segment is resent kMaxRetransmissions times, the frame still arrives") {
     // 1 MB at 8 Mbit/s: the last segment leaves at `serialized`, one second after the start.
@@ -784,8 +866,8 @@ TEST_CASE("net shaped: stream loss delivers every frame, in order, late") {
       CHECK(sequenceOf(frame) == static_cast<std::uint32_t>(i));
       CHECK(frame.payloads.at(0).size() == payload.size());
     }
-    // P(no segment of 120 lost) = 0.9^120 < 4e-6, and this seed loses some: the last frame came
-    // at least one RTO after the first send.
+    // P(no segment of 120 lost) = 0.9^120 < 4e-6, and this seed loses some; every loss of a
+    // 3-segment frame is a tail loss: the last frame came at least one RTO after the first send.
     CHECK(Clock::now() - start >= 200ms);
     CHECK(b->bytesReceived() == n * 3 * kSegmentBytes);
   });
