@@ -103,6 +103,23 @@ void addCommonOptions(CLI::App& command, CommonOptions& options) {
       ->capture_default_str();
 }
 
+void addLossModeOption(CLI::App& command, net::shaped::LossMode& mode, std::string_view what) {
+  command
+      .add_option_function<std::string>(
+          "--loss-mode",
+          [&mode](const std::string& text) { mode = *net::shaped::lossModeNamed(text); },
+          fmt::format("how {} acts: stream (as over TCP: lost segments are retransmitted, "
+                      "frames arrive late) or datagram (whole frames dropped)",
+                      what))
+      ->check(CLI::IsMember({"stream", "datagram"}))
+      ->option_text(fmt::format("stream|datagram (default: {})", net::shaped::name(mode)));
+}
+
+std::string describeLoss(net::shaped::LossMode mode) {
+  return mode == net::shaped::LossMode::stream ? "of TCP segments lost and retransmitted (stream)"
+                                               : "of frames dropped (datagram)";
+}
+
 std::unique_ptr<kernels::Compute> makeBenchCompute(std::string_view device,
                                                    std::string* fallbackReason) {
   GOSSAMER_ENFORCE(device == "cpu" || device == "cuda", "unknown device '{}' (cpu or cuda)",

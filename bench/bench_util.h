@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "kernels/compute.h"
+#include "net/shaped/profile.h"
 
 namespace CLI {
 class App;
@@ -30,6 +31,13 @@ struct CommonOptions {
 
 // Registers --json, --csv and --device on `command`; `options` must outlive the parse.
 void addCommonOptions(CLI::App& command, CommonOptions& options);
+
+// Registers --loss-mode stream|datagram (net/shaped/profile.h) on `command`, into `mode`, which
+// must outlive the parse; `what` says which loss it governs.
+void addLossModeOption(CLI::App& command, net::shaped::LossMode& mode, std::string_view what);
+// What loss does in `mode`, for a benchmark's header: "of TCP segments lost and retransmitted
+// (stream)" or "of frames dropped (datagram)", to follow a percentage.
+std::string describeLoss(net::shaped::LossMode mode);
 
 // The Compute a benchmark runs on. "cpu" is the CPU backend with one OpenBLAS thread. "cuda" is
 // the CUDA backend when a usable GPU exists; otherwise the same CPU backend, with the reason in

@@ -3,9 +3,13 @@
 // Baseline: the same cluster and run length without faults, run first in the same process. The
 // schedule is drawn from --seed before anything runs: when (seconds after training starts), what
 // (kill -9, restart from the checkpoint, join of a new peer, partition of one peer from the
-// others, message loss on one peer's links, a straggler), for how long and how hard, and a draw
+// others, loss on one peer's links, a straggler), for how long and how hard, and a draw
 // that picks the target among the peers live at that moment. The same seed gives the same
 // schedule; the targets follow from it, since the live set only changes through the schedule.
+// --loss adds loss on every link of the cluster for the whole faulty run (not the baseline).
+// Loss, the schedule's and --loss alike, acts by --loss-mode: stream (the default) loses TCP
+// segments, which are retransmitted (frames arrive late, in order), datagram drops whole frames
+// (net/shaped/profile.h).
 //
 // Invariants (violations are reported and must be 0): every surviving peer ends without an
 // error and takes every step; every final model is finite; the cluster ends within its deadline
@@ -60,6 +64,8 @@ struct ChaosOptions {
   std::size_t faults = 0;          // > 0: exactly this many, instead of faultsPerMinute
   std::vector<std::string> kinds;  // empty: every kind
   bool baseline = true;
+  double loss = 0;  // on every link, for the whole faulty run
+  net::shaped::LossMode lossMode = net::shaped::LossMode::stream;
 };
 
 enum class FaultKind { kill, restart, join, partition, loss, straggler };
@@ -75,7 +81,7 @@ const char* name(FaultKind kind) {
     case FaultKind::partition:
       return "partition";
     case FaultKind::loss:
-      return "message loss";
+      return "loss";
     case FaultKind::straggler:
       return "straggler";
   }
@@ -147,14 +153,15 @@ struct RunResult {
 
 class ChaosRun {
  public:
+  // `loss`: the loss rate of every link (the faulty run's --loss, 0 for the baseline).
   ChaosRun(const ChaosOptions& o, const engine::Registry& registry,
            std::shared_ptr<const engine::DatasetPair> data, std::uint64_t totalSteps,
-           const std::filesystem::path& checkpoints)
+           const std::filesystem::path& checkpoints, double loss)
       : options_(o),
         registry_(registry),
         data_(std::move(data)),
         partitions_(std::make_shared<net::shaped::Partitions>()),
-        configs_(baseConfig(o, totalSteps, checkpoints, partitions_), registry),
+        configs_(baseConfig(o, totalSteps, checkpoints, partitions_, loss), registry),
         totalSteps_(totalSteps) {}
 
   ~ChaosRun() {
@@ -237,10 +244,13 @@ class ChaosRun {
  private:
   static PeerConfig baseConfig(const ChaosOptions& o, std::uint64_t totalSteps,
                                const std::filesystem::path& checkpoints,
-                               std::shared_ptr<net::shaped::Partitions> partitions) {
+                               std::shared_ptr<net::shaped::Partitions> partitions, double loss) {
     PeerConfig c;
     c.network.transport = "inproc";
     c.network.partitions = std::move(partitions);
+    // No delay; the loss mode also governs the schedule's run-time loss faults.
+    c.network.profile = net::shaped::NetworkProfile::uniform(
+        "chaos", net::shaped::LinkProfile{.lossRate = loss, .lossMode = o.lossMode});
     c.network.membership = net::membership::Options::local();
     engine::runtime::TrainingConfig& t = c.training;
     t.algorithm = o.algorithm;
@@ -473,6 +483,10 @@ void runChaos(const ChaosOptions& o) {
   const std::vector<Fault> schedule = drawSchedule(o, runSeconds);
   fmt::print("chaos: {} peers of {}, {} steps of >= {} ms ({:.0f} s), seed {}, {} faults\n",
              o.peers, o.algorithm, totalSteps, o.stepMs, runSeconds, o.seed, schedule.size());
+  if (o.loss > 0) {
+    fmt::print("loss on every link for the whole faulty run: {:.1f}% {}\n", 100 * o.loss,
+               describeLoss(o.lossMode));
+  }
   for (const Fault& f : schedule) fmt::print("  planned t={:6.2f}s  {}\n", f.at, name(f.kind));
 
   const auto scratch = std::filesystem::temp_directory_path() /
@@ -480,13 +494,13 @@ void runChaos(const ChaosOptions& o) {
   std::optional<RunResult> baseline;
   if (o.baseline) {
     fmt::print("baseline: the same run without faults\n");
-    ChaosRun run(o, registry, data, totalSteps, scratch / "baseline");
+    ChaosRun run(o, registry, data, totalSteps, scratch / "baseline", 0);
     baseline = run.run({});
   }
   fmt::print("chaos run\n");
   RunResult chaos;
   {
-    ChaosRun run(o, registry, data, totalSteps, scratch / "chaos");
+    ChaosRun run(o, registry, data, totalSteps, scratch / "chaos", o.loss);
     chaos = run.run(schedule);
   }
   std::filesystem::remove_all(scratch);
@@ -514,6 +528,8 @@ void runChaos(const ChaosOptions& o) {
                      .add("benchmark", "chaos")
                      .add("seed", o.seed)
                      .add("algorithm", o.algorithm)
+                     .add("loss", o.loss)
+                     .add("loss_mode", net::shaped::name(o.lossMode))
                      .add("peers", static_cast<std::uint64_t>(o.peers))
                      .add("steps", totalSteps)
                      .add("faults", static_cast<std::uint64_t>(chaos.executed.size()))
@@ -572,6 +588,12 @@ void addChaosCommand(CLI::App& app) {
       ->delimiter(',')
       ->check(CLI::IsMember({"kill", "restart", "join", "partition", "loss", "straggler"}));
   command->add_flag("!--no-baseline", options->baseline, "skip the fault-free run");
+  command
+      ->add_option("--loss", options->loss,
+                   "loss rate of every link for the whole faulty run (the baseline has none)")
+      ->check(CLI::Range(0.0, 0.5))
+      ->capture_default_str();
+  addLossModeOption(*command, options->lossMode, "loss, --loss and the schedule's,");
   command->callback([options] { runChaos(*options); });
 }
 

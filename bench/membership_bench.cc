@@ -6,8 +6,10 @@
 //    peer joins through 3 random members; the time until every member has delivered its `joined`
 //    event. Repeated --trials times for each N in --peers. Targets: detection median <= 8T and
 //    p99 <= 16T, join median <= 3T.
-//  - loss: --loss-peers peers with --loss-rate random message loss injected by the shaped
-//    transport for --loss-seconds: live peers declared failed (target: zero).
+//  - loss: --loss-peers peers with --loss-rate random loss injected by the shaped transport for
+//    --loss-seconds: live peers declared failed (target: zero). --loss-mode stream (the default)
+//    loses TCP segments, which are retransmitted (frames arrive late, as over a real TCP link);
+//    datagram drops whole frames.
 //  - traffic: membership bytes sent per member per second in a quiet cluster of each N in
 //    --traffic-peers, which must stay bounded as N grows.
 // The baseline of the timing figures is T itself (the protocol's own clock), so the ratios are
@@ -64,6 +66,7 @@ struct MembershipBenchOptions {
   int probeMs = 200;
   std::size_t lossPeers = 16;
   double lossRate = 0.05;
+  net::shaped::LossMode lossMode = net::shaped::LossMode::stream;
   double lossSeconds = 300;
   std::vector<std::size_t> trafficPeers{8, 16, 32};
   double trafficSeconds = 20;
@@ -159,14 +162,14 @@ auto runOn(asio::io_context& io, F f) -> decltype(f()) {
 class BenchPeer {
  public:
   BenchPeer(std::uint64_t id, std::vector<net::Endpoint> seeds, const membership::Options& options,
-            EventLog& log, std::optional<double> lossRate, EndpointIndex& index)
+            EventLog& log, const std::optional<net::shaped::LinkProfile>& loss,
+            EndpointIndex& index)
       : id_(id) {
     runOnIo([&] {
       std::unique_ptr<net::Transport> tcp = net::tcp::makeTransport(io_);
-      if (lossRate) {
+      if (loss) {
         net::shaped::Options shaping;
-        shaping.profile = net::shaped::NetworkProfile::uniform(
-            "loss", net::shaped::LinkProfile{.lossRate = *lossRate});
+        shaping.profile = net::shaped::NetworkProfile::uniform("loss", *loss);
         shaping.selfIndex = static_cast<std::size_t>(id);
         shaping.indexOf = [&index](const net::Endpoint& e) { return index.find(e); };
         shaping.seed = 1000 + id;
@@ -234,9 +237,9 @@ class BenchPeer {
 // N peers joined into one cluster.
 class BenchCluster {
  public:
-  BenchCluster(const membership::Options& options, std::optional<double> lossRate,
+  BenchCluster(const membership::Options& options, std::optional<net::shaped::LinkProfile> loss,
                std::uint64_t seed)
-      : options_(options), lossRate_(lossRate), rng_(seed) {}
+      : options_(options), loss_(loss), rng_(seed) {}
 
   // Starts a peer that joins through up to 3 random members; returns it.
   BenchPeer& add() {
@@ -246,8 +249,8 @@ class BenchCluster {
     std::shuffle(order.begin(), order.end(), rng_);
     for (std::size_t i = 0; i < std::min<std::size_t>(3, order.size()); ++i)
       seeds.push_back(peers_[order[i]]->endpoint());
-    peers_.push_back(std::make_unique<BenchPeer>(nextId_++, std::move(seeds), options_, log_,
-                                                 lossRate_, index_));
+    peers_.push_back(
+        std::make_unique<BenchPeer>(nextId_++, std::move(seeds), options_, log_, loss_, index_));
     return *peers_.back();
   }
 
@@ -297,7 +300,7 @@ class BenchCluster {
 
  private:
   membership::Options options_;
-  std::optional<double> lossRate_;
+  std::optional<net::shaped::LinkProfile> loss_;
   std::mt19937_64 rng_;
   EventLog log_;
   EndpointIndex index_;
@@ -384,7 +387,8 @@ double measureTraffic(const MembershipBenchOptions& o, std::size_t n) {
 
 // Live peers declared failed under random loss.
 std::size_t measureFalseFailures(const MembershipBenchOptions& o) {
-  BenchCluster cluster(optionsWithProbe(o.probeMs), o.lossRate, 99);
+  const net::shaped::LinkProfile loss{.lossRate = o.lossRate, .lossMode = o.lossMode};
+  BenchCluster cluster(optionsWithProbe(o.probeMs), loss, 99);
   GOSSAMER_ENFORCE(cluster.grow(o.lossPeers, 300s), "{} peers did not converge under {}% loss",
                    o.lossPeers, 100 * o.lossRate);
   const Clock::time_point start = Clock::now();
@@ -438,8 +442,8 @@ void runMembership(const MembershipBenchOptions& o) {
 
   std::optional<std::size_t> falseFailures;
   if (o.lossSeconds > 0) {
-    fmt::print("loss: {} peers, {:.0f}% of frames dropped, {:.0f} s ...\n", o.lossPeers,
-               100 * o.lossRate, o.lossSeconds);
+    fmt::print("loss: {} peers, {:.0f}% {}, {:.0f} s ...\n", o.lossPeers, 100 * o.lossRate,
+               describeLoss(o.lossMode), o.lossSeconds);
     std::fflush(stdout);
     falseFailures = measureFalseFailures(o);
     fmt::print("live peers declared failed: {} (target 0): {}\n", *falseFailures,
@@ -467,7 +471,11 @@ void runMembership(const MembershipBenchOptions& o) {
           .add("missed_detections", static_cast<std::int64_t>(largest->missedDetections));
     }
     json.addRaw("bytes_per_member_per_s", trafficJson.str());
-    if (falseFailures) json.add("false_failures", static_cast<std::uint64_t>(*falseFailures));
+    if (falseFailures) {
+      json.add("false_failures", static_cast<std::uint64_t>(*falseFailures))
+          .add("loss_rate", o.lossRate)
+          .add("loss_mode", net::shaped::name(o.lossMode));
+    }
     fmt::print("{}\n", json.str());
   }
 }
@@ -493,9 +501,10 @@ void addMembershipCommand(CLI::App& app) {
   command->add_option("--loss-peers", options->lossPeers, "cluster size of the loss run")
       ->check(CLI::Range(std::size_t{2}, std::size_t{256}))
       ->capture_default_str();
-  command->add_option("--loss-rate", options->lossRate, "fraction of frames dropped")
+  command->add_option("--loss-rate", options->lossRate, "fraction of segments (or frames) lost")
       ->check(CLI::Range(0.0, 0.5))
       ->capture_default_str();
+  addLossModeOption(*command, options->lossMode, "the loss run's loss");
   command->add_option("--loss-seconds", options->lossSeconds, "length of the loss run (0: skip)")
       ->check(CLI::Range(0.0, 86400.0))
       ->capture_default_str();

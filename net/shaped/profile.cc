@@ -96,10 +96,43 @@ std::string stem(const std::string& path) {
   return name.empty() ? path : name;
 }
 
+LossMode parseLossMode(const std::string& source, std::size_t line, std::string_view text) {
+  const std::optional<LossMode> mode = lossModeNamed(text);
+  if (!mode) {
+    parseError(source, line,
+               fmt::format("unknown loss mode '{}' (expected stream or datagram)", text));
+  }
+  return *mode;
+}
+
 // Shortest text that reads back as the same double.
 std::string formatNumber(double value) { return fmt::format("{}", value); }
 
 }  // namespace
+
+const char* name(LossMode mode) {
+  switch (mode) {
+    case LossMode::stream:
+      return "stream";
+    case LossMode::datagram:
+      return "datagram";
+  }
+  return "?";
+}
+
+std::optional<LossMode> lossModeNamed(std::string_view text) {
+  for (const LossMode mode : {LossMode::stream, LossMode::datagram}) {
+    if (text == name(mode)) return mode;
+  }
+  return std::nullopt;
+}
+
+std::chrono::microseconds LinkProfile::retransmissionTimeout() const {
+  const double rttUs = 2.0 * static_cast<double>(latency.count());
+  const double rttVarUs = 2.0 / 3.0 * static_cast<double>(jitter.count());
+  return std::max<microseconds>(kMinRetransmissionTimeout,
+                                microseconds(std::llround(rttUs + 4.0 * rttVarUs)));
+}
 
 void validateLinkProfile(const LinkProfile& link, std::string_view what) {
   GOSSAMER_ENFORCE(link.latency.count() >= 0, "{}: latency must be >= 0 (got {} us)", what,
@@ -111,6 +144,9 @@ void validateLinkProfile(const LinkProfile& link, std::string_view what) {
                    link.bandwidthBitsPerSecond);
   GOSSAMER_ENFORCE(link.lossRate >= 0 && link.lossRate <= 1,
                    "{}: loss rate must be in [0, 1] (got {})", what, link.lossRate);
+  GOSSAMER_ENFORCE(lossModeNamed(name(link.lossMode)).has_value(),
+                   "{}: loss mode must be stream or datagram (got {})", what,
+                   static_cast<int>(link.lossMode));
 }
 
 NetworkProfile::NetworkProfile() : NetworkProfile("lan", {"lan"}, {LinkProfile{}}) {}
@@ -210,9 +246,12 @@ NetworkProfile NetworkProfile::parse(std::string_view text, const std::string& s
   std::size_t sitesLine = 0;
   struct PairEntry {
     LinkProfile link;
+    std::optional<LossMode> mode;  // none: the loss-mode line's
     std::size_t line = 0;
   };
   std::map<std::pair<std::size_t, std::size_t>, PairEntry> pairs;
+  LossMode lossMode = LossMode::stream;  // of the links whose pair line names none
+  std::size_t lossModeLine = 0;
   std::vector<std::pair<std::size_t, std::pair<std::string, std::string>>> peerLines;
 
   auto siteOf = [&](std::string_view site, std::size_t line) -> std::size_t {
@@ -253,6 +292,16 @@ NetworkProfile NetworkProfile::parse(std::string_view text, const std::string& s
         sites.emplace_back(fields[i]);
       }
       sitesLine = lineNumber;
+    } else if (fields[0] == "loss-mode") {
+      if (lossModeLine != 0) {
+        parseError(source, lineNumber,
+                   fmt::format("a second 'loss-mode' line (the first is line {})", lossModeLine));
+      }
+      if (fields.size() != 2) {
+        parseError(source, lineNumber, "expected 'loss-mode stream' or 'loss-mode datagram'");
+      }
+      lossMode = parseLossMode(source, lineNumber, fields[1]);
+      lossModeLine = lineNumber;
     } else if (fields[0] == "peer") {
       if (fields.size() != 3) {
         parseError(source, lineNumber, "expected 'peer INDEX SITE' or 'peer HOST:PORT SITE'");
@@ -261,14 +310,14 @@ NetworkProfile NetworkProfile::parse(std::string_view text, const std::string& s
     } else {
       if (sitesLine == 0) {
         parseError(source, lineNumber,
-                   fmt::format("'{}' before the 'sites' line (expected 'name', 'sites', 'peer' "
-                               "or a pair line after 'sites')",
+                   fmt::format("'{}' before the 'sites' line (expected 'name', 'sites', "
+                               "'loss-mode', 'peer' or a pair line after 'sites')",
                                fields[0]));
       }
-      if (fields.size() != 6) {
+      if (fields.size() != 6 && fields.size() != 7) {
         parseError(source, lineNumber,
-                   fmt::format("a pair line needs 6 fields 'FROM TO LATENCY_MS JITTER_MS MBIT "
-                               "LOSS', got {}",
+                   fmt::format("a pair line needs 6 or 7 fields 'FROM TO LATENCY_MS JITTER_MS "
+                               "MBIT LOSS [stream|datagram]', got {}",
                                fields.size()));
       }
       const std::size_t from = siteOf(fields[0], lineNumber);
@@ -293,7 +342,9 @@ NetworkProfile NetworkProfile::parse(std::string_view text, const std::string& s
                              .jitter = fromMs(values[1]),
                              .bandwidthBitsPerSecond = values[2] * 1e6,
                              .lossRate = values[3]};
-      const auto [it, inserted] = pairs.try_emplace({from, to}, PairEntry{link, lineNumber});
+      std::optional<LossMode> mode;
+      if (fields.size() == 7) mode = parseLossMode(source, lineNumber, fields[6]);
+      const auto [it, inserted] = pairs.try_emplace({from, to}, PairEntry{link, mode, lineNumber});
       if (!inserted) {
         parseError(source, lineNumber,
                    fmt::format("pair {} -> {} is given twice (first on line {})", fields[0],
@@ -308,8 +359,11 @@ NetworkProfile NetworkProfile::parse(std::string_view text, const std::string& s
   for (std::size_t from = 0; from < n; ++from) {
     for (std::size_t to = 0; to < n; ++to) {
       const auto it = pairs.find({from, to});
+      LinkProfile& link = links[from * n + to];
+      link.lossMode = lossMode;
       if (it != pairs.end()) {
-        links[from * n + to] = it->second.link;
+        link = it->second.link;
+        link.lossMode = it->second.mode.value_or(lossMode);
       } else if (from != to) {
         parseError(source, 0,
                    fmt::format("missing pair line '{} {} LATENCY_MS JITTER_MS MBIT LOSS' (every "
@@ -406,6 +460,20 @@ std::uint64_t mixSeed(std::uint64_t seed, std::uint64_t value) {
 LinkSchedule::LinkSchedule(const LinkProfile& profile, std::uint64_t seed)
     : profile_(profile), rng_(mixSeed(seed, 0)) {
   validateLinkProfile(profile_, "shaped link");
+  const Clock::duration first = profile_.retransmissionTimeout();
+  const Clock::duration cap = kMaxRetransmissionTimeout;
+  backoff_.push_back(Clock::duration::zero());
+  Clock::duration timeout = first;
+  for (int losses = 1; losses <= kMaxRetransmissions; ++losses) {
+    backoff_.push_back(backoff_.back() + timeout);
+    timeout = std::min(cap, 2 * timeout);
+  }
+}
+
+LinkSchedule::Clock::duration LinkSchedule::retransmissionDelay(int losses) const {
+  GOSSAMER_ENFORCE(losses >= 0 && losses <= kMaxRetransmissions,
+                   "a segment is lost 0 to {} times, not {}", kMaxRetransmissions, losses);
+  return backoff_[static_cast<std::size_t>(losses)];
 }
 
 double LinkSchedule::uniform() { return static_cast<double>(rng_() >> 11) * 0x1.0p-53; }
@@ -416,7 +484,47 @@ std::chrono::duration<double> LinkSchedule::serializationTime(std::size_t bytes)
                                        profile_.bandwidthBitsPerSecond);
 }
 
-LinkSchedule::Slot LinkSchedule::admit(Clock::time_point now, std::size_t bytes) {
+LinkSchedule::Clock::time_point LinkSchedule::streamArrival(Clock::time_point start,
+                                                            Clock::time_point arrival,
+                                                            Clock::duration delay,
+                                                            std::size_t bytes, double lossRate,
+                                                            Slot& slot) {
+  const std::size_t segments =
+      std::max<std::size_t>(1, (bytes + kSegmentBytes - 1) / kSegmentBytes);
+  // When segment `segment` has gone out whole: once the frame's first (segment + 1) have.
+  const auto sent = [&](std::size_t segment) {
+    if (profile_.bandwidthBitsPerSecond == 0) return Clock::duration::zero();
+    const std::size_t through = std::min(bytes, (segment + 1) * kSegmentBytes);
+    return Clock::duration(static_cast<Clock::rep>(
+        std::llround(static_cast<double>(through) * 8e9 / profile_.bandwidthBitsPerSecond)));
+  };
+  const Clock::duration timeout = backoff_[1];
+  for (std::size_t segment = 0; segment < segments; ++segment) {
+    int lost = 0;
+    while (lost < kMaxRetransmissions && uniform() < lossRate) ++lost;
+    if (lost == 0) continue;
+    slot.segmentLosses += static_cast<std::size_t>(lost);
+    Clock::duration wait = backoff_[static_cast<std::size_t>(lost)];
+    if (segments - segment > kDupAckThreshold) {
+      // Fast retransmit: resent when the duplicate ACK of segment + kDupAckThreshold is back,
+      // unless the timer fires first; a loss of the retransmission waits for the timer.
+      const Clock::duration fast = sent(segment + kDupAckThreshold) - sent(segment) + 2 * delay;
+      if (fast < timeout) {
+        wait = fast + backoff_[static_cast<std::size_t>(lost - 1)];
+        ++slot.fastRetransmits;
+      }
+    }
+    arrival = std::max(arrival, start + sent(segment) + delay + wait);
+  }
+  return arrival;
+}
+
+LinkSchedule::Slot LinkSchedule::admit(Clock::time_point now, std::size_t bytes,
+                                       double extraLossRate) {
+  GOSSAMER_ENFORCE(extraLossRate >= 0 && extraLossRate <= 1,
+                   "an extra loss rate must be in [0, 1] (got {})", extraLossRate);
+  const double lossRate =
+      extraLossRate == 0 ? profile_.lossRate : 1 - (1 - profile_.lossRate) * (1 - extraLossRate);
   Slot slot;
   if (now > busyUntil_) {
     busyUntil_ = now;
@@ -431,7 +539,8 @@ LinkSchedule::Slot LinkSchedule::admit(Clock::time_point now, std::size_t bytes)
     busyUntil_ += Clock::duration(static_cast<Clock::rep>(whole));
   }
   slot.serialized = busyUntil_;
-  if (profile_.lossRate > 0 && uniform() < profile_.lossRate) {
+  const bool datagram = profile_.lossMode == LossMode::datagram;
+  if (datagram && lossRate > 0 && uniform() < lossRate) {
     slot.dropped = true;
     slot.deliverAt = slot.serialized;
     return slot;
@@ -443,21 +552,34 @@ LinkSchedule::Slot LinkSchedule::admit(Clock::time_point now, std::size_t bytes)
     delay += Clock::duration(static_cast<Clock::rep>(std::llround(offsetNs)));
     if (delay < Clock::duration::zero()) delay = Clock::duration::zero();
   }
-  slot.deliverAt = std::max(slot.serialized + delay, lastDelivery_);
+  Clock::time_point arrival = slot.serialized + delay;
+  if (!datagram && lossRate > 0) {
+    arrival = streamArrival(slot.start, arrival, delay, bytes, lossRate, slot);
+  }
+  slot.deliverAt = std::max(arrival, lastDelivery_);
   lastDelivery_ = slot.deliverAt;
   return slot;
 }
 
 std::string NetworkProfile::str() const {
-  std::string out = fmt::format("name {}\nsites {}\n# from to latency_ms jitter_ms mbit loss\n",
-                                name_, fmt::join(sites_, " "));
+  // The loss-mode line names the mode of most links; a pair line names its own when it differs.
+  const auto datagrams = std::count_if(links_.begin(), links_.end(), [](const LinkProfile& l) {
+    return l.lossMode == LossMode::datagram;
+  });
+  const LossMode common = 2 * static_cast<std::size_t>(datagrams) > links_.size()
+                              ? LossMode::datagram
+                              : LossMode::stream;
+  std::string out = fmt::format(
+      "name {}\nsites {}\nloss-mode {}\n# from to latency_ms jitter_ms mbit loss [loss mode]\n",
+      name_, fmt::join(sites_, " "), shaped::name(common));
   for (std::size_t from = 0; from < sites_.size(); ++from) {
     for (std::size_t to = 0; to < sites_.size(); ++to) {
       const LinkProfile& l = link(from, to);
-      out += fmt::format("{} {} {} {} {} {}\n", sites_[from], sites_[to],
+      out += fmt::format("{} {} {} {} {} {}", sites_[from], sites_[to],
                          formatNumber(static_cast<double>(l.latency.count()) / 1000.0),
                          formatNumber(static_cast<double>(l.jitter.count()) / 1000.0),
                          formatNumber(l.bandwidthBitsPerSecond / 1e6), formatNumber(l.lossRate));
+      out += l.lossMode == common ? "\n" : fmt::format(" {}\n", shaped::name(l.lossMode));
     }
   }
   for (const auto& [peer, site] : peerSites_)

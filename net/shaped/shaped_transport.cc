@@ -6,7 +6,6 @@
 #include <cstring>
 #include <deque>
 #include <map>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -108,11 +107,22 @@ class LinkState final : public std::enable_shared_from_this<LinkState> {
         maxDelayedBytes_(maxDelayedBytes),
         timerLead_(timerLead),
         pumpTimer_(executor_),
-        faultRng_(seed ^ 0x9e3779b97f4a7c15ULL) {
-    if (profile.shapes()) schedule_.emplace(profile, seed);
+        profile_(profile),
+        seed_(seed) {
+    validateLinkProfile(profile_, "shaped link");
   }
 
-  bool shaping() const { return schedule_.has_value(); }
+  // Callable from any thread.
+  bool shaping() const { return shaping_.load(); }
+  // From now on, frames go through the schedule and the delay line, delivered by the pump. Frames
+  // passed straight through before still arrive first: the inner link delivers in the order its
+  // sends started. On the link's io thread (or before its first use); idempotent.
+  void startShaping() {
+    if (shaping()) return;
+    schedule_.emplace(profile_, seed_);
+    shaping_ = true;
+    asio::co_spawn(executor_, pump(shared_from_this()), asio::detached);
+  }
   Link& inner() { return *inner_; }
   std::uint64_t bytesSent() const { return bytesSent_.load(std::memory_order_relaxed); }
   std::uint64_t bytesReceived() const { return bytesReceived_.load(std::memory_order_relaxed); }
@@ -144,12 +154,10 @@ class LinkState final : public std::enable_shared_from_this<LinkState> {
     return partitions_ != nullptr && remoteIndex_.has_value() &&
            partitions_->blocked(selfIndex_, *remoteIndex_);
   }
-  // A frame this link sends is lost: cut, or dropped by the partitions' run-time loss.
-  bool lost() {
-    if (blocked()) return true;
-    if (partitions_ == nullptr || !remoteIndex_) return false;
-    const double rate = partitions_->loss(selfIndex_, *remoteIndex_);
-    return rate > 0 && std::uniform_real_distribution<double>(0, 1)(faultRng_) < rate;
+  // The partitions' run-time loss on this link, on top of the profile's.
+  double runtimeLoss() const {
+    if (partitions_ == nullptr || !remoteIndex_) return 0;
+    return partitions_->loss(selfIndex_, *remoteIndex_);
   }
   bool admissible(std::size_t bytes) const {
     return sending_ < maxInFlight_ &&
@@ -200,7 +208,9 @@ class LinkState final : public std::enable_shared_from_this<LinkState> {
   std::size_t delayedBytes_ = 0;               // bytes in line_ plus the frame the pump is sending
   asio::steady_timer pumpTimer_;
   std::vector<DelayedFrame> pool_;  // freed buffers
-  std::mt19937_64 faultRng_;        // run-time loss draws (io thread)
+  LinkProfile profile_;
+  std::uint64_t seed_;
+  std::atomic<bool> shaping_{false};  // schedule_ is set; stays set
 };
 
 awaitable<std::error_code> LinkState::send(std::shared_ptr<LinkState> self, OutFrame frame) {
@@ -213,24 +223,28 @@ awaitable<std::error_code> LinkState::send(std::shared_ptr<LinkState> self, OutF
   if (bytes > limits.maxFrameBytes) co_return make_error_code(Errc::frameTooLarge);
 
   if (!self->shaping()) {
-    if (self->lost()) {
-      // Dropped by the partition or the run-time loss; yield once so that a sender looping on a cut
-      // link cannot starve the io thread.
+    if (self->blocked()) {
+      // Dropped by the partition; yield once so that a sender looping on a cut link cannot
+      // starve the io thread.
       co_await asio::post(self->executor_, asio::use_awaitable);
       self->bytesSent_ += bytes;
       co_return std::error_code();
     }
-    const std::error_code error = co_await self->inner_->send(std::move(frame));
-    if (!error) self->bytesSent_ += bytes;
-    co_return error;
+    if (self->runtimeLoss() == 0) {
+      const std::error_code error = co_await self->inner_->send(std::move(frame));
+      if (!error) self->bytesSent_ += bytes;
+      co_return error;
+    }
+    // Run-time loss needs the schedule (retransmission delays, or drops): shape from now on.
+    self->startShaping();
   }
 
   if (!self->waiters_.empty() || !self->admissible(bytes)) {
     if (!co_await self->waitForAdmission(bytes)) co_return self->failure();
   }
   ++self->sending_;
-  const LinkSchedule::Slot slot = self->schedule_->admit(Clock::now(), bytes);
-  if (!slot.dropped && !self->lost()) self->enqueue(frame, bytes, slot.deliverAt);
+  const LinkSchedule::Slot slot = self->schedule_->admit(Clock::now(), bytes, self->runtimeLoss());
+  if (!slot.dropped && !self->blocked()) self->enqueue(frame, bytes, slot.deliverAt);
   self->wakeNextWaiter();
   // The send completes when its frame starts serializing: the sender is held to the link's
   // rate, yet back-to-back sends never leave the link idle (a transmit queue one frame deep).
@@ -480,7 +494,7 @@ std::unique_ptr<Link> ShapedTransport::wrap(const asio::any_io_executor& executo
     std::erase_if(links_, [](const std::weak_ptr<LinkState>& weak) { return weak.expired(); });
     links_.push_back(state);
   }
-  if (state->shaping()) asio::co_spawn(executor, LinkState::pump(state), asio::detached);
+  if (profile.shapes()) state->startShaping();
   if (closed_.load()) state->close();
   return std::make_unique<ShapedLink>(std::move(state));
 }

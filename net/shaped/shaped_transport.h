@@ -10,17 +10,27 @@
 //   sender is held to the link's rate, yet back-to-back sends keep the link busy, like a
 //   transmit queue one frame deep. Latency is pipelined: many frames are in flight at once.
 //   Order per link is preserved, jitter included.
-// - With probability lossRate a frame is silently dropped (message loss; the link stays open and
-//   the send succeeds). While the pair is partitioned (Partitions) frames are dropped the same
-//   way, at send time and again at delivery time (a cut also loses the frames on the wire), and
-//   connect to the pair fails with Errc::partitioned once its timeout has passed (it succeeds if
-//   the partition heals in time).
+// - Loss acts by the link's LossMode (profile.h). stream (the default, what a TCP link does):
+//   each kSegmentBytes segment of a frame is lost with probability lossRate and retransmitted:
+//   by fast retransmit, about one round trip later, when at least 3 more segments of the frame
+//   follow it; otherwise (a loss at the frame's tail), or when the retransmission is lost too,
+//   after the link's retransmission timeout, max(200 ms, RTT + 4 RTTVAR), doubled on each
+//   further loss of the same segment. The frame arrives when its last segment does, and the
+//   frames after it on the link wait for it (in order, nothing dropped). datagram: a frame is
+//   silently dropped whole with probability lossRate (message loss, for datagram-like
+//   experiments; the link stays open and the send succeeds). Partitions' run-time loss
+//   (Partitions::setLoss) adds to the profile's, in the link's mode.
+// - While the pair is partitioned (Partitions) frames are dropped, whatever the loss mode, at
+//   send time and again at delivery time (a cut also loses the frames on the wire), and connect
+//   to the pair fails with Errc::partitioned once its timeout has passed (it succeeds if the
+//   partition heals in time).
 // - A delayed frame is COPIED (header and payloads into one pooled buffer per frame) when its
 //   send is admitted, so the caller's buffers are free once send completes, as the Link contract
 //   promises, while latency stays pipelined. Keeping the sender waiting until the inner send
 //   instead would serialize every frame behind the full latency. The pool keeps up to 16 freed
 //   buffers per link. A link whose profile shapes nothing (`lan`) copies nothing: its sends go
-//   straight to the inner link (zero-copy), only partitions apply.
+//   straight to the inner link (zero-copy), only partitions apply, until run-time loss is set
+//   on it; from its first send under run-time loss on, it is shaped like any other link.
 // - Bounds: at most Limits::maxInFlightSends sends outstanding per link and at most
 //   Options::maxDelayedBytes of copied frames waiting out their latency (a frame larger than that
 //   is admitted alone); further sends wait, in order. A slow inner link (slow receiver) holds the
@@ -90,8 +100,10 @@ class Partitions {
   bool blocked(std::size_t a, std::size_t b) const;
   std::size_t size() const;
 
-  // Run-time message loss on top of the profile's: every frame `from` sends to `to` is dropped
-  // with probability `rate` (0 removes it). For fault injection (gossamer-bench chaos).
+  // Run-time loss on top of the profile's, in each link's loss mode (stream: segments of the
+  // frames `from` sends to `to` are lost with probability `rate` and retransmitted; datagram:
+  // those frames are dropped with probability `rate`); 0 removes it. For fault injection
+  // (gossamer-bench chaos). Throws gossamer::Error when `rate` is outside [0, 1].
   void setLoss(std::size_t from, std::size_t to, double rate);
   void clearLoss();
   double loss(std::size_t from, std::size_t to) const;

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <random>
@@ -53,6 +54,44 @@ using std::chrono::microseconds;
 namespace fs = std::filesystem;
 
 // ---- helpers ----
+
+// The stream mode's extra delay of a frame of `segments` segments on a link without jitter or a
+// bandwidth cap, as a distribution: value -> probability. A segment lost k times (probability
+// p^k (1 - p), k capped at kMaxRetransmissions) waits retransmissionDelay(k) when it is one of
+// the frame's last kDupAckThreshold (a tail loss), else roundTrip + retransmissionDelay(k - 1)
+// (fast retransmit, then timeouts); the frame waits for the slowest segment. P(max <= v) is
+// the product of the segments' P(wait <= v).
+std::map<Clock::duration, double> streamExtraDelay(const LinkSchedule& schedule,
+                                                   std::size_t segments, double p,
+                                                   Clock::duration roundTrip) {
+  std::map<Clock::duration, double> tail, fast;  // one segment's wait -> probability
+  double probability = 1;
+  for (int k = 0; k <= kMaxRetransmissions; ++k) {
+    const double pk = k < kMaxRetransmissions ? probability * (1 - p) : probability;
+    tail[schedule.retransmissionDelay(k)] += pk;
+    fast[k == 0 ? Clock::duration::zero() : roundTrip + schedule.retransmissionDelay(k - 1)] += pk;
+    probability *= p;
+  }
+  const std::size_t tails = std::min(segments, kDupAckThreshold);
+  const auto atMost = [](const std::map<Clock::duration, double>& wait, Clock::duration v) {
+    double sum = 0;
+    for (const auto& [value, pv] : wait) {
+      if (value <= v) sum += pv;
+    }
+    return sum;
+  };
+  std::map<Clock::duration, double> frame;
+  double below = 0;  // P(max < v)
+  std::map<Clock::duration, double> values = tail;
+  values.insert(fast.begin(), fast.end());
+  for (const auto& [v, ignored] : values) {
+    const double upTo = std::pow(atMost(tail, v), static_cast<double>(tails)) *
+                        std::pow(atMost(fast, v), static_cast<double>(segments - tails));
+    if (upTo > below) frame[v] = upTo - below;
+    below = upTo;
+  }
+  return frame;
+}
 
 // Runs `body` on `io` with a hard deadline (a hung case aborts the binary instead of stalling
 // the run); rethrows what it threw.
@@ -278,9 +317,23 @@ TEST_CASE("net shaped: profile errors name the file and line") {
   const std::string sites = "sites a b\n";
   CHECK(parseError("a b 1 0 0 0\n") ==
         "bad.net:1: 'a' before the 'sites' line (expected "
-        "'name', 'sites', 'peer' or a pair line after 'sites')");
+        "'name', 'sites', 'loss-mode', 'peer' or a pair line after 'sites')");
   CHECK(parseError(sites + "a b 1 0 0\n") ==
-        "bad.net:2: a pair line needs 6 fields 'FROM TO LATENCY_MS JITTER_MS MBIT LOSS', got 5");
+        "bad.net:2: a pair line needs 6 or 7 fields 'FROM TO LATENCY_MS JITTER_MS MBIT LOSS "
+        "[stream|datagram]', got 5");
+  CHECK(parseError(sites + "a b 1 0 0 0 stream x\n") ==
+        "bad.net:2: a pair line needs 6 or 7 fields 'FROM TO LATENCY_MS JITTER_MS MBIT LOSS "
+        "[stream|datagram]', got 8");
+  CHECK(parseError(sites + "a b 1 0 0 0 tcp\n") ==
+        "bad.net:2: unknown loss mode 'tcp' (expected stream or datagram)");
+  CHECK(parseError(sites + "loss-mode udp\n") ==
+        "bad.net:2: unknown loss mode 'udp' (expected stream or datagram)");
+  CHECK(parseError(sites + "loss-mode\n") ==
+        "bad.net:2: expected 'loss-mode stream' or 'loss-mode datagram'");
+  CHECK(parseError(sites + "loss-mode stream datagram\n") ==
+        "bad.net:2: expected 'loss-mode stream' or 'loss-mode datagram'");
+  CHECK(parseError("loss-mode datagram\n" + sites + "loss-mode stream\n") ==
+        "bad.net:3: a second 'loss-mode' line (the first is line 1)");
   CHECK(parseError(sites + "a c 1 0 0 0\n") == "bad.net:2: unknown site 'c' (sites: a b)");
   CHECK(parseError(sites + "\n\na b 1x 0 0 0\n") == "bad.net:4: latency_ms '1x' is not a number");
   CHECK(parseError(sites + "a b -1 0 0 0\n") == "bad.net:2: latency_ms must be >= 0");
@@ -302,6 +355,51 @@ TEST_CASE("net shaped: profile errors name the file and line") {
   CHECK(parseError("sites a\npeer nohost a\n") ==
         "bad.net:2: peer 'nohost' is neither an index nor a HOST:PORT endpoint");
   CHECK(parseError("sites a\nname\n", "dir/x.net") == "dir/x.net:2: expected 'name NAME'");
+}
+
+TEST_CASE("net shaped: loss mode, stream unless a profile says datagram") {
+  // Default: stream, for every link (built-ins included).
+  CHECK(LinkProfile{}.lossMode == LossMode::stream);
+  const NetworkProfile plain =
+      NetworkProfile::parse("sites a b\na b 1 0 0 0.1\nb a 1 0 0 0\n", "p");
+  CHECK(plain.link(0, 1).lossMode == LossMode::stream);
+  CHECK(plain.link(1, 1).lossMode == LossMode::stream);
+  for (const std::string& name : NetworkProfile::builtinNames()) {
+    const NetworkProfile profile = NetworkProfile::builtin(name);
+    for (std::size_t from = 0; from < profile.siteCount(); ++from) {
+      for (std::size_t to = 0; to < profile.siteCount(); ++to)
+        CHECK(profile.link(from, to).lossMode == LossMode::stream);
+    }
+  }
+  // A loss-mode line sets every link's mode wherever it stands, within-site defaults included; a
+  // pair line's seventh field overrides it for that pair.
+  const NetworkProfile mixed = NetworkProfile::parse(R"(sites a b
+a b 1 0 0 0.1
+b a 1 0 0 0.2 stream
+loss-mode datagram   # after the pair lines: still for all of them
+)",
+                                                     "mixed.net");
+  CHECK(mixed.link(0, 1).lossMode == LossMode::datagram);
+  CHECK(mixed.link(1, 0).lossMode == LossMode::stream);
+  CHECK(mixed.link(0, 0).lossMode == LossMode::datagram);
+  CHECK(mixed.link(1, 0).lossRate == doctest::Approx(0.2));
+  // The text format keeps every link's mode: the loss-mode line names the most common one.
+  const std::string text = mixed.str();
+  CHECK(text.find("loss-mode datagram\n") != std::string::npos);
+  CHECK(text.find("b a 1 0 0 0.2 stream\n") != std::string::npos);
+  CHECK(NetworkProfile::parse(text, "mixed.net") == mixed);
+  NetworkProfile programmatic = NetworkProfile::uniform("u", LinkProfile{.lossRate = 0.05});
+  CHECK(programmatic.str().find("loss-mode stream\n") != std::string::npos);
+  programmatic.setLink(0, 0, LinkProfile{.lossRate = 0.05, .lossMode = LossMode::datagram});
+  CHECK(NetworkProfile::parse(programmatic.str(), "u") == programmatic);
+  // Names, and a mode out of range is refused like any invalid link.
+  CHECK(std::string(name(LossMode::stream)) == "stream");
+  CHECK(std::string(name(LossMode::datagram)) == "datagram");
+  CHECK(lossModeNamed("datagram") == LossMode::datagram);
+  CHECK_FALSE(lossModeNamed("udp").has_value());
+  CHECK_THROWS_WITH_AS(
+      NetworkProfile::uniform("x", LinkProfile{.lossMode = static_cast<LossMode>(7)}),
+      doctest::Contains("loss mode must be stream or datagram"), Error);
 }
 
 // ---- the schedule: exact timing math, no clocks ----
@@ -382,12 +480,12 @@ TEST_CASE("net shaped: schedule jitter stays in bounds and keeps order") {
   CHECK(clamped);  // the order rule did act
 }
 
-TEST_CASE("net shaped: schedule loss rate matches with a seed") {
+TEST_CASE("net shaped: schedule datagram loss rate matches with a seed") {
   const Clock::time_point t0{};
   const int frames = 5000;
   const double rate = 0.2;
   const auto drops = [&](std::uint64_t seed) {
-    LinkSchedule schedule(LinkProfile{.lossRate = rate}, seed);
+    LinkSchedule schedule(LinkProfile{.lossRate = rate, .lossMode = LossMode::datagram}, seed);
     std::vector<bool> dropped;
     for (int i = 0; i < frames; ++i) dropped.push_back(schedule.admit(t0, 100).dropped);
     return dropped;
@@ -401,11 +499,179 @@ TEST_CASE("net shaped: schedule loss rate matches with a seed") {
     CHECK(drops(seed) == dropped);  // the same seed drops the same frames
   }
   CHECK(drops(1) != drops(2));
-  LinkSchedule all(LinkProfile{.lossRate = 1}, 1);
-  LinkSchedule none(LinkProfile{.lossRate = 0}, 1);
+  LinkSchedule all(LinkProfile{.lossRate = 1, .lossMode = LossMode::datagram}, 1);
+  LinkSchedule none(LinkProfile{.lossRate = 0, .lossMode = LossMode::datagram}, 1);
   CHECK(all.admit(t0, 1).dropped);
   CHECK_FALSE(none.admit(t0, 1).dropped);
+  CHECK(none.admit(t0, 1, 1.0).dropped);  // run-time loss on top of the profile's
   CHECK_THROWS_AS(LinkSchedule(LinkProfile{.lossRate = 2}, 1), Error);
+}
+
+TEST_CASE("net shaped: the retransmission timeout is max(200 ms, RTT + 4 RTTVAR), doubling") {
+  // RTT = 2 x latency; RTTVAR = 2/3 x jitter, the mean deviation of the sum of two U[-j, j].
+  CHECK(LinkProfile{}.retransmissionTimeout() == 200ms);
+  CHECK(LinkProfile{.latency = 50ms, .jitter = 30ms}.retransmissionTimeout() == 200ms);  // 180
+  CHECK(LinkProfile{.latency = 100ms, .jitter = 3ms}.retransmissionTimeout() == 208ms);
+  CHECK(LinkProfile{.latency = 106ms, .jitter = 1060us}.retransmissionTimeout() ==
+        microseconds(214'827));  // geo's Tokyo-London: 212 + 8 x 1.06 / 3 ms
+  // A segment lost k times waits RTO + 2 RTO + ... + 2^(k-1) RTO, each capped at 120 s.
+  const LinkSchedule schedule(LinkProfile{.lossRate = 0.1}, 1);
+  CHECK(schedule.retransmissionDelay(0) == 0ms);
+  CHECK(schedule.retransmissionDelay(1) == 200ms);
+  CHECK(schedule.retransmissionDelay(2) == 600ms);
+  CHECK(schedule.retransmissionDelay(3) == 1400ms);
+  CHECK(schedule.retransmissionDelay(10) == 204'600ms);  // the 10th RTO is 102.4 s
+  CHECK(schedule.retransmissionDelay(11) == 324'600ms);  // the 11th is capped at 120 s
+  CHECK(schedule.retransmissionDelay(kMaxRetransmissions) == 804'600ms);
+  CHECK_THROWS_AS(static_cast<void>(schedule.retransmissionDelay(kMaxRetransmissions + 1)), Error);
+  const LinkSchedule far(LinkProfile{.latency = 100ms, .jitter = 3ms, .lossRate = 0.1}, 1);
+  CHECK(far.retransmissionDelay(2) == 3 * 208ms);
+}
+
+TEST_CASE("net shaped: schedule stream loss delays frames by their retransmissions, drops none") {
+  const Clock::time_point t0{};
+  const auto latency = 10ms;
+  SUBCASE("frames of n segments: the mean delay is the closed form") {
+    // Frames 1000 s apart (more than any retransmission delay: no head-of-line waits). One
+    // segment: every loss is a tail loss and costs timeouts; 3: still all tail losses; 4: the
+    // first can be fast-retransmitted; 50 with a partial last segment; 141: a 200 KB model
+    // frame at 5% loss, which fast retransmit spares the RTO unless one of its last 3
+    // segments, or a retransmission, is lost: 1 - 0.95^3 x (1 - 0.05^2)^138 = 39% of frames.
+    struct Case {
+      std::size_t segments;
+      double p;
+      int frames;
+    };
+    for (const Case c : {Case{1, 0.2, 20000}, Case{3, 0.1, 10000}, Case{4, 0.1, 10000},
+                         Case{50, 0.01, 10000}, Case{141, 0.05, 4000}}) {
+      CAPTURE(c.segments);
+      LinkSchedule schedule(LinkProfile{.latency = latency, .lossRate = c.p}, 3 + c.segments);
+      const std::map<Clock::duration, double> closed =
+          streamExtraDelay(schedule, c.segments, c.p, 2 * latency);
+      double expected = 0, expectedSquare = 0, rto = 0;
+      for (const auto& [v, pv] : closed) {
+        const double d = std::chrono::duration<double>(v).count();
+        expected += pv * d;
+        expectedSquare += pv * d * d;
+        if (v >= 200ms) rto += pv;
+      }
+      // The last segment is 1 byte: the frame is still `segments` segments.
+      const std::size_t bytes = (c.segments - 1) * kSegmentBytes + 1;
+      double sum = 0;
+      int waitedRto = 0;
+      for (int i = 0; i < c.frames; ++i) {
+        const Clock::time_point now = t0 + i * 1000s;
+        const LinkSchedule::Slot slot = schedule.admit(now, bytes);
+        REQUIRE_FALSE(slot.dropped);
+        const auto extra = slot.deliverAt - now - latency;
+        CHECK(closed.contains(extra));  // one of the closed form's values
+        CHECK(slot.fastRetransmits <= slot.segmentLosses);
+        if (slot.segmentLosses == 0) CHECK(extra == 0ms);
+        if (slot.segmentLosses > 0) CHECK(extra >= 2 * latency);  // at least a round trip
+        if (slot.fastRetransmits < slot.segmentLosses) CHECK(extra >= 200ms);  // a timeout
+        if (c.segments <= kDupAckThreshold) CHECK(slot.fastRetransmits == 0);
+        if (c.segments == 1) {
+          CHECK(extra == schedule.retransmissionDelay(static_cast<int>(slot.segmentLosses)));
+        }
+        if (extra >= 200ms) ++waitedRto;
+        sum += std::chrono::duration<double>(extra).count();
+      }
+      const double sigma = std::sqrt((expectedSquare - expected * expected) / c.frames);
+      CHECK(std::abs(sum / c.frames - expected) <= 4 * sigma);
+      CHECK(std::abs(waitedRto - rto * c.frames) <= 4 * std::sqrt(c.frames * rto * (1 - rto)) + 1);
+      if (c.segments == 141) CHECK(rto == doctest::Approx(0.393).epsilon(0.01));
+    }
+  }
+  SUBCASE("a mid-frame loss waits one round trip, a tail loss the RTO, a lost resend the RTO") {
+    // 10 segments: a loss of the first 7 is fast-retransmitted, of the last 3 waits the RTO.
+    const double p = 0.01;
+    const int frames = 20000;
+    LinkSchedule schedule(LinkProfile{.latency = latency, .lossRate = p}, 7);
+    int fast = 0, tail = 0;
+    for (int i = 0; i < frames; ++i) {
+      const Clock::time_point now = t0 + i * 1000s;
+      const LinkSchedule::Slot slot = schedule.admit(now, 10 * kSegmentBytes);
+      const auto extra = slot.deliverAt - now - latency;
+      if (slot.segmentLosses == 1 && slot.fastRetransmits == 1) {
+        ++fast;
+        CHECK(extra == 2 * latency);  // one round trip
+      } else if (slot.segmentLosses == 1) {
+        ++tail;
+        CHECK(extra == 200ms);
+      } else if (slot.segmentLosses == 2 && slot.fastRetransmits == 1) {
+        // One segment lost twice (a round trip, then the RTO), or a mid and a tail loss.
+        CHECK((extra == 2 * latency + 200ms || extra == 200ms));
+      }
+    }
+    // Single losses: 7 in 10 mid-frame.
+    const double q = 0.7;
+    const int single = fast + tail;
+    CHECK(single > 1000);
+    CHECK(std::abs(fast - q * single) <= 4 * std::sqrt(single * q * (1 - q)));
+  }
+  SUBCASE("fast retransmit waits for 3 more segments to go out, and jitter") {
+    // 8 Mbit/s: a segment takes 1.448 ms to serialize. A lost segment i of 10 is resent when the
+    // duplicate ACK of segment i + 3 is back: it arrives at start + sent(i + 3) + 3 x delay,
+    // delay in [latency - jitter, latency + jitter], no later than serialized + 3 x delay.
+    const auto jitter = 1ms;
+    LinkSchedule schedule(
+        LinkProfile{
+            .latency = latency, .jitter = jitter, .bandwidthBitsPerSecond = 8e6, .lossRate = 0.01},
+        8);
+    int checked = 0;
+    for (int i = 0; i < 20000; ++i) {
+      const Clock::time_point now = t0 + i * 1000s;
+      const LinkSchedule::Slot slot = schedule.admit(now, 10 * kSegmentBytes);
+      if (slot.segmentLosses != 1 || slot.fastRetransmits != 1) continue;
+      ++checked;
+      const auto fourSegments = microseconds(4 * 1448);
+      CHECK(slot.deliverAt >= slot.start + fourSegments + 3 * (latency - jitter));
+      CHECK(slot.deliverAt <= slot.serialized + 3 * (latency + jitter));
+    }
+    CHECK(checked > 500);
+  }
+  SUBCASE("loss 1: every segment is resent kMaxRetransmissions times, the frame still arrives") {
+    // 1 MB at 8 Mbit/s: the last segment leaves at `serialized`, one second after the start.
+    LinkSchedule schedule(
+        LinkProfile{.latency = latency, .bandwidthBitsPerSecond = 8e6, .lossRate = 1}, 5);
+    const LinkSchedule::Slot slot = schedule.admit(t0, 1'000'000);
+    CHECK_FALSE(slot.dropped);
+    CHECK(slot.serialized == t0 + 1s);
+    CHECK(slot.segmentLosses ==
+          kMaxRetransmissions * ((1'000'000 + kSegmentBytes - 1) / kSegmentBytes));
+    CHECK(slot.deliverAt ==
+          slot.serialized + latency + schedule.retransmissionDelay(kMaxRetransmissions));
+    // The same through run-time loss on a loss-free profile.
+    LinkSchedule clean(LinkProfile{.latency = latency}, 5);
+    CHECK(clean.admit(t0, 100, 1.0).deliverAt ==
+          t0 + latency + clean.retransmissionDelay(kMaxRetransmissions));
+    CHECK_THROWS_AS(clean.admit(t0, 100, 1.5), Error);
+  }
+  SUBCASE("head-of-line blocking: no frame overtakes a delayed one") {
+    // Frames 1 ms apart, 20 ms of latency: a 200 ms retransmission holds the next ~200 frames.
+    LinkSchedule schedule(LinkProfile{.latency = 20ms, .lossRate = 0.05}, 6);
+    Clock::time_point previous{};
+    int held = 0;
+    for (int i = 0; i < 5000; ++i) {
+      const Clock::time_point now = t0 + i * 1ms;
+      const LinkSchedule::Slot slot = schedule.admit(now, 100);
+      CHECK(slot.deliverAt >= previous);
+      CHECK(slot.deliverAt >= now + 20ms);
+      if (slot.segmentLosses == 0 && slot.deliverAt > now + 20ms) ++held;
+      previous = slot.deliverAt;
+    }
+    CHECK(held > 1000);  // unlost frames that waited behind a lost one
+  }
+  SUBCASE("the same seed gives the same delays") {
+    const auto delays = [&](std::uint64_t seed) {
+      LinkSchedule schedule(LinkProfile{.jitter = 1ms, .lossRate = 0.1}, seed);
+      std::vector<Clock::time_point> out;
+      for (int i = 0; i < 1000; ++i) out.push_back(schedule.admit(t0 + i * 1s, 5000).deliverAt);
+      return out;
+    };
+    CHECK(delays(1) == delays(1));
+    CHECK(delays(1) != delays(2));
+  }
 }
 
 TEST_CASE("net shaped: partition set") {
@@ -543,12 +809,13 @@ TEST_CASE("net shaped: frames arrive after their latency and serialization time"
   });
 }
 
-TEST_CASE("net shaped: loss drops frames and keeps the link open") {
+TEST_CASE("net shaped: datagram loss drops frames and keeps the link open") {
   asio::io_context io;
   const int n = 2000;
   const double rate = 0.3;
   const auto run = [&](std::uint64_t seed) {
-    PeerPair peers(io, singleLink(LinkProfile{.lossRate = rate}), seed);
+    PeerPair peers(io, singleLink(LinkProfile{.lossRate = rate, .lossMode = LossMode::datagram}),
+                   seed);
     std::vector<std::uint32_t> received;
     runWithWatchdog(io, [&]() -> awaitable<void> {
       auto [a, b] = co_await peers.connect();
@@ -580,9 +847,65 @@ TEST_CASE("net shaped: loss drops frames and keeps the link open") {
   CHECK(run(11) == first);  // the same seed loses the same frames
 }
 
-TEST_CASE("net shaped: run-time loss drops frames in one direction only, then stops") {
+TEST_CASE("net shaped: stream loss delivers every frame, in order, late") {
   asio::io_context io;
-  PeerPair peers(io, singleLink(LinkProfile{.latency = 1ms}));
+  // 10% of the segments lost, 5 ms one-way: frames of 3 segments, 40 of them sent back to back.
+  PeerPair peers(io, singleLink(LinkProfile{.latency = 5ms, .lossRate = 0.1}), 21);
+  runWithWatchdog(io, [&]() -> awaitable<void> {
+    auto [a, b] = co_await peers.connect();
+    const int n = 40;
+    std::vector<std::vector<std::byte>> headers;
+    for (int i = 0; i < n; ++i) headers.push_back(sequenceHeader(static_cast<std::uint32_t>(i)));
+    const std::vector<std::byte> payload(3 * kSegmentBytes - 4);
+    const auto start = Clock::now();
+    for (int i = 0; i < n; ++i) co_await sendOk(*a, frameOf(headers[i], payload));
+    CHECK(Clock::now() - start < 150ms);  // sends complete without waiting for retransmissions
+    for (int i = 0; i < n; ++i) {
+      InFrame frame;
+      co_await receiveOk(*b, frame);
+      CHECK(sequenceOf(frame) == static_cast<std::uint32_t>(i));
+      CHECK(frame.payloads.at(0).size() == payload.size());
+    }
+    // P(no segment of 120 lost) = 0.9^120 < 4e-6, and this seed loses some; every loss of a
+    // 3-segment frame is a tail loss: the last frame came at least one RTO after the first send.
+    CHECK(Clock::now() - start >= 200ms);
+    CHECK(b->bytesReceived() == n * 3 * kSegmentBytes);
+  });
+}
+
+TEST_CASE("net shaped: run-time stream loss delays an unshaped link's frames, in order") {
+  asio::io_context io;
+  PeerPair peers(io, NetworkProfile::lan());  // passes frames straight through until the loss
+  runWithWatchdog(io, [&]() -> awaitable<void> {
+    auto [a, b] = co_await peers.connect();
+    // Fewer frames before the loss than the inner link queues: nobody receives them yet.
+    const std::uint32_t before = 4, n = 44;
+    std::vector<std::vector<std::byte>> headers;
+    for (std::uint32_t i = 0; i < n; ++i) headers.push_back(sequenceHeader(i));
+    // Frames 0-3 straight through; 4-43 under 20% loss from 0 to 1: late, none lost, in order.
+    for (std::uint32_t i = 0; i < before; ++i) co_await sendOk(*a, frameOf(headers[i]));
+    peers.partitions->setLoss(0, 1, 0.2);
+    const auto start = Clock::now();
+    for (std::uint32_t i = before; i < n; ++i) co_await sendOk(*a, frameOf(headers[i]));
+    co_await sendOk(*b, frameOf(headers[0]));  // the other direction is not affected
+    InFrame back;
+    co_await receiveOk(*a, back);
+    CHECK(sequenceOf(back) == 0);
+    CHECK(Clock::now() - start < 200ms);
+    for (std::uint32_t i = 0; i < n; ++i) {
+      InFrame frame;
+      co_await receiveOk(*b, frame);
+      CHECK(sequenceOf(frame) == i);
+    }
+    // P(none of 40 lost) = 0.8^40 ~ 1e-4, and this seed loses some: at least one RTO.
+    CHECK(Clock::now() - start >= 200ms);
+    peers.partitions->setLoss(0, 1, 0);
+  });
+}
+
+TEST_CASE("net shaped: run-time datagram loss drops frames in one direction only, then stops") {
+  asio::io_context io;
+  PeerPair peers(io, singleLink(LinkProfile{.latency = 1ms, .lossMode = LossMode::datagram}));
   runWithWatchdog(io, [&]() -> awaitable<void> {
     auto [a, b] = co_await peers.connect();
     std::vector<std::vector<std::byte>> headers;
