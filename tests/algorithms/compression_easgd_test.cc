@@ -129,66 +129,35 @@ TEST_CASE("compression: easgd sends its deltas and its pulls in int8's share of 
   CHECK(ratio < share + 0.02);
 }
 
-// easgd whose pulls lose each reply with probability `loss` (as if it timed out).
-struct LossyPulls {
-  explicit LossyPulls(double loss) : shared(std::make_shared<Shared>(loss)) {}
-  struct Shared {
-    explicit Shared(double loss) : loss(loss) {}
-    double loss;
-    std::mutex mutex;
-    std::mt19937_64 rng{5};
-  };
-  class Context final : public test::ForwardingContext {
-   public:
-    Context(engine::PeerContext& inner, Shared& shared) : ForwardingContext(inner), shared_(shared) {}
-    std::optional<engine::Incoming> request(engine::PeerId to, const engine::Message& message,
-                                            engine::Clock::duration timeout) override {
-      std::optional<engine::Incoming> reply = inner_.request(to, message, timeout);
-      std::lock_guard lock(shared_.mutex);
-      if (message.kind == ElasticCenter::kPull && !message.integers.empty() &&
-          std::uniform_real_distribution<double>(0, 1)(shared_.rng) < shared_.loss) {
-        inner_.metrics().add("test.lost", 1);
-        return std::nullopt;
-      }
-      return reply;
+// A context whose compressed pulls lose the replies that `coin` says (as if they timed out),
+// counting the losses in "test.lost".
+class LosingPulls final : public test::ForwardingContext {
+ public:
+  LosingPulls(engine::PeerContext& inner, test::LossCoin& coin) : ForwardingContext(inner), coin_(coin) {}
+  std::optional<engine::Incoming> request(engine::PeerId to, const engine::Message& message,
+                                          engine::Clock::duration timeout) override {
+    std::optional<engine::Incoming> reply = inner_.request(to, message, timeout);
+    if (message.kind == ElasticCenter::kPull && !message.integers.empty() && coin_.lose()) {
+      inner_.metrics().add("test.lost", 1);
+      return std::nullopt;
     }
+    return reply;
+  }
 
-   private:
-    Shared& shared_;
-  };
-  class Shell final : public test::AlgorithmShell {
-   public:
-    Shell(std::unique_ptr<engine::Algorithm> inner, std::shared_ptr<Shared> shared)
-        : AlgorithmShell(std::move(inner)), shared_(std::move(shared)) {}
-
-   protected:
-    std::unique_ptr<engine::PeerContext> wrap(engine::PeerContext& ctx) override {
-      return std::make_unique<Context>(ctx, *shared_);
-    }
-
-   private:
-    std::shared_ptr<Shared> shared_;
-  };
-
-  std::shared_ptr<Shared> shared;
-  engine::Registry registry = [this] {
-    engine::Registry r = makeRegistry();
-    engine::AlgorithmSpec spec = r.algorithms.get("easgd");
-    spec.make = [make = spec.make, shared = shared](const engine::OptionValues& values) {
-      return std::unique_ptr<engine::Algorithm>(std::make_unique<Shell>(make(values), shared));
-    };
-    r.algorithms.add("lossy-easgd", "easgd losing pulled replies", std::move(spec));
-    return r;
-  }();
+ private:
+  test::LossCoin& coin_;
 };
 
 TEST_CASE("compression: easgd's lost pulled replies are answered by anchors, and it converges") {
   test::Watchdog watchdog(60s);
-  LossyPulls lossy(0.15);
+  auto coin = std::make_shared<test::LossCoin>(0.15, 5);
+  const engine::Registry registry = test::withWrapped(
+      makeRegistry(), "easgd", "lossy-easgd",
+      [coin](engine::PeerContext& ctx) { return std::make_unique<LosingPulls>(ctx, *coin); });
   auto config = test::convexCluster("lossy-easgd", 4, 1500, 0.1, {{"tau", "2"}});
   config.peer.training.minStepTime = 1ms;  // as convexRun's
   config.peer.training.schedule.kind = engine::train::LrSchedule::kCosine;
-  const auto result = test::runCompressed(config, "int8", lossy.registry);
+  const auto result = test::runCompressed(config, "int8", registry);
   double lost = 0;
   for (const auto& p : result.peers) lost += test::metricOf(p, "test.lost");
   CHECK(lost > 60);  // 15% of 4 x 750 pulls

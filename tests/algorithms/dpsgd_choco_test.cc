@@ -13,7 +13,7 @@
 #include <doctest/doctest.h>
 
 #include "algorithms/dpsgd.h"
-#include "engine/builtin.h"
+#include "algorithms/builtin.h"
 #include "kernels/codec.h"
 #include "tests/algorithms/compression_testing.h"
 #include "tests/algorithms/forwarding_context.h"
@@ -108,74 +108,40 @@ TEST_CASE("dpsgd compressed: a killed neighbour costs its round, then anchors he
   CHECK(test::survivorsConsensus(result, 3).accuracy > 0.85);
 }
 
-// dpsgd whose gathers lose each received model with probability `loss` (as if it never came),
+// A context whose gathers lose each received model that `coin` says (as if it never came),
 // counting the losses in "test.lost".
-struct LossyDpsgd {
-  explicit LossyDpsgd(double loss) : shared(std::make_shared<Shared>(loss)) {}
-
-  struct Shared {
-    explicit Shared(double loss) : loss(loss) {}
-    double loss;
-    std::mutex mutex;
-    std::mt19937_64 rng{11};
-  };
-  class Context final : public test::ForwardingContext {
-   public:
-    Context(engine::PeerContext& inner, Shared& shared)
-        : ForwardingContext(inner), shared_(shared) {}
-    engine::GatherResult gather(std::span<const engine::PeerId> from, std::uint64_t tag,
-                                engine::Clock::duration timeout) override {
-      engine::GatherResult got = inner_.gather(from, tag, timeout);
-      engine::GatherResult kept{.messages = {}, .missing = got.missing};
-      for (engine::Incoming& m : got.messages) {
-        std::lock_guard lock(shared_.mutex);
-        if (std::uniform_real_distribution<double>(0, 1)(shared_.rng) < shared_.loss) {
-          inner_.metrics().add("test.lost", 1);
-          kept.missing.push_back(m.from);
-        } else {
-          kept.messages.push_back(std::move(m));
-        }
+class LosingGathers final : public test::ForwardingContext {
+ public:
+  LosingGathers(engine::PeerContext& inner, test::LossCoin& coin)
+      : ForwardingContext(inner), coin_(coin) {}
+  engine::GatherResult gather(std::span<const engine::PeerId> from, std::uint64_t tag,
+                              engine::Clock::duration timeout) override {
+    engine::GatherResult got = inner_.gather(from, tag, timeout);
+    engine::GatherResult kept{.messages = {}, .missing = got.missing};
+    for (engine::Incoming& m : got.messages) {
+      if (coin_.lose()) {
+        inner_.metrics().add("test.lost", 1);
+        kept.missing.push_back(m.from);
+      } else {
+        kept.messages.push_back(std::move(m));
       }
-      return kept;
     }
+    return kept;
+  }
 
-   private:
-    Shared& shared_;
-  };
-  class Shell final : public test::AlgorithmShell {
-   public:
-    Shell(std::unique_ptr<engine::Algorithm> inner, std::shared_ptr<Shared> shared)
-        : AlgorithmShell(std::move(inner)), shared_(std::move(shared)) {}
-
-   protected:
-    std::unique_ptr<engine::PeerContext> wrap(engine::PeerContext& ctx) override {
-      return std::make_unique<Context>(ctx, *shared_);
-    }
-
-   private:
-    std::shared_ptr<Shared> shared_;
-  };
-
-  std::shared_ptr<Shared> shared;
-  engine::Registry registry = [this] {
-    engine::Registry r = engine::makeBuiltinRegistry();
-    engine::AlgorithmSpec spec =
-        engine::algorithmSpec<Dpsgd, DpsgdOptions>("dpsgd losing models", "ring");
-    spec.make = [shared = shared](const engine::OptionValues& values) {
-      return std::unique_ptr<engine::Algorithm>(std::make_unique<Shell>(
-          std::make_unique<Dpsgd>(engine::parseOptions<DpsgdOptions>(values)), shared));
-    };
-    r.algorithms.add("dpsgd", "dpsgd losing models", std::move(spec));
-    return r;
-  }();
+ private:
+  test::LossCoin& coin_;
 };
 
 TEST_CASE("dpsgd compressed: lost models are healed by anchors on request, and training goes on") {
   test::Watchdog watchdog(120s);
   const std::vector<float> optimum = test::convexOptimum(test::kConvexWeightDecay);
-  LossyDpsgd lossy(0.1);
+  auto coin = std::make_shared<test::LossCoin>(0.1, 11);
+  const engine::Registry registry = test::withWrapped(
+      makeRegistry(), "dpsgd", "lossy-dpsgd",
+      [coin](engine::PeerContext& ctx) { return std::make_unique<LosingGathers>(ctx, *coin); });
   const auto result =
-      test::runCompressed(test::convexCluster("dpsgd", 4, 400, 0.1), "int8", lossy.registry);
+      test::runCompressed(test::convexCluster("lossy-dpsgd", 4, 400, 0.1), "int8", registry);
   for (std::size_t i = 0; i < 4; ++i) {
     CAPTURE(i);
     const double lost = counted(result, i, "test.lost");

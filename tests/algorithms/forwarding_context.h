@@ -5,14 +5,19 @@
 // refusal tests).
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
+#include <random>
 #include <span>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "engine/algorithm.h"
+#include "engine/registry.h"
 
 namespace gossamer::test {
 
@@ -132,6 +137,49 @@ class AlgorithmShell : public engine::Algorithm {
 
  private:
   std::unique_ptr<engine::Algorithm> inner_;
+};
+
+// An AlgorithmShell whose contexts `wrap` makes.
+class WrappingShell final : public AlgorithmShell {
+ public:
+  using Wrap = std::function<std::unique_ptr<engine::PeerContext>(engine::PeerContext&)>;
+  WrappingShell(std::unique_ptr<engine::Algorithm> inner, Wrap wrap)
+      : AlgorithmShell(std::move(inner)), wrap_(std::move(wrap)) {}
+
+ protected:
+  std::unique_ptr<engine::PeerContext> wrap(engine::PeerContext& ctx) override {
+    return wrap_(ctx);
+  }
+
+ private:
+  Wrap wrap_;
+};
+
+// `registry` plus the algorithm `as`: its `base` run through the contexts `wrap` makes.
+inline engine::Registry withWrapped(engine::Registry registry, const std::string& base,
+                                    const std::string& as, WrappingShell::Wrap wrap) {
+  engine::AlgorithmSpec spec = registry.algorithms.get(base);
+  spec.make = [make = spec.make, wrap = std::move(wrap)](const engine::OptionValues& values) {
+    return std::unique_ptr<engine::Algorithm>(std::make_unique<WrappingShell>(make(values), wrap));
+  };
+  registry.algorithms.add(as, base + " in a test shell", std::move(spec));
+  return registry;
+}
+
+// A seeded coin that the peers of one test cluster share: lose() is true with probability
+// `loss`. Any thread.
+class LossCoin {
+ public:
+  LossCoin(double loss, std::uint64_t seed) : loss_(loss), rng_(seed) {}
+  bool lose() {
+    std::lock_guard lock(mutex_);
+    return std::uniform_real_distribution<double>(0, 1)(rng_) < loss_;
+  }
+
+ private:
+  double loss_;
+  std::mutex mutex_;
+  std::mt19937_64 rng_;
 };
 
 }  // namespace gossamer::test
