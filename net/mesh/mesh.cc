@@ -73,6 +73,43 @@ struct LinkEntry {
   bool headerDecoded = false;
 };
 
+// The order in which sends to one (peer, channel) start on its link: the order the mesh's sends
+// started. A sender takes a ticket before anything can suspend it and starts its link send once
+// every earlier ticket is released. Without it, the senders that waited for the link to open
+// resume after senders that arrived once it was open and went straight to the link.
+// Single-threaded, like the rest of the mesh.
+class SendOrder {
+ public:
+  std::uint64_t take() {
+    const std::uint64_t ticket = next_++;
+    waiting_.emplace(ticket, nullptr);
+    return ticket;
+  }
+  // Returns when `ticket` is the oldest one not released.
+  asio::awaitable<void> waitTurn(std::uint64_t ticket) {
+    while (waiting_.begin()->first != ticket) {
+      std::shared_ptr<asio::steady_timer>& wake = waiting_[ticket];
+      if (!wake)
+        wake = std::make_shared<asio::steady_timer>(co_await asio::this_coro::executor,
+                                                    Clock::time_point::max());
+      const std::shared_ptr<asio::steady_timer> keep = wake;
+      co_await keep->async_wait(kUseTuple);
+    }
+  }
+  // Gives `ticket` up (its send started, or it has none) and wakes the next one. The wake-up is
+  // posted: a caller that starts its link send right after this, without suspending, keeps its
+  // place on the link.
+  void release(std::uint64_t ticket) {
+    waiting_.erase(ticket);
+    if (!waiting_.empty() && waiting_.begin()->second) waiting_.begin()->second->cancel();
+  }
+  bool idle() const { return waiting_.empty(); }
+
+ private:
+  std::uint64_t next_ = 0;
+  std::map<std::uint64_t, std::shared_ptr<asio::steady_timer>> waiting_;
+};
+
 Traffic trafficOf(const wire::EnvelopeHeader& header) {
   return header.route == wire::Route::runtime ? Traffic::runtime : Traffic::algorithm;
 }
@@ -91,6 +128,8 @@ struct Mesh::State : std::enable_shared_from_this<Mesh::State> {
   EnvelopeTarget envelopeTarget;
   std::map<std::pair<Endpoint, Channel>, std::shared_ptr<LinkEntry>> outbound;
   std::set<std::shared_ptr<LinkEntry>> inbound;
+  // One per (to, channel) with sends outstanding.
+  std::map<std::pair<Endpoint, Channel>, std::shared_ptr<SendOrder>> sendOrders;
   bool closed = false;
   std::array<AtomicCounters, kTrafficKinds> counters;
 
@@ -307,9 +346,18 @@ struct Mesh::State : std::enable_shared_from_this<Mesh::State> {
                                                std::span<const std::byte> header,
                                                std::vector<std::span<const std::byte>> payloads,
                                                std::chrono::milliseconds timeout) {
+    const std::pair<Endpoint, Channel> key{to, channel};
+    std::shared_ptr<SendOrder>& slot = self->sendOrders[key];
+    if (!slot) slot = std::make_shared<SendOrder>();
+    const std::shared_ptr<SendOrder> order = slot;
+    const std::uint64_t ticket = order->take();
     LinkOutcome opened;
     std::shared_ptr<LinkEntry> entry = co_await linkTo(self, to, channel, timeout, opened);
+    if (entry) co_await order->waitTurn(ticket);
+    order->release(ticket);
+    if (order->idle()) self->sendOrders.erase(key);
     if (!entry) co_return opened.error;
+    // Nothing suspends between the release and the link send's start: this frame keeps its place.
     const std::size_t bytes = header.size() + payloadBytes(payloads);
     const std::error_code error = co_await entry->link->send(OutFrame(header, std::move(payloads)));
     if (error) {

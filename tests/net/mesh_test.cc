@@ -8,6 +8,10 @@
 #include <string>
 #include <vector>
 
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+#include <asio/post.hpp>
+#include <asio/use_awaitable.hpp>
 #include <doctest/doctest.h>
 
 #include "net/errors.h"
@@ -180,6 +184,47 @@ TEST_CASE(
 
 TEST_CASE("mesh: envelopes arrive with the sender's identity, in order, payloads in place (tcp)") {
   checkDelivery(false);
+}
+
+// Sends started one per turn of the io loop while the link opens: the ones that waited for it
+// and the ones that came once it was open must reach the link in the order they started.
+void checkOrderWhileOpening(bool inproc) {
+  Watchdog watchdog(30s);
+  auto hub = inproc::makeHub();
+  MeshPeer a(inproc, hub, 1), b(inproc, hub, 2);
+  constexpr int kFrames = 300;
+  auto failures = std::make_shared<std::atomic<int>>(0);
+  a.io_.run([&]() -> asio::awaitable<void> {
+    const auto executor = co_await asio::this_coro::executor;
+    for (int i = 0; i < kFrames; ++i) {
+      wire::EnvelopeHeader header;
+      header.tag = static_cast<std::uint64_t>(i);
+      asio::co_spawn(
+          executor,
+          [&a, header, failures, to = b.endpoint_]() -> asio::awaitable<void> {
+            std::vector<std::span<const std::byte>> none;
+            if (co_await a.mesh_->sendEnvelope(to, Channel::data, header, std::move(none), 5s))
+              ++*failures;
+          },
+          asio::detached);
+      co_await asio::post(executor, asio::use_awaitable);  // the next send starts a turn later
+    }
+  });
+  REQUIRE(waitUntil(10s, [&] { return b.envelopes().size() == kFrames; }));
+  CHECK(*failures == 0);
+  const auto got = b.envelopes();
+  int outOfOrder = 0;
+  for (int i = 0; i < kFrames; ++i)
+    if (got[static_cast<std::size_t>(i)].header.tag != static_cast<std::uint64_t>(i)) ++outOfOrder;
+  CHECK(outOfOrder == 0);
+}
+
+TEST_CASE("mesh: frames keep their order while the link opens (inproc)") {
+  checkOrderWhileOpening(true);
+}
+
+TEST_CASE("mesh: frames keep their order while the link opens (tcp)") {
+  checkOrderWhileOpening(false);
 }
 
 TEST_CASE("mesh: a peer with the wrong secret cannot send") {
