@@ -27,7 +27,9 @@
 // speed) when the members are no longer those it started with (someone left, died or joined: the
 // next round uses the new view), when a message of another view arrives (the members' views
 // differ), when a payload is refused (engine::acceptMessage: a warning naming its sender, counted
-// in "<who>.refused"), or when wait() reaches its deadline. The caller falls back for that round.
+// in "<who>.refused"; or, under the run's NormBound, a contribution or a mean far from this
+// peer's own input there, a sum by n: counted in "<who>.outliers"), or when wait() reaches its
+// deadline. The caller falls back for that round.
 //
 // Compression. With `compress` set and a codec in the run, contributions travel encoded and the
 // owner sends each reduced piece encoded to every member, itself included, taking its own decoded

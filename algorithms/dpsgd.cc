@@ -197,6 +197,10 @@ std::vector<engine::Incoming> Dpsgd::awaitModels(engine::PeerContext& ctx, std::
       ctx.metrics().add("dpsgd.unusable", 1);
       continue;
     }
+    // Compressed, the estimate a message makes is bounded where it is made (PublicEstimates).
+    if (!compressed && !engine::acceptNearOwn(ctx.compute(), m, ctx.upload(m.payload(0)),
+                                              ctx.params(), ctx.normBound(), ctx.metrics(), name()))
+      continue;
     models.push_back(std::move(m));
   }
   if (!got.complete()) ctx.metrics().add("dpsgd.missing", static_cast<double>(got.missing.size()));

@@ -40,7 +40,8 @@
 //
 // Received models are checked (engine::acceptMessage): a model of the wrong size or with a
 // non-finite value is refused with a warning naming its sender ("dpsgd.refused") and left out
-// of the round like a missing one.
+// of the round like a missing one; so is, under the run's NormBound (--max-norm-ratio), a model
+// far from w_i ("dpsgd.outliers"; compressed: an estimate far from x^_i, public_estimates.h).
 //
 // Missing models. A neighbour whose model does not arrive by the deadline, or that leaves the
 // view, is left out of the round, and the weights of the models present are renormalised so that

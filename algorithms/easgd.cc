@@ -262,6 +262,11 @@ void ElasticCenter::exchange(engine::PeerContext& ctx) {
       received->data() == reply->payload(0).data() ? ctx.upload(*received)
                                                    : engine::DeviceView(*received, nullptr);
   kernels::Compute& compute = ctx.compute();
+  if (!engine::acceptNearOwn(compute, *reply, center, ctx.params(), ctx.normBound(), ctx.metrics(),
+                             name_)) {
+    estimateSeq_ = 0;  // an estimate made by an outlier is no estimate: ask for an anchor
+    return;
+  }
   const auto a = static_cast<float>(alpha_);
   compute.weightedSum(delta_, {{a, ctx.params()}, {-a, center}});  // delta = alpha (w_i - w~)
   engine::Message message{.kind = kDelta, .step = ctx.step(), .payloads = {delta_.span()}};
@@ -307,7 +312,9 @@ void ElasticCenter::serve(engine::ServiceContext& ctx, const engine::Incoming& r
         ctx.metrics().add(metric("not_center"), 1);
         return;
       }
-      if (!engine::acceptMessage(request, {.payloads = {center_.size()}}, ctx.metrics(), name_))
+      if (!engine::acceptMessage(request, {.payloads = {center_.size()}}, ctx.metrics(), name_) ||
+          !engine::acceptNormWithin(ctx.hostCompute(), request, request.payload(0), center_,
+                                    ctx.normBound(), ctx.metrics(), name_))
         return;
       ctx.hostCompute().axpby(center_, 1.0f, request.payload(0), 1.0f);  // w~ = w~ + delta
       ctx.metrics().add(metric("center_updates"), 1);

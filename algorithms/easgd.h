@@ -94,7 +94,9 @@
 // Received messages are checked (engine::acceptMessage) before use: a delta, a handover or a
 // pulled w~ of the wrong size or with a non-finite value, or a request of an unknown kind, is
 // refused with a warning naming its sender and counted in "<name>.refused" (a refused pull is a
-// missed exchange); nothing a remote sends makes serve() throw.
+// missed exchange); nothing a remote sends makes serve() throw. Under the run's NormBound
+// (--max-norm-ratio), the center refuses a delta whose norm exceeds R ||w~||, and a worker a pulled
+// w~ far from w_i (counted in "<name>.outliers"; the exchange is missed).
 //
 // EASGD's result is the center variable (the paper evaluates w~): with final_center (the default),
 // finish() pulls w~ once more, after every worker has finished its steps and sent its last delta,

@@ -74,7 +74,24 @@ void PublicEstimates::receive(engine::PeerContext& ctx, const engine::Incoming& 
   // A difference applies to the estimate of the message just before it, and to no other.
   const bool follows = estimate.known && number == estimate.seq + 1;
   estimate.seq = number;
-  if (plain || ints[0] == kAnchor) {
+  const bool anchor = plain || ints[0] == kAnchor;
+  // Under a NormBound, the estimate this message makes must be near this peer's model: an
+  // outlier is dropped like a lost message, and the next anchor heals it.
+  const engine::NormBound bound = ctx.normBound();
+  if (bound.enabled() && ctx.params().size() == payload.size() && (anchor || follows)) {
+    const engine::DeviceView q = ctx.upload(payload);
+    std::span<const float> made = q;
+    if (!anchor) {
+      if (difference_.size() != payload.size()) difference_ = compute.allocate<float>(payload.size());
+      compute.weightedSum(difference_.span(), {{1.0f, estimate.x}, {1.0f, q}});
+      made = difference_.span();
+    }
+    if (!engine::acceptNearOwn(compute, message, made, ctx.params(), bound, ctx.metrics(), who_)) {
+      missed(message.from);
+      return;
+    }
+  }
+  if (anchor) {
     if (estimate.x.size() != payload.size()) estimate.x = compute.allocate<float>(payload.size());
     compute.upload(estimate.x.span(), payload);
     estimate.known = true;

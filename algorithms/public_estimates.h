@@ -24,6 +24,10 @@
 // Messages of one sender arrive in order (one link each); a peer that takes messages from one
 // stream only misses nothing else.
 //
+// Under the run's NormBound (engine/algorithm.h), a message whose estimate x^_j is far from this
+// peer's model is dropped like a lost one (counted in "<who>.outliers"): it asks for an anchor, and an anchor
+// far from x^_i is dropped too.
+//
 // Messages carry integers {form, number, then (asked peer, the last number seen from it)...};
 // the payload is the difference or the model. A message without integers is a plain model (a
 // peer that does not compress), taken as an anchor.

@@ -94,6 +94,17 @@ RingOutcome ringAllReduce(engine::PeerContext& ctx, std::span<const float> input
     return engine::Tags::forRound(options.kind, options.step,
                                   static_cast<std::uint32_t>(phase * options.pipeline + k));
   };
+  // A partial sum of the reduce phases holds phase + 1 inputs; the all-gather's is the result.
+  auto withinBound = [&](const engine::Incoming& m, std::size_t phase,
+                         std::span<const float> own) {
+    const engine::NormBound bound = ctx.normBound();
+    if (!bound.enabled()) return true;
+    const double share = phase < reducePhases ? static_cast<double>(phase + 1)
+                         : options.op == ReduceOp::kMean ? 1.0
+                                                         : static_cast<double>(n);
+    const engine::DeviceView x = ctx.upload(m.payload(0));
+    return engine::acceptNearOwn(compute, m, x, own, bound, ctx.metrics(), options.who, share);
+  };
   auto send = [&](std::size_t phase, std::size_t k, std::span<const float> data,
                   std::uint64_t what) {
     engine::Message message{.kind = options.kind,
@@ -127,7 +138,8 @@ RingOutcome ringAllReduce(engine::PeerContext& ctx, std::span<const float> input
         } else if (m.integers[1] != kData) {
           failure = RingOutcome::kAborted;
         } else if (!engine::acceptMessage(m, {.payloads = {s.count}, .integers = 2}, ctx.metrics(),
-                                          options.who)) {
+                                          options.who) ||
+                   !withinBound(m, phase, input.subspan(s.offset, s.count))) {
           failure = RingOutcome::kInvalid;
         }
       }

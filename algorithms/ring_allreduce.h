@@ -24,7 +24,9 @@
 // one timeout per hop; messages carry a fingerprint of the member list (in Message::integers), so
 // peers whose views differ fail the round instead of mixing unrelated chunks. A chunk of the wrong
 // size or with a non-finite value is refused (engine::acceptMessage: a warning naming its sender,
-// counted in "<who>.refused") and fails the round like a missing one. The caller falls back for
+// counted in "<who>.refused") and fails the round like a missing one; so does, under the run's
+// NormBound, a chunk far from this peer's own input there (a partial sum of k inputs divided by
+// k, the all-gather's sum by n: engine::acceptNearOwn, counted in "<who>.outliers"). The caller falls back for
 // that round (e.g. keeps its local value) and the next round uses the new view. After a failure
 // `output` holds partial sums; `input` is untouched unless it is `output`.
 #pragma once

@@ -51,7 +51,7 @@ void Sparknet::master(engine::PeerContext& ctx, std::uint64_t round) {
   for (const engine::Incoming& m : got.messages) {
     if (!engine::acceptMessage(m, expected, ctx.metrics(), name())) continue;
     const std::optional<std::uint64_t> form = formOf(ctx, m);
-    if (form) (*form == kChangeForm ? changes : models).push_back(ctx.upload(m.payload(0)));
+    if (form && withinBound(ctx, m, *form)) (*form == kChangeForm ? changes : models).push_back(ctx.upload(m.payload(0)));
   }
   if (!got.missing.empty()) count(ctx, "missing", static_cast<double>(got.missing.size()));
   if (anchored_ && models.empty()) {
@@ -144,7 +144,7 @@ void Sparknet::receive(engine::PeerContext& ctx, const engine::GatherResult& got
                             ctx.metrics(), name())
           ? formOf(ctx, m)
           : std::nullopt;
-  if (!form) {
+  if (!form || !withinBound(ctx, m, *form)) {
     anchored_ = false;  // refused (counted): keep w_i too
   } else if (*form == kModelForm) {
     adopt(ctx, m.payload(0), true);
@@ -172,6 +172,21 @@ std::optional<std::uint64_t> Sparknet::formOf(engine::PeerContext& ctx,
           name(), message.from, form, message.kind);
   ctx.metrics().add(name() + ".refused", 1);
   return std::nullopt;
+}
+
+bool Sparknet::withinBound(engine::PeerContext& ctx, const engine::Incoming& message,
+                           std::uint64_t form) {
+  const engine::NormBound bound = ctx.normBound();
+  if (!bound.enabled() || message.from == ctx.self()) return true;
+  kernels::Compute& compute = ctx.compute();
+  const engine::DeviceView x = ctx.upload(message.payload(0));
+  if (form == kModelForm)
+    return engine::acceptNearOwn(compute, message, x, ctx.params(), bound, ctx.metrics(), name());
+  if (!anchored_) return true;  // a change with no anchor to apply it to is not used
+  // The model a change d stands for is a - d: its distance from w_i is ||d - (a - w_i)||.
+  computeChange(ctx);
+  return engine::acceptDistance(message, engine::distanceFromOwn(compute, x, change_),
+                                compute.norm2(ctx.params()), bound, ctx.metrics(), name());
 }
 
 void Sparknet::computeChange(engine::PeerContext& ctx) {

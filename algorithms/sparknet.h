@@ -21,7 +21,9 @@
 // that gets no w~ in time keeps its own model for that round; a model that misses the master's
 // deadline is left out of that round's average (its worker still adopts w~ if it comes). A model
 // or an average of the wrong size or with a non-finite value is refused (engine::acceptMessage: a
-// warning naming its sender, counted in "sparknet.refused") and treated as one that did not come.
+// warning naming its sender, counted in "sparknet.refused") and treated as one that did not come;
+// so is, under the run's NormBound (--max-norm-ratio), one whose model (a - d for a change d) is
+// far from w_i ("sparknet.outliers").
 // After a membership change the next round uses the new view's master. The run's last round is in
 // finish() when the step count is not a multiple of tau.
 //
@@ -98,6 +100,9 @@ class Sparknet final : public PeriodicAveraging {
                                       const engine::Incoming& message) const;
   // change_ = anchor_ - params.
   void computeChange(engine::PeerContext& ctx);
+  // Under the run's NormBound: whether the model `message` stands for (in `form`) is near w_i;
+  // else it is refused as an outlier (engine/algorithm.h).
+  bool withinBound(engine::PeerContext& ctx, const engine::Incoming& message, std::uint64_t form);
   // anchor_ = params, after adopting a float32 average.
   void anchor(engine::PeerContext& ctx);
   // A residual of the model's size for error feedback (allocated zero the first time), or an

@@ -48,9 +48,16 @@ void TreeEasgd::setup(engine::PeerContext& ctx) {
 void TreeEasgd::consume(engine::PeerContext& ctx) {
   std::vector<engine::Incoming> received;
   const engine::Expected expected{.payloads = {ctx.params().size()}};
-  for (engine::Incoming& m : ctx.inbox().drain(kModel))
-    if (engine::acceptMessage(m, expected, ctx.metrics(), name())) received.push_back(std::move(m));
-  if (ctx.compression().enabled()) {
+  const bool compressed = ctx.compression().enabled();
+  for (engine::Incoming& m : ctx.inbox().drain(kModel)) {
+    if (!engine::acceptMessage(m, expected, ctx.metrics(), name())) continue;
+    // Compressed, the estimate a message makes is bounded where it is made (PublicEstimates).
+    if (!compressed && !engine::acceptNearOwn(ctx.compute(), m, ctx.upload(m.payload(0)),
+                                              ctx.params(), ctx.normBound(), ctx.metrics(), name()))
+      continue;
+    received.push_back(std::move(m));
+  }
+  if (compressed) {
     consumeEstimates(ctx, std::move(received));
     return;
   }

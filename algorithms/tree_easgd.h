@@ -27,7 +27,9 @@
 // depths 0, 1, ...; the last value of a list repeats for deeper levels. algorithms/README.md:
 // shallower nodes exchange more rarely upward, so tau_up may not grow with depth (validated).
 // A received model of the wrong size or with a non-finite value is refused (engine::acceptMessage:
-// a warning naming its sender, counted in "tree-easgd.refused") and the others are applied.
+// a warning naming its sender, counted in "tree-easgd.refused") and the others are applied; so
+// is, under the run's NormBound (--max-norm-ratio), a model far from w_i ("tree-easgd.outliers";
+// compressed: an estimate far from x^_i, public_estimates.h).
 //
 // Compressed (--compress): models travel as CHOCO-SGD's compressed differences from public
 // estimates (public_estimates.h), in two streams per peer: up (to the parent) and down (to every

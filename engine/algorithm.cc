@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "engine/base/enforce.h"
+#include "kernels/compute.h"
 #include "engine/base/log.h"
 #include "engine/train/optimizer.h"
 
@@ -88,6 +89,56 @@ bool acceptMessage(const Incoming& message, const Expected& expected, Metrics& m
              message.from, problem);
   metrics.add(who + ".refused", 1);
   return false;
+}
+
+double distanceFromOwn(kernels::Compute& compute, std::span<const float> x,
+                       std::span<const float> own, double share) {
+  GOSSAMER_ENFORCE(x.size() == own.size() && share > 0,
+                   "distanceFromOwn: {} values against {}, share {}", x.size(), own.size(), share);
+  // ||x/s - o||^2 = ||x||^2/s^2 - 2 x.o/s + ||o||^2: three reductions, no scratch buffer. The
+  // cancellation error is ~1e-16 of ||o||^2 in double, far below any bound worth setting.
+  const double xx = compute.norm2(x), oo = compute.norm2(own), xo = compute.dot(x, own);
+  const double squared = xx * xx / (share * share) - 2 * xo / share + oo * oo;
+  return std::sqrt(std::max(0.0, squared));
+}
+
+namespace {
+
+bool refuseOutlier(const Incoming& message, double norm, double ownNorm, const NormBound& bound,
+                   Metrics& metrics, const std::string& who, const char* what) {
+  log::get("algorithms")
+      ->warn("{}: refused an outlier of kind {} from peer {:016x}: {} {:.4g} exceeds {} x {:.4g} "
+             "(--max-norm-ratio)",
+             who, message.kind, message.from, what, norm, bound.ratio, ownNorm);
+  metrics.add(who + ".outliers", 1);
+  return false;
+}
+
+}  // namespace
+
+bool acceptDistance(const Incoming& message, double distance, double ownNorm,
+                    const NormBound& bound, Metrics& metrics, const std::string& who) {
+  if (!bound.enabled() || distance <= bound.ratio * ownNorm) return true;
+  return refuseOutlier(message, distance, ownNorm, bound, metrics, who,
+                       "its distance from this peer's own");
+}
+
+bool acceptNearOwn(kernels::Compute& compute, const Incoming& message, std::span<const float> x,
+                   std::span<const float> own, const NormBound& bound, Metrics& metrics,
+                   const std::string& who, double share) {
+  if (!bound.enabled()) return true;
+  return acceptDistance(message, distanceFromOwn(compute, x, own, share), compute.norm2(own), bound,
+                        metrics, who);
+}
+
+bool acceptNormWithin(kernels::Compute& compute, const Incoming& message, std::span<const float> x,
+                      std::span<const float> reference, const NormBound& bound, Metrics& metrics,
+                      const std::string& who) {
+  if (!bound.enabled()) return true;
+  const double referenceNorm = compute.norm2(reference);
+  const double norm = compute.norm2(x);
+  if (norm <= bound.ratio * referenceNorm) return true;
+  return refuseOutlier(message, norm, referenceNorm, bound, metrics, who, "its norm");
 }
 
 void Incoming::addPayload(std::span<const float> data, std::shared_ptr<const void> owner) {

@@ -180,6 +180,43 @@ struct Expected {
 bool acceptMessage(const Incoming& message, const Expected& expected, Metrics& metrics,
                    const std::string& who);
 
+// Received values bounded by this peer's own (--max-norm-ratio R; off when R is 0). Beyond the
+// shape and finiteness acceptMessage checks, a faulty or hostile peer can send a model, a model
+// difference, a delta or a gradient of the right size that drags everyone off. So, where an
+// algorithm uses such a value, it compares it with this peer's own counterpart of the same
+// quantity (its own model, its own gradient, its own contribution to the same sum): the received
+// value x, standing for `share` contributions summed (a partial sum of the ring: the mean of
+// them is x / share), is an outlier when
+//   || x / share - own || > R || own ||          (float64)
+// and for quantities without a counterpart of their own (a delta sent to a center), when
+//   || x || > R || reference ||.
+// An own value of norm 0 (a model initialised to zeros, before its first step) admits only
+// values equal to it: one accepted outlier would make every later one near. An outlier is
+// refused like a malformed message: a warning naming the sender, the algorithm
+// and both norms, 1 added to "<who>.outliers", and the caller drops it. R around 1-2 leaves
+// honest peers alone (models and gradients of the same run differ by far less than their norm
+// except in the first steps from distinct initial models); see algorithms/README.md.
+struct NormBound {
+  double ratio = 0;  // R; 0: every value is accepted
+  bool enabled() const { return ratio > 0; }
+};
+// ||x / share - own||: `x` and `own` in `compute`'s memory (a received payload through
+// PeerContext::upload on the compute thread; host memory with the host Compute in serve()).
+double distanceFromOwn(kernels::Compute& compute, std::span<const float> x,
+                       std::span<const float> own, double share = 1);
+// True when `message`'s value `x` is within the bound of `own` (above); otherwise refuses it.
+bool acceptNearOwn(kernels::Compute& compute, const Incoming& message, std::span<const float> x,
+                   std::span<const float> own, const NormBound& bound, Metrics& metrics,
+                   const std::string& who, double share = 1);
+// The same test when the caller measured the distance itself (a change from a common anchor
+// stands for a model: its distance is the model's).
+bool acceptDistance(const Incoming& message, double distance, double ownNorm,
+                    const NormBound& bound, Metrics& metrics, const std::string& who);
+// True when ||x|| <= R ||reference||; otherwise refuses it.
+bool acceptNormWithin(kernels::Compute& compute, const Incoming& message, std::span<const float> x,
+                      std::span<const float> reference, const NormBound& bound, Metrics& metrics,
+                      const std::string& who);
+
 // A device view of received host data: no copy on the CPU backend; on CUDA, a copy in a pooled
 // device buffer that is reserved for as long as this object lives.
 class DeviceView {
@@ -249,6 +286,8 @@ class PeerContext {
   // How payloads marked compressible travel in this run; an algorithm keeps error-feedback
   // residuals only when compression is enabled and errorFeedback is set.
   virtual const PayloadCompression& compression() const = 0;
+  // The bound on received values of this run (--max-norm-ratio; see NormBound).
+  virtual NormBound normBound() const { return {}; }
 
   // ---- elasticity ----
   // A copy of `from`'s params as of its next step boundary (it copies them and goes on; nothing
@@ -283,6 +322,8 @@ class ServiceContext {
   // payloads are host memory, copied before reply returns. At most one reply per request.
   virtual void reply(const Incoming& request, const Message& message) = 0;
   virtual Metrics& metrics() = 0;
+  // The run's bound on received values (PeerContext::normBound).
+  virtual NormBound normBound() const { return {}; }
 };
 
 // A decentralized optimizer. One instance per peer.

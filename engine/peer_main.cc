@@ -103,6 +103,7 @@ struct PeerOptions {
   double commTimeout = 10;
   std::string compress = "none";
   std::string errorFeedback = "on";
+  double maxNormRatio = 0;
   double minStepTime = 0;  // milliseconds
   double startTimeout = 120;
   double joinTimeout = 60;
@@ -364,6 +365,13 @@ void addClusterOptions(CLI::App& app, PeerOptions& o, const engine::Registry& re
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str()
       ->group(cluster);
+  app.add_option("--max-norm-ratio", o.maxNormRatio,
+                 "refuse a received model, difference, delta or gradient farther from this "
+                 "peer's own than this many times the own one's norm (a faulty or hostile "
+                 "peer; counted in <algorithm>.outliers); 0: off")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str()
+      ->group(cluster);
   app.add_option("--step-time,--min-step-time", o.minStepTime,
                  "milliseconds of emulated compute per step: the gradient computation takes at "
                  "least this long (the real compute still runs; waits for messages come on "
@@ -455,6 +463,7 @@ engine::runtime::TrainingConfig trainingConfig(const PeerOptions& o) {
   t.seed = o.seed;
   t.commTimeout = durationOf(o.commTimeout);
   t.compression = {kernels::parseCodec(o.compress), o.errorFeedback == "on"};
+  t.normBound = {o.maxNormRatio};
   t.startTimeout = durationOf(o.startTimeout);
   t.finishTimeout = durationOf(o.finishTimeout);
   t.minStepTime = std::chrono::microseconds(static_cast<std::int64_t>(o.minStepTime * 1000));

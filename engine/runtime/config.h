@@ -86,6 +86,9 @@ struct TrainingConfig {
   std::uint64_t seed = 1;  // initial model (the same on every peer), shards, shuffling
   // How payloads that the algorithm marks compressible travel (engine/runtime/payload_codec.h).
   PayloadCompression compression;
+  // Received models, differences, deltas and gradients farther from this peer's own than this
+  // allows are refused as outliers (engine/algorithm.h, NormBound); off by default.
+  NormBound normBound;
   std::chrono::milliseconds commTimeout{10000};    // default deadline of every wait
   std::chrono::milliseconds startTimeout{120000};  // for minPeers to join
   // A peer with seeds that joined no one within this (no seed admitted it, and no peer joined

@@ -78,6 +78,7 @@ class ComputeContext final : public PeerContext {
   DeviceView upload(std::span<const float> host) override { return p_.staging.upload(host); }
   Clock::duration commTimeout() const override { return p_.config.commTimeout; }
   const PayloadCompression& compression() const override { return p_.config.compression; }
+  NormBound normBound() const override { return p_.config.normBound; }
 
   std::optional<Incoming> pullModel(PeerId from, Clock::duration timeout) override;
   void adoptStep(std::uint64_t step) override { p_.status.step = step; }
@@ -105,18 +106,24 @@ class ComputeContext final : public PeerContext {
 class ServeContext final : public ServiceContext {
  public:
   ServeContext(PeerId self, kernels::Compute& hostCompute, Messenger& messenger,
-               MetricsMap& metrics)
-      : self_(self), hostCompute_(hostCompute), messenger_(messenger), metrics_(metrics) {}
+               MetricsMap& metrics, NormBound normBound)
+      : self_(self),
+        hostCompute_(hostCompute),
+        messenger_(messenger),
+        metrics_(metrics),
+        normBound_(normBound) {}
   PeerId self() const override { return self_; }
   kernels::Compute& hostCompute() override { return hostCompute_; }
   void reply(const Incoming& request, const Message& message) override;
   Metrics& metrics() override { return metrics_; }
+  NormBound normBound() const override { return normBound_; }
 
  private:
   PeerId self_;
   kernels::Compute& hostCompute_;
   Messenger& messenger_;
   MetricsMap& metrics_;
+  NormBound normBound_;
 };
 
 // Holds serve() requests back until the algorithm is set up, then hands each to serve(),

@@ -75,7 +75,7 @@ struct Comms {
         messenger(network, staging, codec),
         snapshots(self),
         control(network, messenger, snapshots, status),
-        serveContext(self, *hostCompute, messenger, metrics),
+        serveContext(self, *hostCompute, messenger, metrics, training.normBound),
         serveGate(algorithm, serveContext) {}
   // The io thread goes first: no handler may run on parts being destroyed.
   ~Comms() { network.shutdown(); }

@@ -74,6 +74,7 @@ class ForwardingContext : public engine::PeerContext {
   engine::Tags& tags() override { return inner_.tags(); }
   engine::DeviceView upload(std::span<const float> host) override { return inner_.upload(host); }
   engine::Clock::duration commTimeout() const override { return inner_.commTimeout(); }
+  engine::NormBound normBound() const override { return inner_.normBound(); }
   const engine::PayloadCompression& compression() const override {
     return inner_.compression();
   }
@@ -100,6 +101,7 @@ class ForwardingServiceContext : public engine::ServiceContext {
     inner_.reply(request, message);
   }
   engine::Metrics& metrics() override { return inner_.metrics(); }
+  engine::NormBound normBound() const override { return inner_.normBound(); }
 
  protected:
   engine::ServiceContext& inner_;
