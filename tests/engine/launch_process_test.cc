@@ -144,6 +144,23 @@ TEST_CASE("launch processes: seeds by host name join and a peer skips its own na
   CHECK(test::jsonNumber(test::lastLine(b.output()), "peers") == 2);
 }
 
+TEST_CASE("launch processes: --advertise HOST advertises the port listened on") {
+  // Its seed, 127.0.0.1:PORT, is itself by another name: the handshake there answers with the
+  // advertised localhost:PORT and this peer's id.
+  test::Watchdog watchdog(60s);
+  test::Scratch scratch;
+  const std::string port = std::to_string(freePort());
+  const test::ProcessResult r = test::runCommand(
+      test::peerCommand("--listen 127.0.0.1:" + port + " --advertise localhost --seeds 127.0.0.1:" +
+                        port + " --min-peers 1 --steps 20 --join-timeout 20 --log-level debug " +
+                        "--hidden 16 --secret-file " + scratch.secret + " " + kData),
+      40);
+  INFO(r.output);
+  CHECK(r.exitCode == 0);
+  CHECK(r.output.find("listening on localhost:" + port) != std::string::npos);
+  CHECK(r.output.find("seed 127.0.0.1:" + port + " is this peer itself") != std::string::npos);
+}
+
 TEST_CASE("launch processes: a seed name that does not resolve is named at the join timeout") {
   test::Watchdog watchdog(60s);
   test::Scratch scratch;
