@@ -18,16 +18,15 @@
 #include <cstdlib>
 #include <iostream>
 #include <map>
-#include <set>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include <unistd.h>
-
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include "algorithms/builtin.h"
 #include "engine/base/config.h"
@@ -423,8 +422,9 @@ void addClusterOptions(CLI::App& app, PeerOptions& o, const engine::Registry& re
 std::string environmentName(const std::string& longName) {
   std::string out = "GOSSAMER_";
   for (const char c : longName)
-    out.push_back(c == '-' || c == '.' ? '_' : static_cast<char>(std::toupper(
-                                                   static_cast<unsigned char>(c))));
+    out.push_back(c == '-' || c == '.'
+                      ? '_'
+                      : static_cast<char>(std::toupper(static_cast<unsigned char>(c))));
   return out;
 }
 
@@ -579,9 +579,9 @@ PeerConfig peerConfig(const PeerOptions& o, const engine::Registry& registry) {
       // HOST alone (a name or an address, [::1] for IPv6): the port is the one listened on.
       const bool hostOnly = o.advertise.find(':') == std::string::npos ||
                             (o.advertise.front() == '[' && o.advertise.back() == ']');
-      n.advertise = hostOnly ? net::Endpoint::parse(o.advertise + ":" +
-                                                    std::to_string(n.listen.port))
-                             : net::Endpoint::parse(o.advertise);
+      n.advertise = hostOnly
+                        ? net::Endpoint::parse(o.advertise + ":" + std::to_string(n.listen.port))
+                        : net::Endpoint::parse(o.advertise);
     }
     GOSSAMER_ENFORCE(!o.advertise.empty() || (n.listen.host != "0.0.0.0" && n.listen.host != "::"),
                      "--listen {} accepts on every interface; add --advertise HOST:PORT, the "

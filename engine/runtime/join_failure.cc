@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include <asio/error.hpp>
-
 #include <fmt/format.h>
 
 #include "net/errors.h"

@@ -682,8 +682,8 @@ class Core final : public std::enable_shared_from_this<Core> {
       if (!target) continue;
       if (self->isSeed(*target) && self->seedIds_.count(*target) == 0) {
         // A seed never reached (a host name, say): who answers there first; it may be this peer.
-        const LinkOutcome link = co_await self->mesh_.open(*target, Channel::control,
-                                                           self->options_.connectTimeout);
+        const LinkOutcome link =
+            co_await self->mesh_.open(*target, Channel::control, self->options_.connectTimeout);
         if (!self->running_ || !link.ok() || self->learnSeed(*target, link)) continue;
       }
       self->send(*target, wire::PushPull{self->self_.id, false, self->table()});

@@ -9,11 +9,10 @@
 #include <string>
 
 #include <arpa/inet.h>
+#include <doctest/doctest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-#include <doctest/doctest.h>
 
 #include "tests/engine/peer_processes.h"
 #include "tests/process_util.h"
@@ -49,8 +48,7 @@ int freePort() {
 // (root, util-linux unshare): a name lookup there fails at once and sends nothing to the
 // machine's DNS server. Elsewhere `command` as it is.
 std::string offline(const std::string& command) {
-  static const bool canUnshare =
-      test::runCommand("unshare -n ip link set lo up", 10).exitCode == 0;
+  static const bool canUnshare = test::runCommand("unshare -n ip link set lo up", 10).exitCode == 0;
   return canUnshare ? "unshare -n sh -c 'ip link set lo up && exec " + command + "'" : command;
 }
 
@@ -58,8 +56,8 @@ TEST_CASE("launch processes: every flag can come from GOSSAMER_<FLAG>, the comma
   test::Watchdog watchdog(60s);
   const std::string describe = test::peerCommand("--json");
   // Plain, numeric and boolean flags from the environment.
-  test::ProcessResult r = test::runCommand(
-      "env GOSSAMER_DESCRIBE_TOPOLOGY=ring GOSSAMER_PEERS=8 " + describe, 30);
+  test::ProcessResult r =
+      test::runCommand("env GOSSAMER_DESCRIBE_TOPOLOGY=ring GOSSAMER_PEERS=8 " + describe, 30);
   INFO(r.output);
   CHECK(r.exitCode == 0);
   CHECK(r.output.find("\"topology\":\"ring\"") != std::string::npos);
@@ -75,10 +73,9 @@ TEST_CASE("launch processes: every flag can come from GOSSAMER_<FLAG>, the comma
   CHECK(r.output.find("--join-timeout: '-1' is not a number of seconds (0 or more)") !=
         std::string::npos);
   // Algorithm options too (GOSSAMER_GOSGD_P is --gosgd.p).
-  r = test::runCommand(
-      "env GOSSAMER_GOSGD_P=0.5 GOSSAMER_ALGORITHM=easgd GOSSAMER_LOCAL=2 " +
-          test::peerCommand("--dataset synthetic"),
-      30);
+  r = test::runCommand("env GOSSAMER_GOSGD_P=0.5 GOSSAMER_ALGORITHM=easgd GOSSAMER_LOCAL=2 " +
+                           test::peerCommand("--dataset synthetic"),
+                       30);
   CHECK(r.exitCode == 1);
   CHECK(r.output.find("--gosgd.p is an option of algorithm gosgd, but --algorithm is easgd") !=
         std::string::npos);
@@ -110,8 +107,8 @@ TEST_CASE("launch processes: GOSSAMER_CONFIG names a config file, which beats th
 TEST_CASE("launch processes: seeds by host name join and a peer skips its own name") {
   test::Watchdog watchdog(120s);
   test::Scratch scratch;
-  const std::string common = kData + "--hidden 16 --steps 60 --secret-file " + scratch.secret +
-                             " --join-timeout 20 ";
+  const std::string common =
+      kData + "--hidden 16 --steps 60 --secret-file " + scratch.secret + " --join-timeout 20 ";
   // Alone, with only its own name as a seed: it must see that the seed is itself and start the
   // cluster (were it to ask itself to join, it would be refused and give up at the join timeout).
   const int own = freePort();
@@ -129,11 +126,11 @@ TEST_CASE("launch processes: seeds by host name join and a peer skips its own na
   while (second == first) second = freePort();
   const std::string seeds =
       " --seeds localhost:" + std::to_string(first) + ",localhost:" + std::to_string(second);
-  test::ChildProcess a(test::peerCommand("--listen 127.0.0.1:" + std::to_string(first) +
-                                         seeds + " --min-peers 2 --json " + common),
+  test::ChildProcess a(test::peerCommand("--listen 127.0.0.1:" + std::to_string(first) + seeds +
+                                         " --min-peers 2 --json " + common),
                        (scratch.dir / "a.log").string());
-  test::ChildProcess b(test::peerCommand("--listen 127.0.0.1:" + std::to_string(second) +
-                                         seeds + " --min-peers 2 --json " + common),
+  test::ChildProcess b(test::peerCommand("--listen 127.0.0.1:" + std::to_string(second) + seeds +
+                                         " --min-peers 2 --json " + common),
                        (scratch.dir / "b.log").string());
   const int codeA = a.wait(90s);
   const int codeB = b.wait(90s);
