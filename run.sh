@@ -11,9 +11,8 @@ cd "$(dirname "$0")"
 
 BUILD_DIR=${BUILD_DIR:-build}
 JOBS=${JOBS:-$(nproc)}
-PACKAGES=(cmake ninja-build g++ pkg-config libasio-dev capnproto libcapnp-dev libspdlog-dev
-          libfmt-dev doctest-dev libopenblas-dev libcli11-dev zlib1g-dev dataset-fashion-mnist
-          libibverbs-dev libssl-dev python3-matplotlib)
+# The package list, shared with examples/docker/Dockerfile: one a line, '#' comments.
+mapfile -t PACKAGES < <(sed -e 's/#.*//' debian-packages.txt | tr -s ' \t' '\n' | grep .)
 
 install_missing() {
   local missing=()

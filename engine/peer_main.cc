@@ -11,6 +11,7 @@
 //   gossamer-peer --describe-topology NAME --peers N
 //       degree, diameter and spectral gap of a topology
 #include <atomic>
+#include <cctype>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
@@ -18,12 +19,14 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include "algorithms/builtin.h"
 #include "engine/base/config.h"
@@ -283,11 +286,13 @@ void addClusterOptions(CLI::App& app, PeerOptions& o, const engine::Registry& re
   app.add_option("--listen", o.listen, "HOST:PORT to accept peers on (port 0: any)")
       ->group(cluster);
   app.add_option("--advertise", o.advertise,
-                 "HOST:PORT others reach this peer at (default: --listen)")
+                 "HOST[:PORT] others reach this peer at (default: --listen; required when "
+                 "listening on 0.0.0.0; no port: the one listened on)")
       ->group(cluster);
   app.add_option("--seeds", o.seeds,
-                 "HOST:PORT,... of some members (none: this peer starts the "
-                 "cluster); dead seeds are skipped and retried")
+                 "HOST:PORT,... of some members (none: this peer starts the cluster); HOST "
+                 "may be a name, resolved at each attempt; dead or unresolved seeds are "
+                 "skipped and retried, and this peer's own entry is skipped")
       ->delimiter(',')
       ->group(cluster);
   app.add_option("--peer-id", o.peerId, "this peer's id (default: a hash of --advertise/--listen)")
@@ -420,6 +425,45 @@ void addClusterOptions(CLI::App& app, PeerOptions& o, const engine::Registry& re
       ->group(cluster);
 }
 
+// The environment variable of a flag: GOSSAMER_ and its long name in upper case, dashes and dots
+// as underscores (--join-timeout: GOSSAMER_JOIN_TIMEOUT; --gosgd.p: GOSSAMER_GOSGD_P).
+std::string environmentName(const std::string& longName) {
+  std::string out = "GOSSAMER_";
+  for (const char c : longName)
+    out.push_back(c == '-' || c == '.'
+                      ? '_'
+                      : static_cast<char>(std::toupper(static_cast<unsigned char>(c))));
+  return out;
+}
+
+// Every flag of `app` (but --help) can come from its environment variable, for launchers that
+// configure containers and batch jobs by environment. Precedence: the command line, then the
+// --config file, then the environment (CLI11 reads a variable only for a flag still unset; an
+// empty variable counts as unset). GOSSAMER_CONFIG names a config file that must exist. Returns
+// the GOSSAMER_ variables that name no flag (a misspelling would otherwise go unnoticed).
+std::vector<std::string> bindEnvironment(CLI::App& app) {
+  std::set<std::string> known;
+  for (CLI::Option* option : app.get_options()) {
+    if (option == app.get_help_ptr() || option->get_lnames().empty()) continue;
+    const std::string name = environmentName(option->get_lnames().front());
+    known.insert(name);
+    if (option == app.get_config_ptr()) {
+      // CLI11 reads the config file before the environment: the variable becomes the default.
+      if (const char* file = std::getenv(name.c_str()); file != nullptr && *file != '\0')
+        option->default_str(file)->required();
+      continue;
+    }
+    option->envname(name);
+  }
+  std::vector<std::string> unknown;
+  for (char** entry = ::environ; *entry != nullptr; ++entry) {
+    const std::string text = *entry;
+    const std::string name = text.substr(0, text.find('='));
+    if (name.rfind("GOSSAMER_", 0) == 0 && known.count(name) == 0) unknown.push_back(name);
+  }
+  return unknown;
+}
+
 topology::TopologyOptions topologyOptions(const PeerOptions& o) {
   topology::TopologyOptions t;
   t.mixing =
@@ -540,7 +584,14 @@ PeerConfig peerConfig(const PeerOptions& o, const engine::Registry& registry) {
     if (!o.transport.empty()) n.transport = o.transport;
     n.transportOptions = o.transportOptions;
     if (!o.listen.empty()) n.listen = net::Endpoint::parse(o.listen);  // else the transport's default
-    if (!o.advertise.empty()) n.advertise = net::Endpoint::parse(o.advertise);
+    if (!o.advertise.empty()) {
+      // HOST alone (a name or an address, [::1] for IPv6): the port is the one listened on.
+      const bool hostOnly = o.advertise.find(':') == std::string::npos ||
+                            (o.advertise.front() == '[' && o.advertise.back() == ']');
+      n.advertise = hostOnly
+                        ? net::Endpoint::parse(o.advertise + ":" + std::to_string(n.listen.port))
+                        : net::Endpoint::parse(o.advertise);
+    }
     GOSSAMER_ENFORCE(!o.advertise.empty() || (n.listen.host != "0.0.0.0" && n.listen.host != "::"),
                      "--listen {} accepts on every interface; add --advertise HOST:PORT, the "
                      "address other machines reach this peer at",
@@ -740,8 +791,15 @@ int main(int argc, char** argv) {
       fmt::format("Exit status: 0 done; 1 failed (the cause in one line on stderr); {} "
                   "joined no one within --join-timeout (the same); 100 and up: a bad "
                   "command line.",
-                  kExitCannotJoin));
+                  kExitCannotJoin) +
+      " Every flag can also be set by an environment variable, GOSSAMER_ and its name in upper "
+      "case with dashes and dots as underscores (GOSSAMER_SEEDS, GOSSAMER_JOIN_TIMEOUT, "
+      "GOSSAMER_GOSGD_P); the command line wins, then --config, then the environment.");
+  const std::vector<std::string> unknownVariables = bindEnvironment(app);
   CLI11_PARSE(app, argc, argv);
+  for (const std::string& name : unknownVariables)
+    fmt::print(stderr, "gossamer-peer: warning: environment variable {} names no flag; ignored\n",
+               name);
   std::signal(SIGINT, onSignal);
   std::signal(SIGTERM, onSignal);
   try {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include <asio/error.hpp>
 #include <fmt/format.h>
 
 #include "net/errors.h"
@@ -21,11 +22,20 @@ std::string oneLine(std::string_view text) {
   return out;
 }
 
+// A failed name lookup (getaddrinfo's errors, as Asio reports them).
+bool isResolveError(std::error_code error) {
+  return error.category() == asio::error::get_netdb_category() ||
+         error.category() == asio::error::get_addrinfo_category();
+}
+
 std::string detailOf(const net::membership::SeedFailure& failure) {
   if (!failure.error) return "no answer yet";
   if (!failure.reason.empty()) return oneLine(failure.reason);
   std::string message = oneLine(failure.error.message());  // "Connection timed out"
   if (!message.empty() && message[0] >= 'A' && message[0] <= 'Z') message[0] += 'a' - 'A';
+  if (isResolveError(failure.error))
+    return fmt::format("its host name '{}' does not resolve: {}", oneLine(failure.seed.host),
+                       message);
   return message;
 }
 

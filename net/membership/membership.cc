@@ -678,8 +678,15 @@ class Core final : public std::enable_shared_from_this<Core> {
           std::chrono::duration_cast<milliseconds>(self->options_.pushPullInterval * scale));
       co_await self->pushPullTimer_.async_wait(kUseTuple);
       if (!self->running_ || !self->joined_) continue;
-      if (const std::optional<Endpoint> target = self->pushPullTarget(round % 2 == 1))
-        self->send(*target, wire::PushPull{self->self_.id, false, self->table()});
+      const std::optional<Endpoint> target = self->pushPullTarget(round % 2 == 1);
+      if (!target) continue;
+      if (self->isSeed(*target) && self->seedIds_.count(*target) == 0) {
+        // A seed never reached (a host name, say): who answers there first; it may be this peer.
+        const LinkOutcome link =
+            co_await self->mesh_.open(*target, Channel::control, self->options_.connectTimeout);
+        if (!self->running_ || !link.ok() || self->learnSeed(*target, link)) continue;
+      }
+      self->send(*target, wire::PushPull{self->self_.id, false, self->table()});
     }
   }
 
@@ -692,8 +699,11 @@ class Core final : public std::enable_shared_from_this<Core> {
         if (record.member.state == MemberState::dead) candidates.push_back(record.member.address);
       }
       for (const Endpoint& seed : config_.seeds) {
+        const auto id = seedIds_.find(seed);
         const bool known = std::any_of(members_.begin(), members_.end(), [&](const auto& entry) {
-          return isLive(entry.second.member.state) && entry.second.member.address == seed;
+          const Member& m = entry.second.member;
+          return isLive(m.state) &&
+                 (m.address == seed || (id != seedIds_.end() && m.id == id->second));
         });
         if (!known) candidates.push_back(seed);
       }
@@ -706,6 +716,27 @@ class Core final : public std::enable_shared_from_this<Core> {
     return candidates[pick(rng_)];
   }
 
+  bool isSeed(const Endpoint& to) const {
+    return std::find(config_.seeds.begin(), config_.seeds.end(), to) != config_.seeds.end();
+  }
+
+  // Records who the handshake on an open link to `seed` authenticated. A seed that turns out to be
+  // this peer under another name (a host name or another of its addresses; its own advertised
+  // address was dropped at start) is dropped from the seed list: returns true then. This peer is
+  // the one with its id that advertises its address; another process with its id elsewhere is a
+  // twin, which the seed's join reply refuses as before.
+  bool learnSeed(const Endpoint& seed, const LinkOutcome& link) {
+    if (link.remote.peerId != self_.id || link.remote.listen != self_.address) {
+      seedIds_[seed] = link.remote.peerId;
+      return false;
+    }
+    logger_->debug("seed {} is this peer itself; dropping it from the seed list", seed.str());
+    std::erase(config_.seeds, seed);
+    seedFailures_.erase(seed);
+    mesh_.disconnect(seed);
+    return true;
+  }
+
   // A failed join attempt through `seed`, remembered until the next one replaces it.
   void noteFailure(const Endpoint& seed, std::error_code error, std::string reason) {
     seedFailures_[seed] = SeedFailure{seed, error, std::move(reason)};
@@ -716,12 +747,20 @@ class Core final : public std::enable_shared_from_this<Core> {
     milliseconds backoff = o.joinBackoffInitial;
     std::map<Endpoint, int> failures;
     while (self->running_ && !self->joined_) {
-      for (const Endpoint& seed : self->config_.seeds) {
+      const std::vector<Endpoint> seeds = self->config_.seeds;  // learnSeed may drop one
+      for (const Endpoint& seed : seeds) {
         if (!self->running_ || self->joined_) co_return;
         // The link first, for the reason of a refused handshake; then the request on it.
         const LinkOutcome link =
             co_await self->mesh_.open(seed, Channel::control, o.connectTimeout);
         if (!self->running_ || self->joined_) co_return;
+        if (link.ok() && self->learnSeed(seed, link)) {
+          if (self->config_.seeds.empty()) {  // it was its only seed: the first member, as at start
+            self->becomeJoined();
+            co_return;
+          }
+          continue;
+        }
         std::error_code error = link.error;
         if (!error) {
           // (A named message: GCC 12 destroys an aggregate temporary inside co_await twice.)
@@ -788,6 +827,7 @@ class Core final : public std::enable_shared_from_this<Core> {
   std::map<std::uint64_t, std::shared_ptr<AckWaiter>> waiters_;
   std::optional<Endpoint> joining_;  // the seed whose reply to a join request is awaited
   std::map<Endpoint, SeedFailure> seedFailures_;  // at most one per seed
+  std::map<Endpoint, std::uint64_t> seedIds_;     // who answered at a seed (learnSeed)
 
   asio::steady_timer probeTimer_, gossipTimer_, pushPullTimer_, tickTimer_, joinTimer_;
   std::shared_ptr<spdlog::logger> logger_;

@@ -6,7 +6,10 @@
 // A peer starts a Service with a seed list (any subset of the cluster, possibly empty for the
 // first peer, possibly naming itself or dead peers). It joins through the first seed that
 // answers (unreachable seeds are skipped with a warning and the list is retried with backoff;
-// each seed's last failure, refused or unreachable, is kept as an error value: seedFailures()),
+// each seed's last failure, refused or unreachable, is kept as an error value: seedFailures();
+// a seed may be a host name, resolved by the transport at each attempt, so a name that does not
+// resolve yet is one more unreachable seed; a seed that turns out to be this peer under another
+// name is dropped from the list once its handshake says so),
 // receives the full member list, and every member learns of it through dissemination. Then:
 //   - every probe interval T it probes one member (round-robin over a list reshuffled each
 //     round) with a Ping; without an Ack within probeTimeout it asks k other members to PingReq
@@ -117,7 +120,8 @@ struct Event {
 };
 
 struct Config {
-  std::vector<Endpoint> seeds;  // may be empty (the first peer), may contain self or dead peers
+  // May be empty (the first peer), may contain self (by any name), dead peers or host names.
+  std::vector<Endpoint> seeds;
   Options options;
   std::uint64_t seed = 1;  // probe order, indirect-probe and gossip choices
 };

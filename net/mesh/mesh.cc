@@ -319,7 +319,9 @@ struct Mesh::State : std::enable_shared_from_this<Mesh::State> {
   static asio::awaitable<LinkOutcome> open(std::shared_ptr<State> self, Endpoint to,
                                            Channel channel, std::chrono::milliseconds timeout) {
     LinkOutcome outcome;
-    co_await linkTo(std::move(self), std::move(to), channel, timeout, outcome);
+    const std::shared_ptr<LinkEntry> entry =
+        co_await linkTo(std::move(self), std::move(to), channel, timeout, outcome);
+    if (entry) outcome.remote = entry->remote;
     co_return outcome;
   }
 

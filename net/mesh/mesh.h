@@ -79,10 +79,12 @@ struct TrafficCounters {
 // The outcome of opening a link: an empty error when it is open; otherwise the connect error
 // (asio::error::timed_out, host_not_found, ...) or the handshake's (Errc::authenticationFailed,
 // modelMismatch, ...), and for a failed handshake its reason (wire::HandshakeResult::reason:
-// which field differs, with both values).
+// which field differs, with both values). An open link says who its handshake authenticated at the
+// other end: a seed given by host name (or any alias of an address) is known by id from then on.
 struct LinkOutcome {
   std::error_code error;
   std::string reason;
+  Remote remote;  // when ok
   bool ok() const { return !error; }
 };
 
