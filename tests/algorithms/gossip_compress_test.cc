@@ -327,6 +327,10 @@ TEST_CASE("ad-psgd compressed: lost offers are healed by anchors on request, the
       });
   const std::vector<float> oracle = test::averageOfDistinct(4, result.finals[0].params.size());
   const double lost = total(result, "test.lost");
+  INFO(lost << " lost; " << total(result, "ad-psgd.offers") << " offers, "
+            << total(result, "ad-psgd.merged") << " merged, " << total(result, "ad-psgd.throttled")
+            << " throttled, " << total(result, "ad-psgd.lost") << " forgotten as lost, "
+            << total(result, "ad-psgd.expired") << " expired");
   CHECK(lost > 5);
   CHECK(total(result, "ad-psgd.anchors_asked") > 0);
   CHECK(total(result, "ad-psgd.estimate_misses") > 0);
