@@ -146,7 +146,9 @@ class AdPsgd final : public engine::Algorithm {
   static bool activeAt(std::size_t index, std::size_t count);
 
   // Message kinds, both to the receiver's inbox. kOffer: payload s, integers {id}; kAnswer:
-  // payload (x_j + s) / 2, integers {id of the offer}.
+  // payload (x_j + s) / 2, integers {id of the offer}. Compressed (see "Compressed"): kOffer
+  // integers {id, form, number}, payload x_i (an anchor) or the encoded difference; kAnswer
+  // integers {id, kHalfDifference} with the encoded d, or {id, kMissed} without payload.
   static constexpr std::uint32_t kOffer = 1;
   static constexpr std::uint32_t kAnswer = 2;
   // The forms of a compressed answer (its integer 1).

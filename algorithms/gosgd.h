@@ -5,7 +5,8 @@
 //   communication    push to one uniformly random peer of the topology, asynchronous; each
 //                    transfer is acknowledged, and sent again until it is
 //   messages / step  p transfers on average, each (w_i, alpha_i, id); one small ack per merge
-//                    (a peer of weight 0 sends none)
+//                    (a peer of weight 0 sends none); compressed, one small kMissed per
+//                    difference that could not be decoded
 //   bytes on wire    p x |w| x 4 per step and peer (plus retransmissions of lost transfers);
 //                    compressed, a transfer is the codec's share of that, except anchors (first
 //                    contact with a partner, after a membership change or a reported miss) and
@@ -260,9 +261,11 @@ class Gosgd final : public engine::Algorithm {
   Ledger ledger() const;
 
   // Message kinds, all to the receiver's inbox. kTransfer: payload w, scalars {weight}, integers
-  // {id, floor} (every id below floor toward the receiver was acknowledged); kAck: integers = the
-  // ids; kSettled: the sender owes the receiver nothing and will send it nothing new; kLeaving:
-  // the sender is leaving (choose someone else).
+  // {id, floor} (every id below floor toward the receiver was acknowledged), compressed {id,
+  // floor, form, number} with payload w (an anchor) or the encoded difference (see "Compressed");
+  // kAck: integers = the ids; kSettled: the sender owes the receiver nothing and will send it
+  // nothing new; kLeaving: the sender is leaving (choose someone else); kMissed: integers = the
+  // ids of differences the receiver could not decode (resend them as anchors).
   static constexpr std::uint32_t kTransfer = 1;
   static constexpr std::uint32_t kAck = 2;
   static constexpr std::uint32_t kSettled = 3;
