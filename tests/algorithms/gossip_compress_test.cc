@@ -211,20 +211,25 @@ TEST_CASE("gosgd compressed: a difference costs the codec's share of a float32 m
 
 // Differences lost on the way (never the resent anchors): each loss leaves the receiver's
 // estimate behind, the next difference to it misses and is reported, and the sender resends the
-// missed and the lost transfers as anchors at once. Without the reports every loss would wait
-// for the retransmission timeout (here the whole --comm-timeout, beyond the training).
+// missed and the lost transfers as anchors at once. Without the reports every loss, and every
+// difference after it, would wait for the retransmission timeout (3 s, beyond the training).
 TEST_CASE("gosgd compressed: lost differences are healed by anchors on request, the mass exact") {
   test::Watchdog watchdog(180s);
-  const auto result = runLosing("gosgd", 400, {{"p", "0.5"}, {"retransmit", "1"}},
+  const auto result = runLosing("gosgd", 400, {{"p", "0.5"}, {"retransmit", "0.3"}},
                                 [](const engine::Incoming& m) {
                                   return m.kind == Gosgd::kTransfer && isDifference(m, 2);
                                 });
   const std::vector<float> oracle = test::averageOfDistinct(4, result.finals[0].params.size());
   const double lost = total(result, "test.lost");
+  INFO(lost << " lost; " << total(result, "gosgd.differences") << " differences, "
+            << total(result, "gosgd.estimate_misses") << " misses, "
+            << total(result, "gosgd.anchors_requested") << " anchors requested, "
+            << total(result, "gosgd.retransmits") << " retransmitted on timeout");
   CHECK(lost > 10);
   CHECK(total(result, "gosgd.estimate_misses") > 0);
   CHECK(total(result, "gosgd.anchors_requested") >= lost / 2);
-  // Only the losses that no later transfer to the same peer revealed waited for the timeout.
+  // Only the losses that no later transfer to the same peer revealed (at most one per pair)
+  // waited for the timeout.
   CHECK(total(result, "gosgd.retransmits") < lost / 2);
   checkGosgdMass(result);
   for (const auto& s : result.finals) CHECK(test::maxAbsDiff(s.params, oracle) < 1e-2);
@@ -260,10 +265,11 @@ TEST_CASE("gosgd compressed: a killed partner's escrow is lost with it, the surv
     alphaSum += counted(result, i, "gosgd.alpha");
     lost += counted(result, i, "gosgd.lost");
   }
-  // The dead peer took its own weight (and what it merged) with it.
+  // The dead peer took its own weight (and what it merged) with it; the survivors' escrow toward
+  // it (several transfers of half a weight each before its acks were overdue) is counted as lost.
   INFO("survivors' weight " << alphaSum << ", lost in escrow " << lost);
+  CHECK(alphaSum > 0);
   CHECK(alphaSum + lost < 1.0);
-  CHECK(alphaSum > 0.25);
   CHECK(test::survivorsConsensus(result, 3).accuracy > 0.85);
 }
 
