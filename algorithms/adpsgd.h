@@ -114,8 +114,8 @@ struct AdPsgdOptions {
       "an active peer offers its model to a random passive neighbour every "
       "`period` steps");
     b("outstanding", outstanding,
-      "offers an active peer keeps in flight at most (each holds a copy of the model); an offer "
-      "due beyond that is skipped");
+      "offers an active peer keeps in flight at most (each holds a copy of the model, except "
+      "with --compress); an offer due beyond that is skipped");
     b("timeout", timeout,
       "seconds an offer waits for its answer before it is forgotten, and the longest the end of "
       "the run waits for the last answers (0: --comm-timeout)");
