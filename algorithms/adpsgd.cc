@@ -61,6 +61,8 @@ void AdPsgd::setup(engine::PeerContext& ctx) {
   // holds before it goes, and that answer may still be on its way. It no longer counts toward
   // `outstanding` (the peer may be dead), and finish() does not wait for it.
   for (auto& [id, o] : offers_) o.departed = !contains(members, o.to);
+  // The view changed: every stream of estimates anchors again (see "Compressed").
+  estimates_.reset(members);
   publish(ctx);
 }
 
@@ -75,8 +77,26 @@ void AdPsgd::refuse(engine::PeerContext& ctx, const engine::Incoming& m, const s
   ctx.metrics().add("ad-psgd.refused", 1);
 }
 
+bool AdPsgd::acceptable(engine::PeerContext& ctx, const engine::Incoming& m) {
+  const std::size_t n = ctx.params().size();
+  const std::vector<std::uint64_t>& ints = m.integers;
+  // Offers: {id} (a plain model) or {id, form, number} (a stream of estimates); answers: {id} (the
+  // average) or {id, form} (a half-difference, or a miss without payload).
+  engine::Expected expected{.payloads = {n}, .integers = 1};
+  bool shaped = ints.size() == 1;
+  if (m.kind == kOffer && ints.size() == 3) {
+    shaped = (ints[1] == PublicEstimates::kAnchor || ints[1] == PublicEstimates::kDifference) &&
+             ints[2] > 0;
+  } else if (m.kind == kAnswer && ints.size() == 2) {
+    shaped = ints[1] == kHalfDifference || ints[1] == kMissed;
+    if (ints[1] == kMissed) expected.payloads.clear();
+  }
+  if (!engine::acceptMessage(m, expected, ctx.metrics(), name())) return false;
+  if (!shaped) refuse(ctx, m, fmt::format("{} integers that are not an offer's or an answer's", ints.size()));
+  return shaped;
+}
+
 void AdPsgd::exchange(engine::PeerContext& ctx) {
-  const engine::Expected expected{.payloads = {ctx.params().size()}, .integers = 1};
   // In arrival order: each offer and each answer is one pairwise exchange, and any interleaving
   // of them conserves the sum of the models.
   for (const engine::Incoming& m : ctx.inbox().drain()) {
@@ -84,7 +104,7 @@ void AdPsgd::exchange(engine::PeerContext& ctx) {
       refuse(ctx, m, "not an ad-psgd message kind");
       continue;
     }
-    if (!engine::acceptMessage(m, expected, ctx.metrics(), name())) continue;
+    if (!acceptable(ctx, m)) continue;
     if (m.kind == kOffer)
       answer(ctx, m);
     else
@@ -97,6 +117,8 @@ void AdPsgd::exchange(engine::PeerContext& ctx) {
       continue;
     }
     ctx.metrics().add(it->second.departed ? "ad-psgd.abandoned" : "ad-psgd.expired", 1);
+    // Its receiver may have missed it (then its estimate lags): the next offer to it anchors.
+    estimates_.unshare(it->second.to);
     spare_.give(std::move(it->second.model));
     it = offers_.erase(it);
   }
@@ -108,28 +130,82 @@ void AdPsgd::answer(engine::PeerContext& ctx, const engine::Incoming& offer) {
     ctx.metrics().add("ad-psgd.strangers", 1);
     return;
   }
-  // x_j = (x_j + s) / 2, and the average goes back (staged before send returns).
   const std::span<float> x = ctx.params();
-  const engine::DeviceView s = ctx.upload(offer.payload(0));
-  ctx.compute().axpby(x, 0.5f, s, 0.5f);
-  ctx.send(
-      offer.from,
-      engine::Message{
-          .kind = kAnswer, .step = ctx.step(), .integers = {offer.integer(0)}, .payloads = {x}});
+  if (offer.integers.size() == 1) {
+    // x_j = (x_j + s) / 2, and the average goes back (staged before send returns).
+    const engine::DeviceView s = ctx.upload(offer.payload(0));
+    ctx.compute().axpby(x, 0.5f, s, 0.5f);
+    ctx.send(
+        offer.from,
+        engine::Message{
+            .kind = kAnswer, .step = ctx.step(), .integers = {offer.integer(0)}, .payloads = {x}});
+    ctx.metrics().add("ad-psgd.answered", 1);
+    return;
+  }
+  // Compressed: s' = the offerer's model as its estimate here stands after the offer.
+  const std::optional<engine::DeviceView> s =
+      estimates_.receive(ctx, offer.from, offer.integer(1), offer.integer(2), offer.payload(0));
+  if (!s) {
+    // Nothing moves; the offerer forgets the offer and anchors its next one to this peer.
+    ctx.send(offer.from, engine::Message{.kind = kAnswer,
+                                         .step = ctx.step(),
+                                         .integers = {offer.integer(0), kMissed}});
+    return;
+  }
+  // d = (s' - x_j) / 2, sent compressed; both sides move by the decoded d^: x_j += d^, x_i -= d^.
+  if (half_.size() != x.size()) {
+    half_ = ctx.compute().allocate<float>(x.size());
+    halfSent_ = ctx.compute().allocate<float>(x.size());
+  }
+  ctx.compute().weightedSum(half_, {{0.5f, *s}, {-0.5f, x}});
+  ctx.send(offer.from, engine::Message{.kind = kAnswer,
+                                       .step = ctx.step(),
+                                       .integers = {offer.integer(0), kHalfDifference},
+                                       .payloads = {half_},
+                                       .compressible = {{.payload = 0, .sent = halfSent_}}});
+  ctx.compute().weightedSum(x, {{1.0f, x}, {1.0f, halfSent_}});
   ctx.metrics().add("ad-psgd.answered", 1);
 }
 
 void AdPsgd::apply(engine::PeerContext& ctx, const engine::Incoming& answer) {
+  const bool missed = answer.integers.size() == 2 && answer.integer(1) == kMissed;
+  if (missed) {
+    // The receiver could not decode the offer: its estimate of this peer is unknown, and the
+    // next offer to it anchors. Nothing moved. The earlier offers to it still held were lost:
+    // their answers would have come before this one (one link, in order).
+    estimates_.unshare(answer.from);
+    ctx.metrics().add("ad-psgd.anchors_asked", 1);
+    for (auto it = offers_.begin(); it != offers_.end() && it->first <= answer.integer(0);) {
+      if (it->second.to != answer.from) {
+        ++it;
+        continue;
+      }
+      if (it->first < answer.integer(0)) ctx.metrics().add("ad-psgd.lost", 1);
+      spare_.give(std::move(it->second.model));
+      it = offers_.erase(it);
+    }
+    return;
+  }
   const auto it = offers_.find(answer.integer(0));
   if (it == offers_.end() || it->second.to != answer.from) {
     // Forgotten (expired, or its receiver left the view and came back): its snapshot is gone.
     ctx.metrics().add("ad-psgd.late", 1);
     return;
   }
-  // x_i = a + (x_i - s): the average, plus the progress made since the offer left.
   const std::span<float> x = ctx.params();
-  const engine::DeviceView a = ctx.upload(answer.payload(0));
-  ctx.compute().weightedSum(x, {{1.0f, x}, {1.0f, a}, {-1.0f, it->second.model->span()}});
+  if (answer.integers.size() == 1) {
+    if (!it->second.model) {  // an average answering a compressed offer: no snapshot to use
+      refuse(ctx, answer, "a model answering a compressed offer");
+      return;
+    }
+    // x_i = a + (x_i - s): the average, plus the progress made since the offer left.
+    const engine::DeviceView a = ctx.upload(answer.payload(0));
+    ctx.compute().weightedSum(x, {{1.0f, x}, {1.0f, a}, {-1.0f, it->second.model->span()}});
+  } else {
+    // x_i -= d^: what the receiver gained.
+    const engine::DeviceView d = ctx.upload(answer.payload(0));
+    ctx.compute().axpby(x, -1.0f, d, 1.0f);
+  }
   spare_.give(std::move(it->second.model));
   offers_.erase(it);
   ctx.metrics().add("ad-psgd.merged", 1);
@@ -158,11 +234,19 @@ void AdPsgd::offer(engine::PeerContext& ctx) {
   }
   std::uniform_int_distribution<std::size_t> pick(0, partners.size() - 1);
   const PeerId to = partners[pick(ctx.rng())];
-  Offer o{.to = to,
-          .model = spare_.take(ctx.compute(), ctx.params().size()),
-          .expires = Clock::now() + timeout(ctx)};
-  ctx.compute().copy(o.model->span(), ctx.params());
   const std::uint64_t id = nextId_++;
+  Offer o{.to = to, .expires = Clock::now() + timeout(ctx)};
+  if (ctx.compression().enabled()) {
+    // The difference from the estimate `to` holds (or an anchor); the answer is a difference
+    // itself, so nothing of the offer is kept.
+    estimates_.send(ctx, to, ctx.params(),
+                    engine::Message{.kind = kOffer, .step = ctx.step(), .integers = {id}});
+    offers_.emplace(id, std::move(o));
+    ctx.metrics().add("ad-psgd.offers", 1);
+    return;
+  }
+  o.model = spare_.take(ctx.compute(), ctx.params().size());
+  ctx.compute().copy(o.model->span(), ctx.params());
   // The snapshot is never written while the offer is held: it is sent from where it is (no
   // staging copy on a CPU peer), kept alive by the message until the transport is done.
   ctx.send(to, engine::Message{.kind = kOffer,

@@ -7,13 +7,16 @@
 //   messages / step  active peer: 1 / period offers (one model each); passive peer: one answer
 //                    (one model) per offer it receives
 //   bytes on wire    2 x |w| x 4 per exchange (offer and answer), 1 / period exchanges per step
-//                    and active peer
+//                    and active peer; compressed, the codec's share of that for both, except
+//                    anchor offers (float32: first contact, membership change, a miss or an
+//                    expired offer) and "missed" answers (no payload) (see "Compressed")
 //   staleness        bounded by the round trip: the offer is the model of the step it was sent
 //                    at, the answer lands one or a few steps later (at most `outstanding` offers
 //                    in flight, each forgotten after `timeout`)
 //   invariant        every exchange moves +d to the passive peer and -d to the active one, so
 //                    with lr 0 and no failure sum_i x_i never changes (exactly, up to float)
-//   paper            Lian et al. 2018, algorithm 1
+//   paper            Lian et al. 2018, algorithm 1; compressed, the public estimates of CHOCO-SGD
+//                    (Koloskova, Stich and Jaggi, ICML 2019) per pair of peers
 //
 // The paper's worker i repeats: g = gradient at x_i (read before the averaging); pick a random
 // neighbour j and atomically x_i = x_j = (x_i + x_j) / 2; x_i = x_i - lr g. Here nothing is atomic
@@ -60,6 +63,26 @@
 // survivors' sum then differs from the initial one by that half-difference.
 // A dead peer takes its model out of the sum in any case.
 //
+// Compressed (--compress). The offer travels over CHOCO-SGD's public estimates, one stream per
+// ordered pair (PairEstimates, public_estimates.h): x^_i->j, the estimate of x_i that j holds, in
+// the same bits on both sides. An offer is an anchor (x_i in float32; first contact, after a
+// membership change, after a "missed" answer or an expired offer) or the difference
+// C(x_i - x^_i->j); both sides add the decoded difference to x^_i->j, and s' = x^_i->j is the
+// model j averages with. The answer needs no estimate: it is a difference already. j computes
+// d = (s' - x_j) / 2 and sends it compressed; both ends move by the decoded d^ (Compressible::sent):
+//   x_j += d^;  x_i -= d^
+// so every completed exchange conserves sum_i x_i exactly, whatever the codec dropped (what C
+// leaves out of d is simply not moved, and is still in the next exchange's difference), and the
+// offerer keeps no snapshot. No consensus step size is needed: nothing is extrapolated (the
+// offerer's model is never moved by its own residual, only the estimate lags).
+// Losses. An offer j cannot decode (its number does not follow: an earlier one was lost) moves
+// nothing: j answers "missed" (kMissed, no payload) and forgets its estimate of i until an
+// anchor; i makes its next offer to j an anchor and forgets its earlier offers to j (their answers
+// would have come first on the link: they were lost). An offer that expires unanswered makes the
+// next offer to its peer an anchor too (the peer may have missed it). An answer lost after j
+// applied d^ moves mass one way, as uncompressed. Memory: two buffers of |w| per partner and
+// four scratch buffers.
+//
 // Finish. After the runtime's barrier every offer sent is in its receiver's inbox: every peer
 // answers what it holds and waits (at most `timeout`) for the answers to its own offers, so that
 // every exchange completes on both sides. Leave (graceful): the leaver does the same, then goes;
@@ -74,6 +97,7 @@
 #include <string>
 #include <vector>
 
+#include "algorithms/public_estimates.h"
 #include "algorithms/spare_buffers.h"
 #include "engine/algorithm.h"
 
@@ -90,8 +114,8 @@ struct AdPsgdOptions {
       "an active peer offers its model to a random passive neighbour every "
       "`period` steps");
     b("outstanding", outstanding,
-      "offers an active peer keeps in flight at most (each holds a copy of the model); an offer "
-      "due beyond that is skipped");
+      "offers an active peer keeps in flight at most (each holds a copy of the model, except "
+      "with --compress); an offer due beyond that is skipped");
     b("timeout", timeout,
       "seconds an offer waits for its answer before it is forgotten, and the longest the end of "
       "the run waits for the last answers (0: --comm-timeout)");
@@ -122,15 +146,20 @@ class AdPsgd final : public engine::Algorithm {
   static bool activeAt(std::size_t index, std::size_t count);
 
   // Message kinds, both to the receiver's inbox. kOffer: payload s, integers {id}; kAnswer:
-  // payload (x_j + s) / 2, integers {id of the offer}.
+  // payload (x_j + s) / 2, integers {id of the offer}. Compressed (see "Compressed"): kOffer
+  // integers {id, form, number}, payload x_i (an anchor) or the encoded difference; kAnswer
+  // integers {id, kHalfDifference} with the encoded d, or {id, kMissed} without payload.
   static constexpr std::uint32_t kOffer = 1;
   static constexpr std::uint32_t kAnswer = 2;
+  // The forms of a compressed answer (its integer 1).
+  static constexpr std::uint64_t kHalfDifference = 1;  // payload d = (s' - x_j) / 2
+  static constexpr std::uint64_t kMissed = 2;          // no payload: the offer was not decoded
 
  private:
   struct Offer {
     engine::PeerId to = 0;
-    // The snapshot s. Never written while the offer is held; shared with the transport while
-    // the send is in flight.
+    // The snapshot s (uncompressed only). Never written while the offer is held; shared with the
+    // transport while the send is in flight.
     std::shared_ptr<kernels::Buffer<float>> model;
     engine::Clock::time_point expires;
     bool departed = false;  // `to` left the view: not counted in flight, not waited for
@@ -140,6 +169,8 @@ class AdPsgd final : public engine::Algorithm {
   std::size_t inFlight() const;
   // Answers the offers and applies the answers that arrived; forgets expired offers.
   void exchange(engine::PeerContext& ctx);
+  // Whether `m` is shaped as an offer or an answer of its form (else refused and counted).
+  bool acceptable(engine::PeerContext& ctx, const engine::Incoming& m);
   void answer(engine::PeerContext& ctx, const engine::Incoming& offer);
   void apply(engine::PeerContext& ctx, const engine::Incoming& answer);
   // Sends an offer of the current model to a random passive out-neighbour, if any.
@@ -157,6 +188,8 @@ class AdPsgd final : public engine::Algorithm {
   std::uint64_t nextId_ = 1;
   std::map<std::uint64_t, Offer> offers_;
   SpareBuffers spare_;  // snapshot buffers to reuse (as many as offers may be in flight)
+  PairEstimates estimates_{"ad-psgd"};
+  kernels::Buffer<float> half_, halfSent_;  // a compressed answer's d and its decoded d^
 };
 
 }  // namespace gossamer::algorithms

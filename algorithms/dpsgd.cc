@@ -44,20 +44,7 @@ void DpsgdOptions::validate() const {
 }
 
 double DpsgdOptions::gammaFor(const kernels::Codec& codec) const {
-  if (gamma > 0) return gamma;
-  // A sparse difference moves the estimates by a fraction of the way: a consensus step far
-  // beyond that share oscillates and blows up (lr 0 on a ring of 5, 68 parameters: top-k 10%
-  // converged at gamma <= 0.2 and diverged at 0.4, random-k 10% at 0.1 and 0.2, random-k 25% at
-  // 0.25 and not at 0.4; Fashion-MNIST MLP, 4 peers, top-k 1%: 85.5% at 0.02, 85.6% at 0.05,
-  // 85.9% at 0.15, diverged at 0.3). Twice the share is the safe end; tune upward.
-  switch (codec.kind) {
-    case kernels::CodecKind::kTopK:
-      return std::min(1.0, 2 * codec.fraction);
-    case kernels::CodecKind::kRandK:
-      return codec.fraction;
-    default:
-      return 1.0;
-  }
+  return gamma > 0 ? gamma : chocoGamma(codec);
 }
 
 void Dpsgd::setup(engine::PeerContext& ctx) {

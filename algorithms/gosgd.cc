@@ -1,6 +1,7 @@
 #include "algorithms/gosgd.h"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,12 @@ void GosgdOptions::validate() const {
   GOSSAMER_ENFORCE(maxInflightBytes >= 0,
                    "gosgd.max_inflight_bytes must be >= 0 (0: estimated), not {}",
                    maxInflightBytes);
+  GOSSAMER_ENFORCE(std::isfinite(gamma) && gamma >= 0 && gamma <= 1,
+                   "gosgd.gamma must be in (0, 1] (0: the codec's default), not {}", gamma);
+}
+
+double GosgdOptions::gammaFor(const kernels::Codec& codec) const {
+  return gamma > 0 ? gamma : chocoGamma(codec);
 }
 
 // ---- InflightBound -----------------------------------------------------------------------------
@@ -93,7 +100,7 @@ Clock::duration Gosgd::retransmitAfter(engine::PeerContext& ctx) const {
 bool Gosgd::choosable(PeerId peer) const {
   if (leavers_.count(peer) > 0) return false;
   return std::none_of(escrow_.begin(), escrow_.end(), [&](const auto& entry) {
-    return entry.second.to == peer && entry.second.resent;
+    return entry.second.to == peer && entry.second.overdue;
   });
 }
 
@@ -131,6 +138,8 @@ void Gosgd::setup(engine::PeerContext& ctx) {
     spare_.give(std::move(it->second.model));
     it = escrow_.erase(it);
   }
+  // The view changed: every stream anchors again (see "Compressed").
+  estimates_.reset(ctx.members());
   publish(ctx);
 }
 
@@ -145,6 +154,12 @@ bool Gosgd::acceptTransfer(engine::PeerContext& ctx, const engine::Incoming& m) 
   if (!engine::acceptMessage(m, {.payloads = {ctx.params().size()}, .scalars = 1, .integers = 2},
                              ctx.metrics(), name()))
     return false;
+  // {id, floor} (a plain model) or {id, floor, form, number} (a stream of estimates).
+  const std::vector<std::uint64_t>& ints = m.integers;
+  if (ints.size() != 2 &&
+      (ints.size() != 4 || ints[3] == 0 ||
+       (ints[2] != PublicEstimates::kAnchor && ints[2] != PublicEstimates::kDifference)))
+    return refuse(ctx, m, fmt::format("a transfer with {} integers that are not a model's", ints.size()));
   // A weight is a share of the cluster's mass of 1.
   if (m.scalars[0] < 0 || m.scalars[0] > 1)
     return refuse(ctx, m, fmt::format("a transfer of weight {} (not in [0, 1])", m.scalars[0]));
@@ -169,6 +184,11 @@ void Gosgd::exchange(engine::PeerContext& ctx) {
           escrow_.erase(it);
         }
         break;
+      case kMissed:
+        if (!engine::acceptMessage(m, {.integers = 1}, ctx.metrics(), name())) break;
+        resendAnchors(ctx, m.from,
+                      *std::max_element(m.integers.begin(), m.integers.end()));
+        break;
       case kSettled:
         settled_.insert(m.from);
         break;
@@ -186,6 +206,7 @@ void Gosgd::exchange(engine::PeerContext& ctx) {
     sendEscrow(ctx, id, e);
     e.due = now + retransmitAfter(ctx);
     e.resent = true;
+    e.overdue = true;
     ctx.metrics().add("gosgd.retransmits", 1);
     ++retransmits_;
   }
@@ -202,8 +223,30 @@ void Gosgd::exchange(engine::PeerContext& ctx) {
 }
 
 void Gosgd::merge(engine::PeerContext& ctx, std::vector<engine::Incoming>& transfers) {
-  std::map<PeerId, std::vector<std::uint64_t>> acks;
-  std::vector<const engine::Incoming*> fresh;
+  std::map<PeerId, std::vector<std::uint64_t>> acks, missed;
+  // w = (a_i w + sum a_j w_j) / (a_i + sum a_j) over a batch that fits one weightedSum.
+  double total = alpha_;
+  std::vector<engine::DeviceView> models;
+  std::vector<kernels::WeightedInput> inputs;
+  std::size_t merged = 0;
+  const auto flush = [&] {
+    if (inputs.empty()) return;
+    if (total > 0) {
+      inputs.insert(inputs.begin(), {static_cast<float>(alpha_ / total), ctx.params()});
+      for (std::size_t k = 1; k < inputs.size(); ++k)
+        inputs[k].weight = static_cast<float>(inputs[k].weight / total);
+      ctx.compute().weightedSum(ctx.params(), inputs);
+      alpha_ = total;
+    } else {
+      // Weight 0 on both sides (peers that joined late or were restored with weight 0 and got
+      // none yet): no mass moves, and the weighted average would be 0/0. Keep w_i.
+      ctx.metrics().add("gosgd.weightless", static_cast<double>(inputs.size()));
+    }
+    inputs.clear();
+    models.clear();
+  };
+  // In arrival order, each transfer whole (dedup, decoding, merge) before the next: a resent
+  // anchor behind a difference that missed is then the copy that is merged.
   for (const engine::Incoming& m : transfers) {
     const std::uint64_t id = m.integer(0);
     const std::uint64_t floor = m.integer(1);
@@ -213,40 +256,39 @@ void Gosgd::merge(engine::PeerContext& ctx, std::vector<engine::Incoming>& trans
       seen.floor = floor;
       seen.ids.erase(seen.ids.begin(), seen.ids.lower_bound(floor));
     }
-    acks[m.from].push_back(id);
-    if (id < seen.floor || !seen.ids.insert(id).second) {
+    if (id < seen.floor || seen.ids.count(id) > 0) {
+      acks[m.from].push_back(id);
       ctx.metrics().add("gosgd.duplicates", 1);
       continue;
     }
-    fresh.push_back(&m);
-  }
-  // Merge in batches that fit one weightedSum: w = (a_i w + sum a_j w_j) / (a_i + sum a_j).
-  constexpr std::size_t kBatch = kernels::Compute::kMaxWeightedInputs - 1;
-  for (std::size_t begin = 0; begin < fresh.size(); begin += kBatch) {
-    const std::size_t end = std::min(fresh.size(), begin + kBatch);
-    double total = alpha_;
-    for (std::size_t j = begin; j < end; ++j) {
-      total += fresh[j]->scalar(0);
-      mergedFrom_[fresh[j]->from] += fresh[j]->scalar(0);
-    }
-    if (!(total > 0)) {
-      // Weight 0 on both sides (peers that joined late or were restored with weight 0 and got
-      // none yet): no mass moves, and the weighted average would be 0/0. Keep w_i.
-      ctx.metrics().add("gosgd.weightless", static_cast<double>(end - begin));
+    // The sender's model: the payload, or its estimate here plus the difference.
+    const bool estimated = m.integers.size() == 4;
+    std::optional<engine::DeviceView> model =
+        estimated ? estimates_.receive(ctx, m.from, m.integer(2), m.integer(3), m.payload(0))
+                  : std::optional(ctx.upload(m.payload(0)));
+    if (!model) {
+      // Not merged, not acknowledged: the sender resends it as an anchor when told so.
+      missed[m.from].push_back(id);
       continue;
     }
-    std::vector<engine::DeviceView> models;
-    std::vector<kernels::WeightedInput> inputs{{static_cast<float>(alpha_ / total), ctx.params()}};
-    for (std::size_t j = begin; j < end; ++j) {
-      models.push_back(ctx.upload(fresh[j]->payload(0)));
-      inputs.push_back({static_cast<float>(fresh[j]->scalar(0) / total), models.back()});
-    }
-    ctx.compute().weightedSum(ctx.params(), inputs);
-    alpha_ = total;
+    seen.ids.insert(id);
+    acks[m.from].push_back(id);
+    ++merged;
+    total += m.scalar(0);
+    mergedFrom_[m.from] += m.scalar(0);
+    models.push_back(std::move(*model));
+    inputs.push_back({static_cast<float>(m.scalar(0)), models.back()});
+    // An estimate changes with the next difference from its sender: merge it now.
+    if ((estimated && m.integer(2) == PublicEstimates::kDifference) ||
+        inputs.size() + 1 == kernels::Compute::kMaxWeightedInputs)
+      flush();
   }
-  if (!fresh.empty()) ctx.metrics().add("gosgd.merged", static_cast<double>(fresh.size()));
+  flush();
+  if (merged > 0) ctx.metrics().add("gosgd.merged", static_cast<double>(merged));
   for (auto& [to, ids] : acks)
     ctx.send(to, engine::Message{.kind = kAck, .step = ctx.step(), .integers = std::move(ids)});
+  for (auto& [to, ids] : missed)
+    ctx.send(to, engine::Message{.kind = kMissed, .step = ctx.step(), .integers = std::move(ids)});
 }
 
 void Gosgd::releaseBuffers() {
@@ -254,33 +296,82 @@ void Gosgd::releaseBuffers() {
   for (auto& [id, e] : escrow_) e.model.reset();
 }
 
-void Gosgd::transfer(engine::PeerContext& ctx, PeerId to, double weight) {
+std::uint64_t Gosgd::floorOf(PeerId to, std::uint64_t id) const {
+  std::uint64_t floor = id;
+  for (const auto& [other, entry] : escrow_)
+    if (entry.to == to) floor = std::min(floor, other);
+  return floor;
+}
+
+void Gosgd::transfer(engine::PeerContext& ctx, PeerId to, bool whole) {
+  const std::uint64_t id = nextId_++;
   Escrow e{.to = to,
-           .weight = weight,
            .model = spare_.take(ctx.compute(), ctx.params().size()),
            .due = Clock::now() + retransmitAfter(ctx)};
-  ctx.compute().copy(e.model->span(), ctx.params());
-  alpha_ -= weight;
-  const std::uint64_t id = nextId_++;
   inflight_.sent(id, transferBytes(ctx), Clock::now());
-  sendEscrow(ctx, id, escrow_.emplace(id, std::move(e)).first->second);
   ctx.metrics().add("gosgd.sent", 1);
   ++sent_;
+  if (!ctx.compression().enabled()) {
+    e.weight = whole ? alpha_ : alpha_ / 2;
+    ctx.compute().copy(e.model->span(), ctx.params());
+    alpha_ -= e.weight;
+    sendEscrow(ctx, id, escrow_.emplace(id, std::move(e)).first->second);
+    return;
+  }
+  // Compressed (see "Compressed"): a difference carries gamma alpha_i / 2 and the decoded model v;
+  // an anchor (and a whole handover) carries alpha_i / 2 (alpha_i) and w itself.
+  const bool difference = !whole && estimates_.shares(to);
+  const double gamma = difference ? options_.gammaFor(ctx.compression().codec) : 1.0;
+  e.weight = whole ? alpha_ : gamma * alpha_ / 2;
+  engine::Message message{.kind = kTransfer,
+                          .step = ctx.step(),
+                          .scalars = {e.weight},
+                          .integers = {id, floorOf(to, id)}};
+  if (difference) {
+    const PairEstimates::Sent sent = estimates_.send(ctx, to, ctx.params(), message);
+    e.number = sent.number;
+    ctx.compute().copy(e.model->span(), sent.estimate);  // v, what the receiver merges
+    // The mass that did not travel stays here: alpha_i w_i - a v over the weight left.
+    const double left = alpha_ - e.weight;
+    ctx.compute().weightedSum(ctx.params(),
+                              {{static_cast<float>(alpha_ / left), ctx.params()},
+                               {static_cast<float>(-e.weight / left), e.model->span()}});
+  } else {
+    ctx.compute().copy(e.model->span(), ctx.params());
+    message.owner = e.model;
+    e.number = estimates_.send(ctx, to, e.model->span(), message, true).number;
+  }
+  alpha_ -= e.weight;
+  escrow_.emplace(id, std::move(e));
 }
 
 void Gosgd::sendEscrow(engine::PeerContext& ctx, std::uint64_t id, const Escrow& e) {
   if (!e.model) return;  // released after finish() or leave()
-  std::uint64_t floor = id;
-  for (const auto& [other, entry] : escrow_)
-    if (entry.to == e.to) floor = std::min(floor, other);
   // The escrowed model is never written while it is in escrow: it is sent from where it is (no
   // staging copy on a CPU peer), the buffer kept alive by the message until the transport is done.
-  ctx.send(e.to, engine::Message{.kind = kTransfer,
-                                 .step = ctx.step(),
-                                 .scalars = {e.weight},
-                                 .integers = {id, floor},
-                                 .payloads = {e.model->span()},
-                                 .owner = e.model});
+  // On a stream of estimates it goes as the anchor of its number: the model first sent, in float32.
+  engine::Message message{.kind = kTransfer,
+                          .step = ctx.step(),
+                          .scalars = {e.weight},
+                          .integers = {id, floorOf(e.to, id)},
+                          .payloads = {e.model->span()},
+                          .owner = e.model};
+  if (e.number > 0) message.integers.insert(message.integers.end(), {PublicEstimates::kAnchor, e.number});
+  ctx.send(e.to, message);
+}
+
+void Gosgd::resendAnchors(engine::PeerContext& ctx, PeerId to, std::uint64_t upTo) {
+  // Its estimate of this peer is unknown until an anchor; the transfers it could not decode (and
+  // any unacknowledged before them, lost on the way) go again now, each the anchor of its model.
+  estimates_.unshare(to);
+  const Clock::time_point now = Clock::now();
+  for (auto& [id, e] : escrow_) {
+    if (e.to != to || id > upTo) continue;
+    sendEscrow(ctx, id, e);
+    e.due = now + retransmitAfter(ctx);
+    e.resent = true;
+    ctx.metrics().add("gosgd.anchors_requested", 1);
+  }
 }
 
 void Gosgd::broadcast(engine::PeerContext& ctx, std::uint32_t kind, const std::vector<PeerId>& to) {
@@ -384,7 +475,7 @@ void Gosgd::leave(engine::PeerContext& ctx) {
       if (leavers_.count(peer) == 0) staying.push_back(peer);
     if (alpha_ > 0 && !staying.empty()) {
       std::uniform_int_distribution<std::size_t> pick(0, staying.size() - 1);
-      transfer(ctx, staying[pick(ctx.rng())], alpha_);
+      transfer(ctx, staying[pick(ctx.rng())], true);
     }
     return std::pair{true, alpha_ == 0 && escrow_.empty() && waiting.empty()};
   });
@@ -423,7 +514,7 @@ void Gosgd::afterStep(engine::PeerContext& ctx) {
   for (int attempt = 0; attempt < 4 && (!partner || !choosable(*partner)); ++attempt)
     partner = ctx.graph().randomPartner(ctx.self(), ctx.rng());
   if (!partner || !choosable(*partner)) return;
-  transfer(ctx, *partner, alpha_ / 2);
+  transfer(ctx, *partner, false);
   inflightPeak_ = std::max(inflightPeak_, escrow_.size() * bytes);
   publish(ctx);
 }

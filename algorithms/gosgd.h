@@ -5,13 +5,21 @@
 //   communication    push to one uniformly random peer of the topology, asynchronous; each
 //                    transfer is acknowledged, and sent again until it is
 //   messages / step  p transfers on average, each (w_i, alpha_i, id); one small ack per merge
-//                    (a peer of weight 0 sends none)
-//   bytes on wire    p x |w| x 4 per step and peer (plus retransmissions of lost transfers)
+//                    (a peer of weight 0 sends none); compressed, one small kMissed per
+//                    difference that could not be decoded
+//   bytes on wire    p x |w| x 4 per step and peer (plus retransmissions of lost transfers);
+//                    compressed, a transfer is the codec's share of that, except anchors (first
+//                    contact with a partner, after a membership change or a reported miss) and
+//                    retransmissions, which are float32 (see "Compressed")
 //   staleness        unbounded: whatever arrived is merged, weighted by its alpha
 //   in flight        unacknowledged transfers bounded in bytes by the link's bandwidth-delay
 //                    product, estimated from the acks (or max_inflight_bytes); a draw that would
 //                    exceed it is skipped ("gosgd.throttled")
-//   invariant        sum over peers of alpha + escrow, plus the mass lost with dead peers, = 1
+//   invariant        sum over peers of alpha + escrow, plus the mass lost with dead peers, = 1;
+//                    with lr 0, sum alpha_i w_i (escrow and lost included) never changes,
+//                    compressed or not
+//   paper            Blot et al. 2016 (Langer et al. figure 17); compressed, the public estimates
+//                    of CHOCO-SGD (Koloskova, Stich and Jaggi, ICML 2019) per pair of peers
 //
 // Every peer starts with alpha_i = 1/n and the same w~0. Before each local step it merges every
 // received transfer (w_j, a_j) it has not merged before:
@@ -94,6 +102,40 @@
 // member has answered SETTLED: it stopped choosing the leaver and has nothing unacknowledged
 // toward it. The leaver exits with alpha 0; the survivors' alphas sum to 1.
 //
+// Compressed (--compress). Every ordered pair (i, j) is a stream of CHOCO-SGD's public estimates
+// (PairEstimates, public_estimates.h): x^_i->j, the estimate of w_i that j holds, the same bits
+// on both sides. A transfer to j is numbered on that stream and is either
+//   an ANCHOR: w_i in float32, weight alpha_i / 2, x^_i->j = w_i on both sides, at the first
+//     transfer to j, after setup() (a membership change), and after j reported a miss; or
+//   a DIFFERENCE: q = C(w_i - x^_i->j), weight a = gamma alpha_i / 2 (gosgd.gamma); both sides
+//     add the decoded q to x^_i->j (Compressible::sent gives the sender the receiver's bits), and
+//     v = x^_i->j is the model the transfer stands for.
+// The receiver merges v with weight a by the rule above. The sender escrows (a, v) and keeps the
+// mass that did not travel: w_i = (alpha_i w_i - a v) / (alpha_i - a), alpha_i -= a; so sum
+// alpha_i w_i is exact whatever the codec dropped (CHOCO's push-sum form: a sender gives exactly
+// what the receiver gets). The residual w_i - v thus stays on the sender, and comes back in its
+// next difference; it grows when a codec sends too small a share for the step, which is why a
+// sparse codec takes a small gamma (default as dpsgd.gamma: 1 for fp16, bf16, int8 and int4, twice
+// the fraction for top-k, the fraction for random-k). A whole handover (leave()) is an anchor.
+//
+// Retransmission (the contract). A transfer stands for ONE model v, whichever copy of it arrives:
+// the first copy (a difference, or an anchor) and every resent copy, which is the anchor of the
+// same number carrying v from the escrow in float32. The sender advanced x^_i->j once, when it
+// first sent; the receiver advances its copy once, by the first copy it decodes: a difference
+// applies only to the estimate of the number just before it, an anchor sets the estimate unless
+// it holds a later number (a resent old transfer never moves it back), and a duplicate id is
+// acknowledged, not merged. So:
+//   - first copy lost: the resent anchor brings v (and x^ = v unless a later one came first);
+//   - only the ack lost: the receiver merged v; the resent anchor is a duplicate, acknowledged;
+//   - a difference that does not follow (an earlier one was lost, or the receiver's view
+//     changed): not merged, not acknowledged, and reported in a kMissed message; the sender makes
+//     its next transfer to that peer an anchor and resends at once every unacknowledged transfer
+//     to it up to the reported one ("gosgd.anchors_requested"). A lost report costs one
+//     retransmission timeout.
+// Either way the receiver merges v exactly once and the escrow (a, v) leaves the sender with its
+// ack: the ledger and sum alpha_i w_i are exact under lost transfers and lost acks. Memory: two
+// buffers of |w| per partner (x^_i->j and x^_j->i) and two scratch buffers, plus the escrow.
+//
 // Join. A peer that joins a cluster already training gets a copy of a live peer's model (the
 // default Algorithm::join) and weight 0: the mass of the cluster stays 1, and the newcomer gains
 // weight from the transfers it receives (sending nothing until then, see "Weight 0").
@@ -107,6 +149,7 @@
 #include <string>
 #include <vector>
 
+#include "algorithms/public_estimates.h"
 #include "algorithms/spare_buffers.h"
 #include "engine/algorithm.h"
 
@@ -116,6 +159,7 @@ struct GosgdOptions {
   double p = 0.1;            // probability of gossiping after a step
   double retransmit = 0.05;  // of --comm-timeout: resend an unacknowledged transfer after this
   std::int64_t maxInflightBytes = 0;  // bound on unacknowledged bytes; 0: estimated
+  double gamma = 0;  // with --compress: a difference carries gamma alpha_i / 2; 0: the codec's
 
   template <typename Bind>
   void bind(Bind& b) {
@@ -126,8 +170,14 @@ struct GosgdOptions {
       "bound on the bytes of unacknowledged transfers (a gossip draw that would exceed it is "
       "skipped; one transfer always may go); 0: the bandwidth-delay product estimated from the "
       "acks' round trips and rate");
+    b("gamma", gamma,
+      "with --compress: the share of alpha_i / 2 (and of the mass) a compressed transfer moves, "
+      "in (0, 1] (0: 1 for fp16, bf16, int8 and int4, twice the fraction for top-k, the fraction "
+      "for random-k); anchors move alpha_i / 2");
   }
   void validate() const;
+  // gamma, or its default for `codec` when gamma is 0.
+  double gammaFor(const kernels::Codec& codec) const;
 };
 
 // The bound on the bytes of unacknowledged transfers (see "Bytes in flight" above). Times are
@@ -211,13 +261,16 @@ class Gosgd final : public engine::Algorithm {
   Ledger ledger() const;
 
   // Message kinds, all to the receiver's inbox. kTransfer: payload w, scalars {weight}, integers
-  // {id, floor} (every id below floor toward the receiver was acknowledged); kAck: integers = the
-  // ids; kSettled: the sender owes the receiver nothing and will send it nothing new; kLeaving:
-  // the sender is leaving (choose someone else).
+  // {id, floor} (every id below floor toward the receiver was acknowledged), compressed {id,
+  // floor, form, number} with payload w (an anchor) or the encoded difference (see "Compressed");
+  // kAck: integers = the ids; kSettled: the sender owes the receiver nothing and will send it
+  // nothing new; kLeaving: the sender is leaving (choose someone else); kMissed: integers = the
+  // ids of differences the receiver could not decode (resend them as anchors).
   static constexpr std::uint32_t kTransfer = 1;
   static constexpr std::uint32_t kAck = 2;
   static constexpr std::uint32_t kSettled = 3;
   static constexpr std::uint32_t kLeaving = 4;
+  static constexpr std::uint32_t kMissed = 5;
 
  private:
   struct Escrow {
@@ -226,7 +279,9 @@ class Gosgd final : public engine::Algorithm {
     // Never written while in escrow; shared with the transport while a send of it is in flight.
     std::shared_ptr<kernels::Buffer<float>> model;
     engine::Clock::time_point due;  // resend when no ack came by then
-    bool resent = false;
+    bool resent = false;   // sent more than once (its ack gives no round trip)
+    bool overdue = false;  // resent because no ack came in time (the receiver may be dead)
+    std::uint64_t number = 0;  // its number on the stream of estimates to `to` (0: plain)
   };
   // What this peer merged from one sender: every id below `floor`, and those in `ids`.
   struct Merged {
@@ -240,9 +295,17 @@ class Gosgd final : public engine::Algorithm {
   bool acceptTransfer(engine::PeerContext& ctx, const engine::Incoming& m);
   bool refuse(engine::PeerContext& ctx, const engine::Incoming& m, const std::string& why);
   void merge(engine::PeerContext& ctx, std::vector<engine::Incoming>& transfers);
-  // Moves `weight` of alpha, with the current model, into escrow and sends it to `to`.
-  void transfer(engine::PeerContext& ctx, engine::PeerId to, double weight);
+  // Moves weight into escrow with the model `to` will merge, and sends it: alpha_i / 2 (or, as a
+  // compressed difference, gamma alpha_i / 2), or all of alpha_i when `whole` (leave()).
+  void transfer(engine::PeerContext& ctx, engine::PeerId to, bool whole);
+  // Sends an escrowed transfer again (or a plain one the first time): its model in float32, on a
+  // stream of estimates as the anchor of its number.
   void sendEscrow(engine::PeerContext& ctx, std::uint64_t id, const Escrow& escrow);
+  // `to` reported transfers it could not decode (kMissed), the last of them `upTo`: the next
+  // transfer to it anchors, and every unacknowledged one up to `upTo` is resent now.
+  void resendAnchors(engine::PeerContext& ctx, engine::PeerId to, std::uint64_t upTo);
+  // The smallest unacknowledged id toward `to`, `id` included (a transfer's floor).
+  std::uint64_t floorOf(engine::PeerId to, std::uint64_t id) const;
   // A buffer for a new escrow: a spare the transport no longer holds, or a new one.
   // Drops every buffer (spares and the models of unsettled escrow) once nothing more is sent.
   void releaseBuffers();
@@ -277,6 +340,7 @@ class Gosgd final : public engine::Algorithm {
   std::map<engine::PeerId, engine::Clock::time_point> settledSent_;
   double lost_ = 0;
   std::map<engine::PeerId, double> mergedFrom_, ackedBy_, lostTo_;
+  PairEstimates estimates_{"gosgd"};
 };
 
 }  // namespace gossamer::algorithms

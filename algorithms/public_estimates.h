@@ -95,4 +95,85 @@ class PublicEstimates {
   std::map<engine::PeerId, Estimate> neighbours_;
 };
 
+// CHOCO-SGD's default consensus step size for `codec` (dpsgd.gamma, gosgd.gamma = 0): 1 for the
+// dense codecs, about the share a sparse codec sends (larger ones diverge; see dpsgd.cc).
+double chocoGamma(const kernels::Codec& codec);
+
+// Public estimates kept per PAIR of peers, for algorithms whose partner changes at every exchange
+// (gosgd, ad-psgd): one stream per ordered pair, i -> j carrying C(w_i - x^_i->j), where x^_i->j
+// is the estimate of i's model that j holds, both ends in the same bits (Compressible::sent).
+//
+//   state        per partner j: x^_i->j (out: what j holds of this peer, and whether it holds it)
+//                and x^_j->i (in: this peer's copy of what j sent, and whether it is known)
+//   a message    integers {form, number} (appended by send()), payload w (kAnchor, float32) or
+//                the difference from x^_i->j (kDifference, compressed on the wire); numbers count
+//                the messages of one stream, from 1
+//   an anchor    x^ = w on both sides. Sent on first contact, after reset() (a membership change),
+//                after unshare() (the partner reported a miss), and always without a codec
+//   invariant    whenever the receiver's x^_j->i is known, it is the sender's x^_j->i as it was
+//                after the message of that number, bit for bit
+//
+// receive() applies a difference only to the estimate of the number just before it; any other
+// difference is a miss (the caller reports it to the sender, which unshares and anchors). An
+// anchor carries its own number and sets the estimate unless a later one is held: a resent old
+// message (gosgd's retransmissions are anchors of the model first sent) never moves the estimate
+// back. Memory: two buffers of |w| per partner, and two scratch buffers of |w|, in the Compute.
+// Compute thread only.
+class PairEstimates {
+ public:
+  explicit PairEstimates(std::string who) : who_(std::move(who)) {}
+
+  // Forgets every estimate (a membership change): every partner gets an anchor next, and every
+  // partner's estimate here is unknown until its anchor. Frees the partners not in `members`.
+  void reset(std::span<const engine::PeerId> members);
+
+  // What send() sent: its form and number, and x^_i->to after it (the model the receiver will
+  // take, valid until the next send to `to`).
+  struct Sent {
+    std::uint64_t form = 0;
+    std::uint64_t number = 0;
+    std::span<const float> estimate;
+  };
+  // Sends w to `to` on its stream: an anchor when `anchor`, when `to` does not hold x^_i->to, or
+  // without a codec (payload w, with message.owner as given), else the difference (compressed;
+  // owner cleared). Appends {form, number} to message.integers and sets the payload and the
+  // compressible mark; updates x^_i->to as the receiver will.
+  Sent send(engine::PeerContext& ctx, engine::PeerId to, std::span<const float> w,
+            engine::Message message, bool anchor = false);
+  // Whether `to` holds x^_i->to: the next send() to it may be a difference.
+  bool shares(engine::PeerId to) const {
+    const auto it = out_.find(to);
+    return it != out_.end() && it->second.shared;
+  }
+  // `to` lost x^_i->to (it reported a miss, or a message to it may have been lost unseen): the
+  // next message to it is an anchor.
+  void unshare(engine::PeerId to);
+
+  // The model that message `number` of form `form` from `from` stands for: an anchor's payload
+  // (x^_from->i set from it unless a later one is held), or x^_from->i plus a difference that
+  // follows the last number seen (valid until the next receive from `from`); nullopt for any
+  // other difference (a miss: x^_from->i is unknown until an anchor, counted in
+  // "<who>.estimate_misses"). `payload` has the model's size (the caller accepted it).
+  std::optional<engine::DeviceView> receive(engine::PeerContext& ctx, engine::PeerId from,
+                                            std::uint64_t form, std::uint64_t number,
+                                            std::span<const float> payload);
+
+ private:
+  struct Out {
+    kernels::Buffer<float> x;
+    bool shared = false;
+    std::uint64_t number = 0;  // messages sent on this stream
+  };
+  struct In {
+    kernels::Buffer<float> x;
+    bool known = false;
+    std::uint64_t number = 0;  // the message x is the estimate after
+  };
+
+  std::string who_;
+  kernels::Buffer<float> difference_, sent_;
+  std::map<engine::PeerId, Out> out_;
+  std::map<engine::PeerId, In> in_;
+};
+
 }  // namespace gossamer::algorithms
