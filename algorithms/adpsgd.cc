@@ -134,6 +134,8 @@ void AdPsgd::answer(engine::PeerContext& ctx, const engine::Incoming& offer) {
   if (offer.integers.size() == 1) {
     // x_j = (x_j + s) / 2, and the average goes back (staged before send returns).
     const engine::DeviceView s = ctx.upload(offer.payload(0));
+    // An outlier (the run's NormBound) gets no answer: the offer expires at its sender.
+    if (!withinBound(ctx, offer, s)) return;
     ctx.compute().axpby(x, 0.5f, s, 0.5f);
     ctx.send(
         offer.from,
@@ -145,7 +147,9 @@ void AdPsgd::answer(engine::PeerContext& ctx, const engine::Incoming& offer) {
   // Compressed: s' = the offerer's model as its estimate here stands after the offer.
   const std::optional<engine::DeviceView> s =
       estimates_.receive(ctx, offer.from, offer.integer(1), offer.integer(2), offer.payload(0));
-  if (!s) {
+  // An outlier (the run's NormBound) is answered as a miss: its estimate here is then replaced by
+  // the sender's next anchor.
+  if (!s || !withinBound(ctx, offer, *s)) {
     // Nothing moves; the offerer forgets the offer and anchors its next one to this peer.
     ctx.send(offer.from, engine::Message{.kind = kAnswer,
                                          .step = ctx.step(),
@@ -193,22 +197,39 @@ void AdPsgd::apply(engine::PeerContext& ctx, const engine::Incoming& answer) {
     return;
   }
   const std::span<float> x = ctx.params();
-  if (answer.integers.size() == 1) {
+  const engine::DeviceView received = ctx.upload(answer.payload(0));
+  // An outlier (the run's NormBound): the average far from x_i, or a half-difference longer than
+  // R ||x_i||. The offer is dropped as if it had expired.
+  const bool average = answer.integers.size() == 1;
+  if (!(average ? withinBound(ctx, answer, received)
+                : engine::acceptNormWithin(ctx.compute(), answer, received, x, ctx.normBound(),
+                                           ctx.metrics(), name()))) {
+    estimates_.unshare(answer.from);
+    spare_.give(std::move(it->second.model));
+    offers_.erase(it);
+    return;
+  }
+  if (average) {
     if (!it->second.model) {  // an average answering a compressed offer: no snapshot to use
       refuse(ctx, answer, "a model answering a compressed offer");
       return;
     }
     // x_i = a + (x_i - s): the average, plus the progress made since the offer left.
-    const engine::DeviceView a = ctx.upload(answer.payload(0));
+    const engine::DeviceView& a = received;
     ctx.compute().weightedSum(x, {{1.0f, x}, {1.0f, a}, {-1.0f, it->second.model->span()}});
   } else {
     // x_i -= d^: what the receiver gained.
-    const engine::DeviceView d = ctx.upload(answer.payload(0));
-    ctx.compute().axpby(x, -1.0f, d, 1.0f);
+    ctx.compute().axpby(x, -1.0f, received, 1.0f);
   }
   spare_.give(std::move(it->second.model));
   offers_.erase(it);
   ctx.metrics().add("ad-psgd.merged", 1);
+}
+
+bool AdPsgd::withinBound(engine::PeerContext& ctx, const engine::Incoming& m,
+                         std::span<const float> model) {
+  return engine::acceptNearOwn(ctx.compute(), m, model, ctx.params(), ctx.normBound(),
+                               ctx.metrics(), name());
 }
 
 void AdPsgd::offer(engine::PeerContext& ctx) {

@@ -49,7 +49,10 @@
 //
 // Received messages are checked (engine::acceptMessage: one payload of |w| finite values, the
 // offer id): a bad one is refused with a warning naming its sender ("ad-psgd.refused") and not
-// used. An offer from a peer outside the view is dropped unanswered ("ad-psgd.strangers"): its
+// used. Under the run's NormBound (--max-norm-ratio), an offer or an average far from x_i, or a
+// compressed half-difference longer than R ||x_i||, is refused as an outlier
+// ("ad-psgd.outliers"): an offer is not answered (compressed: answered as a miss), an answer's
+// offer is dropped. An offer from a peer outside the view is dropped unanswered ("ad-psgd.strangers"): its
 // sender cannot be answered, so applying it would move mass one way only.
 //
 // Failures. An offer is held (its snapshot s in a buffer of the Compute, sent from there without a
@@ -173,6 +176,10 @@ class AdPsgd final : public engine::Algorithm {
   bool acceptable(engine::PeerContext& ctx, const engine::Incoming& m);
   void answer(engine::PeerContext& ctx, const engine::Incoming& offer);
   void apply(engine::PeerContext& ctx, const engine::Incoming& answer);
+  // Under the run's NormBound: whether `model` (an offer, or an average answering one) is near
+  // x_i; else it is refused as an outlier ("ad-psgd.outliers").
+  bool withinBound(engine::PeerContext& ctx, const engine::Incoming& m,
+                   std::span<const float> model);
   // Sends an offer of the current model to a random passive out-neighbour, if any.
   void offer(engine::PeerContext& ctx);
   // Loops on exchange() until no offer is in flight or `timeout` passed (finish and leave).

@@ -271,6 +271,11 @@ void Gosgd::merge(engine::PeerContext& ctx, std::vector<engine::Incoming>& trans
       missed[m.from].push_back(id);
       continue;
     }
+    // Under the run's NormBound, a model far from w_i is an outlier: not merged, not acknowledged
+    // (its weight stays in the sender's escrow, as a refused transfer's does).
+    if (!engine::acceptNearOwn(ctx.compute(), m, *model, ctx.params(), ctx.normBound(),
+                               ctx.metrics(), name()))
+      continue;
     seen.ids.insert(id);
     acks[m.from].push_back(id);
     ++merged;

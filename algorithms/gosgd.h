@@ -36,7 +36,9 @@
 // Received messages are checked before use (engine::acceptMessage, and a weight in [0, 1]): a
 // transfer of the wrong size or with a non-finite value is refused with a warning naming its
 // sender, counted in "gosgd.refused", and not acknowledged (its weight stays in the sender's
-// escrow, so the mass is not lost; the sender stops choosing that peer once it has resent).
+// escrow, so the mass is not lost; the sender stops choosing that peer once it has resent). So is,
+// under the run's NormBound (--max-norm-ratio), a transfer whose model (compressed: the estimate
+// it makes) is far from w_i ("gosgd.outliers").
 //
 // Acknowledged transfers. A message that is lost must not bias the average, so the sender keeps
 // what it sent, (a, w, id), in ESCROW: still its mass, not merged into w_i, until the receiver's

@@ -108,12 +108,14 @@ class Poisoning final : public test::ForwardingContext {
 
 // Peer `hostile` (peers are members in id order) is hostile.
 engine::runtime::ClusterResult runWithHostile(const std::string& algorithm, double ratio,
-                                              const std::string& codec, std::size_t hostile) {
+                                              const std::string& codec, std::size_t hostile,
+                                              engine::OptionValues options = {}) {
   const engine::Registry registry = test::withWrapped(
       makeRegistry(), algorithm, "hostile-" + algorithm, [hostile](engine::PeerContext& ctx) {
         return std::make_unique<Poisoning>(ctx, hostile);
       });
-  auto config = test::convexCluster("hostile-" + algorithm, 4, 300, 0.1);
+  auto config = test::convexCluster("hostile-" + algorithm, 4, 300, 0.1, std::move(options));
+  config.peer.training.minStepTime = 1ms;  // gossip keeps up with the steps
   config.peer.training.normBound = {.ratio = ratio};
   // The same non-zero initial model everywhere (as a real model's random one): a zero model
   // admits nothing but zeros (engine::NormBound).
@@ -124,11 +126,12 @@ engine::runtime::ClusterResult runWithHostile(const std::string& algorithm, doub
   return engine::runtime::runLocalCluster(config, registry, test::smallData());
 }
 
-// The honest peers' mean, relative to the convex optimum.
+// The honest peers' mean, relative to the convex optimum (peer `hostile` has id hostile + 1).
 double honestError(const engine::runtime::ClusterResult& result, std::size_t hostile) {
   std::vector<engine::runtime::Snapshot> honest;
-  for (std::size_t i = 0; i < result.finals.size(); ++i)
-    if (i != hostile) honest.push_back(result.finals[i]);
+  for (const engine::runtime::Snapshot& s : result.finals)
+    if (s.peer != hostile + 1) honest.push_back(s);
+  REQUIRE(honest.size() + 1 == result.finals.size());
   return test::relativeError(test::meanOf(honest), test::convexOptimum(test::kConvexWeightDecay));
 }
 
@@ -136,7 +139,8 @@ double honestOutliers(const engine::runtime::ClusterResult& result, std::size_t 
                       const std::string& who) {
   double outliers = 0;
   for (std::size_t i = 0; i < result.peers.size(); ++i)
-    if (i != hostile) outliers += test::metricOf(result.peers[i], who + ".outliers");
+    if (result.peers[i].peer != hostile + 1)
+      outliers += test::metricOf(result.peers[i], who + ".outliers");
   return outliers;
 }
 
@@ -145,6 +149,7 @@ struct Case {
   const char* codec;
   const char* who;          // the metric prefix
   std::size_t hostile = 0;  // its rank (easgd: a worker, not the center)
+  engine::OptionValues options = {};
 };
 
 TEST_CASE("norm bound: one hostile peer does not drag the honest ones off") {
@@ -159,16 +164,23 @@ TEST_CASE("norm bound: one hostile peer does not drag the honest ones off") {
       {"sparknet", "int8", "sparknet"},
       {"tree-easgd", "none", "tree-easgd"},
       {"tree-easgd", "int8", "tree-easgd"},
+      {"gosgd", "none", "gosgd", 0, {{"p", "0.5"}}},
+      // Not gosgd compressed: there one honest peer still drifted off (relative error 3 while
+      // the others were at 0.1), an open problem (see the README).
+      {"ad-psgd", "none", "ad-psgd"},
+      {"ad-psgd", "int8", "ad-psgd"},
       {"easgd", "none", "easgd", 3},
       {"easgd", "int8", "easgd", 3},
   };
   for (const Case& c : cases) {
     const std::string label = std::string(c.algorithm) + " " + c.codec;
     INFO(label);
-    const auto bounded = runWithHostile(c.algorithm, 1.0, c.codec, c.hostile);
+    const auto bounded = runWithHostile(c.algorithm, 4.0, c.codec, c.hostile, c.options);
     // (A hostile easgd worker that compresses stops soon: it subtracts the poisoned delta it
     // sent from its own model and then refuses the center's w~ as an outlier itself.)
-    CHECK(test::metricOf(bounded.peers[c.hostile], "test.poisoned") >= 1);
+    double poisoned = 0;
+    for (const auto& p : bounded.peers) poisoned += test::metricOf(p, "test.poisoned");
+    CHECK(poisoned >= 1);
     CHECK(honestOutliers(bounded, c.hostile, c.who) >= 1);
     // The honest peers train on 3 of the 4 shards: near, not at, the whole set's optimum.
     CHECK(honestError(bounded, c.hostile) < 0.2);
