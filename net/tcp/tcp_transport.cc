@@ -81,9 +81,9 @@ class LinkState final : public std::enable_shared_from_this<LinkState<kTls>>,
  public:
   using Stream = StreamOf<kTls>;
 
-  LinkState(Stream stream, const Limits& limits, std::string remote, Role role,
+  LinkState(Tcp::socket socket, const Limits& limits, std::string remote, Role role,
             std::shared_ptr<TlsContext> tlsContext)
-      : stream_(std::move(stream)),
+      : stream_(open(std::move(socket), tlsContext)),
         limits_(limits),
         remote_(std::move(remote)),
         role_(role),
@@ -116,12 +116,9 @@ class LinkState final : public std::enable_shared_from_this<LinkState<kTls>>,
       storeLe(prefix.data() + kFixedPrefixBytes + 8 * i, frame.payloads[i].size(), 8);
       buffers.emplace_back(frame.payloads[i].data(), frame.payloads[i].size());
     }
-    // Over TLS, Asio's SSL stream coalesces the prefix and a small header into one record and
-    // encrypts the payloads record by record straight from the caller's buffers.
-    auto [ec, written] = co_await asio::async_write(
-        self->stream_, std::span<const asio::const_buffer>(buffers), transferAllUnchunked,
-        kUseTuple);
-    if constexpr (kTls) ec = tls::afterHandshake(ec);
+    // Over TLS the prefix, the header and small payloads are gathered into one record, and large
+    // payloads are encrypted straight from the caller's buffers.
+    auto [ec, written] = co_await self->writeAll(std::span<const asio::const_buffer>(buffers));
     self->bytesSent_ += written;
     // Part of the frame may be out: the stream is unusable. When the link was closed meanwhile,
     // the write's own error (operation_aborted, or bad_descriptor between two writes of the
@@ -178,9 +175,17 @@ class LinkState final : public std::enable_shared_from_this<LinkState<kTls>>,
  private:
   friend class detail::FrameReceiver<LinkState>;
 
+  static Stream open(Tcp::socket socket, const std::shared_ptr<TlsContext>& tlsContext) {
+    if constexpr (kTls) {
+      return Stream(std::move(socket), *tlsContext);
+    } else {
+      return socket;
+    }
+  }
+
   Tcp::socket& socket() {
     if constexpr (kTls) {
-      return stream_.next_layer();
+      return stream_.socket();
     } else {
       return stream_;
     }
@@ -260,6 +265,38 @@ class LinkState final : public std::enable_shared_from_this<LinkState<kTls>>,
     co_return std::error_code{};
   }
 
+  // Reads at least `atLeast` bytes into `into` (the TLS stream or the socket); returns the error
+  // that stopped it short and the bytes read.
+  asio::awaitable<std::pair<std::error_code, std::size_t>> readAtLeast(std::span<std::byte> into,
+                                                                       std::size_t atLeast) {
+    if constexpr (kTls) {
+      auto [ec, read] = co_await stream_.read(into, atLeast);
+      co_return std::pair{tls::afterHandshake(ec), read};
+    } else {
+      auto [ec, read] =
+          atLeast == into.size()
+              ? co_await asio::async_read(stream_, asio::buffer(into.data(), into.size()),
+                                          transferAllUnchunked, kUseTuple)
+              : co_await asio::async_read(stream_, asio::buffer(into.data(), into.size()),
+                                          asio::transfer_at_least(atLeast), kUseTuple);
+      co_return std::pair{ec, read};
+    }
+  }
+
+  // Writes all of `buffers` (the TLS stream encrypts them); returns the error and the bytes
+  // taken.
+  asio::awaitable<std::pair<std::error_code, std::size_t>> writeAll(
+      std::span<const asio::const_buffer> buffers) {
+    if constexpr (kTls) {
+      auto [ec, written] = co_await stream_.write(buffers);
+      co_return std::pair{tls::afterHandshake(ec), written};
+    } else {
+      auto [ec, written] =
+          co_await asio::async_write(stream_, buffers, transferAllUnchunked, kUseTuple);
+      co_return std::pair{ec, written};
+    }
+  }
+
   // Fills `out` from the read-ahead buffer, then from the socket.
   asio::awaitable<std::error_code> readExact(std::span<std::byte> out) {
     const std::size_t buffered = std::min(out.size(), aheadEnd_ - aheadBegin_);
@@ -270,17 +307,12 @@ class LinkState final : public std::enable_shared_from_this<LinkState<kTls>>,
     }
     if (out.empty()) co_return std::error_code{};
     if (out.size() >= readAhead_.size()) {
-      auto [ec, read] =
-          co_await asio::async_read(stream_, asio::buffer(out.data(), out.size()),
-                                    transferAllUnchunked, kUseTuple);
+      auto [ec, read] = co_await readAtLeast(out, out.size());
       bytesReceived_ += read;
-      if constexpr (kTls) ec = tls::afterHandshake(ec);
       co_return ec;
     }
     aheadBegin_ = aheadEnd_ = 0;
-    auto [ec, read] = co_await asio::async_read(stream_, asio::buffer(readAhead_),
-                                                asio::transfer_at_least(out.size()), kUseTuple);
-    if constexpr (kTls) ec = tls::afterHandshake(ec);
+    auto [ec, read] = co_await readAtLeast(readAhead_, out.size());
     bytesReceived_ += read;
     aheadEnd_ = read;
     if (read < out.size()) co_return ec ? ec : asio::error::eof;
@@ -467,8 +499,7 @@ class TransportState final : public std::enable_shared_from_this<TransportState>
     const Tcp::endpoint endpoint = socket.remote_endpoint(ec);
     std::string remote = ec ? std::string("unknown") : endpointText(endpoint);
     if (options_.tls) {
-      tls::Stream stream(std::move(socket), options_.tls->native());
-      auto state = std::make_shared<TlsLinkState>(std::move(stream), options_.limits,
+      auto state = std::make_shared<TlsLinkState>(std::move(socket), options_.limits,
                                                   std::move(remote), role, options_.tls);
       TlsLinkState::startHandshake(state);
       return track(tlsLinks_, std::move(state));

@@ -6,6 +6,7 @@
 
 #include <asio/experimental/as_tuple.hpp>
 #include <asio/write.hpp>
+#include <openssl/bio.h>
 #include <asio/ssl/error.hpp>
 #include <asio/use_awaitable.hpp>
 #include <openssl/crypto.h>
@@ -136,6 +137,49 @@ bool isNotTls(const std::error_code& ec) {
          reason == SSL_R_UNKNOWN_PROTOCOL || reason == SSL_R_RECORD_LENGTH_MISMATCH;
 }
 
+// Records written to the socket at once, and plaintext encrypted per batch (bounds pending_).
+constexpr std::size_t kBatchBytes = 1 << 20;
+// Buffers smaller than this are gathered into one record with their neighbours.
+constexpr std::size_t kGatherBytes = 16 * 1024;
+// OpenSSL's read buffer: one recv() takes up to this much (read-ahead).
+constexpr std::size_t kReadBufferBytes = 256 * 1024;
+
+// Lets each write move as much as the kernel takes (see tcp_transport.cc).
+std::size_t transferAllUnchunked(const std::error_code& ec, std::size_t /*transferred*/) {
+  return ec ? 0 : std::size_t(1) << 40;
+}
+
+// The write side of an SSL: a BIO that appends what OpenSSL writes to a vector (Stream's
+// pending_), so that records leave in large socket writes.
+int batchWrite(BIO* bio, const char* data, std::size_t size, std::size_t* written) {
+  auto* out = static_cast<std::vector<unsigned char>*>(BIO_get_data(bio));
+  out->insert(out->end(), data, data + size);
+  *written = size;
+  return 1;
+}
+
+long batchControl(BIO* /*bio*/, int command, long /*number*/, void* /*pointer*/) {
+  return command == BIO_CTRL_FLUSH ? 1 : 0;  // flushing is Stream::flush()'s job
+}
+
+int batchCreate(BIO* bio) {
+  BIO_set_init(bio, 1);
+  return 1;
+}
+
+const BIO_METHOD* batchMethod() {
+  static BIO_METHOD* method = [] {
+    BIO_METHOD* m = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "gossamer batch");
+    if (m != nullptr) {
+      BIO_meth_set_write_ex(m, batchWrite);
+      BIO_meth_set_ctrl(m, batchControl);
+      BIO_meth_set_create(m, batchCreate);
+    }
+    return m;
+  }();
+  return method;
+}
+
 std::string mismatchAdvice(std::string_view remote, std::string_view peerSpeaks) {
   return fmt::format("the peer at {} speaks {}; start both with or without --insecure-plaintext",
                      remote, peerSpeaks);
@@ -150,6 +194,8 @@ TlsContext::TlsContext(const TlsConfig& config) : context_(asio::ssl::context::t
                        SSL_CTX_set_ciphersuites(
                            ctx, "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384") == 1,
                    "OpenSSL cannot restrict TLS to version 1.3 with AES-GCM");
+  SSL_CTX_set_read_ahead(ctx, 1);
+  SSL_CTX_set_default_read_buffer_len(ctx, kReadBufferBytes);
   SSL_CTX_set_num_tickets(ctx, 0);  // no resumption: every link runs a full handshake
   SSL_CTX_set_options(ctx, SSL_OP_NO_TICKET);
   SSL_CTX_set_max_early_data(ctx, 0);  // no 0-RTT data, which a recording could replay
@@ -201,18 +247,153 @@ std::string describe(const TlsContext& context) { return context.description(); 
 
 namespace tls {
 
+Stream::Stream(asio::ip::tcp::socket socket, TlsContext& context) : socket_(std::move(socket)) {
+  std::error_code ec;
+  socket_.non_blocking(true, ec);  // OpenSSL's socket BIO reads it directly
+  const BIO_METHOD* method = batchMethod();
+  if (ec || method == nullptr) return;
+  ssl_ = SSL_new(context.native().native_handle());
+  if (ssl_ == nullptr) return;
+  BIO* in = BIO_new_socket(socket_.native_handle(), BIO_NOCLOSE);
+  BIO* out = BIO_new(method);
+  if (in == nullptr || out == nullptr) {
+    BIO_free(in);
+    BIO_free(out);
+    SSL_free(ssl_);
+    ssl_ = nullptr;
+    return;
+  }
+  BIO_set_data(out, &pending_);
+  SSL_set_bio(ssl_, in, out);  // the SSL owns both
+}
+
+Stream::~Stream() { SSL_free(ssl_); }
+
+std::error_code Stream::failure(int ret) {
+  const int kind = SSL_get_error(ssl_, ret);
+  const int systemError = errno;
+  const unsigned long queued = ERR_get_error();
+  ERR_clear_error();
+  if (kind == SSL_ERROR_ZERO_RETURN) return asio::error::eof;  // close_notify
+  if (queued != 0) {
+    if (ERR_GET_REASON(queued) == SSL_R_UNEXPECTED_EOF_WHILE_READING)
+      return asio::ssl::error::stream_truncated;
+    return {static_cast<int>(queued), asio::error::get_ssl_category()};
+  }
+  if (kind == SSL_ERROR_SYSCALL && systemError != 0)
+    return {systemError, asio::error::get_system_category()};
+  return asio::error::eof;
+}
+
+asio::awaitable<std::error_code> Stream::flush() {
+  // The batch leaves pending_ first: OpenSSL may append to pending_ (an alert from a failed
+  // read) while the write is under way.
+  while (!pending_.empty()) {
+    std::vector<unsigned char> batch = std::exchange(pending_, std::move(spare_));
+    pending_.clear();
+    auto [ec, written] = co_await asio::async_write(socket_, asio::buffer(batch),
+                                                    transferAllUnchunked, kUseTuple);
+    batch.clear();
+    spare_ = std::move(batch);  // keeps its capacity for the next batch
+    if (ec) co_return ec;
+  }
+  co_return std::error_code{};
+}
+
+asio::awaitable<std::error_code> Stream::handshakeRaw(bool client) {
+  if (ssl_ == nullptr) co_return Errc::cryptoFailure;
+  if (client) {
+    SSL_set_connect_state(ssl_);
+  } else {
+    SSL_set_accept_state(ssl_);
+  }
+  for (;;) {
+    ERR_clear_error();
+    const int ret = SSL_do_handshake(ssl_);
+    const bool wantRead = ret != 1 && SSL_get_error(ssl_, ret) == SSL_ERROR_WANT_READ;
+    // Taken before the flush: another coroutine of this thread may use the error queue.
+    const std::error_code error = ret == 1 || wantRead ? std::error_code{} : failure(ret);
+    const std::error_code flushed = co_await flush();  // our flight, or the alert we failed with
+    if (error) co_return error;
+    if (flushed) co_return flushed;
+    if (ret == 1) co_return std::error_code{};
+    auto [waited] = co_await socket_.async_wait(asio::socket_base::wait_read, kUseTuple);
+    if (waited) co_return waited;
+  }
+}
+
+std::error_code Stream::encrypt(const void* data, std::size_t bytes) {
+  if (bytes == 0) return {};
+  ERR_clear_error();
+  std::size_t written = 0;
+  const int ret = SSL_write_ex(ssl_, data, bytes, &written);
+  if (ret != 1) return failure(ret);
+  return written == bytes ? std::error_code{} : std::error_code(Errc::cryptoFailure);
+}
+
+asio::awaitable<std::pair<std::error_code, std::size_t>> Stream::write(
+    std::span<const asio::const_buffer> buffers) {
+  if (ssl_ == nullptr) co_return std::pair{std::error_code(Errc::cryptoFailure), std::size_t{0}};
+  std::size_t taken = 0;
+  const auto encryptStaged = [this]() {
+    const std::error_code ec = encrypt(staging_.data(), staging_.size());
+    staging_.clear();
+    return ec;
+  };
+  for (const asio::const_buffer& buffer : buffers) {
+    const auto* data = static_cast<const unsigned char*>(buffer.data());
+    if (buffer.size() < kGatherBytes) {
+      staging_.insert(staging_.end(), data, data + buffer.size());
+      taken += buffer.size();
+      if (staging_.size() < kGatherBytes) continue;
+      if (auto ec = encryptStaged()) co_return std::pair{ec, taken};
+      continue;
+    }
+    if (auto ec = encryptStaged()) co_return std::pair{ec, taken};
+    for (std::size_t offset = 0; offset < buffer.size(); offset += kBatchBytes) {
+      const std::size_t bytes = std::min(kBatchBytes, buffer.size() - offset);
+      if (auto ec = encrypt(data + offset, bytes)) co_return std::pair{ec, taken};
+      taken += bytes;
+      if (pending_.size() >= kBatchBytes) {
+        if (auto ec = co_await flush()) co_return std::pair{ec, taken};
+      }
+    }
+  }
+  if (auto ec = encryptStaged()) co_return std::pair{ec, taken};
+  co_return std::pair{co_await flush(), taken};
+}
+
+asio::awaitable<std::pair<std::error_code, std::size_t>> Stream::read(std::span<std::byte> out,
+                                                                      std::size_t atLeast) {
+  if (ssl_ == nullptr) co_return std::pair{std::error_code(Errc::cryptoFailure), std::size_t{0}};
+  std::size_t got = 0;
+  while (got < atLeast) {
+    ERR_clear_error();
+    std::size_t read = 0;
+    const int ret = SSL_read_ex(ssl_, out.data() + got, out.size() - got, &read);
+    if (ret == 1) {
+      got += read;
+      continue;
+    }
+    if (SSL_get_error(ssl_, ret) != SSL_ERROR_WANT_READ) co_return std::pair{failure(ret), got};
+    auto [waited] = co_await socket_.async_wait(asio::socket_base::wait_read, kUseTuple);
+    if (waited) co_return std::pair{waited, got};
+  }
+  co_return std::pair{std::error_code{}, got};
+}
+
 asio::awaitable<std::error_code> handshake(Stream& stream, bool client, const std::string& remote) {
   auto logger = log::get("net");
   const char* side = client ? "client" : "server";
   if (!client) {
     // A plaintext gossamer peer starts with its frame magic, not a TLS record: say so instead
     // of failing in OpenSSL's words.
-    auto [waitError] = co_await stream.next_layer().async_wait(asio::socket_base::wait_read,
+    auto [waitError] = co_await stream.socket().async_wait(asio::socket_base::wait_read,
                                                                kUseTuple);
     if (waitError) co_return waitError;
     unsigned char first = 0;
     std::error_code ec;
-    const std::size_t peeked = stream.next_layer().receive(asio::buffer(&first, 1),
+    const std::size_t peeked = stream.socket().receive(asio::buffer(&first, 1),
                                                            asio::socket_base::message_peek, ec);
     if (ec) co_return ec;
     if (peeked == 0) co_return asio::error::eof;
@@ -221,16 +402,15 @@ asio::awaitable<std::error_code> handshake(Stream& stream, bool client, const st
                    mismatchAdvice(remote, "plaintext"));
       // Best effort, we are failing anyway: the alert, then what the remote sent is read and
       // dropped, so that closing sends a FIN (not a reset that could overtake the alert).
-      co_await asio::async_write(stream.next_layer(), asio::buffer(kProtocolVersionAlert),
+      co_await asio::async_write(stream.socket(), asio::buffer(kProtocolVersionAlert),
                                  kUseTuple);
       std::array<unsigned char, 4096> drain;
-      while (stream.next_layer().available(ec) > 0 && !ec)
-        stream.next_layer().receive(asio::buffer(drain), 0, ec);
+      while (stream.socket().available(ec) > 0 && !ec)
+        stream.socket().receive(asio::buffer(drain), 0, ec);
       co_return Errc::peerSpeaksPlaintext;
     }
   }
-  auto [ec] = co_await stream.async_handshake(
-      client ? asio::ssl::stream_base::client : asio::ssl::stream_base::server, kUseTuple);
+  const std::error_code ec = co_await stream.handshakeRaw(client);
   if (!ec) co_return ec;
   if (ec == asio::error::operation_aborted || ec == asio::error::bad_descriptor) co_return ec;
   if (client && (isNotTls(ec) || isCloseMidHandshake(ec))) {
