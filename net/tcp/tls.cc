@@ -138,7 +138,7 @@ bool isNotTls(const std::error_code& ec) {
 }
 
 // Records written to the socket at once, and plaintext encrypted per batch (bounds pending_).
-constexpr std::size_t kBatchBytes = 1 << 20;
+constexpr std::size_t kBatchBytes = 256 * 1024;
 // Buffers smaller than this are gathered into one record with their neighbours.
 constexpr std::size_t kGatherBytes = 16 * 1024;
 // OpenSSL's read buffer: one recv() takes up to this much (read-ahead).

@@ -1,4 +1,5 @@
-// TLS 1.3 for the tcp backend (Asio's SSL stream over OpenSSL 3; no record layer of our own).
+// TLS 1.3 for the tcp backend: OpenSSL 3's record layer on Asio sockets (asio::ssl::context
+// holds the SSL_CTX; tls_stream.h drives the SSL objects with large socket reads and writes).
 //
 // A tcp transport made with Options::tls set wraps every socket in a TLS 1.3 stream: AES-GCM
 // only (TLS_AES_128_GCM_SHA256, TLS_AES_256_GCM_SHA384), both ends authenticated. The TLS
