@@ -1,6 +1,6 @@
-// Internal to the tcp backend: the TLS context behind tls.h's opaque TlsContext, and the TLS
-// steps of a link (handshake, error mapping). Only net/tcp/*.cc include this header: it pulls
-// in Asio's SSL support and with it OpenSSL.
+// Internal to the tcp backend: the TLS context behind tls.h's opaque TlsContext, the TLS stream
+// of a link (OpenSSL driven on an Asio socket) and its handshake and error mapping. Only
+// net/tcp/*.cc include this header: it pulls in OpenSSL.
 #pragma once
 
 #include <array>
