@@ -90,6 +90,9 @@ engine::runtime::ClusterConfig clusterConfig(const RunSettings& run, const Exper
   c.evalInterval = std::chrono::milliseconds(static_cast<std::int64_t>(run.evalSeconds * 1000));
   c.evalSamples = run.evalSamples;
   c.peer.network.transport = run.transport;
+  // Loopback inside one process: the runs measure the algorithms, and the recorded figures were
+  // taken without TLS (`gossamer-bench transport` measures what TLS costs).
+  c.peer.network.security = engine::runtime::NetworkConfig::Security::plaintext;
   c.peer.network.profile = net::shaped::NetworkProfile::fromSpec(e.network);
   engine::runtime::TrainingConfig& t = c.peer.training;
   t.model = run.model;

@@ -6,6 +6,9 @@
 //  - rtt: round trip of a small envelope (a 64-byte header, no payload) echoed by the remote;
 //    p50/p99 of the transport vs a raw blocking-socket ping-pong of the same bytes on the wire.
 //    Target p50 <= 1.5x.
+//  - the same two over TLS 1.3 (AES-128-GCM, a PSK as derived from a cluster secret), next to the
+//    plaintext transport of the same run: bulk target >= 0.7 of plaintext
+//    (`tls_ratio_vs_plaintext`), round trip p50 <= 1.3x plaintext (`tls_rtt_p50_ratio`).
 //  --transport ibverbs: the RDMA transport (two peers in this process, over the HCA's loopback;
 //    the bulk buffers registered with registerMemory) next to the TCP transport measured the same
 //    way in the same run; the ratios say how much RDMA gains. Needs an RDMA device: without one
@@ -48,6 +51,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr double kBulkTarget = 0.9;
 constexpr double kRttTarget = 1.5;
+constexpr double kTlsBulkTarget = 0.7;
+constexpr double kTlsRttTarget = 1.3;
 constexpr std::size_t kRttHeaderBytes = 64;
 // The TCP transport's frame prefix for a frame with no payloads: magic, header length, count.
 constexpr std::size_t kPrefixBytes = 12;
@@ -267,6 +272,18 @@ MakeTransport tcpTransport() {
   return [](asio::io_context& io) { return net::tcp::makeTransport(io); };
 }
 
+// The tcp transport with TLS 1.3, authenticated by a key derived from a fixed secret.
+MakeTransport tlsTransport() {
+  net::tcp::TlsConfig config;
+  for (const char c : std::string("the benchmark's cluster secret"))
+    config.secret.push_back(static_cast<std::byte>(c));
+  return [tls = net::tcp::makeTlsContext(config)](asio::io_context& io) {
+    net::tcp::Options options;
+    options.tls = tls;
+    return net::tcp::makeTransport(io, options);
+  };
+}
+
 void runRdma(const TransportBenchOptions& o);
 
 void runTransport(const TransportBenchOptions& o) {
@@ -278,19 +295,30 @@ void runTransport(const TransportBenchOptions& o) {
              "in the same run\n\n");
   // Interleave the two so that machine noise hits both alike.
   std::vector<double> rawBulkTimes, ourBulkTimes, rawRttTimes, ourRttTimes;
+  std::vector<double> tlsBulkTimes, tlsRttTimes;
+  const MakeTransport tls = tlsTransport();
+  const auto append = [](std::vector<double>& to, const std::vector<double>& from) {
+    to.insert(to.end(), from.begin(), from.end());
+  };
   for (int pass = 0; pass < 2; ++pass) {
-    for (double t : rawBulk(o.bulkBytes, o.bulkRounds / 2)) rawBulkTimes.push_back(t);
-    for (double t : transportBulk(tcpTransport(), o.bulkBytes, o.bulkRounds / 2))
-      ourBulkTimes.push_back(t);
-    for (double t : rawRtt(kPrefixBytes + kRttHeaderBytes, o.rttRounds / 2)) rawRttTimes.push_back(t);
-    for (double t : transportRtt(tcpTransport(), o.rttRounds / 2)) ourRttTimes.push_back(t);
+    append(rawBulkTimes, rawBulk(o.bulkBytes, o.bulkRounds / 2));
+    append(ourBulkTimes, transportBulk(tcpTransport(), o.bulkBytes, o.bulkRounds / 2));
+    append(tlsBulkTimes, transportBulk(tls, o.bulkBytes, o.bulkRounds / 2));
+    append(rawRttTimes, rawRtt(kPrefixBytes + kRttHeaderBytes, o.rttRounds / 2));
+    append(ourRttTimes, transportRtt(tcpTransport(), o.rttRounds / 2));
+    append(tlsRttTimes, transportRtt(tls, o.rttRounds / 2));
   }
+  const double tlsGbps = gib / percentile(tlsBulkTimes, 0.5);
+  const double tlsP50 = percentile(tlsRttTimes, 0.5) * 1e6;
+  const double tlsP99 = percentile(tlsRttTimes, 0.99) * 1e6;
   const double rawGbps = gib / percentile(rawBulkTimes, 0.5);
   const double ourGbps = gib / percentile(ourBulkTimes, 0.5);
   const double bulkRatio = ourGbps / rawGbps;
   const double rawP50 = percentile(rawRttTimes, 0.5) * 1e6, rawP99 = percentile(rawRttTimes, 0.99) * 1e6;
   const double ourP50 = percentile(ourRttTimes, 0.5) * 1e6, ourP99 = percentile(ourRttTimes, 0.99) * 1e6;
   const double rttRatio = ourP50 / rawP50;
+  const double tlsBulkRatio = tlsGbps / ourGbps;
+  const double tlsRttRatio = tlsP50 / ourP50;
 
   Table table({{"measurement", 0}, {"size", 0}, {"rounds", 0}, {"GB/s or p50 us", 2},
                {"p99 us", 1}, {"baseline", 2}, {"ratio", 3}});
@@ -299,12 +327,22 @@ void runTransport(const TransportBenchOptions& o) {
                 percentile(ourBulkTimes, 0.99) * 1e6, rawGbps, bulkRatio});
   table.addRow({std::string("envelope round trip"), Count{kRttHeaderBytes},
                 static_cast<std::int64_t>(ourRttTimes.size()), ourP50, ourP99, rawP50, rttRatio});
+  table.addRow({std::string("TLS bulk one-way GB/s (vs plaintext)"), Count{o.bulkBytes},
+                static_cast<std::int64_t>(tlsBulkTimes.size()), tlsGbps,
+                percentile(tlsBulkTimes, 0.99) * 1e6, ourGbps, tlsBulkRatio});
+  table.addRow({std::string("TLS round trip (vs plaintext)"), Count{kRttHeaderBytes},
+                static_cast<std::int64_t>(tlsRttTimes.size()), tlsP50, tlsP99, ourP50,
+                tlsRttRatio});
   fmt::print("{}\n", table.format());
   fmt::print("raw socket round trip: p50 {:.1f} us, p99 {:.1f} us\n", rawP50, rawP99);
   fmt::print("bulk at {:.3f} of the raw socket (target >= {}): {}\n", bulkRatio, kBulkTarget,
              bulkRatio >= kBulkTarget ? "met" : "MISSED");
   fmt::print("round trip p50 at {:.2f}x the raw socket (target <= {}x): {}\n", rttRatio, kRttTarget,
              rttRatio <= kRttTarget ? "met" : "MISSED");
+  fmt::print("TLS 1.3 bulk at {:.3f} of plaintext (target >= {}): {}\n", tlsBulkRatio,
+             kTlsBulkTarget, tlsBulkRatio >= kTlsBulkTarget ? "met" : "MISSED");
+  fmt::print("TLS 1.3 round trip p50 at {:.2f}x plaintext (target <= {}x): {}\n", tlsRttRatio,
+             kTlsRttTarget, tlsRttRatio <= kTlsRttTarget ? "met" : "MISSED");
   if (!o.common.csvPath.empty()) table.writeCsv(o.common.csvPath);
   if (o.common.json) {
     fmt::print("{}\n", JsonObject()
@@ -319,6 +357,11 @@ void runTransport(const TransportBenchOptions& o) {
                            .add("raw_rtt_p50_us", rawP50)
                            .add("raw_rtt_p99_us", rawP99)
                            .add("rtt_p50_ratio", rttRatio)
+                           .add("tls_bulk_gbps", tlsGbps)
+                           .add("tls_rtt_p50_us", tlsP50)
+                           .add("tls_rtt_p99_us", tlsP99)
+                           .add("tls_ratio_vs_plaintext", tlsBulkRatio)
+                           .add("tls_rtt_p50_ratio", tlsRttRatio)
                            .str());
   }
 }

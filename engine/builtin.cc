@@ -88,7 +88,11 @@ void addTopologies(Registry& registry) {
 // ---- transports: one line each; a new backend adds its own ----
 
 TransportMaker tcpTransport(const net::tcp::Options& options) {
-  return [options](const TransportEnvironment& env) { return net::tcp::makeTransport(env.io, options); };
+  return [options](const TransportEnvironment& env) {
+    net::tcp::Options withTls = options;
+    withTls.tls = env.tls;
+    return net::tcp::makeTransport(env.io, withTls);
+  };
 }
 
 // One hub per maker: the peers given this maker reach each other, nobody else.
@@ -105,6 +109,7 @@ TransportMaker ibverbsTransport(const net::ibverbs::Options& options) {
   return [options](const TransportEnvironment& env) {
     net::ibverbs::Options withMemory = options;
     withMemory.deviceMemory = env.deviceMemory;
+    withMemory.controlTls = env.tls;
     return net::ibverbs::makeTransport(env.io, withMemory);
   };
 }

@@ -36,6 +36,7 @@
 #include "engine/builtin.h"
 #include "engine/data/sharding.h"
 #include "engine/runtime/cluster.h"
+#include "engine/runtime/network.h"
 #include "engine/runtime/peer.h"
 #include "net/shaped/profile.h"
 #include "net/wire/handshake.h"
@@ -96,6 +97,10 @@ struct PeerOptions {
   std::vector<std::string> seeds;
   std::uint64_t peerId = 0;
   std::string secretFile;
+  bool insecurePlaintext = false;
+  std::string tlsCert;
+  std::string tlsKey;
+  std::string tlsCa;
   std::string clusterId = "gossamer";
   std::string network = "lan";
   std::size_t networkIndex = 0;
@@ -300,6 +305,20 @@ void addClusterOptions(CLI::App& app, PeerOptions& o, const engine::Registry& re
   app.add_option("--secret-file", o.secretFile,
                  "file holding the cluster secret (chmod 600; never "
                  "logged); required with --listen/--seeds")
+      ->group(cluster);
+  app.add_flag("--insecure-plaintext", o.insecurePlaintext,
+               "TCP links without TLS (default: TLS 1.3 with a key derived from the cluster "
+               "secret, or --tls-cert): only for trusted networks and loopback benchmarks; every "
+               "peer of a cluster must agree")
+      ->group(cluster);
+  app.add_option("--tls-cert", o.tlsCert,
+                 "PEM certificate chain of this peer: TLS with certificates instead of the key "
+                 "derived from the secret (with --tls-key and --tls-ca)")
+      ->group(cluster);
+  app.add_option("--tls-key", o.tlsKey, "PEM private key of --tls-cert (chmod 600; never logged)")
+      ->group(cluster);
+  app.add_option("--tls-ca", o.tlsCa,
+                 "PEM certificate authorities a remote peer's certificate must chain to")
       ->group(cluster);
   app.add_option("--cluster-id", o.clusterId, "peers of other clusters are refused")
       ->capture_default_str()
@@ -536,6 +555,38 @@ PeerConfig singleConfig(const PeerOptions& o) {
   return c;
 }
 
+// --insecure-plaintext, or --tls-cert/--tls-key/--tls-ca, or the default: TLS with a key derived
+// from the cluster secret.
+void setSecurity(const PeerOptions& o, engine::runtime::NetworkConfig& n) {
+  using Security = engine::runtime::NetworkConfig::Security;
+  const bool certificates = !o.tlsCert.empty() || !o.tlsKey.empty() || !o.tlsCa.empty();
+  GOSSAMER_ENFORCE(!(certificates && o.insecurePlaintext),
+                   "--insecure-plaintext turns TLS off; it cannot go with --tls-cert, --tls-key or "
+                   "--tls-ca");
+  GOSSAMER_ENFORCE(!certificates || (!o.tlsCert.empty() && !o.tlsKey.empty() && !o.tlsCa.empty()),
+                   "TLS with certificates needs all of --tls-cert, --tls-key and --tls-ca");
+  n.security = o.insecurePlaintext ? Security::plaintext
+               : certificates      ? Security::tlsCertificates
+                                   : Security::tlsPsk;
+  n.tlsCert = o.tlsCert;
+  n.tlsKey = o.tlsKey;
+  n.tlsCa = o.tlsCa;
+}
+
+// The start-up line saying how links are secured, and what TLS does not cover.
+void logSecurity(const PeerOptions& o, const engine::runtime::NetworkConfig& n) {
+  auto logger = log::get("engine");
+  if (n.security == engine::runtime::NetworkConfig::Security::plaintext) {
+    logger->warn("links: {}", engine::runtime::describeSecurity(n));
+    return;
+  }
+  logger->info("links: {}", engine::runtime::describeSecurity(n));
+  if (o.transport == "ibverbs")
+    logger->warn(
+        "links: TLS covers the RDMA transport's TCP control connections only; frames and "
+        "parameters travel by RDMA unencrypted and without TLS integrity protection");
+}
+
 PeerConfig peerConfig(const PeerOptions& o, const engine::Registry& registry) {
   GOSSAMER_ENFORCE(!o.algorithm.empty(),
                    "--algorithm is required with --local, --listen or --seeds "
@@ -566,6 +617,7 @@ PeerConfig peerConfig(const PeerOptions& o, const engine::Registry& registry) {
 
   engine::runtime::NetworkConfig& n = c.network;
   n.clusterId = o.clusterId;
+  setSecurity(o, n);
   n.membership = net::membership::Options::named(o.membership);
   if (o.network != "lan") n.profile = net::shaped::NetworkProfile::fromSpec(o.network);
   n.profileIndex = o.networkIndex;
@@ -640,6 +692,7 @@ int runLocalCluster(const PeerOptions& o, const engine::Registry& registry) {
   auto data = loadData(o, registry);
   logger->info("local cluster: {} peers over {} ({} network), {} on {} ({} training samples)",
                o.local, o.localTransport, o.network, o.algorithm, o.model, data->train.count());
+  if (o.localTransport == "tcp") logSecurity(o, config.peer.network);
   config.stopRequested = [] { return gStop.load(); };
   const ClusterResult result = engine::runtime::runLocalCluster(config, registry, data);
   double bytes = 0, wait = 0;
@@ -693,7 +746,9 @@ PeerResult runStoppable(engine::runtime::Peer& peer) {
 
 int runPeer(const PeerOptions& o, const engine::Registry& registry) {
   auto data = loadData(o, registry);
-  engine::runtime::Peer peer(peerConfig(o, registry), registry, data);
+  PeerConfig config = peerConfig(o, registry);
+  logSecurity(o, config.network);
+  engine::runtime::Peer peer(std::move(config), registry, data);
   log::get("engine")->info("peer {:016x} listening on {}", peer.id(), peer.endpoint().str());
   const PeerResult result = runStoppable(peer);
   if (result.joinFailure) {

@@ -15,6 +15,7 @@
 #include "engine/model.h"
 #include "kernels/compute.h"
 #include "net/endpoint.h"
+#include "net/tcp/tls.h"
 #include "net/transport.h"
 #include "topology/topology.h"
 
@@ -74,11 +75,13 @@ using TopologyFactory =
     std::function<std::unique_ptr<topology::Topology>(const topology::TopologyOptions& options)>;
 
 // What a transport is given when a peer starts: the io_context its sockets and links live on (the
-// peer's io thread), and the device memory the peer's payloads may live in (a CUDA peer's; a
-// transport that can reach it registers it, the others ignore it).
+// peer's io thread), the device memory the peer's payloads may live in (a CUDA peer's; a
+// transport that can reach it registers it, the others ignore it), and the TLS context its TCP
+// connections use (null: plaintext; a transport without TCP connections, inproc, ignores it).
 struct TransportEnvironment {
   asio::io_context& io;
   net::DeviceMemory deviceMemory;
+  std::shared_ptr<net::tcp::TlsContext> tls;
 };
 // A transport ready to make: its options parsed and checked, and what its peers share (an
 // in-process hub) made once. Called once per peer; the peers given one maker share that state.

@@ -28,6 +28,14 @@ class NetCategory final : public std::error_category {
       case Errc::rdmaAccessError: return "an RDMA transfer failed a memory access check";
       case Errc::rdmaFailure: return "an RDMA work request failed";
       case Errc::joinRefused: return "a member refused to admit this peer";
+      case Errc::peerSpeaksTls:
+        return "the peer speaks TLS and this side plaintext; start both with or without "
+               "--insecure-plaintext";
+      case Errc::peerSpeaksPlaintext:
+        return "the peer speaks plaintext and this side TLS; start both with or without "
+               "--insecure-plaintext";
+      case Errc::tlsRecordRejected:
+        return "a TLS record failed its integrity check (bytes altered in transit); link closed";
     }
     return "unknown gossamer.net error";
   }
@@ -44,7 +52,8 @@ std::error_code make_error_code(Errc e) { return {static_cast<int>(e), netCatego
 
 bool isRefusal(std::error_code error) {
   return error == Errc::authenticationFailed || error == Errc::versionMismatch ||
-         error == Errc::clusterMismatch || error == Errc::modelMismatch;
+         error == Errc::clusterMismatch || error == Errc::modelMismatch ||
+         error == Errc::peerSpeaksTls || error == Errc::peerSpeaksPlaintext;
 }
 
 }  // namespace gossamer::net

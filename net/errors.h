@@ -25,13 +25,17 @@ enum class Errc {
   rdmaAccessError,       // an RDMA work request failed a memory protection check (local or remote)
   rdmaFailure,           // any other failed RDMA work request (its status is logged)
   joinRefused,           // a member refused to admit this peer to the cluster (membership)
+  peerSpeaksTls,         // a plaintext link's remote started a TLS handshake (tcp)
+  peerSpeaksPlaintext,   // a TLS link's remote speaks plaintext (tcp)
+  tlsRecordRejected,     // a TLS record failed its integrity check: bytes altered in transit
 };
 
 const std::error_category& netCategory();
 std::error_code make_error_code(Errc e);
 
 // Whether `error` is a handshake refusal: the remote answered but will not have this peer (wrong
-// secret, or another protocol version, cluster id or model), as opposed to not being reached.
+// secret, or another protocol version, cluster id or model, or TLS on one side only), as opposed
+// to not being reached.
 bool isRefusal(std::error_code error);
 
 }  // namespace gossamer::net

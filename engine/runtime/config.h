@@ -47,6 +47,14 @@ struct NetworkConfig {
   std::uint64_t peerId = 0;
   std::string clusterId = "gossamer";
   std::vector<std::byte> secret;  // the cluster secret; never logged; empty: a random one
+  // How TCP connections (tcp, and ibverbs' control connections) are secured: TLS 1.3 with a key
+  // derived from `secret` (the default), TLS 1.3 with certificates, or plaintext.
+  enum class Security { tlsPsk, tlsCertificates, plaintext };
+  Security security = Security::tlsPsk;
+  // tlsCertificates: PEM files of this peer's certificate chain and key, and the cluster's CA.
+  std::string tlsCert;
+  std::string tlsKey;
+  std::string tlsCa;
   // An emulated network (net/shaped) around the transport: a profile, this peer's index in it
   // (its site and its side of partitions), the indices of the others by listen endpoint, and
   // run-time partitions. Unshaped when no profile is set and no partitions are given.

@@ -61,6 +61,8 @@ std::string seedText(const SeedCause& s) {
       return fmt::format("{} belongs to another cluster ({})", seed, s.detail);
     case JoinCause::refused:
       return fmt::format("{} refused to admit this peer ({})", seed, s.detail);
+    case JoinCause::tls:
+      return fmt::format("{} and this peer disagree on TLS ({})", seed, s.detail);
     case JoinCause::unreachable:
       return fmt::format("{} was unreachable ({})", seed, s.detail);
   }
@@ -75,6 +77,8 @@ JoinCause causeOf(std::error_code error) {
   if (error == net::Errc::versionMismatch) return JoinCause::version;
   if (error == net::Errc::clusterMismatch) return JoinCause::cluster;
   if (error == net::Errc::joinRefused) return JoinCause::refused;
+  if (error == net::Errc::peerSpeaksTls || error == net::Errc::peerSpeaksPlaintext)
+    return JoinCause::tls;
   return JoinCause::unreachable;
 }
 
@@ -114,6 +118,8 @@ std::string JoinFailure::cause() const {
                            detail);
       case JoinCause::refused:
         return "every seed refused to admit this peer: " + seedsWithDetails(seeds);
+      case JoinCause::tls:
+        return fmt::format("the seeds and this peer disagree on TLS ({})", detail);
       case JoinCause::unreachable:
         return "every seed was unreachable: " + seedsWithDetails(seeds);
     }

@@ -20,6 +20,7 @@ enum class JoinCause {
   version,         // the seed speaks another protocol version (versionMismatch)
   cluster,         // the seed belongs to another cluster id (clusterMismatch)
   refused,         // the seed would not admit this peer (Errc::joinRefused)
+  tls,             // one side speaks TLS, the other plaintext (peerSpeaksTls, peerSpeaksPlaintext)
   unreachable,     // no connection, no complete handshake, no reply, or not tried yet
 };
 

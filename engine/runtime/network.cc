@@ -3,6 +3,7 @@
 #include <random>
 
 #include <asio/co_spawn.hpp>
+#include <fmt/format.h>
 
 #include "engine/base/enforce.h"
 #include "engine/base/log.h"
@@ -14,6 +15,36 @@ void prepareTransport(NetworkConfig& n, const Registry& registry) {
   const TransportSpec& transport = registry.transports.get(n.transport);
   if (n.listen.host.empty()) n.listen = transport.defaultListen;
   if (!n.transportMaker) n.transportMaker = transport.prepare(n.transportOptions);
+}
+
+std::shared_ptr<net::tcp::TlsContext> tlsContext(const NetworkConfig& n) {
+  if (n.security == NetworkConfig::Security::plaintext) return nullptr;
+  net::tcp::TlsConfig tls;
+  if (n.security == NetworkConfig::Security::tlsCertificates) {
+    tls.mode = net::tcp::TlsConfig::Mode::certificates;
+    tls.certFile = n.tlsCert;
+    tls.keyFile = n.tlsKey;
+    tls.caFile = n.tlsCa;
+  } else {
+    tls.secret = n.secret;
+  }
+  return net::tcp::makeTlsContext(tls);
+}
+
+std::string describeSecurity(const NetworkConfig& n) {
+  switch (n.security) {
+    case NetworkConfig::Security::tlsPsk:
+      return "TLS 1.3 (AES-GCM, forward secret), both ends authenticated by a key derived from "
+             "the cluster secret";
+    case NetworkConfig::Security::tlsCertificates:
+      return fmt::format(
+          "TLS 1.3 (AES-GCM, forward secret), both ends authenticated by certificates of the "
+          "CA in '{}'",
+          n.tlsCa);
+    case NetworkConfig::Security::plaintext:
+      break;
+  }
+  return "PLAINTEXT (--insecure-plaintext): anyone on the path can read and alter the traffic";
 }
 
 PeerNetwork::PeerNetwork(NetworkConfig config, PeerId self)
@@ -56,7 +87,7 @@ std::unique_ptr<net::Transport> PeerNetwork::makeTransport(const Handlers& handl
   const NetworkConfig& n = config_;
   // Throws naming what is missing (an RDMA device, say): the peer fails at start.
   std::unique_ptr<net::Transport> transport =
-      n.transportMaker(TransportEnvironment{io_, handlers.deviceMemory});
+      n.transportMaker(TransportEnvironment{io_, handlers.deviceMemory, tlsContext(n)});
   if ((n.profile && n.profile->name() != "lan") || n.partitions) {
     net::shaped::Options shaping;
     if (n.profile) shaping.profile = *n.profile;

@@ -35,6 +35,14 @@ namespace gossamer::engine::runtime {
 // its maker (options parsed: a bad one throws gossamer::Error) when none is given.
 void prepareTransport(NetworkConfig& n, const Registry& registry);
 
+// The TLS context `n.security` asks for (null for plaintext): a key derived from `n.secret`, or
+// `n.tlsCert`/`tlsKey`/`tlsCa`. Throws gossamer::Error naming a certificate file that cannot be
+// used.
+std::shared_ptr<net::tcp::TlsContext> tlsContext(const NetworkConfig& n);
+
+// One line for the start-up log: how links are secured (never any key material).
+std::string describeSecurity(const NetworkConfig& n);
+
 class PeerNetwork {
  public:
   // What the peer does with the network's events (io thread).

@@ -52,8 +52,9 @@ void checkOptions(const Options& o) {
 // The control connections carry a few small frames, before any authentication: bound them
 // tightly (a remote cannot make us allocate more than this for them) and leave the socket
 // buffers at the kernel's defaults.
-tcp::Options controlOptions(const Limits& limits) {
+tcp::Options controlOptions(const Limits& limits, std::shared_ptr<tcp::TlsContext> tls) {
   tcp::Options options;
+  options.tls = std::move(tls);
   options.limits.maxHeaderBytes = 256;
   options.limits.maxPayloads = 0;
   options.limits.maxFrameBytes = 256;
@@ -101,7 +102,7 @@ class TransportState final : public std::enable_shared_from_this<TransportState>
       : io_(io),
         options_(options),
         device_(std::make_shared<Device>(verbsOf(options), options)),
-        control_(tcp::makeTransport(io, controlOptions(options.limits))) {}
+        control_(tcp::makeTransport(io, controlOptions(options.limits, options.controlTls))) {}
 
   std::error_code listen(const Endpoint& local) { return control_->listen(local); }
   Endpoint localEndpoint() const { return control_->localEndpoint(); }

@@ -18,7 +18,10 @@
 // until the handshake fails and the link is closed. accept() bounds a silent remote by
 // Options::bootstrapTimeout (and serves one bootstrap at a time), the control connection takes
 // frames of at most 256 bytes, and net/wire's handshake server bounds the links pending a
-// handshake.
+// handshake. With Options::controlTls the control connection is TLS 1.3 (net/tcp/tls.h): only a
+// remote that holds the cluster secret (or a trusted certificate) gets through the bootstrap,
+// and the bootstrap itself cannot be read or altered on the path. Frames and payloads, the wire
+// handshake among them, travel by RDMA and are NOT encrypted or integrity-protected by TLS.
 //
 // Data path (protocol.h): headers by SEND, payloads by RDMA WRITE with immediate into the
 // receiver's slots, chunked by slot, with credits so that a sender never overruns a slot or a
@@ -40,6 +43,7 @@
 #include <asio/io_context.hpp>
 
 #include "net/limits.h"
+#include "net/tcp/tls.h"
 #include "net/transport.h"
 
 namespace gossamer::net::ibverbs {
@@ -79,6 +83,9 @@ struct Options {
   int rnrRetry = 7;
   // The verbs to use; empty: libibverbs. Tests pass a fake (tests/net/fake_verbs.h).
   std::shared_ptr<Verbs> verbs;
+  // TLS 1.3 on the control connections (tcp::Options::tls); null: plaintext. It protects the
+  // bootstrap and the close signal only: frames and payloads travel by RDMA, unencrypted.
+  std::shared_ptr<tcp::TlsContext> controlTls;
 
   // The user's knobs by name (engine/options.h reads them from `--transport-option` and the
   // `--rdma-*` flags).

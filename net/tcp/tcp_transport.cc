@@ -9,7 +9,9 @@
 #include <utility>
 #include <vector>
 
+#include <asio/co_spawn.hpp>
 #include <asio/completion_condition.hpp>
+#include <asio/detached.hpp>
 #include <asio/dispatch.hpp>
 #include <asio/experimental/awaitable_operators.hpp>
 #include <asio/ip/tcp.hpp>
@@ -17,8 +19,10 @@
 #include <asio/steady_timer.hpp>
 #include <asio/write.hpp>
 
+#include "engine/base/log.h"
 #include "net/errors.h"
 #include "net/link_support.h"
+#include "net/tcp/tls_stream.h"
 
 namespace gossamer::net::tcp {
 namespace {
@@ -30,6 +34,11 @@ using detail::loadLe;
 using detail::storeLe;
 
 constexpr std::uint32_t kMagic = 0x314d5347;   // the bytes "GSM1"
+// The first byte of a TLS record that opens a connection: a handshake (a ClientHello) or an
+// alert (a TLS listener refusing a plaintext remote, tls.cc); the second is the major version 3.
+constexpr std::uint8_t kTlsHandshake = 0x16;
+constexpr std::uint8_t kTlsAlert = 0x15;
+constexpr std::uint8_t kTlsMajorVersion = 0x03;
 constexpr std::size_t kFixedPrefixBytes = 12;  // magic, header bytes, payload count
 // Reads of less than this go through the read-ahead buffer; larger ones go straight to their
 // destination.
@@ -54,16 +63,32 @@ bool retryable(const std::error_code& ec) {
          ec == asio::error::network_unreachable;
 }
 
-// One connection. Lives in a shared_ptr so that a close() posted from another thread, and the
-// coroutines of send and receive, keep it alive; all members are used on the io thread only,
-// except the byte counters.
-class LinkState final : public std::enable_shared_from_this<LinkState>,
-                        public detail::FrameReceiver<LinkState> {
+// Which end of the connection a link is (the TLS handshake's roles).
+enum class Role { client, server };
+
+// The byte stream under a link: the socket itself, or a TLS stream over it.
+template <bool kTls>
+using StreamOf = std::conditional_t<kTls, tls::Stream, Tcp::socket>;
+
+// One connection (over TLS when kTls). Lives in a shared_ptr so that a close() posted from another
+// thread, and the coroutines of send and receive, keep it alive; all members are used on the io
+// thread only, except the byte counters. A TLS link starts its handshake in the background as
+// soon as it is made (accept() and connect() never wait on it), and its first send or receive
+// waits for it to end; a failed handshake closes the link with its error.
+template <bool kTls>
+class LinkState final : public std::enable_shared_from_this<LinkState<kTls>>,
+                        public detail::FrameReceiver<LinkState<kTls>> {
  public:
-  LinkState(Tcp::socket socket, const Limits& limits, std::string remote)
-      : socket_(std::move(socket)),
+  using Stream = StreamOf<kTls>;
+
+  LinkState(Tcp::socket socket, const Limits& limits, std::string remote, Role role,
+            std::shared_ptr<TlsContext> tlsContext)
+      : stream_(open(std::move(socket), tlsContext)),
         limits_(limits),
         remote_(std::move(remote)),
+        role_(role),
+        tlsContext_(std::move(tlsContext)),
+        secured_(stream_.get_executor(), asio::steady_timer::time_point::max()),
         pool_(std::make_shared<detail::BufferPool>(limits.maxBufferedBytes)),
         readAhead_(kReadAheadBytes) {}
 
@@ -72,6 +97,7 @@ class LinkState final : public std::enable_shared_from_this<LinkState>,
     if (frame.header.size() > UINT32_MAX) co_return Errc::frameTooLarge;  // the prefix's u32
     if (frame.payloads.size() > UINT32_MAX) co_return Errc::tooManyPayloads;
     if (self->closed_) co_return self->closeError_;
+    if (auto ec = co_await self->secure()) co_return ec;
     if (auto ec = co_await self->sendTurn_.enter())
       co_return self->closed_ ? self->closeError_ : ec;
     detail::FifoGate::Turn turn(self->sendTurn_);
@@ -90,9 +116,9 @@ class LinkState final : public std::enable_shared_from_this<LinkState>,
       storeLe(prefix.data() + kFixedPrefixBytes + 8 * i, frame.payloads[i].size(), 8);
       buffers.emplace_back(frame.payloads[i].data(), frame.payloads[i].size());
     }
-    auto [ec, written] = co_await asio::async_write(
-        self->socket_, std::span<const asio::const_buffer>(buffers), transferAllUnchunked,
-        kUseTuple);
+    // Over TLS the prefix, the header and small payloads are gathered into one record, and large
+    // payloads are encrypted straight from the caller's buffers.
+    auto [ec, written] = co_await self->writeAll(std::span<const asio::const_buffer>(buffers));
     self->bytesSent_ += written;
     // Part of the frame may be out: the stream is unusable. When the link was closed meanwhile,
     // the write's own error (operation_aborted, or bad_descriptor between two writes of the
@@ -101,24 +127,35 @@ class LinkState final : public std::enable_shared_from_this<LinkState>,
     co_return ec;
   }
 
+  // Io thread: runs the TLS handshake now, on its own (see the class comment).
+  static void startHandshake(std::shared_ptr<LinkState> self) {
+    auto executor = self->stream_.get_executor();
+    asio::co_spawn(
+        executor,
+        [self = std::move(self)]() -> asio::awaitable<void> { co_await self->secure(); },
+        asio::detached);
+  }
+
   void setPayloadTarget(PayloadTarget target) { target_ = std::move(target); }
 
   // Any thread; runs inline on the io thread.
   void close() {
-    asio::dispatch(socket_.get_executor(), [self = shared_from_this()] {
+    asio::dispatch(stream_.get_executor(), [self = this->shared_from_this()] {
       self->closeWith(asio::error::operation_aborted);
     });
   }
 
-  // Io thread. The first call closes the socket (aborting pending reads and writes) and fails
-  // later operations with `reason`.
+  // Io thread. The first call closes the socket (aborting pending reads and writes and a TLS
+  // handshake; no TLS close_notify is sent, the remote reads eof) and fails later operations
+  // with `reason`.
   void closeWith(std::error_code reason) {
     if (closed_) return;
     closed_ = true;
     closeError_ = reason;
     std::error_code ignored;
-    socket_.shutdown(Tcp::socket::shutdown_both, ignored);
-    socket_.close(ignored);
+    socket().shutdown(Tcp::socket::shutdown_both, ignored);
+    socket().close(ignored);
+    secured_.cancel();
     sendTurn_.close();
     pool_->close();
   }
@@ -138,10 +175,69 @@ class LinkState final : public std::enable_shared_from_this<LinkState>,
  private:
   friend class detail::FrameReceiver<LinkState>;
 
+  static Stream open(Tcp::socket socket, const std::shared_ptr<TlsContext>& tlsContext) {
+    if constexpr (kTls) {
+      return Stream(std::move(socket), *tlsContext);
+    } else {
+      return socket;
+    }
+  }
+
+  Tcp::socket& socket() {
+    if constexpr (kTls) {
+      return stream_.socket();
+    } else {
+      return stream_;
+    }
+  }
+
+  // Runs the TLS handshake on first use, once; a plaintext link is always ready. Returns why the
+  // link cannot carry frames (after closing it), or nothing.
+  asio::awaitable<std::error_code> secure() {
+    if constexpr (kTls) {
+      while (!handshakeDone_) {
+        if (closed_) co_return closeError_;
+        if (handshakeRunning_) {
+          co_await secured_.async_wait(kUseTuple);  // cancelled when it ends
+          continue;
+        }
+        handshakeRunning_ = true;
+        const std::error_code ec = co_await tls::handshake(stream_, role_ == Role::client, remote_);
+        handshakeRunning_ = false;
+        handshakeDone_ = !ec;
+        secured_.cancel();
+        if (ec) co_return failWith(ec);
+      }
+      if (closed_) co_return closeError_;
+    }
+    co_return std::error_code{};
+  }
+
+  // Why a prefix whose magic is wrong is not a frame.
+  // True, with a warning, when the first bytes a remote sent to this plaintext link are a TLS
+  // record (its ClientHello, or a TLS listener's alert: tls.cc).
+  bool speaksTls(std::span<const std::byte> opening) const {
+    if (kTls || opening.size() < 2) return false;
+    const auto first = static_cast<std::uint8_t>(opening[0]);
+    if ((first != kTlsHandshake && first != kTlsAlert) ||
+        static_cast<std::uint8_t>(opening[1]) != kTlsMajorVersion)
+      return false;
+    log::get("net")->warn(
+        "the peer at {} speaks TLS; start both with or without --insecure-plaintext", remote_);
+    return true;
+  }
+
   asio::awaitable<std::error_code> readFrame(InFrame& frame) {
+    if (auto ec = co_await secure()) co_return ec;
     std::array<std::byte, kFixedPrefixBytes> fixed;
-    if (auto ec = co_await readExact(fixed)) co_return ec;
-    if (loadLe(fixed.data(), 4) != kMagic) co_return Errc::malformedFrame;
+    const bool opening = bytesReceived_ == 0;
+    if (auto ec = co_await readExact(fixed)) {
+      // A TLS listener's alert is shorter than a prefix; readExact left it in the read-ahead.
+      if (opening && speaksTls(std::span(readAhead_).first(aheadEnd_))) co_return Errc::peerSpeaksTls;
+      co_return ec;
+    }
+    if (loadLe(fixed.data(), 4) != kMagic)
+      co_return opening && speaksTls(fixed) ? Errc::peerSpeaksTls : Errc::malformedFrame;
     const std::size_t headerBytes = loadLe(fixed.data() + 4, 4);
     const std::size_t count = loadLe(fixed.data() + 8, 4);
     // Bound the length table and the header before reading (and allocating) them.
@@ -169,6 +265,38 @@ class LinkState final : public std::enable_shared_from_this<LinkState>,
     co_return std::error_code{};
   }
 
+  // Reads at least `atLeast` bytes into `into` (the TLS stream or the socket); returns the error
+  // that stopped it short and the bytes read.
+  asio::awaitable<std::pair<std::error_code, std::size_t>> readAtLeast(std::span<std::byte> into,
+                                                                       std::size_t atLeast) {
+    if constexpr (kTls) {
+      auto [ec, read] = co_await stream_.read(into, atLeast);
+      co_return std::pair{tls::afterHandshake(ec), read};
+    } else {
+      auto [ec, read] =
+          atLeast == into.size()
+              ? co_await asio::async_read(stream_, asio::buffer(into.data(), into.size()),
+                                          transferAllUnchunked, kUseTuple)
+              : co_await asio::async_read(stream_, asio::buffer(into.data(), into.size()),
+                                          asio::transfer_at_least(atLeast), kUseTuple);
+      co_return std::pair{ec, read};
+    }
+  }
+
+  // Writes all of `buffers` (the TLS stream encrypts them); returns the error and the bytes
+  // taken.
+  asio::awaitable<std::pair<std::error_code, std::size_t>> writeAll(
+      std::span<const asio::const_buffer> buffers) {
+    if constexpr (kTls) {
+      auto [ec, written] = co_await stream_.write(buffers);
+      co_return std::pair{tls::afterHandshake(ec), written};
+    } else {
+      auto [ec, written] =
+          co_await asio::async_write(stream_, buffers, transferAllUnchunked, kUseTuple);
+      co_return std::pair{ec, written};
+    }
+  }
+
   // Fills `out` from the read-ahead buffer, then from the socket.
   asio::awaitable<std::error_code> readExact(std::span<std::byte> out) {
     const std::size_t buffered = std::min(out.size(), aheadEnd_ - aheadBegin_);
@@ -179,15 +307,12 @@ class LinkState final : public std::enable_shared_from_this<LinkState>,
     }
     if (out.empty()) co_return std::error_code{};
     if (out.size() >= readAhead_.size()) {
-      auto [ec, read] =
-          co_await asio::async_read(socket_, asio::buffer(out.data(), out.size()),
-                                    transferAllUnchunked, kUseTuple);
+      auto [ec, read] = co_await readAtLeast(out, out.size());
       bytesReceived_ += read;
       co_return ec;
     }
     aheadBegin_ = aheadEnd_ = 0;
-    auto [ec, read] = co_await asio::async_read(socket_, asio::buffer(readAhead_),
-                                                asio::transfer_at_least(out.size()), kUseTuple);
+    auto [ec, read] = co_await readAtLeast(readAhead_, out.size());
     bytesReceived_ += read;
     aheadEnd_ = read;
     if (read < out.size()) co_return ec ? ec : asio::error::eof;
@@ -196,9 +321,15 @@ class LinkState final : public std::enable_shared_from_this<LinkState>,
     co_return std::error_code{};
   }
 
-  Tcp::socket socket_;
+  Stream stream_;
   const Limits limits_;
   const std::string remote_;
+  const Role role_;
+  // Keeps the SSL context the stream was made with alive (null for a plaintext link).
+  const std::shared_ptr<TlsContext> tlsContext_;
+  bool handshakeRunning_ = false;
+  bool handshakeDone_ = false;
+  asio::steady_timer secured_;  // waited on by operations while the handshake runs
   std::shared_ptr<detail::BufferPool> pool_;
   PayloadTarget target_;
   bool closed_ = false;
@@ -221,7 +352,8 @@ class LinkState final : public std::enable_shared_from_this<LinkState>,
   std::atomic<std::uint64_t> bytesReceived_{0};
 };
 
-using TcpLink = detail::SharedStateLink<LinkState>;
+using PlainLinkState = LinkState<false>;
+using TlsLinkState = LinkState<true>;
 
 // The listening socket and the links made, shared with the coroutines of accept and connect.
 // Io thread only.
@@ -275,7 +407,7 @@ class TransportState final : public std::enable_shared_from_this<TransportState>
     if (!ec && self->closed_) ec = asio::error::operation_aborted;
     if (!ec) ec = self->configure(socket);
     if (ec) co_return LinkResult{ec, nullptr};
-    co_return LinkResult{{}, self->adopt(std::move(socket))};
+    co_return LinkResult{{}, self->adopt(std::move(socket), Role::server)};
   }
 
   static asio::awaitable<LinkResult> connect(std::shared_ptr<TransportState> self, Endpoint remote,
@@ -315,7 +447,7 @@ class TransportState final : public std::enable_shared_from_this<TransportState>
         if (result.index() == 1) co_return LinkResult{asio::error::timed_out, nullptr};
         ec = std::get<0>(std::get<0>(result));
         if (!ec && self->closed_) ec = asio::error::operation_aborted;
-        if (!ec) co_return LinkResult{{}, self->adopt(std::move(socket))};
+        if (!ec) co_return LinkResult{{}, self->adopt(std::move(socket), Role::client)};
         if (!retryable(ec)) co_return LinkResult{ec, nullptr};
       }
       const Clock::time_point now = Clock::now();
@@ -331,7 +463,7 @@ class TransportState final : public std::enable_shared_from_this<TransportState>
     asio::dispatch(io_, [self = shared_from_this()] { self->closeNow(); });
   }
 
-  std::string name() const { return "tcp"; }
+  std::string name() const { return options_.tls ? "tcp+tls" : "tcp"; }
   void registerMemory(std::span<std::byte> /*memory*/) {}  // nothing to register for sockets
   const Limits& limits() const { return options_.limits; }
 
@@ -341,10 +473,14 @@ class TransportState final : public std::enable_shared_from_this<TransportState>
     closed_ = true;
     std::error_code ignored;
     acceptor_.close(ignored);  // pending accepts fail with operation_aborted
-    for (const auto& weak : links_) {
+    for (const auto& weak : plainLinks_) {
       if (auto link = weak.lock()) link->closeWith(asio::error::operation_aborted);
     }
-    links_.clear();
+    for (const auto& weak : tlsLinks_) {
+      if (auto link = weak.lock()) link->closeWith(asio::error::operation_aborted);
+    }
+    plainLinks_.clear();
+    tlsLinks_.clear();
   }
 
   std::error_code configure(Tcp::socket& socket) const {
@@ -358,21 +494,36 @@ class TransportState final : public std::enable_shared_from_this<TransportState>
     return ec;
   }
 
-  std::unique_ptr<Link> adopt(Tcp::socket socket) {
+  std::unique_ptr<Link> adopt(Tcp::socket socket, Role role) {
     std::error_code ec;
-    const Tcp::endpoint remote = socket.remote_endpoint(ec);
-    auto state = std::make_shared<LinkState>(std::move(socket), options_.limits,
-                                             ec ? std::string("unknown") : endpointText(remote));
-    std::erase_if(links_, [](const std::weak_ptr<LinkState>& weak) { return weak.expired(); });
-    links_.push_back(state);
-    return std::make_unique<TcpLink>(std::move(state));
+    const Tcp::endpoint endpoint = socket.remote_endpoint(ec);
+    std::string remote = ec ? std::string("unknown") : endpointText(endpoint);
+    if (options_.tls) {
+      auto state = std::make_shared<TlsLinkState>(std::move(socket), options_.limits,
+                                                  std::move(remote), role, options_.tls);
+      TlsLinkState::startHandshake(state);
+      return track(tlsLinks_, std::move(state));
+    }
+    return track(plainLinks_, std::make_shared<PlainLinkState>(
+                                  std::move(socket), options_.limits, std::move(remote), role,
+                                  nullptr));
+  }
+
+  // Remembers a new link for closeNow() and wraps it as a Link.
+  template <typename State>
+  static std::unique_ptr<Link> track(std::vector<std::weak_ptr<State>>& links,
+                                     std::shared_ptr<State> state) {
+    std::erase_if(links, [](const std::weak_ptr<State>& weak) { return weak.expired(); });
+    links.push_back(state);
+    return std::make_unique<detail::SharedStateLink<State>>(std::move(state));
   }
 
   asio::io_context& io_;
   const Options options_;
   Tcp::acceptor acceptor_;
   bool closed_ = false;
-  std::vector<std::weak_ptr<LinkState>> links_;
+  std::vector<std::weak_ptr<PlainLinkState>> plainLinks_;
+  std::vector<std::weak_ptr<TlsLinkState>> tlsLinks_;
 };
 
 }  // namespace

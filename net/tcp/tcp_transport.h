@@ -14,6 +14,10 @@
 // The pool of a link holds at most Limits::maxBufferedBytes; while the Payloads the receiver
 // holds fill it, the link reads nothing more, so TCP flow control slows the sender down.
 // Sockets get TCP_NODELAY, the buffer sizes of Options and SO_KEEPALIVE.
+// With Options::tls the same frames travel inside TLS 1.3 (net/tcp/tls.h): the TLS handshake
+// starts when a link is made and its first send or receive waits for it; a plaintext listener
+// names a TLS client (Errc::peerSpeaksTls) and a TLS one a plaintext client
+// (Errc::peerSpeaksPlaintext).
 #pragma once
 
 #include <chrono>
@@ -22,6 +26,7 @@
 #include <asio/io_context.hpp>
 
 #include "net/limits.h"
+#include "net/tcp/tls.h"
 #include "net/transport.h"
 
 namespace gossamer::net::tcp {
@@ -39,6 +44,8 @@ struct Options {
   // maxBackoff, until its timeout.
   std::chrono::milliseconds initialBackoff{20};
   std::chrono::milliseconds maxBackoff{1000};
+  // TLS 1.3 on every link (makeTlsContext); null: plaintext. Both ends must agree.
+  std::shared_ptr<TlsContext> tls;
 
   // The user's knobs by name (engine/options.h reads them from `--transport-option`).
   template <typename Bind>

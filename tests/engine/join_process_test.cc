@@ -39,6 +39,7 @@ class Seed {
     address_ = "127.0.0.1:" + std::to_string(port);
   }
   const std::string& address() const { return address_; }
+  std::string output() const { return process_.output(); }
 
  private:
   test::ChildProcess process_;
@@ -55,23 +56,23 @@ std::string otherSecret(const test::Scratch& scratch) {
   return path;
 }
 
-// Runs a peer that cannot get in (--join-timeout 2): it exits with status 3 after at least the
-// timeout and well before a long start timeout, and says `cause` in its one error line.
-void checkCannotJoin(const std::string& args, const std::string& cause) {
+// Runs a peer that cannot get in (--join-timeout `timeout`, 2 s unless given): it exits with
+// status 3 after at least the timeout and before `deadline` seconds (well before a long start
+// timeout), and says `cause` in its one error line.
+void checkCannotJoin(const std::string& args, const std::string& cause, int timeout = 2,
+                     double deadline = 30.0) {
   const Clock::time_point start = Clock::now();
   const test::ProcessResult r = test::runCommand(
-      test::peerCommand("--listen 127.0.0.1:0 --join-timeout 2 --start-timeout 100 " + kData +
-                        args),
+      test::peerCommand("--listen 127.0.0.1:0 --join-timeout " + std::to_string(timeout) +
+                        " --start-timeout 100 " + kData + args),
       60);
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   INFO(args << "\n" << r.output);
   CHECK(r.exitCode == kExitCannotJoin);
-  CHECK(seconds >= 2.0);
-  CHECK(seconds < 30.0);
-  const std::string line =
-      "gossamer-peer: error: could not join the cluster within 2 s "
-      "(--join-timeout): " +
-      cause;
+  CHECK(seconds >= timeout);
+  CHECK(seconds < deadline);
+  const std::string line = "gossamer-peer: error: could not join the cluster within " +
+                           std::to_string(timeout) + " s (--join-timeout): " + cause;
   CHECK(r.output.find(line) != std::string::npos);
   // One error line: the first is the last.
   CHECK(r.output.find("error:") == r.output.rfind("error:"));
@@ -84,6 +85,30 @@ TEST_CASE("join processes: a peer whose secret the seed refuses says so and exit
   checkCannotJoin("--hidden 16 --min-peers 2 --seeds " + seed.address() + " --secret-file " +
                       otherSecret(scratch),
                   "every seed refused authentication (wrong --secret-file?)");
+}
+
+TEST_CASE("join processes: a wrong-secret peer (TLS by default) exits within 15 s of a 10 s timeout") {
+  test::Watchdog watchdog(90s);
+  test::Scratch scratch;
+  Seed seed(scratch, "--hidden 16");
+  checkCannotJoin("--hidden 16 --min-peers 2 --seeds " + seed.address() + " --secret-file " +
+                      otherSecret(scratch),
+                  "every seed refused authentication (wrong --secret-file?)", 10, 15.0);
+  // The seed refused it in the TLS handshake: its key is derived from another secret.
+  CHECK(seed.output().find("TLS handshake (server side)") != std::string::npos);
+}
+
+TEST_CASE("join processes: a plaintext peer and a TLS seed each say that the other differs") {
+  test::Watchdog watchdog(90s);
+  test::Scratch scratch;
+  Seed seed(scratch, "--hidden 16");
+  checkCannotJoin("--hidden 16 --min-peers 2 --insecure-plaintext --seeds " + seed.address() +
+                      " --secret-file " + scratch.secret,
+                  "the seeds and this peer disagree on TLS (");
+  CHECK(test::waitUntil(10s, [&] {
+    return seed.output().find("speaks plaintext; start both with or without "
+                              "--insecure-plaintext") != std::string::npos;
+  }));
 }
 
 TEST_CASE("join processes: a peer training alone gives up at the join timeout too") {

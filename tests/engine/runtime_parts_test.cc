@@ -60,6 +60,11 @@ TEST_CASE("runtime parts: a join failure names the cause its seeds share, else e
       "'y' remote; check --cluster-id)");
   CHECK(of({{a, net::Errc::versionMismatch, "protocol version differs: 1 here vs 2 remote"}})
             .commonCause() == JoinCause::version);
+  // TLS on one side only, whichever side: named as a TLS disagreement with the link's words.
+  const JoinFailure tls = of({{a, net::Errc::peerSpeaksTls, "the peer speaks TLS"},
+                              {b, net::Errc::peerSpeaksPlaintext, "the peer speaks plaintext"}});
+  CHECK(tls.commonCause() == JoinCause::tls);
+  CHECK(tls.cause() == "the seeds and this peer disagree on TLS (the peer speaks TLS)");
   // Seeds that fail differently are named each with its cause; remote text stays on one line.
   const JoinFailure mixed =
       of({{a, asio::error::timed_out, ""}, {b, net::Errc::joinRefused, "no\nroom"}});

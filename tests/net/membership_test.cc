@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -21,6 +22,8 @@
 #include "net/mesh/mesh.h"
 #include "net/shaped/shaped_transport.h"
 #include "net/tcp/tcp_transport.h"
+#include "net/tcp/tls.h"
+#include "tests/net/tls_support.h"
 #include "tests/support/io_thread.h"
 #include "tests/support/watchdog.h"
 
@@ -51,6 +54,8 @@ struct World {
   std::shared_ptr<shaped::Partitions> partitions = std::make_shared<shaped::Partitions>();
   std::mutex mutex;
   std::map<Endpoint, std::size_t> indexOf;
+  // tcp backends: the TLS context of peer `id` holding `secret`; empty: plaintext.
+  std::function<std::shared_ptr<tcp::TlsContext>(std::uint64_t id, const std::string& secret)> tls;
 };
 
 // One peer: its io thread, transport, mesh and membership service, and every event it delivered.
@@ -64,7 +69,9 @@ class TestPeer {
       if (world.backend == Backend::inproc) {
         transport = inproc::makeTransport(io_.io(), world.hub);
       } else {
-        transport = tcp::makeTransport(io_.io());
+        tcp::Options tcpOptions;
+        if (world.tls) tcpOptions.tls = world.tls(id, secret);
+        transport = tcp::makeTransport(io_.io(), tcpOptions);
       }
       if (world.backend == Backend::shapedTcp) {
         shaped::Options shaping;  // lan: nothing shaped, only the partitions apply
@@ -358,19 +365,45 @@ TEST_CASE("membership: a graceful leave is recorded as left, not failed") {
   }
 }
 
-TEST_CASE("membership: a wrong-secret peer never enters the view") {
-  Watchdog watchdog(60s);
-  World world;
-  world.backend = Backend::tcp;
+// Peer 99 with `secret` tries to join a chain of 4 through two seeds: it never gets in, and no
+// member ever hears of it.
+void checkIntruderStaysOut(World& world, const std::string& secret) {
   Peers peers = startChain(world, 4, Options::local());
   REQUIRE(waitUntil(20s, [&] { return allSee(peers, 4); }));
   TestPeer intruder(world, 99, {peers[0]->endpoint(), peers[2]->endpoint()}, Options::local(),
-                    "not-the-secret");
+                    secret);
   std::this_thread::sleep_for(3s);
   CHECK(!intruder.joined());
   CHECK(intruder.view().members.size() == 1);
   CHECK(allSee(peers, 4));
   for (const auto& p : peers) CHECK(p->eventsAbout(99).empty());
+}
+
+TEST_CASE("membership: a wrong-secret peer never enters the view") {
+  Watchdog watchdog(60s);
+  World world;
+  world.backend = Backend::tcp;
+  checkIntruderStaysOut(world, "not-the-secret");
+}
+
+TEST_CASE("membership: over TLS a wrong PSK or an untrusted certificate never enters the view") {
+  Watchdog watchdog(60s);
+  World world;
+  world.backend = Backend::tcp;
+  SUBCASE("a key derived from another secret") {
+    world.tls = [](std::uint64_t, const std::string& secret) { return test::pskContext(secret); };
+    checkIntruderStaysOut(world, "not-the-secret");
+  }
+  SUBCASE("a certificate of another CA, with the right cluster secret") {
+    test::TestCa cluster("cluster");
+    test::TestCa stranger("stranger");
+    world.tls = [&](std::uint64_t id, const std::string&) {
+      const std::string name = "peer-" + std::to_string(id);
+      return tcp::makeTlsContext(id == 99 ? stranger.issue(name, cluster.caFile())
+                                          : cluster.issue(name, cluster.caFile()));
+    };
+    checkIntruderStaysOut(world, "cluster-secret");
+  }
 }
 
 TEST_CASE("membership: a peer no seed admits keeps each seed's last failure as a value") {

@@ -1,5 +1,6 @@
 // The transport conformance suite (transport_conformance.h) for the backends every build has:
-// tcp, inproc, and the shaped decorator over tcp.
+// tcp (plaintext and over TLS 1.3 with a pre-shared key), inproc, and the shaped decorator over
+// tcp and over tcp with TLS.
 #include "tests/net/transport_conformance.h"
 
 #include <memory>
@@ -10,7 +11,9 @@
 #include "net/inproc/inproc_transport.h"
 #include "net/shaped/shaped_transport.h"
 #include "net/tcp/tcp_transport.h"
+#include "net/tcp/tls.h"
 #include "net/transport.h"
+#include "tests/net/tls_support.h"
 
 namespace gossamer::net {
 namespace {
@@ -24,6 +27,17 @@ struct TcpBackend {
   static std::unique_ptr<Transport> make(asio::io_context& io, Fixture& fixture) {
     tcp::Options options;
     options.limits = fixture.limits;
+    return tcp::makeTransport(io, options);
+  }
+};
+
+// tcp with TLS 1.3 (a PSK from a test secret). Not a raw listener: it speaks TLS.
+struct TlsTcpBackend {
+  static constexpr bool kRawTcpListener = false;
+  static std::unique_ptr<Transport> make(asio::io_context& io, Fixture& fixture) {
+    tcp::Options options;
+    options.limits = fixture.limits;
+    options.tls = test::pskContext("conformance secret");
     return tcp::makeTransport(io, options);
   }
 };
@@ -46,11 +60,22 @@ struct ShapedTcpBackend {
   }
 };
 
+// The same over tcp with TLS: the shaped preface travels inside the tunnel.
+struct ShapedTlsTcpBackend {
+  static constexpr bool kRawTcpListener = false;
+  static std::unique_ptr<Transport> make(asio::io_context& io, Fixture& fixture) {
+    return shaped::makeTransport(TlsTcpBackend::make(io, fixture), shaped::Options{});
+  }
+};
+
 }  // namespace
 }  // namespace gossamer::net
 
 TYPE_TO_STRING_AS("TcpBackend", gossamer::net::TcpBackend);
 TYPE_TO_STRING_AS("InprocBackend", gossamer::net::InprocBackend);
 TYPE_TO_STRING_AS("ShapedTcpBackend", gossamer::net::ShapedTcpBackend);
+TYPE_TO_STRING_AS("TlsTcpBackend", gossamer::net::TlsTcpBackend);
+TYPE_TO_STRING_AS("ShapedTlsTcpBackend", gossamer::net::ShapedTlsTcpBackend);
 
-GOSSAMER_TRANSPORT_CONFORMANCE(TcpBackend, InprocBackend, ShapedTcpBackend);
+GOSSAMER_TRANSPORT_CONFORMANCE(TcpBackend, TlsTcpBackend, InprocBackend, ShapedTcpBackend,
+                               ShapedTlsTcpBackend);
