@@ -152,26 +152,10 @@ struct Case {
   engine::OptionValues options = {};
 };
 
-TEST_CASE("norm bound: one hostile peer does not drag the honest ones off") {
-  test::Watchdog watchdog(600s);
-  const Case cases[] = {
-      {"dpsgd", "none", "dpsgd"},
-      {"dpsgd", "int8", "dpsgd"},
-      {"allreduce-sgd", "none", "allreduce-sgd"},
-      {"allreduce-sgd", "int8", "allreduce-sgd"},
-      {"local-sgd", "none", "local-sgd"},
-      {"sparknet", "none", "sparknet"},
-      {"sparknet", "int8", "sparknet"},
-      {"tree-easgd", "none", "tree-easgd"},
-      {"tree-easgd", "int8", "tree-easgd"},
-      {"gosgd", "none", "gosgd", 0, {{"p", "0.5"}}},
-      // Not gosgd compressed: there one honest peer still drifted off (relative error 3 while
-      // the others were at 0.1), an open problem (see the README).
-      {"ad-psgd", "none", "ad-psgd"},
-      {"ad-psgd", "int8", "ad-psgd"},
-      {"easgd", "none", "easgd", 3},
-      {"easgd", "int8", "easgd", 3},
-  };
+// Each case with a bound of 4: the hostile peer's messages are refused by the honest ones,
+// whose mean reaches the optimum's neighbourhood.
+void checkHostileHeldOff(std::initializer_list<Case> cases) {
+  test::Watchdog watchdog(300s);
   for (const Case& c : cases) {
     const std::string label = std::string(c.algorithm) + " " + c.codec;
     INFO(label);
@@ -185,6 +169,34 @@ TEST_CASE("norm bound: one hostile peer does not drag the honest ones off") {
     // The honest peers train on 3 of the 4 shards: near, not at, the whole set's optimum.
     CHECK(honestError(bounded, c.hostile) < 0.2);
   }
+}
+
+TEST_CASE("norm bound: a hostile neighbour is held off (dpsgd, tree-easgd)") {
+  checkHostileHeldOff({{"dpsgd", "none", "dpsgd"},
+                       {"dpsgd", "int8", "dpsgd"},
+                       {"tree-easgd", "none", "tree-easgd"},
+                       {"tree-easgd", "int8", "tree-easgd"}});
+}
+
+TEST_CASE("norm bound: a hostile member of an all-reduce is held off") {
+  checkHostileHeldOff({{"allreduce-sgd", "none", "allreduce-sgd"},
+                       {"allreduce-sgd", "int8", "allreduce-sgd"},
+                       {"local-sgd", "none", "local-sgd"}});
+}
+
+TEST_CASE("norm bound: a hostile gossip partner is held off (gosgd, ad-psgd)") {
+  // Not gosgd compressed: there one honest peer still drifted off (relative error 3 while the
+  // others were at 0.1), an open problem (see the README).
+  checkHostileHeldOff({{"gosgd", "none", "gosgd", 0, {{"p", "0.5"}}},
+                       {"ad-psgd", "none", "ad-psgd"},
+                       {"ad-psgd", "int8", "ad-psgd"}});
+}
+
+TEST_CASE("norm bound: a hostile master or worker is held off (sparknet, easgd)") {
+  checkHostileHeldOff({{"sparknet", "none", "sparknet"},
+                       {"sparknet", "int8", "sparknet"},
+                       {"easgd", "none", "easgd", 3},
+                       {"easgd", "int8", "easgd", 3}});
 }
 
 TEST_CASE("norm bound: without it, the same hostile peer drags the others off") {
