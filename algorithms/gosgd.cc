@@ -467,6 +467,15 @@ void Gosgd::loadState(const engine::AlgorithmState& state) {
   started_ = true;
 }
 
+void Gosgd::resumedLate(engine::PeerContext& ctx) {
+  log::get("algorithms")
+      ->info("gosgd: peer {:016x} resumed into a running cluster with weight 0 (its checkpoint "
+             "held {:.6g}, counted as lost by the others when it failed)",
+             ctx.self(), alpha_);
+  ctx.metrics().set("gosgd.restored_weight_dropped", alpha_);
+  alpha_ = 0;
+}
+
 void Gosgd::leave(engine::PeerContext& ctx) {
   std::vector<PeerId> heirs;
   for (PeerId peer : ctx.members())

@@ -241,10 +241,15 @@ class Gosgd final : public engine::Algorithm {
   void leave(engine::PeerContext& ctx) override;
   // A checkpoint keeps this peer's weight with its model (escrow included: unacknowledged
   // transfers are not known to have arrived). A whole cluster resumed together keeps its mass;
-  // a single peer restarted after a crash brings back the weight of its checkpoint, which the
-  // others had counted as lost with it. A weight of 0 is restored as such (see "Weight 0").
+  // a single peer restarted after a crash drops it (resumedLate). A weight of 0 is restored as
+  // such (see "Weight 0").
   void saveState(engine::AlgorithmState& state) const override;
   void loadState(const engine::AlgorithmState& state) override;
+  // A peer restored alone, into a cluster that went on without it, comes back with weight 0:
+  // the others counted its weight as lost when it was declared failed, and its checkpoint may
+  // hold more than it had left when it died (it gave weight away since). So no weight is
+  // created by a restart ("gosgd.restored_weight_dropped" says how much the checkpoint held).
+  void resumedLate(engine::PeerContext& ctx) override;
 
   // This peer's weight, not counting its escrow.
   double alpha() const { return alpha_; }

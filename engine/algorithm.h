@@ -366,6 +366,11 @@ class Algorithm {
   // signal): hand over what must not leave with it (gossip weight, a role). Compute thread, at a
   // step boundary; the membership leave follows.
   virtual void leave(PeerContext& /*ctx*/) {}
+  // After loadState(), when this peer resumed into a cluster that went on training without it:
+  // it was declared failed meanwhile, and the others counted what it held as lost. Drop here
+  // what must not come back a second time (gosgd's weight); the default keeps everything. A whole
+  // cluster resumed together does not call it.
+  virtual void resumedLate(PeerContext& /*ctx*/) {}
   // The algorithm's part of this peer's checkpoint, and its restoration on --resume (before
   // setup(); throw gossamer::Error on a state that does not fit).
   virtual void saveState(AlgorithmState& /*state*/) const {}

@@ -294,7 +294,10 @@ void Peer::Impl::startFrom(const StartPlan& plan) {
   const TrainingConfig& t = config.training;
   if (resumeFrom) {
     status.step = PeerCheckpoints::restore(*resumeFrom, *training.learner, *algorithm);
-    if (plan.late) status.step = std::max(status.step.load(), plan.step);
+    if (plan.late) {
+      status.step = std::max(status.step.load(), plan.step);
+      algorithm->resumedLate(*training.context);
+    }
     logger()->info("peer {:016x}: resumed from {} at step {}", self, checkpoints.path(),
                    status.step.load());
   } else if (plan.late) {

@@ -126,6 +126,7 @@ class AlgorithmShell : public engine::Algorithm {
   void leave(engine::PeerContext& ctx) override { inner_->leave(*wrap(ctx)); }
   void saveState(engine::AlgorithmState& state) const override { inner_->saveState(state); }
   void loadState(const engine::AlgorithmState& state) override { inner_->loadState(state); }
+  void resumedLate(engine::PeerContext& ctx) override { inner_->resumedLate(*wrap(ctx)); }
 
   engine::Algorithm& inner() { return *inner_; }
 
