@@ -240,24 +240,25 @@ void AsyncAllReduce::handle(engine::PeerContext& ctx, Round& r, const engine::In
   }
   kernels::Compute& compute = ctx.compute();
   const std::span<float> out = r.result->span().subspan(s.offset, s.count);
-  const engine::DeviceView received = ctx.upload(message.payload(0));
   // A contribution and a mean stand for one input, a sum for n: each against this peer's own.
   const double share = contribution || options_.op == ReduceOp::kMean ? 1.0 : static_cast<double>(n);
-  if (sender != r.rank &&
-      !engine::acceptNearOwn(compute, message, received, r.sent->span().subspan(s.offset, s.count),
-                             ctx.normBound(), ctx.metrics(), options_.who, share)) {
+  if (sender != r.rank && ctx.normBound().enabled() &&
+      !engine::acceptNearOwn(compute, message, ctx.upload(message.payload(0)),
+                             r.sent->span().subspan(s.offset, s.count), ctx.normBound(),
+                             ctx.metrics(), options_.who, share)) {
     fail(ctx, r, RingOutcome::kInvalid);
     return;
   }
   if (contribution) {
     if (r.contributed[sender * options_.pieces + k]) return;  // a duplicate
     r.contributed[sender * options_.pieces + k] = true;
+    const engine::DeviceView received = ctx.upload(message.payload(0));
     compute.axpby(out, 1.0f, received, 1.0f);
     if (++r.contributions[k] == n - 1) sendReduced(ctx, r, k);
   } else {
     if (r.gathered[chunk * options_.pieces + k]) return;
     r.gathered[chunk * options_.pieces + k] = true;
-    compute.copy(out, received);
+    compute.upload(out, message.payload(0));
     --r.missingPieces;
   }
   completeIfDone(r);

@@ -185,8 +185,10 @@ std::vector<engine::Incoming> Dpsgd::awaitModels(engine::PeerContext& ctx, std::
       continue;
     }
     // Compressed, the estimate a message makes is bounded where it is made (PublicEstimates).
-    if (!compressed && !engine::acceptNearOwn(ctx.compute(), m, ctx.upload(m.payload(0)),
-                                              ctx.params(), ctx.normBound(), ctx.metrics(), name()))
+    // (The upload, a copy on CUDA, only when there is a bound to check.)
+    if (!compressed && ctx.normBound().enabled() &&
+        !engine::acceptNearOwn(ctx.compute(), m, ctx.upload(m.payload(0)), ctx.params(),
+                               ctx.normBound(), ctx.metrics(), name()))
       continue;
     models.push_back(std::move(m));
   }

@@ -52,8 +52,10 @@ void TreeEasgd::consume(engine::PeerContext& ctx) {
   for (engine::Incoming& m : ctx.inbox().drain(kModel)) {
     if (!engine::acceptMessage(m, expected, ctx.metrics(), name())) continue;
     // Compressed, the estimate a message makes is bounded where it is made (PublicEstimates).
-    if (!compressed && !engine::acceptNearOwn(ctx.compute(), m, ctx.upload(m.payload(0)),
-                                              ctx.params(), ctx.normBound(), ctx.metrics(), name()))
+    // (The upload, a copy on CUDA, only when there is a bound to check.)
+    if (!compressed && ctx.normBound().enabled() &&
+        !engine::acceptNearOwn(ctx.compute(), m, ctx.upload(m.payload(0)), ctx.params(),
+                               ctx.normBound(), ctx.metrics(), name()))
       continue;
     received.push_back(std::move(m));
   }
