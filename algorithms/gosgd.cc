@@ -24,6 +24,13 @@ bool contains(const std::vector<PeerId>& ids, PeerId id) {
   return std::find(ids.begin(), ids.end(), id) != ids.end();
 }
 
+// This life's number: the wall clock in ns when it began (never 0).
+std::uint64_t newLife() {
+  const auto now = std::chrono::system_clock::now().time_since_epoch();
+  return std::max<std::uint64_t>(
+      1, static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(now).count()));
+}
+
 }  // namespace
 
 void GosgdOptions::validate() const {
@@ -81,6 +88,8 @@ std::size_t InflightBound::limit(std::size_t transferBytes) const {
   return std::max(static_cast<std::size_t>(bounded), floorTransfers * transferBytes);
 }
 
+Gosgd::Gosgd(GosgdOptions options) : options_(options), life_(newLife()) {}
+
 double Gosgd::escrowed() const {
   double sum = 0;
   for (const auto& [id, e] : escrow_) sum += e.weight;
@@ -112,6 +121,7 @@ void Gosgd::publish(engine::PeerContext& ctx) {
   ctx.metrics().set("gosgd.alpha", alpha_);
   ctx.metrics().set("gosgd.escrow", escrowed());
   ctx.metrics().set("gosgd.lost", lost_);
+  ctx.metrics().set("gosgd.dead_weight", deadWeight(ctx.members(), ctx.self()));
   ctx.metrics().set("gosgd.inflight_limit_bytes",
                     static_cast<double>(inflight_.limit(transferBytes(ctx))));
   ctx.metrics().set("gosgd.inflight_peak_bytes", static_cast<double>(inflightPeak_));
@@ -125,22 +135,148 @@ void Gosgd::setup(engine::PeerContext& ctx) {
     alpha_ = 1.0 / static_cast<double>(ctx.members().size());
     started_ = true;
   }
-  // Escrow toward a peer that left the view stays unresolved for good: it may have merged it
-  // before it went, so it is not reclaimed, but counted as lost with that peer.
+  // A peer that left the view ended its life (recorded, and sent to the others), and the escrow
+  // toward it stays unresolved for good: it may have merged it before it went, so it is not
+  // reclaimed, but counted as lost with that peer.
+  for (const auto& [peer, life] : lives_)
+    if (!contains(ctx.members(), peer)) endLife(ctx, peer, false);
+  loseEscrowTo(ctx, 0);
+  // The view changed: every stream anchors again (see "Compressed").
+  estimates_.reset(ctx.members());
+  publish(ctx);
+}
+
+void Gosgd::loseEscrowTo(engine::PeerContext& ctx, PeerId peer) {
   for (auto it = escrow_.begin(); it != escrow_.end();) {
-    if (contains(ctx.members(), it->second.to)) {
+    const PeerId to = it->second.to;
+    if (peer != 0 ? to != peer : contains(ctx.members(), to)) {
       ++it;
       continue;
     }
     lost_ += it->second.weight;
-    lostTo_[it->second.to] += it->second.weight;
+    lostTo_[to] += it->second.weight;
     inflight_.forget(it->first);
     spare_.give(std::move(it->second.model));
     it = escrow_.erase(it);
   }
-  // The view changed: every stream anchors again (see "Compressed").
-  estimates_.reset(ctx.members());
-  publish(ctx);
+}
+
+// ---- Lives -------------------------------------------------------------------------------------
+
+engine::Message Gosgd::stamped(engine::PeerContext& ctx, std::uint32_t kind, PeerId to,
+                               double alpha) const {
+  const auto life = lives_.find(to);
+  return engine::Message{
+      .kind = kind,
+      .step = ctx.step(),
+      .scalars = {alpha},
+      .integers = {life_, life == lives_.end() ? 0 : life->second, ++seq_}};
+}
+
+bool Gosgd::admit(engine::PeerContext& ctx, engine::Incoming& m) {
+  if (m.integers.size() < kHeaderIntegers || m.scalars.size() < kHeaderScalars ||
+      m.integers[0] == 0 || !(m.scalars[0] >= 0 && m.scalars[0] <= 1))
+    return refuse(ctx, m, "no valid header (life, addressee's life, seq; a weight in [0, 1])");
+  const std::uint64_t life = m.integers[0], toLife = m.integers[1];
+  const Report report{.seq = m.integers[2], .alpha = m.scalars[0]};
+  m.integers.erase(m.integers.begin(), m.integers.begin() + kHeaderIntegers);
+  m.scalars.erase(m.scalars.begin(), m.scalars.begin() + kHeaderScalars);
+  const auto known = lives_.find(m.from);
+  if (known != lives_.end() && life < known->second) {
+    ctx.metrics().add("gosgd.stale", 1);
+    return false;
+  }
+  if (known != lives_.end() && life > known->second) endLife(ctx, m.from, true);
+  lives_[m.from] = life;
+  if (contains(ctx.members(), m.from) && dead_.erase({m.from, life}) > 0)
+    log::get("algorithms")
+        ->info("gosgd: peer {:016x} is back in the same life (a partition healed)", m.from);
+  Report& latest = reports_[m.from];
+  if (report.seq >= latest.seq) latest = report;
+  if (toLife != 0 && toLife != life_) {
+    // For a previous life of this peer: its ids are not ours, and it may have merged a transfer.
+    ctx.metrics().add("gosgd.to_previous_life", 1);
+    if (m.kind == kTransfer) ctx.send(m.from, stamped(ctx, kAck, m.from));
+    return false;
+  }
+  return true;
+}
+
+void Gosgd::endLife(engine::PeerContext& ctx, PeerId peer, bool restarted) {
+  const auto life = lives_.find(peer);
+  if (life == lives_.end()) return;
+  const Life ended{peer, life->second};
+  if (dead_.count(ended) == 0) {
+    const Report report = reports_[peer];
+    noteDead(ended, report);
+    log::get("algorithms")
+        ->info("gosgd: peer {:016x}: the life of peer {:016x} ended{} with weight {:.6g} (its "
+               "report {})",
+               ctx.self(), peer, restarted ? " (it restarted)" : "", report.alpha, report.seq);
+    for (PeerId other : ctx.members()) {
+      if (other == ctx.self() || other == peer) continue;
+      engine::Message message = stamped(ctx, kDead, other);
+      message.integers.insert(message.integers.end(), {peer, ended.second, report.seq});
+      message.scalars.push_back(report.alpha);
+      ctx.send(other, message);
+    }
+  }
+  if (!restarted) return;
+  // A new life: nothing of the old one's numbering holds (see "Lives").
+  ctx.metrics().add("gosgd.restarts_seen", 1);
+  loseEscrowTo(ctx, peer);
+  merged_.erase(peer);
+  estimates_.forget(peer);
+  settled_.erase(peer);
+  leavers_.erase(peer);
+  reports_.erase(peer);
+  mergedFrom_.erase(peer);
+  ackedBy_.erase(peer);
+  lives_.erase(life);
+}
+
+void Gosgd::noteDead(const Life& life, const Report& report) {
+  const auto [it, inserted] = dead_.emplace(life, report);
+  if (!inserted && report.seq > it->second.seq) it->second = report;
+}
+
+void Gosgd::readDead(engine::PeerContext& ctx, const engine::Incoming& m) {
+  if (m.integers.size() % 3 != 0 || m.scalars.size() != m.integers.size() / 3) {
+    refuse(ctx, m, "records of ended lives that are not (peer, life, seq) and a weight each");
+    return;
+  }
+  for (std::size_t k = 0; k < m.scalars.size(); ++k) {
+    const Life life{m.integers[3 * k], m.integers[3 * k + 1]};
+    const double alpha = m.scalars[k];
+    if (!(alpha >= 0 && alpha <= 1)) {
+      refuse(ctx, m, fmt::format("an ended life of weight {} (not in [0, 1])", alpha));
+      return;
+    }
+    // Someone took this life for dead (a partition): it is not.
+    if (life.first == ctx.self() && life.second == life_) continue;
+    noteDead(life, {.seq = m.integers[3 * k + 2], .alpha = alpha});
+  }
+}
+
+void Gosgd::appendDead(engine::Message& message) const {
+  for (const auto& [life, report] : dead_) {
+    message.integers.insert(message.integers.end(), {life.first, life.second, report.seq});
+    message.scalars.push_back(report.alpha);
+  }
+}
+
+double Gosgd::deadWeight(const std::vector<PeerId>& members, PeerId self) const {
+  double sum = 0;
+  for (const auto& [life, report] : dead_) {
+    // A member is taken to live the life recorded unless another life of it was heard from.
+    const auto current = lives_.find(life.first);
+    const bool alive =
+        life.first == self ? life.second == life_
+                           : contains(members, life.first) &&
+                                 (current == lives_.end() || current->second == life.second);
+    if (!alive) sum += report.alpha;
+  }
+  return sum;
 }
 
 bool Gosgd::refuse(engine::PeerContext& ctx, const engine::Incoming& m, const std::string& why) {
@@ -169,6 +305,7 @@ bool Gosgd::acceptTransfer(engine::PeerContext& ctx, const engine::Incoming& m) 
 void Gosgd::exchange(engine::PeerContext& ctx) {
   std::vector<engine::Incoming> transfers;
   for (engine::Incoming& m : ctx.inbox().drain()) {
+    if (!admit(ctx, m)) continue;
     switch (m.kind) {
       case kTransfer:
         if (acceptTransfer(ctx, m)) transfers.push_back(std::move(m));
@@ -191,6 +328,10 @@ void Gosgd::exchange(engine::PeerContext& ctx) {
         break;
       case kSettled:
         settled_.insert(m.from);
+        readDead(ctx, m);
+        break;
+      case kDead:
+        readDead(ctx, m);
         break;
       case kLeaving:
         leavers_.insert(m.from);
@@ -217,7 +358,9 @@ void Gosgd::exchange(engine::PeerContext& ctx) {
                                   [&](const auto& entry) { return entry.second.to == leaver; });
     Clock::time_point& last = settledSent_[leaver];
     if (owes || now - last < kTick) continue;
-    ctx.send(leaver, engine::Message{.kind = kSettled, .step = ctx.step()});
+    engine::Message settled = stamped(ctx, kSettled, leaver);
+    appendDead(settled);
+    ctx.send(leaver, settled);
     last = now;
   }
 }
@@ -290,10 +433,13 @@ void Gosgd::merge(engine::PeerContext& ctx, std::vector<engine::Incoming>& trans
   }
   flush();
   if (merged > 0) ctx.metrics().add("gosgd.merged", static_cast<double>(merged));
-  for (auto& [to, ids] : acks)
-    ctx.send(to, engine::Message{.kind = kAck, .step = ctx.step(), .integers = std::move(ids)});
-  for (auto& [to, ids] : missed)
-    ctx.send(to, engine::Message{.kind = kMissed, .step = ctx.step(), .integers = std::move(ids)});
+  const auto reply = [&](std::uint32_t kind, PeerId to, const std::vector<std::uint64_t>& ids) {
+    engine::Message message = stamped(ctx, kind, to);
+    message.integers.insert(message.integers.end(), ids.begin(), ids.end());
+    ctx.send(to, message);
+  };
+  for (const auto& [to, ids] : acks) reply(kAck, to, ids);
+  for (const auto& [to, ids] : missed) reply(kMissed, to, ids);
 }
 
 void Gosgd::releaseBuffers() {
@@ -328,10 +474,9 @@ void Gosgd::transfer(engine::PeerContext& ctx, PeerId to, bool whole) {
   const bool difference = !whole && estimates_.shares(to);
   const double gamma = difference ? options_.gammaFor(ctx.compression().codec) : 1.0;
   e.weight = whole ? alpha_ : gamma * alpha_ / 2;
-  engine::Message message{.kind = kTransfer,
-                          .step = ctx.step(),
-                          .scalars = {e.weight},
-                          .integers = {id, floorOf(to, id)}};
+  engine::Message message = stamped(ctx, kTransfer, to, alpha_ - e.weight);
+  message.scalars.push_back(e.weight);
+  message.integers.insert(message.integers.end(), {id, floorOf(to, id)});
   if (difference) {
     const PairEstimates::Sent sent = estimates_.send(ctx, to, ctx.params(), message);
     e.number = sent.number;
@@ -355,12 +500,11 @@ void Gosgd::sendEscrow(engine::PeerContext& ctx, std::uint64_t id, const Escrow&
   // The escrowed model is never written while it is in escrow: it is sent from where it is (no
   // staging copy on a CPU peer), the buffer kept alive by the message until the transport is done.
   // On a stream of estimates it goes as the anchor of its number: the model first sent, in float32.
-  engine::Message message{.kind = kTransfer,
-                          .step = ctx.step(),
-                          .scalars = {e.weight},
-                          .integers = {id, floorOf(e.to, id)},
-                          .payloads = {e.model->span()},
-                          .owner = e.model};
+  engine::Message message = stamped(ctx, kTransfer, e.to);
+  message.scalars.push_back(e.weight);
+  message.integers.insert(message.integers.end(), {id, floorOf(e.to, id)});
+  message.payloads = {e.model->span()};
+  message.owner = e.model;
   if (e.number > 0) message.integers.insert(message.integers.end(), {PublicEstimates::kAnchor, e.number});
   ctx.send(e.to, message);
 }
@@ -380,7 +524,11 @@ void Gosgd::resendAnchors(engine::PeerContext& ctx, PeerId to, std::uint64_t upT
 }
 
 void Gosgd::broadcast(engine::PeerContext& ctx, std::uint32_t kind, const std::vector<PeerId>& to) {
-  for (PeerId peer : to) ctx.send(peer, engine::Message{.kind = kind, .step = ctx.step()});
+  for (PeerId peer : to) {
+    engine::Message message = stamped(ctx, kind, peer);
+    if (kind == kSettled) appendDead(message);
+    ctx.send(peer, message);
+  }
 }
 
 std::vector<PeerId> Gosgd::unsettledOthers(engine::PeerContext& ctx) const {

@@ -141,6 +141,33 @@
 // Join. A peer that joins a cluster already training gets a copy of a live peer's model (the
 // default Algorithm::join) and weight 0: the mass of the cluster stays 1, and the newcomer gains
 // weight from the transfers it receives (sending nothing until then, see "Weight 0").
+//
+// Lives and the weight of the dead. Every Gosgd instance is one LIFE of its peer, numbered by the
+// wall clock (ns) when it was made: a peer restarted with the same identity is a later life. Every
+// message carries a header: the sender's life, the life of the addressee as the sender knows it
+// (0: none yet), and the sender's REPORT, (seq, alpha_i) at sending (seq counts the messages of
+// that life). Transfer ids, dedup state, estimates and acks belong to one life of each side, so:
+//   - a message of an earlier life of its sender than one already heard is stale: dropped
+//     ("gosgd.stale");
+//   - a message of a later life means the sender restarted: its earlier life ended (as below),
+//     what this peer merged from it and its estimates are forgotten (the new life numbers its
+//     transfers from 1 again; keeping the old ids would take its transfers for duplicates and
+//     acknowledge them unmerged, destroying their weight), and the escrow toward it is lost;
+//   - a message addressed to an earlier life of this peer is dropped (an ack for the ids of a
+//     previous life, or a transfer its previous life may have merged before it died); a transfer
+//     is answered with an empty ack, so that its sender learns this life and gives up its escrow.
+// A life ENDS when its peer leaves the view or a later life of it is heard from. The weight it
+// held then is what survivors know of it: its last report, the one with the highest seq any of
+// them received. The peer that sees a life end records that report and sends it to every member
+// (kDead); every SETTLED at finish() carries all the records again, and a peer takes the highest
+// seq for each life. Every peer hears every other member settle before it returns, so at the end
+// the survivors agree on the weight each ended life held ("gosgd.dead_weight"; the restarted life
+// re-enters with weight 0, see resumedLate). A report is alpha_i without the escrow: what a dead
+// peer had in flight was merged by its receiver or is lost with it (and escrow toward it is in
+// "gosgd.lost"), so the live mass + gosgd.dead_weight is at most 1 beyond what a dead peer merged
+// after its last message. A life that comes back (a partition healed, same life) is alive again:
+// its record no longer counts. Lives compare by the clock: a restart on a host whose clock stepped
+// back more than the downtime would be taken for stale.
 #pragma once
 
 #include <chrono>
@@ -231,7 +258,7 @@ class InflightBound {
 
 class Gosgd final : public engine::Algorithm {
  public:
-  explicit Gosgd(GosgdOptions options) : options_(options) {}
+  explicit Gosgd(GosgdOptions options);
   std::string name() const override { return "gosgd"; }
   void setup(engine::PeerContext& ctx) override;
   void beforeStep(engine::PeerContext& ctx) override;
@@ -259,25 +286,35 @@ class Gosgd final : public engine::Algorithm {
   double lost() const { return lost_; }
 
   // The whole ledger with its counterparts, for observers that see both sides of a transfer
-  // (tests): cumulative weights merged from and acknowledged by each peer, and the escrow and the
-  // lost weight toward each.
+  // (tests): cumulative weights merged from and acknowledged by each peer (in its current life),
+  // and the escrow and the lost weight toward each.
   struct Ledger {
     double alpha = 0;
     std::map<engine::PeerId, double> mergedFrom, ackedBy, escrowTo, lostTo;
   };
   Ledger ledger() const;
 
-  // Message kinds, all to the receiver's inbox. kTransfer: payload w, scalars {weight}, integers
-  // {id, floor} (every id below floor toward the receiver was acknowledged), compressed {id,
-  // floor, form, number} with payload w (an anchor) or the encoded difference (see "Compressed");
-  // kAck: integers = the ids; kSettled: the sender owes the receiver nothing and will send it
-  // nothing new; kLeaving: the sender is leaving (choose someone else); kMissed: integers = the
-  // ids of differences the receiver could not decode (resend them as anchors).
+  // The weight ended lives held, as peer `self` with `members` in its view knows it (see "Lives
+  // and the weight of the dead").
+  double deadWeight(const std::vector<engine::PeerId>& members, engine::PeerId self) const;
+
+  // Message kinds, all to the receiver's inbox. Every message begins with the header: integers
+  // {life, addressee's life or 0, seq}, scalars {alpha} (kHeaderIntegers, kHeaderScalars); after
+  // it: kTransfer: payload w, scalars {weight}, integers {id, floor} (every id below floor toward
+  // the receiver was acknowledged), compressed {id, floor, form, number} with payload w (an
+  // anchor) or the encoded difference (see "Compressed"); kAck: integers = the ids; kSettled: the
+  // sender owes the receiver nothing and will send it nothing new, with the records of ended
+  // lives as kDead; kLeaving: the sender is leaving (choose someone else); kMissed: integers = the
+  // ids of differences the receiver could not decode (resend them as anchors); kDead: records of
+  // ended lives, integers {peer, life, seq}... and scalars {alpha}... (the report).
   static constexpr std::uint32_t kTransfer = 1;
   static constexpr std::uint32_t kAck = 2;
   static constexpr std::uint32_t kSettled = 3;
   static constexpr std::uint32_t kLeaving = 4;
   static constexpr std::uint32_t kMissed = 5;
+  static constexpr std::uint32_t kDead = 6;
+  static constexpr std::size_t kHeaderIntegers = 3;
+  static constexpr std::size_t kHeaderScalars = 1;
 
  private:
   struct Escrow {
@@ -295,6 +332,33 @@ class Gosgd final : public engine::Algorithm {
     std::uint64_t floor = 0;
     std::set<std::uint64_t> ids;
   };
+
+  // A peer's report: its weight when it sent message `seq` of its life.
+  struct Report {
+    std::uint64_t seq = 0;
+    double alpha = 0;
+  };
+  using Life = std::pair<engine::PeerId, std::uint64_t>;
+
+  // A message of `kind` to `to` with the header (this life, to's, the next seq, `alpha`).
+  engine::Message stamped(engine::PeerContext& ctx, std::uint32_t kind, engine::PeerId to,
+                          double alpha) const;
+  engine::Message stamped(engine::PeerContext& ctx, std::uint32_t kind, engine::PeerId to) const {
+    return stamped(ctx, kind, to, alpha_);
+  }
+  // Reads and strips the header of `m`, and applies "Lives": false when `m` is to be dropped
+  // (malformed header, stale, or addressed to a previous life of this peer).
+  bool admit(engine::PeerContext& ctx, engine::Incoming& m);
+  // The current life of `peer` ended (it left the view, or `restarted`: a later life spoke).
+  void endLife(engine::PeerContext& ctx, engine::PeerId peer, bool restarted);
+  // Keeps the report of the ended life `life` if it is later than the one held.
+  void noteDead(const Life& life, const Report& report);
+  // Reads records of ended lives (kDead, kSettled) after the header.
+  void readDead(engine::PeerContext& ctx, const engine::Incoming& m);
+  // Appends every record of an ended life to `message`.
+  void appendDead(engine::Message& message) const;
+  // Moves the escrow toward `peer` (every non-member when `peer` is 0) to the lost weight.
+  void loseEscrowTo(engine::PeerContext& ctx, engine::PeerId peer);
 
   // Acks, merges (acknowledged) and retransmissions: what every step boundary and wait does.
   void exchange(engine::PeerContext& ctx);
@@ -348,6 +412,12 @@ class Gosgd final : public engine::Algorithm {
   double lost_ = 0;
   std::map<engine::PeerId, double> mergedFrom_, ackedBy_, lostTo_;
   PairEstimates estimates_{"gosgd"};
+  // Lives (see "Lives and the weight of the dead").
+  const std::uint64_t life_;
+  mutable std::uint64_t seq_ = 0;  // messages sent by this life (stamped)
+  std::map<engine::PeerId, std::uint64_t> lives_;  // the latest life heard from each peer
+  std::map<engine::PeerId, Report> reports_;       // its latest report in that life
+  std::map<Life, Report> dead_;                    // ended lives and their last reports
 };
 
 }  // namespace gossamer::algorithms

@@ -145,6 +145,12 @@ class PairEstimates {
     const auto it = out_.find(to);
     return it != out_.end() && it->second.shared;
   }
+  // Forgets both streams with `peer` (it restarted: its numbers begin again): an anchor each way
+  // comes first.
+  void forget(engine::PeerId peer) {
+    out_.erase(peer);
+    in_.erase(peer);
+  }
   // `to` lost x^_i->to (it reported a miss, or a message to it may have been lost unseen): the
   // next message to it is an anchor.
   void unshare(engine::PeerId to);

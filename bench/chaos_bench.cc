@@ -13,7 +13,8 @@
 //
 // Invariants (violations are reported and must be 0): every surviving peer ends without an
 // error and takes every step; every final model is finite; the cluster ends within its deadline
-// (no deadlock); for gosgd, the survivors' weights sum to at most 1 (mass is never created).
+// (no deadlock); for gosgd, the survivors agree on the weight the dead took with them, and their
+// weights plus it sum to at most 1 (mass is never created, restarts included).
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -439,6 +440,7 @@ class ChaosRun {
 
   void checkInvariants(const std::vector<engine::runtime::Snapshot>& finals, RunResult& out) {
     double mass = 0;
+    std::optional<double> deadWeight;
     for (std::size_t i = 0; i < slots_.size(); ++i) {
       Member& m = *members_[slots_[i]];
       if (m.killed) continue;
@@ -455,13 +457,25 @@ class ChaosRun {
             fmt::format("peer {} took {} of the {} steps", i + 1, m.result.steps, totalSteps_));
       if (const auto it = m.result.metrics.find("gosgd.alpha"); it != m.result.metrics.end())
         mass += it->second;
+      // Every survivor holds the same record of the weight the ended lives took with them.
+      if (const auto it = m.result.metrics.find("gosgd.dead_weight");
+          it != m.result.metrics.end()) {
+        if (deadWeight && *deadWeight != it->second)
+          out.violations.push_back(fmt::format(
+              "the survivors disagree on the weight of the dead: {} and {}", *deadWeight, it->second));
+        deadWeight = it->second;
+      }
     }
     for (const auto& s : finals) {
       if (!std::all_of(s.params.begin(), s.params.end(), [](float v) { return std::isfinite(v); }))
         out.violations.push_back(fmt::format("peer {:016x}'s final model is not finite", s.peer));
     }
-    if (options_.algorithm == "gosgd" && mass > 1 + 1e-6)
-      out.violations.push_back(fmt::format("the survivors' gossip weights sum to {} > 1", mass));
+    // Weight is never created: the survivors' weights and the weight the dead took with them
+    // make at most 1.
+    const double dead = deadWeight.value_or(0);
+    if (options_.algorithm == "gosgd" && mass + dead > 1 + 1e-6)
+      out.violations.push_back(fmt::format(
+          "the survivors' gossip weights sum to {}, plus {} taken by the dead: > 1", mass, dead));
   }
 
   const ChaosOptions& options_;

@@ -17,6 +17,7 @@
 #include "net/inproc/inproc_transport.h"
 #include "tests/algorithms/algorithm_testing.h"
 #include "tests/algorithms/forwarding_context.h"
+#include "tests/algorithms/gosgd_testing.h"
 #include "tests/support/watchdog.h"
 
 namespace gossamer::algorithms {
@@ -24,97 +25,8 @@ namespace {
 
 using namespace std::chrono_literals;
 using engine::PeerId;
-
-// Every peer's Gosgd ledger as it was when the peer's algorithm was destroyed: after finish() for
-// a peer that finished, at its death for a killed one (nothing runs after a kill).
-using Ledgers = std::map<PeerId, Gosgd::Ledger>;
-
-struct Shared {
-  std::mutex mutex;
-  Ledgers ledgers;
-  double loss = 0;
-  std::mt19937_64 rng{7};
-};
-
-// An inbox that drops each message it hands out with probability `loss`: message loss, for
-// transfers, acks and announcements alike (the runtime's own protocols are left alone).
-class LossyInbox final : public test::ForwardingInbox {
- public:
-  LossyInbox(engine::Inbox& inner, Shared& shared, engine::Metrics& metrics)
-      : ForwardingInbox(inner), shared_(shared), metrics_(metrics) {}
-  std::vector<engine::Incoming> drain(std::optional<std::uint32_t> kind) override {
-    std::vector<engine::Incoming> kept;
-    for (engine::Incoming& m : inner_.drain(kind)) {
-      std::lock_guard lock(shared_.mutex);
-      if (std::uniform_real_distribution<double>(0, 1)(shared_.rng) < shared_.loss) {
-        metrics_.add("test.dropped", 1);
-        continue;
-      }
-      kept.push_back(std::move(m));
-    }
-    return kept;
-  }
-
- private:
-  Shared& shared_;
-  engine::Metrics& metrics_;
-};
-
-class LossyContext final : public test::ForwardingContext {
- public:
-  LossyContext(engine::PeerContext& inner, Shared& shared)
-      : ForwardingContext(inner), inbox_(inner.inbox(), shared, inner.metrics()) {}
-  engine::Inbox& inbox() override { return inbox_; }
-
- private:
-  LossyInbox inbox_;
-};
-
-// Gosgd in a shell that loses messages (LossyInbox) and records the ledger when the peer
-// destroys it.
-class Shell final : public test::AlgorithmShell {
- public:
-  Shell(std::unique_ptr<Gosgd> inner, std::shared_ptr<Shared> shared)
-      : AlgorithmShell(std::move(inner)), shared_(std::move(shared)) {}
-  ~Shell() override {
-    std::lock_guard lock(shared_->mutex);
-    shared_->ledgers[self_] = static_cast<Gosgd&>(inner()).ledger();
-  }
-  void setup(engine::PeerContext& ctx) override {
-    self_ = ctx.self();
-    AlgorithmShell::setup(ctx);
-  }
-
- protected:
-  std::unique_ptr<engine::PeerContext> wrap(engine::PeerContext& ctx) override {
-    return std::make_unique<LossyContext>(ctx, *shared_);
-  }
-
- private:
-  std::shared_ptr<Shared> shared_;
-  PeerId self_ = 0;
-};
-
-// A registry whose "gosgd" is the Shell: messages lost with probability `loss`, ledgers recorded.
-struct ShellRegistry {
-  explicit ShellRegistry(double loss = 0) { shared->loss = loss; }
-  std::shared_ptr<Shared> shared = std::make_shared<Shared>();
-  engine::Registry registry = [this] {
-    engine::Registry r = engine::makeBuiltinRegistry();
-    engine::AlgorithmSpec spec =
-        engine::algorithmSpec<Gosgd, GosgdOptions>("gosgd in a test shell", "mesh");
-    spec.make = [shared = shared](const engine::OptionValues& values) {
-      return std::unique_ptr<engine::Algorithm>(std::make_unique<Shell>(
-          std::make_unique<Gosgd>(engine::parseOptions<GosgdOptions>(values)), shared));
-    };
-    r.algorithms.add("gosgd", "gosgd in a test shell", std::move(spec));
-    return r;
-  }();
-  Ledgers ledgers() {
-    std::lock_guard lock(shared->mutex);
-    return shared->ledgers;
-  }
-};
+using test::Ledgers;
+using test::ShellRegistry;
 
 // Kills peer kills[k].first (as kill -9 would) once the fastest peer has made kills[k].second
 // steps (in increasing order), from the cluster's monitoring thread (onEval, every ~50 ms: a
@@ -448,6 +360,15 @@ TEST_CASE("gosgd: a killed peer's mass is accounted as lost: live mass + lost ma
   CHECK(live > 0);
   CHECK(deadLedger.alpha > 0);
   CHECK(live + lost == doctest::Approx(1.0).epsilon(1e-9));
+  // The survivors agree on the weight the dead peer held: the report of one of the last messages
+  // it sent (the latest any of them received; the very last may have died with it).
+  const double agreed = metric(result.peers[0], "gosgd.dead_weight");
+  for (std::size_t i : {1, 3}) CHECK(metric(result.peers[i], "gosgd.dead_weight") == agreed);
+  const std::vector<double> reports = recording.reportsSent(d);
+  REQUIRE(reports.size() > 16);
+  INFO("agreed " << agreed << ", its last report " << reports.back());
+  CHECK(agreed > 0);
+  CHECK(std::find(reports.end() - 16, reports.end(), agreed) != reports.end());
 }
 
 TEST_CASE(
@@ -742,12 +663,13 @@ TEST_CASE("gosgd: transfers are sent from the escrow buffer with ids as integers
     if (m.kind == Gosgd::kTransfer) {
       ++transfers;
       CHECK(m.owner != nullptr);
-      CHECK(m.scalars.size() == 1);
-      CHECK(m.integers.size() == 2);
+      // The header, then {weight} and {id, floor}.
+      CHECK(m.scalars.size() == Gosgd::kHeaderScalars + 1);
+      CHECK(m.integers.size() == Gosgd::kHeaderIntegers + 2);
     } else if (m.kind == Gosgd::kAck) {
       ++acks;
-      CHECK(m.scalars.empty());
-      CHECK(!m.integers.empty());
+      CHECK(m.scalars.size() == Gosgd::kHeaderScalars);
+      CHECK(m.integers.size() > Gosgd::kHeaderIntegers);
     }
   }
   CHECK(transfers > 0);

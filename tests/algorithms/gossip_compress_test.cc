@@ -217,7 +217,8 @@ TEST_CASE("gosgd compressed: lost differences are healed by anchors on request, 
   test::Watchdog watchdog(180s);
   const auto result = runLosing("gosgd", 400, {{"p", "0.5"}, {"retransmit", "0.3"}},
                                 [](const engine::Incoming& m) {
-                                  return m.kind == Gosgd::kTransfer && isDifference(m, 2);
+                                  return m.kind == Gosgd::kTransfer &&
+                                         isDifference(m, Gosgd::kHeaderIntegers + 2);
                                 });
   const std::vector<float> oracle = test::averageOfDistinct(4, result.finals[0].params.size());
   const double lost = total(result, "test.lost");
