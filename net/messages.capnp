@@ -122,6 +122,7 @@ struct MemberUpdate {
   address @1 :Address;
   incarnation @2 :UInt64;
   state @3 :MemberState;
+  accuser @4 :UInt64;  # suspect: the member whose probes failed (0: unknown)
 }
 
 # A new peer asks a member (its seed) to be admitted.

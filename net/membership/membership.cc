@@ -7,6 +7,7 @@
 #include <mutex>
 #include <optional>
 #include <random>
+#include <set>
 #include <utility>
 #include <variant>
 
@@ -151,6 +152,19 @@ milliseconds Options::suspicionTimeout(std::size_t members) const {
       std::max(2.0, suspicionMultiplier * std::log10(static_cast<double>(members) + 1.0));
   return milliseconds(
       static_cast<std::int64_t>(periods * static_cast<double>(probeInterval.count())));
+}
+
+milliseconds Options::suspicionTimeout(std::size_t members, std::size_t confirmations) const {
+  const milliseconds min = suspicionTimeout(members);
+  const auto max = milliseconds(static_cast<std::int64_t>(
+      std::max(1.0, suspicionMaxMultiple) * static_cast<double>(min.count())));
+  const double expected = static_cast<double>(
+      std::min<std::size_t>(indirectProbes, members > 2 ? members - 2 : 0));
+  if (expected < 1) return min;
+  const double shrink = std::log(static_cast<double>(confirmations) + 1.0) / std::log(expected + 1.0);
+  const double timeout =
+      static_cast<double>(max.count()) - static_cast<double>((max - min).count()) * shrink;
+  return std::max(min, milliseconds(static_cast<std::int64_t>(timeout)));
 }
 
 std::vector<std::uint64_t> View::ids() const {
@@ -370,6 +384,8 @@ class Core final : public std::enable_shared_from_this<Core> {
   struct Record {
     Member member;
     Clock::time_point since;  // when the current state began here
+    // Suspect: the members that suspect this incarnation (the first and its confirmations).
+    std::set<std::uint64_t> accusers;
   };
 
   void merge(const std::vector<wire::MemberUpdate>& updates, Source source) {
@@ -398,6 +414,12 @@ class Core final : public std::enable_shared_from_this<Core> {
     Member& member = it->second.member;
     if (source == Source::table && state == MemberState::dead && isLive(member.state))
       state = MemberState::suspect;
+    if (state == MemberState::suspect && member.state == MemberState::suspect &&
+        update.incarnation == member.incarnation) {
+      // Another accuser of the same suspicion: a confirmation (shortens the timeout), passed on.
+      if (it->second.accusers.insert(update.accuser).second) enqueue(update);
+      return;
+    }
     if (!supersedes(update.incarnation, state, member)) return;
     MemberState old = member.state;
     if (isLive(old) && isLive(state) && !update.address.host.empty() &&
@@ -411,7 +433,13 @@ class Core final : public std::enable_shared_from_this<Core> {
     member.state = state;
     if (!update.address.host.empty()) member.address = update.address;
     if (old != state) it->second.since = now;
-    enqueue(toUpdate(member));
+    it->second.accusers.clear();
+    wire::MemberUpdate passed = toUpdate(member);
+    if (state == MemberState::suspect) {
+      it->second.accusers.insert(update.accuser);
+      passed.accuser = update.accuser;
+    }
+    enqueue(passed);
     if (!isLive(old) && isLive(state)) {
       addToProbeOrder(member.id);
       deliver(EventKind::rejoined, member);
@@ -607,21 +635,25 @@ class Core final : public std::enable_shared_from_this<Core> {
 
   void suspect(std::uint64_t id) {
     const auto it = members_.find(id);
-    if (it == members_.end() || it->second.member.state != MemberState::alive) return;
+    // A member already suspect is suspected again by this one: a confirmation (see Lifeguard).
+    if (it == members_.end() || !isLive(it->second.member.state)) return;
     Member rumour = it->second.member;
     rumour.state = MemberState::suspect;
-    apply(toUpdate(rumour), Source::rumour);
+    wire::MemberUpdate update = toUpdate(rumour);
+    update.accuser = self_.id;
+    apply(update, Source::rumour);
     // Tell the suspect itself, so that a live one refutes at once.
-    send(rumour.address, wire::Gossip{self_.id, {toUpdate(rumour)}}, options_.probeTimeout);
+    send(rumour.address, wire::Gossip{self_.id, {update}}, options_.probeTimeout);
   }
 
   // Declares suspects whose timeout ran out dead, and forgets old tombstones.
   void expire() {
     const Clock::time_point now = Clock::now();
-    const milliseconds timeout = options_.suspicionTimeout(clusterSize());
     std::vector<Member> expired;
     for (const auto& [id, record] : members_) {
-      if (record.member.state == MemberState::suspect && now - record.since >= timeout)
+      if (record.member.state != MemberState::suspect) continue;
+      const std::size_t confirmations = record.accusers.empty() ? 0 : record.accusers.size() - 1;
+      if (now - record.since >= options_.suspicionTimeout(clusterSize(), confirmations))
         expired.push_back(record.member);
     }
     for (Member m : expired) {

@@ -15,9 +15,18 @@
 //     round) with a Ping; without an Ack within probeTimeout it asks k other members to PingReq
 //     the target; without any Ack by the end of the interval the target becomes SUSPECT, and the
 //     suspect itself is told so that it can refute at once;
-//   - a suspect that does not refute within the suspicion timeout (suspicionMultiplier x
-//     log10(N+1) x T, at least 2 T; every member that learns of the suspicion runs its own
-//     timer) is declared DEAD (event `failed`);
+//   - a suspect that does not refute within the suspicion timeout is declared DEAD (event
+//     `failed`); every member that learns of the suspicion runs its own timer. The timeout is
+//     Lifeguard's (Dadgar, Phillips and Currey, "Lifeguard: Local Health Awareness for More
+//     Accurate Failure Detection", 2018; as HashiCorp's memberlist does it): it starts at
+//     suspicionMaxMultiple x the minimum, suspicionMultiplier x log10(N+1) x T (at least 2 T),
+//     and shrinks toward the minimum as members other than the first accuser suspect the same
+//     incarnation (each suspicion names its accuser, and a member gossips each new accuser on):
+//       timeout = max(min, max - (max - min) log(C + 1) / log(K + 1)),
+//     C the confirmations so far, K = min(indirectProbes, N - 2) those expected (K < 1: the
+//     minimum at once). A dead member fails every prober's probes, so it is confirmed within a
+//     few periods and declared dead near the minimum; a live member behind a lossy link is
+//     usually suspected by one prober only, and has the long timeout to refute;
 //   - a member that hears it is suspected or dead refutes by raising its incarnation number above
 //     the rumour's and gossiping `alive` at the new incarnation;
 //   - updates ride piggybacked on every Ping/PingReq/Ack (at most maxPiggybackUpdates each, least
@@ -59,7 +68,8 @@ struct Options {
   std::chrono::milliseconds probeInterval{1000};  // T
   std::chrono::milliseconds probeTimeout{400};    // direct Ack wait before indirect probes
   std::size_t indirectProbes = 3;                 // k
-  double suspicionMultiplier = 4.0;               // suspicion timeout, see above
+  double suspicionMultiplier = 4.0;               // the minimum suspicion timeout, see above
+  double suspicionMaxMultiple = 6.0;              // the timeout before any confirmation
   double retransmitMultiplier = 4.0;              // piggyback copies of each update
   std::size_t maxPiggybackUpdates = 8;            // per protocol message
   std::chrono::milliseconds gossipInterval{200};  // 0 disables the gossip rounds
@@ -82,8 +92,11 @@ struct Options {
   // probe timeouts, and opening a link (connect + a four-message handshake) at least three.
   // Unchanged when they already allow for it.
   Options forRoundTrip(std::chrono::microseconds roundTrip) const;
-  // The suspicion timeout for a view of `members` members.
+  // The minimum suspicion timeout for a view of `members` members.
   std::chrono::milliseconds suspicionTimeout(std::size_t members) const;
+  // The suspicion timeout for a view of `members` members after `confirmations` accusers beyond
+  // the first (see above).
+  std::chrono::milliseconds suspicionTimeout(std::size_t members, std::size_t confirmations) const;
 };
 
 enum class MemberState { alive, suspect, dead, left };

@@ -36,7 +36,7 @@ std::vector<MemberUpdate> toUpdates(capnp::List<m::MemberUpdate>::Reader list) {
   out.reserve(list.size());  // bounded by the traversal limit, which counted the elements
   for (auto u : list) {
     out.push_back(MemberUpdate{u.getPeerId(), toEndpoint(u.getAddress()), u.getIncarnation(),
-                               toEnum(u.getState(), MemberState::left)});
+                               toEnum(u.getState(), MemberState::left), u.getAccuser()});
   }
   return out;
 }
@@ -176,6 +176,7 @@ void setUpdates(ListBuilder list, const std::vector<MemberUpdate>& updates) {
     setAddress(b.initAddress(), updates[i].address);
     b.setIncarnation(updates[i].incarnation);
     b.setState(static_cast<m::MemberState>(updates[i].state));
+    b.setAccuser(updates[i].accuser);
   }
 }
 

@@ -76,6 +76,7 @@ struct MemberUpdate {
   Endpoint address;
   std::uint64_t incarnation = 0;
   MemberState state = MemberState::alive;
+  std::uint64_t accuser = 0;  // suspect: the member whose probes failed (0: unknown)
   friend bool operator==(const MemberUpdate&, const MemberUpdate&) = default;
 };
 

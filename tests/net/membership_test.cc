@@ -492,6 +492,18 @@ TEST_CASE("membership: option helpers") {
   CHECK(local.suspicionTimeout(1) == 400ms);  // at least 2 T
   CHECK(local.suspicionTimeout(32).count() ==
         doctest::Approx(3 * std::log10(33.0) * 200).epsilon(0.01));
+  // Lifeguard's timeout: 6 x the minimum before any confirmation, the minimum after K = 3.
+  const double min16 = 3 * std::log10(17.0) * 200;  // 738 ms
+  CHECK(local.suspicionTimeout(16, 0).count() == doctest::Approx(6 * min16).epsilon(0.002));
+  CHECK(local.suspicionTimeout(16, 1).count() ==
+        doctest::Approx(6 * min16 - 5 * min16 * std::log(2.0) / std::log(4.0)).epsilon(0.002));
+  CHECK(local.suspicionTimeout(16, 3) == local.suspicionTimeout(16));
+  CHECK(local.suspicionTimeout(16, 10) == local.suspicionTimeout(16));
+  // K = N - 2 in small clusters: one confirmation suffices with 3 members, none with 2.
+  CHECK(local.suspicionTimeout(3, 0).count() ==
+        doctest::Approx(6 * local.suspicionTimeout(3).count()).epsilon(0.002));
+  CHECK(local.suspicionTimeout(3, 1) == local.suspicionTimeout(3));
+  CHECK(local.suspicionTimeout(2, 0) == local.suspicionTimeout(2));
   const Options geo = local.forRoundTrip(std::chrono::microseconds(212000));
   CHECK(geo.probeTimeout == 444ms);
   CHECK(geo.probeInterval == 1110ms);
