@@ -398,6 +398,11 @@ void Gosgd::merge(engine::PeerContext& ctx, std::vector<engine::Incoming>& trans
       // The sender has every id below `floor` acknowledged: it will never send them again.
       seen.floor = floor;
       seen.ids.erase(seen.ids.begin(), seen.ids.lower_bound(floor));
+      seen.outliers.erase(seen.outliers.begin(), seen.outliers.lower_bound(floor));
+    }
+    if (seen.outliers.count(id) > 0) {
+      ctx.metrics().add("gosgd.outliers_resent", 1);
+      continue;
     }
     if (id < seen.floor || seen.ids.count(id) > 0) {
       acks[m.from].push_back(id);
@@ -417,8 +422,10 @@ void Gosgd::merge(engine::PeerContext& ctx, std::vector<engine::Incoming>& trans
     // Under the run's NormBound, a model far from w_i is an outlier: not merged, not acknowledged
     // (its weight stays in the sender's escrow, as a refused transfer's does).
     if (!engine::acceptNearOwn(ctx.compute(), m, *model, ctx.params(), ctx.normBound(),
-                               ctx.metrics(), name()))
+                               ctx.metrics(), name())) {
+      seen.outliers.insert(id);
       continue;
+    }
     seen.ids.insert(id);
     acks[m.from].push_back(id);
     ++merged;

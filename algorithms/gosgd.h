@@ -38,7 +38,11 @@
 // sender, counted in "gosgd.refused", and not acknowledged (its weight stays in the sender's
 // escrow, so the mass is not lost; the sender stops choosing that peer once it has resent). So is,
 // under the run's NormBound (--max-norm-ratio), a transfer whose model (compressed: the estimate
-// it makes) is far from w_i ("gosgd.outliers").
+// it makes) is far from w_i ("gosgd.outliers"). An outlier is judged once: its retransmissions
+// are dropped unseen ("gosgd.outliers_resent"). Judged again, a model refused early could pass
+// late, once this peer's own norm has grown past the bound's reach, and carry with it the weight
+// its sender has gathered meanwhile (a peer whose transfers are all refused keeps the weight it
+// receives: it only accumulates).
 //
 // Acknowledged transfers. A message that is lost must not bias the average, so the sender keeps
 // what it sent, (a, w, id), in ESCROW: still its mass, not merged into w_i, until the receiver's
@@ -331,6 +335,7 @@ class Gosgd final : public engine::Algorithm {
   struct Merged {
     std::uint64_t floor = 0;
     std::set<std::uint64_t> ids;
+    std::set<std::uint64_t> outliers;  // refused under the NormBound: judged once
   };
 
   // A peer's report: its weight when it sent message `seq` of its life.

@@ -185,9 +185,12 @@ TEST_CASE("norm bound: a hostile member of an all-reduce is held off") {
 }
 
 TEST_CASE("norm bound: a hostile gossip partner is held off (gosgd, ad-psgd)") {
-  // Not gosgd compressed: there one honest peer still drifted off (relative error 3 while the
-  // others were at 0.1), an open problem (see the README).
+  // gosgd int8: a refused transfer is retransmitted until the end; judged again then, it passed
+  // the bound (a +50 shift is 3.1 times a trained model's norm here), with the weight the hostile
+  // peer had gathered, and dragged one honest peer off (relative error 3.1). Outliers are judged
+  // once now.
   checkHostileHeldOff({{"gosgd", "none", "gosgd", 0, {{"p", "0.5"}}},
+                       {"gosgd", "int8", "gosgd", 0, {{"p", "0.5"}}},
                        {"ad-psgd", "none", "ad-psgd"},
                        {"ad-psgd", "int8", "ad-psgd"}});
 }
