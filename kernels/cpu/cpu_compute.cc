@@ -177,6 +177,166 @@ std::size_t argmaxRow(const float* row, std::size_t classes) {
   return best;
 }
 
+// ---- convolution and pooling loops (geometry: conv_math.h) ----
+
+// Visits the im2col matrix one output row segment at a time: for every row (c, kh, kw) of the
+// matrix, image n and output row oh, f(segment, image row, valid, kw) with `segment` the float
+// offset of the segment's first column (outWidth() columns), `image row` the offset of input row
+// oh * strideHeight + kh - padHeight of image n, channel c (kNoRow where that row is padding),
+// and `valid` the output columns that read the input (conv_math::validOutputs), which read input
+// column ow * strideWidth + kw - padWidth. The order, (c, kh, kw) outermost, makes every input
+// element meet its entries in ascending (kh, kw) order, conv_math::col2imGather's.
+constexpr std::size_t kNoRow = SIZE_MAX;
+template <typename F>
+[[gnu::always_inline]] inline void forEachSegment(const Conv2dShape& s, F&& f) {
+  const std::size_t outH = s.outHeight(), outW = s.outWidth(), plane = s.outPlane();
+  const std::size_t cols = s.columns();
+  for (std::size_t c = 0; c < s.inChannels; ++c) {
+    for (std::size_t kh = 0; kh < s.kernelHeight; ++kh) {
+      const conv_math::Range rows =
+          conv_math::validOutputs(outH, s.height, s.strideHeight, s.padHeight, kh);
+      for (std::size_t kw = 0; kw < s.kernelWidth; ++kw) {
+        const conv_math::Range valid =
+            conv_math::validOutputs(outW, s.width, s.strideWidth, s.padWidth, kw);
+        const std::size_t row = ((c * s.kernelHeight + kh) * s.kernelWidth + kw) * cols;
+        for (std::size_t n = 0; n < s.batch; ++n) {
+          const std::size_t image = (n * s.inChannels + c) * s.inPlane();
+          for (std::size_t oh = 0; oh < outH; ++oh) {
+            const bool inside = oh >= rows.lo && oh < rows.hi;
+            f(row + n * plane + oh * outW,
+              inside ? image + (oh * s.strideHeight + kh - s.padHeight) * s.width : kNoRow, valid,
+              kw);
+          }
+        }
+      }
+    }
+  }
+}
+
+// im2col: columns[(c, kh, kw)][(n, oh, ow)] = input[n, c, oh * sh + kh - ph, ow * sw + kw - pw],
+// 0 in the padding; with stride 1 the valid part of a segment is a straight copy.
+GOSSAMER_CPU_CLONES void im2colLoop(const Conv2dShape& s, const float* input, float* columns) {
+  const std::size_t outW = s.outWidth(), stride = s.strideWidth, pad = s.padWidth;
+  forEachSegment(s, [&](std::size_t segment, std::size_t imageRow, conv_math::Range valid,
+                        std::size_t kw) {
+    float* dst = columns + segment;
+    if (imageRow == kNoRow) {
+      std::fill(dst, dst + outW, 0.0f);
+      return;
+    }
+    const float* src = input + imageRow;  // column ow * stride + kw - pad, >= 0 when valid
+    std::fill(dst, dst + valid.lo, 0.0f);
+    if (stride == 1 && valid.lo < valid.hi) {
+      std::memcpy(dst + valid.lo, src + (valid.lo + kw - pad),
+                  (valid.hi - valid.lo) * sizeof(float));
+    } else {
+      for (std::size_t ow = valid.lo; ow < valid.hi; ++ow) dst[ow] = src[ow * stride + kw - pad];
+    }
+    std::fill(dst + valid.hi, dst + outW, 0.0f);
+  });
+}
+
+// col2im: dInput = the sum of the im2col gradient entries that copied each input element, from
+// 0 in ascending (kh, kw) order per element, as conv_math::col2imGather sums them.
+GOSSAMER_CPU_CLONES void col2imLoop(const Conv2dShape& s, const float* dColumns, float* dInput) {
+  const std::size_t stride = s.strideWidth, pad = s.padWidth;
+  std::fill(dInput, dInput + s.inputSize(), 0.0f);
+  forEachSegment(s, [&](std::size_t segment, std::size_t imageRow, conv_math::Range valid,
+                        std::size_t kw) {
+    if (imageRow == kNoRow || valid.lo >= valid.hi) return;
+    const float* src = dColumns + segment;
+    float* dst = dInput + imageRow;
+    if (stride == 1) {
+      float* shifted = dst + (valid.lo + kw - pad);
+      for (std::size_t ow = valid.lo; ow < valid.hi; ++ow) shifted[ow - valid.lo] += src[ow];
+    } else {
+      for (std::size_t ow = valid.lo; ow < valid.hi; ++ow) dst[ow * stride + kw - pad] += src[ow];
+    }
+  });
+}
+
+// [channels][batch * plane] (channel-major, what the batched GEMM produces) to
+// [batch][channels][plane] (NCHW), adding bias[c] to channel c when bias is not null.
+GOSSAMER_CPU_CLONES void channelMajorToNchw(const float* in, const float* bias, float* out,
+                                            std::size_t batch, std::size_t channels,
+                                            std::size_t plane) {
+  for (std::size_t n = 0; n < batch; ++n) {
+    for (std::size_t c = 0; c < channels; ++c) {
+      const float* src = in + (c * batch + n) * plane;
+      float* dst = out + (n * channels + c) * plane;
+      if (bias == nullptr) {
+        std::memcpy(dst, src, plane * sizeof(float));
+      } else {
+        const float b = bias[c];
+        for (std::size_t p = 0; p < plane; ++p) dst[p] = src[p] + b;
+      }
+    }
+  }
+}
+
+// The inverse: [batch][channels][plane] to [channels][batch * plane].
+void nchwToChannelMajor(const float* in, float* out, std::size_t batch, std::size_t channels,
+                        std::size_t plane) {
+  for (std::size_t n = 0; n < batch; ++n) {
+    for (std::size_t c = 0; c < channels; ++c) {
+      std::memcpy(out + (c * batch + n) * plane, in + (n * channels + c) * plane,
+                  plane * sizeof(float));
+    }
+  }
+}
+
+// sums[c] = the sum of row c of a channels x count matrix, in double, rounded once.
+GOSSAMER_CPU_CLONES void rowSumsDouble(const float* rows, float* sums, std::size_t channels,
+                                       std::size_t count) {
+  for (std::size_t c = 0; c < channels; ++c) {
+    const float* row = rows + c * count;
+    constexpr std::size_t kLanes = 8;
+    std::array<double, kLanes> acc{};
+    std::size_t i = 0;
+    for (; i + kLanes <= count; i += kLanes) {
+      for (std::size_t l = 0; l < kLanes; ++l) acc[l] += static_cast<double>(row[i + l]);
+    }
+    double sum = 0.0;
+    for (; i < count; ++i) sum += static_cast<double>(row[i]);
+    for (double a : acc) sum += a;
+    sums[c] = static_cast<float>(sum);
+  }
+}
+
+GOSSAMER_CPU_CLONES void maxPoolLoop(const Pool2dShape& s, const float* input, float* output,
+                                     std::int32_t* argmax) {
+  const std::size_t planes = s.batch * s.channels;
+  const std::size_t outH = s.outHeight(), outW = s.outWidth();
+  for (std::size_t q = 0; q < planes; ++q) {
+    const float* plane = input + q * s.inPlane();
+    float* out = output + q * s.outPlane();
+    std::int32_t* where = argmax + q * s.outPlane();
+    for (std::size_t oh = 0; oh < outH; ++oh) {
+      for (std::size_t ow = 0; ow < outW; ++ow) {
+        out[oh * outW + ow] = conv_math::windowMax(s, plane, oh, ow, &where[oh * outW + ow]);
+      }
+    }
+  }
+}
+
+// Scatters each output gradient to its window's maximum, windows in ascending (oh, ow) order
+// (conv_math::poolGather's order). An argmax outside the plane is a caller's bug: skipped.
+void maxPoolBackwardLoop(const Pool2dShape& s, const float* dOutput, const std::int32_t* argmax,
+                         float* dInput) {
+  const std::size_t planes = s.batch * s.channels;
+  const std::size_t inPlane = s.inPlane(), outPlane = s.outPlane();
+  std::fill(dInput, dInput + s.inputSize(), 0.0f);
+  for (std::size_t q = 0; q < planes; ++q) {
+    float* plane = dInput + q * inPlane;
+    const float* dout = dOutput + q * outPlane;
+    const std::int32_t* where = argmax + q * outPlane;
+    for (std::size_t o = 0; o < outPlane; ++o) {
+      const auto at = static_cast<std::size_t>(where[o]);
+      if (at < inPlane) plane[at] += dout[o];
+    }
+  }
+}
+
 class CpuCompute final : public Compute {
  public:
   explicit CpuCompute(const Options& options) : blasThreads_(options.blasThreads) {}
@@ -432,6 +592,66 @@ class CpuCompute final : public Compute {
       if (best == labels[r]) ++correct;
     }
     return correct;
+  }
+
+  // ---- convolutional layers: im2col + one sgemm over the whole batch ----
+
+  void conv2d(const Conv2dShape& shape, std::span<const float> input,
+              std::span<const float> weight, std::span<const float> bias,
+              std::span<float> output, std::span<float> workspace) override {
+    if (!checks::conv2d(shape, input, weight, bias, output, workspace)) return;
+    const std::size_t patch = shape.patch(), cols = shape.columns();
+    std::span<float> columns = workspace.first(patch * cols);
+    std::span<float> product = workspace.subspan(patch * cols, shape.outChannels * cols);
+    im2colLoop(shape, input.data(), columns.data());
+    // [outChannels x patch] * [patch x columns] = [outChannels x (batch, plane)]
+    gemm(Transpose::kNo, Transpose::kNo, shape.outChannels, cols, patch, 1.0f, weight, columns,
+         0.0f, product);
+    channelMajorToNchw(product.data(), bias.empty() ? nullptr : bias.data(), output.data(),
+                       shape.batch, shape.outChannels, shape.outPlane());
+  }
+
+  void conv2dBackwardData(const Conv2dShape& shape, std::span<const float> dOutput,
+                          std::span<const float> weight, std::span<float> dInput,
+                          std::span<float> workspace) override {
+    if (!checks::conv2dBackwardData(shape, dOutput, weight, dInput, workspace)) return;
+    const std::size_t patch = shape.patch(), cols = shape.columns();
+    std::span<float> dColumns = workspace.first(patch * cols);
+    std::span<float> dProduct = workspace.subspan(patch * cols, shape.outChannels * cols);
+    nchwToChannelMajor(dOutput.data(), dProduct.data(), shape.batch, shape.outChannels,
+                       shape.outPlane());
+    // [patch x outChannels] * [outChannels x columns]
+    gemm(Transpose::kYes, Transpose::kNo, patch, cols, shape.outChannels, 1.0f, weight, dProduct,
+         0.0f, dColumns);
+    col2imLoop(shape, dColumns.data(), dInput.data());
+  }
+
+  void conv2dBackwardWeights(const Conv2dShape& shape, std::span<const float> input,
+                             std::span<const float> dOutput, std::span<float> dWeight,
+                             std::span<float> dBias, std::span<float> workspace) override {
+    checks::conv2dBackwardWeights(shape, input, dOutput, dWeight, dBias, workspace);
+    const std::size_t patch = shape.patch(), cols = shape.columns();
+    std::span<float> columns = workspace.first(patch * cols);
+    std::span<float> dProduct = workspace.subspan(patch * cols, shape.outChannels * cols);
+    im2colLoop(shape, input.data(), columns.data());
+    nchwToChannelMajor(dOutput.data(), dProduct.data(), shape.batch, shape.outChannels,
+                       shape.outPlane());
+    // [outChannels x columns] * [columns x patch]; k = 0 (empty batch) zeroes dWeight.
+    gemm(Transpose::kNo, Transpose::kYes, shape.outChannels, patch, cols, 1.0f, dProduct, columns,
+         0.0f, dWeight);
+    if (!dBias.empty()) rowSumsDouble(dProduct.data(), dBias.data(), shape.outChannels, cols);
+  }
+
+  void maxPool2d(const Pool2dShape& shape, std::span<const float> input, std::span<float> output,
+                 std::span<std::int32_t> argmax) override {
+    if (!checks::maxPool2d(shape, input, output, argmax)) return;
+    maxPoolLoop(shape, input.data(), output.data(), argmax.data());
+  }
+
+  void maxPool2dBackward(const Pool2dShape& shape, std::span<const float> dOutput,
+                         std::span<const std::int32_t> argmax, std::span<float> dInput) override {
+    if (!checks::maxPool2dBackward(shape, dOutput, argmax, dInput)) return;
+    maxPoolBackwardLoop(shape, dOutput.data(), argmax.data(), dInput.data());
   }
 
  private:
