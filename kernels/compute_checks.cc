@@ -3,10 +3,33 @@
 #include <climits>
 #include <cstdint>
 #include <initializer_list>
+#include <string>
+#include <string_view>
 
 #include <fmt/format.h>
 
 #include "engine/base/enforce.h"
+
+namespace gossamer::kernels::checks {
+namespace {
+// A shape named in an error message, formatted (describe) only when a message is made: the
+// checks run on every call of an op, the messages almost never.
+struct Described {
+  const Conv2dShape* conv = nullptr;
+  const Pool2dShape* pool = nullptr;
+};
+}  // namespace
+}  // namespace gossamer::kernels::checks
+
+template <>
+struct fmt::formatter<gossamer::kernels::checks::Described> : fmt::formatter<std::string_view> {
+  template <typename Context>
+  auto format(const gossamer::kernels::checks::Described& d, Context& context) const {
+    const std::string text = d.conv != nullptr ? gossamer::kernels::checks::describe(*d.conv)
+                                               : gossamer::kernels::checks::describe(*d.pool);
+    return fmt::formatter<std::string_view>::format(text, context);
+  }
+};
 
 namespace gossamer::kernels::checks {
 
@@ -240,7 +263,7 @@ void enforceOutputsDisjoint(const char* op, std::initializer_list<Named> outputs
 // a * b, throwing when it overflows (dimensions no real tensor has, but unchecked they would
 // wrap into a small size that the span checks then accept).
 std::size_t checkedProduct(std::initializer_list<std::size_t> factors, const char* op,
-                           const std::string& shape) {
+                           const Described& shape) {
   std::size_t product = 1;
   for (std::size_t f : factors) {
     GOSSAMER_ENFORCE(!__builtin_mul_overflow(product, f, &product), "{} {}: sizes overflow", op,
@@ -250,8 +273,8 @@ std::size_t checkedProduct(std::initializer_list<std::size_t> factors, const cha
 }
 
 // The geometry rules of a convolution; returns its description for later messages.
-std::string checkConv(const Conv2dShape& s, const char* op) {
-  const std::string shape = describe(s);
+Described checkConv(const Conv2dShape& s, const char* op) {
+  const Described shape{.conv = &s};
   GOSSAMER_ENFORCE(s.inChannels > 0 && s.height > 0 && s.width > 0 && s.outChannels > 0 &&
                        s.kernelHeight > 0 && s.kernelWidth > 0,
                    "{} {}: channels, height, width and kernel must be positive", op, shape);
@@ -283,8 +306,8 @@ std::string checkConv(const Conv2dShape& s, const char* op) {
   return shape;
 }
 
-std::string checkPool(const Pool2dShape& s, const char* op) {
-  const std::string shape = describe(s);
+Described checkPool(const Pool2dShape& s, const char* op) {
+  const Described shape{.pool = &s};
   GOSSAMER_ENFORCE(s.channels > 0 && s.height > 0 && s.width > 0 && s.window > 0 && s.stride > 0,
                    "{} {}: channels, height, width, window and stride must be positive", op,
                    shape);
@@ -298,13 +321,13 @@ std::string checkPool(const Pool2dShape& s, const char* op) {
   return shape;
 }
 
-void enforceSize(std::size_t got, std::size_t want, const char* op, const std::string& shape,
+void enforceSize(std::size_t got, std::size_t want, const char* op, const Described& shape,
                  const char* what) {
   GOSSAMER_ENFORCE_EQ(got, want, "{} {}: {} must hold {} elements", op, shape, what, want);
 }
 
 void enforceWorkspace(std::size_t got, const Conv2dShape& s, const char* op,
-                      const std::string& shape) {
+                      const Described& shape) {
   GOSSAMER_ENFORCE_GE(got, s.workspaceSize(), "{} {}: the workspace must hold at least {} floats",
                       op, shape, s.workspaceSize());
 }
@@ -326,7 +349,7 @@ bool conv2d(const Conv2dShape& s, std::span<const float> input, std::span<const 
             std::span<const float> bias, std::span<const float> output,
             std::span<const float> workspace) {
   constexpr const char* kOp = "conv2d";
-  const std::string shape = checkConv(s, kOp);
+  const Described shape = checkConv(s, kOp);
   enforceSize(input.size(), s.inputSize(), kOp, shape, "input");
   enforceSize(weight.size(), s.weightSize(), kOp, shape, "weight");
   GOSSAMER_ENFORCE(bias.empty() || bias.size() == s.outChannels,
@@ -344,7 +367,7 @@ bool conv2dBackwardData(const Conv2dShape& s, std::span<const float> dOutput,
                         std::span<const float> weight, std::span<const float> dInput,
                         std::span<const float> workspace) {
   constexpr const char* kOp = "conv2dBackwardData";
-  const std::string shape = checkConv(s, kOp);
+  const Described shape = checkConv(s, kOp);
   enforceSize(dOutput.size(), s.outputSize(), kOp, shape, "dOutput");
   enforceSize(weight.size(), s.weightSize(), kOp, shape, "weight");
   enforceSize(dInput.size(), s.inputSize(), kOp, shape, "dInput");
@@ -359,7 +382,7 @@ bool conv2dBackwardWeights(const Conv2dShape& s, std::span<const float> input,
                            std::span<const float> dOutput, std::span<const float> dWeight,
                            std::span<const float> dBias, std::span<const float> workspace) {
   constexpr const char* kOp = "conv2dBackwardWeights";
-  const std::string shape = checkConv(s, kOp);
+  const Described shape = checkConv(s, kOp);
   enforceSize(input.size(), s.inputSize(), kOp, shape, "input");
   enforceSize(dOutput.size(), s.outputSize(), kOp, shape, "dOutput");
   enforceSize(dWeight.size(), s.weightSize(), kOp, shape, "dWeight");
@@ -377,7 +400,7 @@ bool conv2dBackwardWeights(const Conv2dShape& s, std::span<const float> input,
 bool maxPool2d(const Pool2dShape& s, std::span<const float> input, std::span<const float> output,
                std::span<const std::int32_t> argmax) {
   constexpr const char* kOp = "maxPool2d";
-  const std::string shape = checkPool(s, kOp);
+  const Described shape = checkPool(s, kOp);
   enforceSize(input.size(), s.inputSize(), kOp, shape, "input");
   enforceSize(output.size(), s.outputSize(), kOp, shape, "output");
   enforceSize(argmax.size(), s.outputSize(), kOp, shape, "argmax");
@@ -390,7 +413,7 @@ bool maxPool2d(const Pool2dShape& s, std::span<const float> input, std::span<con
 bool maxPool2dBackward(const Pool2dShape& s, std::span<const float> dOutput,
                        std::span<const std::int32_t> argmax, std::span<const float> dInput) {
   constexpr const char* kOp = "maxPool2dBackward";
-  const std::string shape = checkPool(s, kOp);
+  const Described shape = checkPool(s, kOp);
   enforceSize(dOutput.size(), s.outputSize(), kOp, shape, "dOutput");
   enforceSize(argmax.size(), s.outputSize(), kOp, shape, "argmax");
   enforceSize(dInput.size(), s.inputSize(), kOp, shape, "dInput");

@@ -219,20 +219,23 @@ GOSSAMER_CPU_CLONES void im2colLoop(const Conv2dShape& s, const float* input, fl
   const std::size_t outW = s.outWidth(), stride = s.strideWidth, pad = s.padWidth;
   forEachSegment(s, [&](std::size_t segment, std::size_t imageRow, conv_math::Range valid,
                         std::size_t kw) {
+    // Segments are short (a row of the output), so plain loops: a memcpy or memset call per
+    // segment cost more than the copy.
     float* dst = columns + segment;
     if (imageRow == kNoRow) {
-      std::fill(dst, dst + outW, 0.0f);
+      for (std::size_t ow = 0; ow < outW; ++ow) dst[ow] = 0.0f;
       return;
     }
     const float* src = input + imageRow;  // column ow * stride + kw - pad, >= 0 when valid
-    std::fill(dst, dst + valid.lo, 0.0f);
+    for (std::size_t ow = 0; ow < valid.lo; ++ow) dst[ow] = 0.0f;
     if (stride == 1 && valid.lo < valid.hi) {
-      std::memcpy(dst + valid.lo, src + (valid.lo + kw - pad),
-                  (valid.hi - valid.lo) * sizeof(float));
+      const float* shifted = src + (valid.lo + kw - pad);
+      float* out = dst + valid.lo;
+      for (std::size_t i = 0; i < valid.hi - valid.lo; ++i) out[i] = shifted[i];
     } else {
       for (std::size_t ow = valid.lo; ow < valid.hi; ++ow) dst[ow] = src[ow * stride + kw - pad];
     }
-    std::fill(dst + valid.hi, dst + outW, 0.0f);
+    for (std::size_t ow = valid.hi; ow < outW; ++ow) dst[ow] = 0.0f;
   });
 }
 
@@ -307,6 +310,37 @@ GOSSAMER_CPU_CLONES void maxPoolLoop(const Pool2dShape& s, const float* input, f
                                      std::int32_t* argmax) {
   const std::size_t planes = s.batch * s.channels;
   const std::size_t outH = s.outHeight(), outW = s.outWidth();
+  if (s.window == 2 && s.stride == 2) {
+    // The common 2x2 case unrolled: the same comparisons in the same (row-major) order as
+    // conv_math::windowMax, so the same maximum and position.
+    const std::size_t width = s.width;
+    for (std::size_t q = 0; q < planes; ++q) {
+      const float* plane = input + q * s.inPlane();
+      float* out = output + q * s.outPlane();
+      std::int32_t* where = argmax + q * s.outPlane();
+      for (std::size_t oh = 0; oh < outH; ++oh) {
+        const std::size_t top = 2 * oh * width;
+        const float* upper = plane + top;
+        const float* lower = upper + width;
+        // Selects, not branches, so that the loop vectorises.
+        for (std::size_t ow = 0; ow < outW; ++ow) {
+          const auto first = static_cast<std::int32_t>(top + 2 * ow);
+          float value = upper[2 * ow];
+          std::int32_t best = first;
+          const float b = upper[2 * ow + 1], c = lower[2 * ow], d = lower[2 * ow + 1];
+          best = b > value ? first + 1 : best;
+          value = b > value ? b : value;
+          best = c > value ? first + static_cast<std::int32_t>(width) : best;
+          value = c > value ? c : value;
+          best = d > value ? first + static_cast<std::int32_t>(width) + 1 : best;
+          value = d > value ? d : value;
+          out[oh * outW + ow] = value;
+          where[oh * outW + ow] = best;
+        }
+      }
+    }
+    return;
+  }
   for (std::size_t q = 0; q < planes; ++q) {
     const float* plane = input + q * s.inPlane();
     float* out = output + q * s.outPlane();
