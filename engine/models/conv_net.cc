@@ -165,13 +165,15 @@ std::span<const float> ConvNet::forwardConvs(const DeviceBatch& batch,
     std::span<float> convOut = block.convOut.span().first(conv.outputSize());
     compute_.conv2d(conv, input, tensor(params, 2 * b), tensor(params, 2 * b + 1), convOut,
                     workspace_.span().first(conv.workspaceSize()));
-    compute_.relu(convOut);
+    // Max pooling and ReLU commute (both are monotone), so the ReLU runs on the pooled
+    // output, a pool window's times fewer elements, forward and backward.
     if (block.hasPool) {
       kernels::Pool2dShape pool = block.pool;
       pool.batch = rows;
       compute_.maxPool2d(pool, convOut, block.pooled.span().first(pool.outputSize()),
                          block.argmax.span().first(pool.outputSize()));
     }
+    compute_.relu(blockOut(b, rows));
     input = blockOut(b, rows);
   }
   return input;
@@ -186,19 +188,19 @@ double ConvNet::forwardBackward(const DeviceBatch& batch, std::span<const float>
       headBatch, params.subspan(headOffset_), grads.subspan(headOffset_),
       blocks_.empty() ? std::span<float>() : blockGrad(blocks_.size() - 1, rows));
 
-  // Conv blocks from the last down: un-pool, un-ReLU, then the weight and input gradients.
+  // Conv blocks from the last down: un-ReLU, un-pool, then the weight and input gradients.
   for (std::size_t b = blocks_.size(); b-- > 0;) {
     ConvBlock& block = blocks_[b];
     kernels::Conv2dShape conv = block.conv;
     conv.batch = rows;
     std::span<float> dConvOut = block.dConvOut.span().first(conv.outputSize());
+    compute_.reluBackward(blockGrad(b, rows), blockOut(b, rows));
     if (block.hasPool) {
       kernels::Pool2dShape pool = block.pool;
       pool.batch = rows;
       compute_.maxPool2dBackward(pool, block.dPooled.span().first(pool.outputSize()),
                                  block.argmax.span().first(pool.outputSize()), dConvOut);
     }
-    compute_.reluBackward(dConvOut, block.convOut.span().first(conv.outputSize()));
     std::span<const float> input = b > 0 ? std::span<const float>(blockOut(b - 1, rows))
                                          : batch.inputs;
     std::span<float> workspace = workspace_.span().first(conv.workspaceSize());

@@ -5,8 +5,9 @@
 //
 // Tensors in the flat buffer, in order: conv<i>.weight [out x in x k x k], conv<i>.bias [out],
 // then fc<j>.weight [in x out] and fc<j>.bias [out] as in the MLP (Y = X W + b). Every conv layer
-// runs the whole batch as one GEMM (kernels::Compute::conv2d); activation buffers and the
-// workspace are preallocated for maxBatch rows.
+// runs the whole batch as one GEMM (kernels::Compute::conv2d), and a block's ReLU runs after its
+// pooling (the two commute: the same function and gradient on a quarter of the elements for 2x2
+// pooling); activation buffers and the workspace are preallocated for maxBatch rows.
 #pragma once
 
 #include <cstddef>
@@ -79,7 +80,7 @@ class ConvNet final : public Model {
     kernels::Conv2dShape conv;  // batch set per call
     kernels::Pool2dShape pool;  // used when hasPool
     bool hasPool = false;
-    kernels::Buffer<float> convOut;  // after bias and ReLU
+    kernels::Buffer<float> convOut;  // after the bias (and the ReLU when there is no pooling)
     kernels::Buffer<float> dConvOut;
     kernels::Buffer<float> pooled;   // the block's output when hasPool, else convOut is
     kernels::Buffer<float> dPooled;

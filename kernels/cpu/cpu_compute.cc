@@ -353,12 +353,36 @@ GOSSAMER_CPU_CLONES void maxPoolLoop(const Pool2dShape& s, const float* input, f
   }
 }
 
-// Scatters each output gradient to its window's maximum, windows in ascending (oh, ow) order
-// (conv_math::poolGather's order). An argmax outside the plane is a caller's bug: skipped.
-void maxPoolBackwardLoop(const Pool2dShape& s, const float* dOutput, const std::int32_t* argmax,
-                         float* dInput) {
+// Routes each output gradient to its window's maximum. Overlapping windows scatter in ascending
+// (oh, ow) order (conv_math::poolGather's order). `argmax` must be what maxPool2d wrote; a
+// position outside its window (a caller's bug) is never written outside the plane.
+GOSSAMER_CPU_CLONES void maxPoolBackwardLoop(const Pool2dShape& s, const float* dOutput,
+                                             const std::int32_t* argmax, float* dInput) {
   const std::size_t planes = s.batch * s.channels;
   const std::size_t inPlane = s.inPlane(), outPlane = s.outPlane();
+  if (s.window == s.stride) {
+    // Windows that do not overlap: a band of `window` input rows is cleared while it is in
+    // cache and its windows' gradients are stored into it, one pass over memory in all.
+    const std::size_t outH = s.outHeight(), outW = s.outWidth();
+    const std::size_t band = s.window * s.width;
+    for (std::size_t q = 0; q < planes; ++q) {
+      float* plane = dInput + q * inPlane;
+      const float* dout = dOutput + q * outPlane;
+      const std::int32_t* where = argmax + q * outPlane;
+      for (std::size_t oh = 0; oh < outH; ++oh) {
+        float* rows = plane + oh * band;
+        for (std::size_t i = 0; i < band; ++i) rows[i] = 0.0f;
+        for (std::size_t ow = 0; ow < outW; ++ow) {
+          const std::size_t o = oh * outW + ow;
+          // Within the band, so never outside the plane nor overwritten by a later band.
+          const auto at = static_cast<std::size_t>(where[o]);
+          if (at - oh * band < band) plane[at] = dout[o];
+        }
+      }
+      for (std::size_t i = outH * band; i < inPlane; ++i) plane[i] = 0.0f;
+    }
+    return;
+  }
   std::fill(dInput, dInput + s.inputSize(), 0.0f);
   for (std::size_t q = 0; q < planes; ++q) {
     float* plane = dInput + q * inPlane;
