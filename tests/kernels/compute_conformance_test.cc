@@ -1547,6 +1547,7 @@ const Pool2dShape kPoolShapes[] = {
     {.batch = 1, .channels = 2, .height = 7, .width = 5, .window = 2, .stride = 2},
     {.batch = 2, .channels = 2, .height = 7, .width = 9, .window = 3, .stride = 2},
     {.batch = 1, .channels = 1, .height = 6, .width = 6, .window = 3, .stride = 1},
+    {.batch = 2, .channels = 2, .height = 8, .width = 7, .window = 3, .stride = 3},
     {.batch = 3, .channels = 4, .height = 28, .width = 28, .window = 2, .stride = 2},
 };
 
