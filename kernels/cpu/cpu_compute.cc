@@ -13,6 +13,7 @@
 #include <cstring>
 #include <span>
 #include <string>
+#include <vector>
 
 #include <cblas.h>
 #if defined(__SSE2__)
@@ -179,83 +180,88 @@ std::size_t argmaxRow(const float* row, std::size_t classes) {
 
 // ---- convolution and pooling loops (geometry: conv_math.h) ----
 
-// Visits the im2col matrix one output row segment at a time: for every row (c, kh, kw) of the
-// matrix, image n and output row oh, f(segment, image row, valid, kw) with `segment` the float
-// offset of the segment's first column (outWidth() columns), `image row` the offset of input row
-// oh * strideHeight + kh - padHeight of image n, channel c (kNoRow where that row is padding),
-// and `valid` the output columns that read the input (conv_math::validOutputs), which read input
-// column ow * strideWidth + kw - padWidth. The order, (c, kh, kw) outermost, makes every input
-// element meet its entries in ascending (kh, kw) order, conv_math::col2imGather's.
-constexpr std::size_t kNoRow = SIZE_MAX;
+// The convolution loops work on one zero-padded input plane at a time, (height + 2 padHeight) x
+// (width + 2 padWidth) floats in `padded` (scratch the caller sizes with paddedPlane()): a row
+// of the im2col matrix is then a plain strided read of it, with no edge cases, and the plane
+// stays in L1 while its kernelHeight x kernelWidth rows are written.
+std::size_t paddedPlane(const Conv2dShape& s) {
+  return (s.height + 2 * s.padHeight) * (s.width + 2 * s.padWidth);
+}
+
+// Calls f(segment, kh, kw) for each row (c, kh, kw) of the im2col matrix, in ascending (kh, kw)
+// order, with `segment` the float offset of that row's part for image n (outPlane() columns).
 template <typename F>
-[[gnu::always_inline]] inline void forEachSegment(const Conv2dShape& s, F&& f) {
-  const std::size_t outH = s.outHeight(), outW = s.outWidth(), plane = s.outPlane();
-  const std::size_t cols = s.columns();
-  for (std::size_t c = 0; c < s.inChannels; ++c) {
-    for (std::size_t kh = 0; kh < s.kernelHeight; ++kh) {
-      const conv_math::Range rows =
-          conv_math::validOutputs(outH, s.height, s.strideHeight, s.padHeight, kh);
-      for (std::size_t kw = 0; kw < s.kernelWidth; ++kw) {
-        const conv_math::Range valid =
-            conv_math::validOutputs(outW, s.width, s.strideWidth, s.padWidth, kw);
-        const std::size_t row = ((c * s.kernelHeight + kh) * s.kernelWidth + kw) * cols;
-        for (std::size_t n = 0; n < s.batch; ++n) {
-          const std::size_t image = (n * s.inChannels + c) * s.inPlane();
-          for (std::size_t oh = 0; oh < outH; ++oh) {
-            const bool inside = oh >= rows.lo && oh < rows.hi;
-            f(row + n * plane + oh * outW,
-              inside ? image + (oh * s.strideHeight + kh - s.padHeight) * s.width : kNoRow, valid,
-              kw);
-          }
-        }
-      }
+[[gnu::always_inline]] inline void forEachPatchRow(const Conv2dShape& s, std::size_t n,
+                                                   std::size_t c, F&& f) {
+  const std::size_t cols = s.columns(), plane = s.outPlane();
+  for (std::size_t kh = 0; kh < s.kernelHeight; ++kh) {
+    for (std::size_t kw = 0; kw < s.kernelWidth; ++kw) {
+      const std::size_t row = (c * s.kernelHeight + kh) * s.kernelWidth + kw;
+      f(row * cols + n * plane, kh, kw);
     }
   }
 }
 
 // im2col: columns[(c, kh, kw)][(n, oh, ow)] = input[n, c, oh * sh + kh - ph, ow * sw + kw - pw],
-// 0 in the padding; with stride 1 the valid part of a segment is a straight copy.
-GOSSAMER_CPU_CLONES void im2colLoop(const Conv2dShape& s, const float* input, float* columns) {
-  const std::size_t outW = s.outWidth(), stride = s.strideWidth, pad = s.padWidth;
-  forEachSegment(s, [&](std::size_t segment, std::size_t imageRow, conv_math::Range valid,
-                        std::size_t kw) {
-    // Segments are short (a row of the output), so plain loops: a memcpy or memset call per
-    // segment cost more than the copy.
-    float* dst = columns + segment;
-    if (imageRow == kNoRow) {
-      for (std::size_t ow = 0; ow < outW; ++ow) dst[ow] = 0.0f;
-      return;
+// 0 in the padding.
+GOSSAMER_CPU_CLONES void im2colLoop(const Conv2dShape& s, const float* input, float* columns,
+                                    float* padded) {
+  const std::size_t outH = s.outHeight(), outW = s.outWidth();
+  const std::size_t paddedWidth = s.width + 2 * s.padWidth;
+  const std::size_t sh = s.strideHeight, sw = s.strideWidth;
+  std::fill(padded, padded + paddedPlane(s), 0.0f);  // the border stays 0
+  for (std::size_t n = 0; n < s.batch; ++n) {
+    for (std::size_t c = 0; c < s.inChannels; ++c) {
+      const float* image = input + (n * s.inChannels + c) * s.inPlane();
+      for (std::size_t h = 0; h < s.height; ++h) {
+        float* dst = padded + (h + s.padHeight) * paddedWidth + s.padWidth;
+        for (std::size_t w = 0; w < s.width; ++w) dst[w] = image[h * s.width + w];
+      }
+      forEachPatchRow(s, n, c, [&](std::size_t segment, std::size_t kh, std::size_t kw) {
+        float* dst = columns + segment;
+        for (std::size_t oh = 0; oh < outH; ++oh, dst += outW) {
+          const float* src = padded + (oh * sh + kh) * paddedWidth + kw;
+          if (sw == 1) {
+            for (std::size_t ow = 0; ow < outW; ++ow) dst[ow] = src[ow];
+          } else {
+            for (std::size_t ow = 0; ow < outW; ++ow) dst[ow] = src[ow * sw];
+          }
+        }
+      });
     }
-    const float* src = input + imageRow;  // column ow * stride + kw - pad, >= 0 when valid
-    for (std::size_t ow = 0; ow < valid.lo; ++ow) dst[ow] = 0.0f;
-    if (stride == 1 && valid.lo < valid.hi) {
-      const float* shifted = src + (valid.lo + kw - pad);
-      float* out = dst + valid.lo;
-      for (std::size_t i = 0; i < valid.hi - valid.lo; ++i) out[i] = shifted[i];
-    } else {
-      for (std::size_t ow = valid.lo; ow < valid.hi; ++ow) dst[ow] = src[ow * stride + kw - pad];
-    }
-    for (std::size_t ow = valid.hi; ow < outW; ++ow) dst[ow] = 0.0f;
-  });
+  }
 }
 
 // col2im: dInput = the sum of the im2col gradient entries that copied each input element, from
-// 0 in ascending (kh, kw) order per element, as conv_math::col2imGather sums them.
-GOSSAMER_CPU_CLONES void col2imLoop(const Conv2dShape& s, const float* dColumns, float* dInput) {
-  const std::size_t stride = s.strideWidth, pad = s.padWidth;
-  std::fill(dInput, dInput + s.inputSize(), 0.0f);
-  forEachSegment(s, [&](std::size_t segment, std::size_t imageRow, conv_math::Range valid,
-                        std::size_t kw) {
-    if (imageRow == kNoRow || valid.lo >= valid.hi) return;
-    const float* src = dColumns + segment;
-    float* dst = dInput + imageRow;
-    if (stride == 1) {
-      float* shifted = dst + (valid.lo + kw - pad);
-      for (std::size_t ow = valid.lo; ow < valid.hi; ++ow) shifted[ow - valid.lo] += src[ow];
-    } else {
-      for (std::size_t ow = valid.lo; ow < valid.hi; ++ow) dst[ow * stride + kw - pad] += src[ow];
+// 0 in ascending (kh, kw) order per element, as conv_math::col2imGather sums them (accumulated
+// in the padded plane, whose border is then dropped).
+GOSSAMER_CPU_CLONES void col2imLoop(const Conv2dShape& s, const float* dColumns, float* dInput,
+                                    float* padded) {
+  const std::size_t outH = s.outHeight(), outW = s.outWidth();
+  const std::size_t paddedWidth = s.width + 2 * s.padWidth;
+  const std::size_t sh = s.strideHeight, sw = s.strideWidth;
+  const std::size_t planeSize = paddedPlane(s);
+  for (std::size_t n = 0; n < s.batch; ++n) {
+    for (std::size_t c = 0; c < s.inChannels; ++c) {
+      std::fill(padded, padded + planeSize, 0.0f);
+      forEachPatchRow(s, n, c, [&](std::size_t segment, std::size_t kh, std::size_t kw) {
+        const float* src = dColumns + segment;
+        for (std::size_t oh = 0; oh < outH; ++oh, src += outW) {
+          float* dst = padded + (oh * sh + kh) * paddedWidth + kw;
+          if (sw == 1) {
+            for (std::size_t ow = 0; ow < outW; ++ow) dst[ow] += src[ow];
+          } else {
+            for (std::size_t ow = 0; ow < outW; ++ow) dst[ow * sw] += src[ow];
+          }
+        }
+      });
+      float* image = dInput + (n * s.inChannels + c) * s.inPlane();
+      for (std::size_t h = 0; h < s.height; ++h) {
+        const float* src = padded + (h + s.padHeight) * paddedWidth + s.padWidth;
+        for (std::size_t w = 0; w < s.width; ++w) image[h * s.width + w] = src[w];
+      }
     }
-  });
+  }
 }
 
 // [channels][batch * plane] (channel-major, what the batched GEMM produces) to
@@ -661,7 +667,7 @@ class CpuCompute final : public Compute {
     const std::size_t patch = shape.patch(), cols = shape.columns();
     std::span<float> columns = workspace.first(patch * cols);
     std::span<float> product = workspace.subspan(patch * cols, shape.outChannels * cols);
-    im2colLoop(shape, input.data(), columns.data());
+    im2colLoop(shape, input.data(), columns.data(), paddedScratch(shape));
     // [outChannels x patch] * [patch x columns] = [outChannels x (batch, plane)]
     gemm(Transpose::kNo, Transpose::kNo, shape.outChannels, cols, patch, 1.0f, weight, columns,
          0.0f, product);
@@ -681,7 +687,7 @@ class CpuCompute final : public Compute {
     // [patch x outChannels] * [outChannels x columns]
     gemm(Transpose::kYes, Transpose::kNo, patch, cols, shape.outChannels, 1.0f, weight, dProduct,
          0.0f, dColumns);
-    col2imLoop(shape, dColumns.data(), dInput.data());
+    col2imLoop(shape, dColumns.data(), dInput.data(), paddedScratch(shape));
   }
 
   void conv2dBackwardWeights(const Conv2dShape& shape, std::span<const float> input,
@@ -691,7 +697,7 @@ class CpuCompute final : public Compute {
     const std::size_t patch = shape.patch(), cols = shape.columns();
     std::span<float> columns = workspace.first(patch * cols);
     std::span<float> dProduct = workspace.subspan(patch * cols, shape.outChannels * cols);
-    im2colLoop(shape, input.data(), columns.data());
+    im2colLoop(shape, input.data(), columns.data(), paddedScratch(shape));
     nchwToChannelMajor(dOutput.data(), dProduct.data(), shape.batch, shape.outChannels,
                        shape.outPlane());
     // [outChannels x columns] * [columns x patch]; k = 0 (empty batch) zeroes dWeight.
@@ -713,8 +719,15 @@ class CpuCompute final : public Compute {
   }
 
  private:
+  // One zero-padded input plane for the convolution loops (grown on demand, kept).
+  float* paddedScratch(const Conv2dShape& shape) {
+    if (paddedScratch_.size() < paddedPlane(shape)) paddedScratch_.resize(paddedPlane(shape));
+    return paddedScratch_.data();
+  }
+
   int blasThreads_;
   CodecScratch codecScratch_;
+  std::vector<float> paddedScratch_;
 };
 
 }  // namespace
