@@ -226,9 +226,10 @@ class Compute {
   // ---- convolutional layers: NCHW images, layouts and geometry in conv_math.h ----
   // The three convolution ops run the whole batch as ONE GEMM over an im2col matrix; they take
   // `workspace`, scratch of at least shape.workspaceSize() floats in this Compute's memory
-  // (contents unspecified before and after), so that no op allocates. Every output must be
+  // (contents unspecified before and after): no per-call allocation. Every output must be
   // disjoint from every other span of the call. Throws gossamer::Error, naming the op and the
-  // shape, on an invalid shape or a span of the wrong size. batch == 0 is a no-op.
+  // shape, on an invalid shape or a span of the wrong size. batch == 0 computes nothing (the
+  // weight gradients of no samples are written as zeros).
   //
   // output = conv(input, weight) + bias[oc] over each output channel oc (bias empty: none).
   // input: inputSize(), weight: weightSize(), bias: empty or outChannels, output: outputSize().
