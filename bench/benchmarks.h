@@ -11,8 +11,9 @@ namespace gossamer::bench {
 // `kernels`: GB/s of the fused element-wise kernels next to memcpy (kernels_bench.cc).
 void addKernelsCommand(CLI::App& app);
 
-// `mlp`: MLP training throughput next to a bare sgemm of the same shapes (mlp_bench.cc).
-void addMlpCommand(CLI::App& app);
+// `models`: training throughput of the built-in models (mlp, lenet, cnn) next to bare GEMM of the
+// same shapes (models_bench.cc).
+void addModelsCommand(CLI::App& app);
 
 // `shaped`: one-way latency and throughput of the shaped transport next to its profile
 // (shaped_bench.cc).

@@ -3,7 +3,7 @@
 //
 // Config file format ('#' starts a comment; `--print-config` writes a preset in it):
 //   [run]                      shared settings, KEY = VALUE (names as in RunSettings below)
-//   model = mlp
+//   model = mlp                mlp, softmax, lenet or cnn
 //   hidden = 256,256
 //   ...
 //   [matrix]                   comma-separated lists; their product is the experiment list
@@ -54,7 +54,7 @@ struct RunSettings {
 
   template <typename Bind>
   void bind(Bind& b) {
-    b("model", model, "model of every experiment");
+    b("model", model, "model of every experiment: mlp, softmax, lenet or cnn");
     b("hidden", hidden, "hidden widths of the MLP");
     b("dataset", dataset, "dataset");
     b("train-samples", trainSamples, "training samples (0: all)");

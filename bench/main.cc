@@ -19,7 +19,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", GOSSAMER_VERSION);
   app.require_subcommand(1);
   gossamer::bench::addKernelsCommand(app);
-  gossamer::bench::addMlpCommand(app);
+  gossamer::bench::addModelsCommand(app);
   gossamer::bench::addShapedCommand(app);
   gossamer::bench::addTransportCommand(app);
   gossamer::bench::addMembershipCommand(app);

@@ -2,13 +2,16 @@
 // branches on the optional backends of this build.
 #include "engine/builtin.h"
 
+#include <cmath>
 #include <numeric>
+#include <tuple>
 
 #include "engine/base/config.h"
 #include "engine/base/enforce.h"
 #include "engine/base/log.h"
 #include "engine/data/idx.h"
 #include "engine/data/synthetic.h"
+#include "engine/models/conv_net.h"
 #include "engine/models/mlp.h"
 #include "engine/models/softmax_regression.h"
 #include "kernels/cpu/cpu_compute.h"
@@ -32,7 +35,38 @@ data::Dataset firstSamples(data::Dataset dataset, std::size_t limit) {
   return dataset.subset(indices);
 }
 
+// The side of the square single-channel images of `config.inputs` features (28 for
+// Fashion-MNIST's 784), which the convolutional models need.
+std::size_t imageSide(const ModelConfig& config, const std::string& model) {
+  auto side = static_cast<std::size_t>(std::llround(std::sqrt(static_cast<double>(config.inputs))));
+  GOSSAMER_ENFORCE(side * side == config.inputs,
+                   "model {} takes square single-channel images, but the dataset has {} features "
+                   "(not a square number)",
+                   model, config.inputs);
+  return side;
+}
+
 void addModels(Registry& registry) {
+  using ConvPreset = models::ConvNetOptions (*)(std::size_t, std::size_t, std::size_t,
+                                                std::size_t, std::size_t);
+  const std::tuple<const char*, const char*, ConvPreset> convNets[] = {
+      {"cnn",
+       "2 conv layers 32@3x3 and 64@3x3, each with 2x2 max pooling, dense 128 (--hidden is "
+       "ignored)",
+       &models::cnnOptions},
+      {"lenet",
+       "LeNet-5 style: conv 6@5x5 and 16@5x5 with 2x2 max pooling, dense 120-84 (--hidden is "
+       "ignored)",
+       &models::lenetOptions}};
+  for (const auto& [name, description, preset] : convNets) {
+    registry.models.add(name, description,
+                        [name = std::string(name), preset](kernels::Compute& compute,
+                                                           const ModelConfig& config) {
+                          const std::size_t side = imageSide(config, name);
+                          return std::make_unique<models::ConvNet>(
+                              compute, preset(1, side, side, config.classes, config.maxBatch));
+                        });
+  }
   registry.models.add("mlp", "multi-layer perceptron, ReLU hidden layers of --hidden widths",
                       [](kernels::Compute& compute, const ModelConfig& config) {
                         return std::make_unique<models::Mlp>(

@@ -25,6 +25,7 @@
 
 #include "engine/base/enforce.h"
 #include "kernels/codec.h"
+#include "kernels/conv_math.h"
 
 namespace gossamer::kernels {
 
@@ -221,6 +222,41 @@ class Compute {
   // Number of rows whose argmax equals the label (a label outside [0, classes) counts as wrong).
   virtual std::size_t countCorrect(std::span<const float> logits,
                                    std::span<const std::int32_t> labels, std::size_t classes) = 0;
+
+  // ---- convolutional layers: NCHW images, layouts and geometry in conv_math.h ----
+  // The three convolution ops run the whole batch as ONE GEMM over an im2col matrix; they take
+  // `workspace`, scratch of at least shape.workspaceSize() floats in this Compute's memory
+  // (contents unspecified before and after): no per-call allocation. Every output must be
+  // disjoint from every other span of the call. Throws gossamer::Error, naming the op and the
+  // shape, on an invalid shape or a span of the wrong size. batch == 0 computes nothing (the
+  // weight gradients of no samples are written as zeros).
+  //
+  // output = conv(input, weight) + bias[oc] over each output channel oc (bias empty: none).
+  // input: inputSize(), weight: weightSize(), bias: empty or outChannels, output: outputSize().
+  virtual void conv2d(const Conv2dShape& shape, std::span<const float> input,
+                      std::span<const float> weight, std::span<const float> bias,
+                      std::span<float> output, std::span<float> workspace) = 0;
+  // dInput = the gradient of sum(dOutput * conv(input, weight)) with respect to input
+  // (overwritten; a transposed convolution of dOutput).
+  virtual void conv2dBackwardData(const Conv2dShape& shape, std::span<const float> dOutput,
+                                  std::span<const float> weight, std::span<float> dInput,
+                                  std::span<float> workspace) = 0;
+  // dWeight and dBias (dBias empty: not computed) = the gradients of sum(dOutput * conv(...))
+  // with respect to weight and bias (overwritten): dBias[oc] is the sum of dOutput over the
+  // batch and plane of channel oc, accumulated in double.
+  virtual void conv2dBackwardWeights(const Conv2dShape& shape, std::span<const float> input,
+                                     std::span<const float> dOutput, std::span<float> dWeight,
+                                     std::span<float> dBias, std::span<float> workspace) = 0;
+  // output = the maximum of each pooling window, argmax = its position in its input plane
+  // (ih * width + iw; the first maximum in row-major order, conv_math::windowMax). input:
+  // inputSize(), output and argmax: outputSize().
+  virtual void maxPool2d(const Pool2dShape& shape, std::span<const float> input,
+                         std::span<float> output, std::span<std::int32_t> argmax) = 0;
+  // dInput (overwritten) = dOutput routed back to the positions argmax recorded; an input that
+  // is the maximum of several (overlapping) windows gets the sum of their gradients.
+  virtual void maxPool2dBackward(const Pool2dShape& shape, std::span<const float> dOutput,
+                                 std::span<const std::int32_t> argmax,
+                                 std::span<float> dInput) = 0;
 };
 
 // ---- inline definitions ----

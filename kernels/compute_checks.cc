@@ -2,8 +2,34 @@
 
 #include <climits>
 #include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <string_view>
+
+#include <fmt/format.h>
 
 #include "engine/base/enforce.h"
+
+namespace gossamer::kernels::checks {
+namespace {
+// A shape named in an error message, formatted (describe) only when a message is made: the
+// checks run on every call of an op, the messages almost never.
+struct Described {
+  const Conv2dShape* conv = nullptr;
+  const Pool2dShape* pool = nullptr;
+};
+}  // namespace
+}  // namespace gossamer::kernels::checks
+
+template <>
+struct fmt::formatter<gossamer::kernels::checks::Described> : fmt::formatter<std::string_view> {
+  template <typename Context>
+  auto format(const gossamer::kernels::checks::Described& d, Context& context) const {
+    const std::string text = d.conv != nullptr ? gossamer::kernels::checks::describe(*d.conv)
+                                               : gossamer::kernels::checks::describe(*d.pool);
+    return fmt::formatter<std::string_view>::format(text, context);
+  }
+};
 
 namespace gossamer::kernels::checks {
 
@@ -205,6 +231,196 @@ std::size_t countCorrect(std::span<const float> logits, std::span<const std::int
   GOSSAMER_ENFORCE_LE(classes, static_cast<std::size_t>(INT32_MAX),
                       "countCorrect: too many classes");
   return rows;
+}
+
+// ---- convolutional layers ----
+
+namespace {
+
+// A span of an op, named for the error message.
+struct Named {
+  const char* name;
+  const void* data;
+  std::size_t bytes;
+};
+template <typename T>
+Named named(const char* name, std::span<const T> span) {
+  return {name, span.data(), span.size_bytes()};
+}
+
+// Each output disjoint from every other span of the call (empty spans overlap nothing).
+void enforceOutputsDisjoint(const char* op, std::initializer_list<Named> outputs,
+                            std::initializer_list<Named> all) {
+  for (const Named& out : outputs) {
+    for (const Named& other : all) {
+      if (other.data == out.data && other.bytes == out.bytes && other.name == out.name) continue;
+      GOSSAMER_ENFORCE(!overlaps(out.data, out.bytes, other.data, other.bytes),
+                       "{}: {} must not overlap {}", op, out.name, other.name);
+    }
+  }
+}
+
+// a * b, throwing when it overflows (dimensions no real tensor has, but unchecked they would
+// wrap into a small size that the span checks then accept).
+std::size_t checkedProduct(std::initializer_list<std::size_t> factors, const char* op,
+                           const Described& shape) {
+  std::size_t product = 1;
+  for (std::size_t f : factors) {
+    GOSSAMER_ENFORCE(!__builtin_mul_overflow(product, f, &product), "{} {}: sizes overflow", op,
+                     shape);
+  }
+  return product;
+}
+
+// The geometry rules of a convolution; returns its description for later messages.
+Described checkConv(const Conv2dShape& s, const char* op) {
+  const Described shape{.conv = &s};
+  GOSSAMER_ENFORCE(s.inChannels > 0 && s.height > 0 && s.width > 0 && s.outChannels > 0 &&
+                       s.kernelHeight > 0 && s.kernelWidth > 0,
+                   "{} {}: channels, height, width and kernel must be positive", op, shape);
+  GOSSAMER_ENFORCE(s.strideHeight > 0 && s.strideWidth > 0, "{} {}: strides must be positive", op,
+                   shape);
+  constexpr auto kIntMax = static_cast<std::size_t>(INT_MAX);
+  for (std::size_t d : {s.batch, s.inChannels, s.height, s.width, s.outChannels, s.kernelHeight,
+                        s.kernelWidth, s.strideHeight, s.strideWidth, s.padHeight, s.padWidth}) {
+    GOSSAMER_ENFORCE_LE(d, kIntMax, "{} {}: a dimension exceeds 2^31 - 1", op, shape);
+  }
+  GOSSAMER_ENFORCE(s.kernelHeight <= s.height + 2 * s.padHeight &&
+                       s.kernelWidth <= s.width + 2 * s.padWidth,
+                   "{} {}: the kernel is larger than the padded input", op, shape);
+  const std::size_t plane = checkedProduct({s.outHeight(), s.outWidth()}, op, shape);
+  const std::size_t patch = checkedProduct({s.inChannels, s.kernelHeight, s.kernelWidth}, op, shape);
+  const std::size_t columns = checkedProduct({s.batch, plane}, op, shape);
+  checkedProduct({s.batch, s.inChannels, s.height, s.width}, op, shape);
+  checkedProduct({s.outChannels, patch}, op, shape);
+  checkedProduct({s.batch, s.outChannels, plane}, op, shape);
+  std::size_t rows = 0;
+  GOSSAMER_ENFORCE(!__builtin_add_overflow(patch, s.outChannels, &rows), "{} {}: sizes overflow",
+                   op, shape);
+  checkedProduct({rows, columns}, op, shape);
+  // The matrix product's dimensions go to BLAS as int.
+  GOSSAMER_ENFORCE_LE(patch, kIntMax, "{} {}: inChannels x kernel exceeds the 32-bit BLAS range",
+                      op, shape);
+  GOSSAMER_ENFORCE_LE(columns, kIntMax,
+                      "{} {}: batch x output plane exceeds the 32-bit BLAS range", op, shape);
+  return shape;
+}
+
+Described checkPool(const Pool2dShape& s, const char* op) {
+  const Described shape{.pool = &s};
+  GOSSAMER_ENFORCE(s.channels > 0 && s.height > 0 && s.width > 0 && s.window > 0 && s.stride > 0,
+                   "{} {}: channels, height, width, window and stride must be positive", op,
+                   shape);
+  GOSSAMER_ENFORCE(s.window <= s.height && s.window <= s.width,
+                   "{} {}: the window is larger than the input", op, shape);
+  // argmax holds positions in a plane as int32.
+  const std::size_t plane = checkedProduct({s.height, s.width}, op, shape);
+  GOSSAMER_ENFORCE_LE(plane, static_cast<std::size_t>(INT32_MAX),
+                      "{} {}: an input plane exceeds 2^31 - 1 elements", op, shape);
+  checkedProduct({s.batch, s.channels, plane}, op, shape);
+  return shape;
+}
+
+void enforceSize(std::size_t got, std::size_t want, const char* op, const Described& shape,
+                 const char* what) {
+  GOSSAMER_ENFORCE_EQ(got, want, "{} {}: {} must hold {} elements", op, shape, what, want);
+}
+
+void enforceWorkspace(std::size_t got, const Conv2dShape& s, const char* op,
+                      const Described& shape) {
+  GOSSAMER_ENFORCE_GE(got, s.workspaceSize(), "{} {}: the workspace must hold at least {} floats",
+                      op, shape, s.workspaceSize());
+}
+
+}  // namespace
+
+std::string describe(const Conv2dShape& s) {
+  return fmt::format("{}x{}x{}x{} -> {} channels, kernel {}x{}, stride {}x{}, pad {}x{}", s.batch,
+                     s.inChannels, s.height, s.width, s.outChannels, s.kernelHeight,
+                     s.kernelWidth, s.strideHeight, s.strideWidth, s.padHeight, s.padWidth);
+}
+
+std::string describe(const Pool2dShape& s) {
+  return fmt::format("{}x{}x{}x{}, window {}, stride {}", s.batch, s.channels, s.height, s.width,
+                     s.window, s.stride);
+}
+
+bool conv2d(const Conv2dShape& s, std::span<const float> input, std::span<const float> weight,
+            std::span<const float> bias, std::span<const float> output,
+            std::span<const float> workspace) {
+  constexpr const char* kOp = "conv2d";
+  const Described shape = checkConv(s, kOp);
+  enforceSize(input.size(), s.inputSize(), kOp, shape, "input");
+  enforceSize(weight.size(), s.weightSize(), kOp, shape, "weight");
+  GOSSAMER_ENFORCE(bias.empty() || bias.size() == s.outChannels,
+                   "{} {}: bias must be empty or hold {} elements, got {}", kOp, shape,
+                   s.outChannels, bias.size());
+  enforceSize(output.size(), s.outputSize(), kOp, shape, "output");
+  enforceWorkspace(workspace.size(), s, kOp, shape);
+  const auto in = named("input", input), w = named("weight", weight), b = named("bias", bias),
+             out = named("output", output), ws = named("workspace", workspace);
+  enforceOutputsDisjoint(kOp, {out, ws}, {in, w, b, out, ws});
+  return s.batch > 0;
+}
+
+bool conv2dBackwardData(const Conv2dShape& s, std::span<const float> dOutput,
+                        std::span<const float> weight, std::span<const float> dInput,
+                        std::span<const float> workspace) {
+  constexpr const char* kOp = "conv2dBackwardData";
+  const Described shape = checkConv(s, kOp);
+  enforceSize(dOutput.size(), s.outputSize(), kOp, shape, "dOutput");
+  enforceSize(weight.size(), s.weightSize(), kOp, shape, "weight");
+  enforceSize(dInput.size(), s.inputSize(), kOp, shape, "dInput");
+  enforceWorkspace(workspace.size(), s, kOp, shape);
+  const auto dout = named("dOutput", dOutput), w = named("weight", weight),
+             din = named("dInput", dInput), ws = named("workspace", workspace);
+  enforceOutputsDisjoint(kOp, {din, ws}, {dout, w, din, ws});
+  return s.batch > 0;
+}
+
+bool conv2dBackwardWeights(const Conv2dShape& s, std::span<const float> input,
+                           std::span<const float> dOutput, std::span<const float> dWeight,
+                           std::span<const float> dBias, std::span<const float> workspace) {
+  constexpr const char* kOp = "conv2dBackwardWeights";
+  const Described shape = checkConv(s, kOp);
+  enforceSize(input.size(), s.inputSize(), kOp, shape, "input");
+  enforceSize(dOutput.size(), s.outputSize(), kOp, shape, "dOutput");
+  enforceSize(dWeight.size(), s.weightSize(), kOp, shape, "dWeight");
+  GOSSAMER_ENFORCE(dBias.empty() || dBias.size() == s.outChannels,
+                   "{} {}: dBias must be empty or hold {} elements, got {}", kOp, shape,
+                   s.outChannels, dBias.size());
+  enforceWorkspace(workspace.size(), s, kOp, shape);
+  const auto in = named("input", input), dout = named("dOutput", dOutput),
+             dw = named("dWeight", dWeight), db = named("dBias", dBias),
+             ws = named("workspace", workspace);
+  enforceOutputsDisjoint(kOp, {dw, db, ws}, {in, dout, dw, db, ws});
+  return true;  // an empty batch still writes zero gradients
+}
+
+bool maxPool2d(const Pool2dShape& s, std::span<const float> input, std::span<const float> output,
+               std::span<const std::int32_t> argmax) {
+  constexpr const char* kOp = "maxPool2d";
+  const Described shape = checkPool(s, kOp);
+  enforceSize(input.size(), s.inputSize(), kOp, shape, "input");
+  enforceSize(output.size(), s.outputSize(), kOp, shape, "output");
+  enforceSize(argmax.size(), s.outputSize(), kOp, shape, "argmax");
+  const auto in = named("input", input), out = named("output", output),
+             idx = named("argmax", argmax);
+  enforceOutputsDisjoint(kOp, {out, idx}, {in, out, idx});
+  return s.batch > 0;
+}
+
+bool maxPool2dBackward(const Pool2dShape& s, std::span<const float> dOutput,
+                       std::span<const std::int32_t> argmax, std::span<const float> dInput) {
+  constexpr const char* kOp = "maxPool2dBackward";
+  const Described shape = checkPool(s, kOp);
+  enforceSize(dOutput.size(), s.outputSize(), kOp, shape, "dOutput");
+  enforceSize(argmax.size(), s.outputSize(), kOp, shape, "argmax");
+  enforceSize(dInput.size(), s.inputSize(), kOp, shape, "dInput");
+  const auto dout = named("dOutput", dOutput), idx = named("argmax", argmax),
+             din = named("dInput", dInput);
+  enforceOutputsDisjoint(kOp, {din}, {dout, idx, din});
+  return s.batch > 0;
 }
 
 void throwLabelOutOfRange(std::int32_t label, std::size_t row, std::size_t classes) {

@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 
 #include "kernels/compute.h"
 
@@ -86,6 +87,31 @@ std::size_t argmax(std::span<const float> x, std::size_t classes,
 // logits is labels.size() x classes; classes <= INT32_MAX, as for argmax.
 std::size_t countCorrect(std::span<const float> logits, std::span<const std::int32_t> labels,
                          std::size_t classes);
+
+// ---- convolutional layers ----
+
+// A shape as the errors name it: "conv2d 2x3x8x8 -> 4 channels, kernel 3x3, stride 1x1, pad 1x1"
+// and "maxPool2d 2x3x8x8, window 2, stride 2".
+std::string describe(const Conv2dShape& shape);
+std::string describe(const Pool2dShape& shape);
+
+// The five ops below check the shape (dimensions, strides and window positive, the kernel or
+// window within the (padded) input, every size and BLAS dimension in range), the size of every
+// span, the workspace's size, and that each output is disjoint from the other spans. They
+// return false when the batch is empty (nothing to compute), true otherwise.
+bool conv2d(const Conv2dShape& shape, std::span<const float> input, std::span<const float> weight,
+            std::span<const float> bias, std::span<const float> output,
+            std::span<const float> workspace);
+bool conv2dBackwardData(const Conv2dShape& shape, std::span<const float> dOutput,
+                        std::span<const float> weight, std::span<const float> dInput,
+                        std::span<const float> workspace);
+bool conv2dBackwardWeights(const Conv2dShape& shape, std::span<const float> input,
+                           std::span<const float> dOutput, std::span<const float> dWeight,
+                           std::span<const float> dBias, std::span<const float> workspace);
+bool maxPool2d(const Pool2dShape& shape, std::span<const float> input,
+               std::span<const float> output, std::span<const std::int32_t> argmax);
+bool maxPool2dBackward(const Pool2dShape& shape, std::span<const float> dOutput,
+                       std::span<const std::int32_t> argmax, std::span<const float> dInput);
 
 // Throws the error of softmaxCrossEntropy for `label` in `row` outside [0, classes), the one
 // message every backend gives, naming the label so that a bad dataset is found from the log.

@@ -83,8 +83,11 @@ void Mlp::forward(const DeviceBatch& batch, std::span<const float> params) {
 }
 
 double Mlp::forwardBackward(const DeviceBatch& batch, std::span<const float> params,
-                            std::span<float> grads) {
+                            std::span<float> grads, std::span<float> dInputs) {
   GOSSAMER_ENFORCE_EQ(grads.size(), parameterCount(), "MLP gradient buffer size");
+  GOSSAMER_ENFORCE(dInputs.empty() || dInputs.size() == batch.rows * options_.inputs,
+                   "MLP input gradient: {} floats for {} rows of {} inputs", dInputs.size(),
+                   batch.rows, options_.inputs);
   forward(batch, params);
   const std::size_t rows = batch.rows;
   const std::size_t layers = widths_.size() - 1;
@@ -110,6 +113,9 @@ double Mlp::forwardBackward(const DeviceBatch& batch, std::span<const float> par
       compute_.gemm(Transpose::kNo, Transpose::kYes, rows, widths_[l], widths_[l + 1], 1.0f,
                     delta(l), weight(params, l), 0.0f, delta(l - 1));
       compute_.reluBackward(delta(l - 1), activation(l - 1));
+    } else if (!dInputs.empty()) {
+      compute_.gemm(Transpose::kNo, Transpose::kYes, rows, widths_[0], widths_[1], 1.0f, delta(0),
+                    weight(params, 0), 0.0f, dInputs);
     }
   }
   return lossSum / static_cast<double>(rows);
@@ -125,14 +131,27 @@ EvalResult Mlp::evaluate(const DeviceBatch& batch, std::span<const float> params
   return result;
 }
 
-double Mlp::trainingFlops(std::size_t rows) const {
+double gemmFlops(const std::vector<GemmShape>& gemms) {
   double flops = 0;
-  for (std::size_t l = 0; l + 1 < widths_.size(); ++l) {
-    const double gemm = 2.0 * static_cast<double>(rows) * static_cast<double>(widths_[l]) *
-                        static_cast<double>(widths_[l + 1]);
-    flops += gemm * (l == 0 ? 2 : 3);  // forward + dW, and dX for every layer but the first
+  for (const GemmShape& g : gemms) {
+    flops += 2.0 * static_cast<double>(g.m) * static_cast<double>(g.n) * static_cast<double>(g.k);
   }
   return flops;
+}
+
+std::vector<GemmShape> Mlp::trainingGemms(std::size_t rows, bool inputGradient) const {
+  const std::size_t layers = widths_.size() - 1;
+  std::vector<GemmShape> gemms;
+  for (std::size_t l = 0; l < layers; ++l) {
+    gemms.push_back({Transpose::kNo, Transpose::kNo, rows, widths_[l + 1], widths_[l]});
+  }
+  for (std::size_t l = layers; l-- > 0;) {
+    gemms.push_back({Transpose::kYes, Transpose::kNo, widths_[l], widths_[l + 1], rows});
+    if (l > 0 || inputGradient) {
+      gemms.push_back({Transpose::kNo, Transpose::kYes, rows, widths_[l], widths_[l + 1]});
+    }
+  }
+  return gemms;
 }
 
 }  // namespace gossamer::engine::models

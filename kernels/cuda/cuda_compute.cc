@@ -134,6 +134,20 @@ class CudaCompute final : public Compute {
   std::size_t countCorrect(std::span<const float> logits, std::span<const std::int32_t> labels,
                            std::size_t classes) override;
 
+  void conv2d(const Conv2dShape& shape, std::span<const float> input,
+              std::span<const float> weight, std::span<const float> bias,
+              std::span<float> output, std::span<float> workspace) override;
+  void conv2dBackwardData(const Conv2dShape& shape, std::span<const float> dOutput,
+                          std::span<const float> weight, std::span<float> dInput,
+                          std::span<float> workspace) override;
+  void conv2dBackwardWeights(const Conv2dShape& shape, std::span<const float> input,
+                             std::span<const float> dOutput, std::span<float> dWeight,
+                             std::span<float> dBias, std::span<float> workspace) override;
+  void maxPool2d(const Pool2dShape& shape, std::span<const float> input, std::span<float> output,
+                 std::span<std::int32_t> argmax) override;
+  void maxPool2dBackward(const Pool2dShape& shape, std::span<const float> dOutput,
+                         std::span<const std::int32_t> argmax, std::span<float> dInput) override;
+
  private:
   // Makes device_ current on the calling thread (the Compute may have been created on another
   // thread than the one that uses it; a stream only accepts work from its own device).
@@ -599,6 +613,78 @@ std::size_t CudaCompute::countCorrect(std::span<const float> logits,
   GOSSAMER_CUDA_CHECK(
       detail::countCorrect(logits.data(), labels.data(), rows, classes, scratch_, launch()));
   return static_cast<std::size_t>(readResults().count);
+}
+
+// ---- convolutional layers: the CPU reference's plan (im2col, one cuBLAS GEMM over the whole
+// batch, a layout change) with conv_math.h's per-element kernels ----
+
+void CudaCompute::conv2d(const Conv2dShape& shape, std::span<const float> input,
+                         std::span<const float> weight, std::span<const float> bias,
+                         std::span<float> output, std::span<float> workspace) {
+  if (!checks::conv2d(shape, input, weight, bias, output, workspace)) return;
+  const std::size_t patch = shape.patch(), cols = shape.columns();
+  std::span<float> columns = workspace.first(patch * cols);
+  std::span<float> product = workspace.subspan(patch * cols, shape.outChannels * cols);
+  activate();
+  GOSSAMER_CUDA_CHECK(detail::im2col(shape, input.data(), columns.data(), launch()));
+  gemm(Transpose::kNo, Transpose::kNo, shape.outChannels, cols, patch, 1.0f, weight, columns,
+       0.0f, product);
+  GOSSAMER_CUDA_CHECK(detail::channelMajorToNchw(product.data(),
+                                                 bias.empty() ? nullptr : bias.data(),
+                                                 output.data(), shape.batch, shape.outChannels,
+                                                 shape.outPlane(), launch()));
+}
+
+void CudaCompute::conv2dBackwardData(const Conv2dShape& shape, std::span<const float> dOutput,
+                                     std::span<const float> weight, std::span<float> dInput,
+                                     std::span<float> workspace) {
+  if (!checks::conv2dBackwardData(shape, dOutput, weight, dInput, workspace)) return;
+  const std::size_t patch = shape.patch(), cols = shape.columns();
+  std::span<float> dColumns = workspace.first(patch * cols);
+  std::span<float> dProduct = workspace.subspan(patch * cols, shape.outChannels * cols);
+  activate();
+  GOSSAMER_CUDA_CHECK(detail::nchwToChannelMajor(dOutput.data(), dProduct.data(), shape.batch,
+                                                 shape.outChannels, shape.outPlane(), launch()));
+  gemm(Transpose::kYes, Transpose::kNo, patch, cols, shape.outChannels, 1.0f, weight, dProduct,
+       0.0f, dColumns);
+  GOSSAMER_CUDA_CHECK(detail::col2im(shape, dColumns.data(), dInput.data(), launch()));
+}
+
+void CudaCompute::conv2dBackwardWeights(const Conv2dShape& shape, std::span<const float> input,
+                                        std::span<const float> dOutput, std::span<float> dWeight,
+                                        std::span<float> dBias, std::span<float> workspace) {
+  checks::conv2dBackwardWeights(shape, input, dOutput, dWeight, dBias, workspace);
+  const std::size_t patch = shape.patch(), cols = shape.columns();
+  std::span<float> columns = workspace.first(patch * cols);
+  std::span<float> dProduct = workspace.subspan(patch * cols, shape.outChannels * cols);
+  activate();
+  GOSSAMER_CUDA_CHECK(detail::im2col(shape, input.data(), columns.data(), launch()));
+  GOSSAMER_CUDA_CHECK(detail::nchwToChannelMajor(dOutput.data(), dProduct.data(), shape.batch,
+                                                 shape.outChannels, shape.outPlane(), launch()));
+  // k = 0 (an empty batch) zeroes dWeight.
+  gemm(Transpose::kNo, Transpose::kYes, shape.outChannels, patch, cols, 1.0f, dProduct, columns,
+       0.0f, dWeight);
+  if (!dBias.empty()) {
+    GOSSAMER_CUDA_CHECK(
+        detail::rowSums(dProduct.data(), dBias.data(), shape.outChannels, cols, launch()));
+  }
+}
+
+void CudaCompute::maxPool2d(const Pool2dShape& shape, std::span<const float> input,
+                            std::span<float> output, std::span<std::int32_t> argmax) {
+  if (!checks::maxPool2d(shape, input, output, argmax)) return;
+  activate();
+  GOSSAMER_CUDA_CHECK(
+      detail::maxPool2d(shape, input.data(), output.data(), argmax.data(), launch()));
+}
+
+void CudaCompute::maxPool2dBackward(const Pool2dShape& shape, std::span<const float> dOutput,
+                                    std::span<const std::int32_t> argmax,
+                                    std::span<float> dInput) {
+  if (!checks::maxPool2dBackward(shape, dOutput, argmax, dInput)) return;
+  activate();
+  GOSSAMER_CUDA_CHECK(
+      detail::maxPool2dBackward(shape, dOutput.data(), argmax.data(), dInput.data(), launch()));
 }
 
 }  // namespace

@@ -19,6 +19,8 @@
 
 #include <cuda_runtime.h>
 
+#include "kernels/conv_math.h"
+
 namespace gossamer::kernels::cuda::detail {
 
 // Where and how wide to launch: the stream of the owning Compute and its device's SM count,
@@ -111,6 +113,29 @@ cudaError_t argmax(const float* x, std::size_t rows, std::size_t classes, std::i
 // Rows whose argmax equals the label, into scratch->results.count.
 cudaError_t countCorrect(const float* logits, const std::int32_t* labels, std::size_t rows,
                          std::size_t classes, Scratch* scratch, const Launch& launch);
+
+// ---- convolution and pooling (cuda_conv.cu; NCHW, geometry and the per-element math shared
+// with the CPU reference in kernels/conv_math.h). Shapes were checked by the caller. ----
+
+// columns (patch x batch*plane) = im2col(input), zero in the padding.
+cudaError_t im2col(const Conv2dShape& shape, const float* input, float* columns,
+                   const Launch& launch);
+// dInput = col2im(dColumns): each input element gathers the entries that copied it.
+cudaError_t col2im(const Conv2dShape& shape, const float* dColumns, float* dInput,
+                   const Launch& launch);
+// out[n][c][p] = in[c][n * plane + p] (+ bias[c] when bias is not null).
+cudaError_t channelMajorToNchw(const float* in, const float* bias, float* out, std::size_t batch,
+                               std::size_t channels, std::size_t plane, const Launch& launch);
+// out[c][n * plane + p] = in[n][c][p].
+cudaError_t nchwToChannelMajor(const float* in, float* out, std::size_t batch,
+                               std::size_t channels, std::size_t plane, const Launch& launch);
+// sums[c] = sum of row c of a channels x count matrix, in double (deterministic), rounded once.
+cudaError_t rowSums(const float* rows, float* sums, std::size_t channels, std::size_t count,
+                    const Launch& launch);
+cudaError_t maxPool2d(const Pool2dShape& shape, const float* input, float* output,
+                      std::int32_t* argmax, const Launch& launch);
+cudaError_t maxPool2dBackward(const Pool2dShape& shape, const float* dOutput,
+                              const std::int32_t* argmax, float* dInput, const Launch& launch);
 
 // ---- codecs (cuda_codec.cu; layouts and numerics in kernels/codec.h, element-wise math shared
 // with the CPU reference through kernels/codec_math.h). `residual` null means no error

@@ -11,6 +11,7 @@
 #include "engine/models/mlp.h"
 #include "engine/models/softmax_regression.h"
 #include "kernels/cpu/cpu_compute.h"
+#include "tests/engine/model_reference.h"
 
 namespace gossamer::engine {
 namespace {
@@ -41,22 +42,7 @@ double referenceLoss(const Problem& p, const std::vector<double>& params) {
     std::vector<double> a(p.x.begin() + static_cast<long>(r * p.inputs),
                           p.x.begin() + static_cast<long>((r + 1) * p.inputs));
     std::size_t offset = 0;
-    for (std::size_t l = 0; l + 1 < widths.size(); ++l) {
-      const std::size_t in = widths[l], out = widths[l + 1];
-      std::vector<double> z(out, 0.0);
-      for (std::size_t j = 0; j < out; ++j) {
-        for (std::size_t i = 0; i < in; ++i) z[j] += a[i] * params[offset + i * out + j];
-        z[j] += params[offset + in * out + j];
-        if (l + 2 < widths.size()) z[j] = std::max(z[j], 0.0);
-      }
-      offset += in * out + out;
-      a = z;
-    }
-    double maxLogit = a[0];
-    for (double v : a) maxLogit = std::max(maxLogit, v);
-    double sum = 0;
-    for (double v : a) sum += std::exp(v - maxLogit);
-    total += std::log(sum) + maxLogit - a[static_cast<std::size_t>(p.y[r])];
+    total += test::referenceCrossEntropy(test::referenceDense(a, widths, params, offset), p.y[r]);
   }
   return total / static_cast<double>(p.rows);
 }

@@ -317,6 +317,28 @@ class DeviceLike final : public kernels::Compute {
                            std::size_t classes) override {
     return cpu_->countCorrect(logits, labels, classes);
   }
+  void conv2d(const kernels::Conv2dShape& s, std::span<const float> x, std::span<const float> w,
+              std::span<const float> b, std::span<float> y, std::span<float> ws) override {
+    cpu_->conv2d(s, x, w, b, y, ws);
+  }
+  void conv2dBackwardData(const kernels::Conv2dShape& s, std::span<const float> dy,
+                          std::span<const float> w, std::span<float> dx,
+                          std::span<float> ws) override {
+    cpu_->conv2dBackwardData(s, dy, w, dx, ws);
+  }
+  void conv2dBackwardWeights(const kernels::Conv2dShape& s, std::span<const float> x,
+                             std::span<const float> dy, std::span<float> dw, std::span<float> db,
+                             std::span<float> ws) override {
+    cpu_->conv2dBackwardWeights(s, x, dy, dw, db, ws);
+  }
+  void maxPool2d(const kernels::Pool2dShape& s, std::span<const float> x, std::span<float> y,
+                 std::span<std::int32_t> at) override {
+    cpu_->maxPool2d(s, x, y, at);
+  }
+  void maxPool2dBackward(const kernels::Pool2dShape& s, std::span<const float> dy,
+                         std::span<const std::int32_t> at, std::span<float> dx) override {
+    cpu_->maxPool2dBackward(s, dy, at, dx);
+  }
 
  private:
   std::unique_ptr<kernels::Compute> cpu_ = kernels::cpu::makeCompute({.blasThreads = 1});
