@@ -5,6 +5,8 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
+#include <random>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -238,6 +240,43 @@ TEST_CASE("external loop: a peer killed mid-run leaves; the others finish and th
     CHECK(results[i].steps == 400);
     CHECK(results[i].bytesSent > 0);
   }
+}
+
+TEST_CASE("external loop: a checkpoint of the caller's run resumes where it stopped") {
+  test::Watchdog watchdog(30s);
+  const std::filesystem::path file =
+      std::filesystem::temp_directory_path() /
+      ("gossamer-external-" + std::to_string(std::random_device{}()) + ".ckpt");
+  auto config = [&](std::uint64_t steps, bool resume) {
+    PeerConfig c = clusterPeer("none", steps);
+    c.training.optimizer = {.kind = train::OptimizerKind::kSgd, .lr = 0.1f};
+    c.training.checkpointFile = file.string();
+    c.training.checkpointEvery = 5;
+    c.training.resume = resume;
+    return c;
+  };
+  auto train = [](Peer& peer) {
+    REQUIRE(peer.start());
+    while (true) {
+      std::fill(peer.grads().begin(), peer.grads().end(), 1.0f);
+      if (!peer.step({.loss = 1.0, .samples = 2})) break;
+    }
+    return peer.finish();
+  };
+  {
+    Peer first(config(10, false), test::registry(), ExternalModel{flatLayout(8), {}});
+    CHECK(train(first).steps == 10);
+    for (float w : first.params()) CHECK(w == doctest::Approx(-1.0));
+  }
+  Peer resumed(config(20, true), test::registry(), ExternalModel{flatLayout(8), {}});
+  for (float w : resumed.params()) CHECK(w == 0.0f);  // restored by start()
+  const PeerResult result = train(resumed);
+  CHECK(result.steps == 20);
+  CHECK(result.samples == 40);  // the first run's 20 samples came back with the checkpoint
+  for (float w : resumed.params()) CHECK(w == doctest::Approx(-2.0));
+  CHECK_THROWS_WITH_AS(Peer(config(20, true), test::registry(), ExternalModel{flatLayout(9), {}}),
+                       doctest::Contains("is for a different model"), Error);
+  std::filesystem::remove(file);
 }
 
 TEST_CASE("external loop: misuse is refused with a sentence") {

@@ -63,6 +63,7 @@ class Attached:
             raise gossamer.Error(
                 "the module has %d parameters but the peer's buffer holds %d" % (total, self.flat_params.numel())
             )
+        # (parameter, offset, count, address of its value, address of its gradient)
         self._slots = []
         offset = 0
         with torch.no_grad():
@@ -74,22 +75,21 @@ class Attached:
                 grad = self.flat_grads[offset:offset + n].view_as(p)
                 grad.zero_()
                 p.grad = grad
-                self._slots.append((p, offset, n))
+                self._slots.append((p, offset, n, value.data_ptr(), grad.data_ptr()))
                 offset += n
 
     def ensure(self):
         """Puts back views that something replaced (zero_grad(set_to_none=True), a grad made by
-        autograd after it), keeping their values."""
-        for p, offset, n in self._slots:
-            if p.data.data_ptr() != self.flat_params[offset:].data_ptr():
+        autograd after it), keeping their values. A few pointer comparisons when nothing did."""
+        for p, offset, n, value_at, grad_at in self._slots:
+            if p.data_ptr() != value_at:
                 with torch.no_grad():
                     value = self.flat_params[offset:offset + n].view_as(p)
                     value.copy_(p.data)
                     p.data = value
             g = p.grad
-            want = self.flat_grads[offset:offset + n]
-            if g is None or g.data_ptr() != want.data_ptr():
-                view = want.view_as(p)
+            if g is None or g.data_ptr() != grad_at:
+                view = self.flat_grads[offset:offset + n].view_as(p)
                 with torch.no_grad():
                     if g is None:
                         view.zero_()
