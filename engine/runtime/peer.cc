@@ -436,12 +436,14 @@ bool Peer::Impl::start() {
       comms->control, comms->staging, status, metrics});
   startFrom(plan);
   logger()->info(
-      "peer {:016x}: {} with {} on {} (gap {:.3f}); {} members{}; shard {} of {} ({} samples); "
+      "peer {:016x}: {} with {} on {} (gap {:.3f}); {} members{}; shard {} of {} ({}); "
       "steps {} to {}",
       self, algorithm->name(), topology->name(), compute->describe(), roster.graph->spectralGap(),
       roster.members.size(), plan.late ? ", joined late" : "", training.shardRank,
-      training.shardCount, external ? 0 : training.learner->sampler().size(), status.step.load(),
-      status.totalSteps.load());
+      training.shardCount,
+      external ? std::string("the caller's data")
+               : fmt::format("{} samples", training.learner->sampler().size()),
+      status.step.load(), status.totalSteps.load());
   algorithm->setup(*training.context);
   asio::post(comms->network.io(), [this] { comms->serveGate.open(); });
   status.commWaitNs = 0;  // waiting for the others to show up is not communication cost
