@@ -26,9 +26,9 @@ foreach(folder engine/base kernels topology net engine algorithms)
       endif()
       set(ok FALSE)
       set(allowed ${allowed_${folder}})
-      # A binary's main (engine/peer_main.cc) sits above the algorithms (the binaries link
-      # them), whatever folder it lives in.
-      if(rel MATCHES "_main\\.cc$")
+      # A binary's main (engine/peer_main.cc) and the Python module (engine/python/) sit above
+      # the algorithms (they link them), whatever folder they live in.
+      if(rel MATCHES "_main\\.cc$" OR rel MATCHES "^engine/python/")
         list(APPEND allowed algorithms)
       endif()
       foreach(prefix ${allowed})

@@ -68,8 +68,8 @@ train::Checkpoint PeerCheckpoints::load(const Model& model, const Algorithm& alg
 
 std::uint64_t PeerCheckpoints::restore(const train::Checkpoint& c, train::Learner& learner,
                                        Algorithm& algorithm) {
-  learner.restore(c, c.metaInt("epoch") == 0 || static_cast<std::size_t>(c.metaInt("cursor")) <=
-                                                    learner.sampler().size());
+  learner.restore(c, !learner.hasData() || c.metaInt("epoch") == 0 ||
+                        static_cast<std::size_t>(c.metaInt("cursor")) <= learner.sampler().size());
   AlgorithmState state;
   for (const auto& [name, tensor] : c.tensors) {
     if (startsWith(name, kAlgorithmTensor) && !startsWith(name, kAlgorithmValue))

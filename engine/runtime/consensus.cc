@@ -12,6 +12,7 @@ struct ConsensusEvaluator::Impl {
   std::unique_ptr<kernels::Compute> compute = kernels::cpu::makeCompute({.blasThreads = 1});
   std::unique_ptr<Model> model;
   std::unique_ptr<train::Evaluator> evaluator;
+  std::function<EvalResult(std::span<const float>, std::size_t)> run;
 };
 
 ConsensusEvaluator::ConsensusEvaluator(const Registry& registry, const std::string& model,
@@ -19,6 +20,17 @@ ConsensusEvaluator::ConsensusEvaluator(const Registry& registry, const std::stri
     : impl_(std::make_unique<Impl>()) {
   impl_->model = registry.models.get(model)(*impl_->compute, config);
   impl_->evaluator = std::make_unique<train::Evaluator>(*impl_->compute, *impl_->model, test);
+  impl_->run = [evaluator = impl_->evaluator.get()](std::span<const float> params,
+                                                    std::size_t samples) {
+    return evaluator->run(params, samples);
+  };
+}
+
+ConsensusEvaluator::ConsensusEvaluator(
+    std::function<EvalResult(std::span<const float> params, std::size_t samples)> evaluate)
+    : impl_(std::make_unique<Impl>()) {
+  GOSSAMER_ENFORCE(static_cast<bool>(evaluate), "a consensus evaluator needs an evaluation");
+  impl_->run = std::move(evaluate);
 }
 
 ConsensusEvaluator::~ConsensusEvaluator() = default;
@@ -45,13 +57,13 @@ ConsensusResult ConsensusEvaluator::evaluate(std::span<const Snapshot> snapshots
     }
     result.distance += distance / count;
   }
-  const EvalResult consensus = impl_->evaluator->run(mean, samples);
+  const EvalResult consensus = impl_->run(mean, samples);
   result.accuracy = consensus.accuracy();
   result.loss = consensus.meanLoss();
   if (perPeer) {
     result.minPeerAccuracy = 1;
     for (const Snapshot& s : snapshots) {
-      const double a = impl_->evaluator->run(s.params, samples).accuracy();
+      const double a = impl_->run(s.params, samples).accuracy();
       result.minPeerAccuracy = std::min(result.minPeerAccuracy, a);
       result.meanPeerAccuracy += a / count;
     }

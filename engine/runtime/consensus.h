@@ -2,6 +2,7 @@
 // with a CPU copy of the model, and how far the members are from it.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -25,6 +26,9 @@ class ConsensusEvaluator {
  public:
   ConsensusEvaluator(const Registry& registry, const std::string& model, ModelConfig config,
                      const data::Dataset& test);
+  // Evaluates with the caller's function: host params, the first `samples` test samples (0: all).
+  explicit ConsensusEvaluator(
+      std::function<EvalResult(std::span<const float> params, std::size_t samples)> evaluate);
   ~ConsensusEvaluator();
   // `samples` = 0: the whole test set. Each peer's own accuracy is evaluated when `perPeer`.
   // Throws gossamer::Error when the snapshots are of different sizes.

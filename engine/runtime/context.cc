@@ -26,7 +26,13 @@ void ComputeContext::notify(PeerId to, const Message& message) {
 
 double ComputeContext::computeGradients() {
   const Clock::time_point start = Clock::now();
-  const double loss = p_.learner.computeGradients();
+  double loss = 0;
+  if (local_ == nullptr) {
+    loss = p_.learner.computeGradients();
+  } else {
+    loss = local_->gradients ? local_->gradients() : local_->loss;
+    p_.learner.countSamples(local_->samples);
+  }
   if (const std::int64_t least = p_.status.stepTimeUs; least > 0)
     std::this_thread::sleep_until(start + std::chrono::microseconds(least));
   p_.status.addCompute(Clock::now() - start);
@@ -35,7 +41,13 @@ double ComputeContext::computeGradients() {
 
 void ComputeContext::applyOptimizer() {
   const Clock::time_point start = Clock::now();
-  p_.learner.applyUpdate();
+  if (local_ != nullptr && local_->update) {
+    local_->update();
+    // The step count stays the peer's (checkpoints, Adam's bias correction if it steps later).
+    p_.learner.optimizer().setSteps(p_.learner.optimizer().steps() + 1);
+  } else {
+    p_.learner.applyUpdate();
+  }
   p_.status.addCompute(Clock::now() - start);
 }
 

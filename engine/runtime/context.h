@@ -13,6 +13,7 @@
 #include "engine/algorithm.h"
 #include "engine/runtime/config.h"
 #include "engine/runtime/control.h"
+#include "engine/runtime/local_step.h"
 #include "engine/runtime/messenger.h"
 #include "engine/runtime/peer_state.h"
 #include "engine/runtime/staging.h"
@@ -63,8 +64,12 @@ class ComputeContext final : public PeerContext {
   std::span<float> grads() override { return p_.learner.grads(); }
   train::Optimizer& optimizer() override { return p_.learner.optimizer(); }
   // Both count as compute (utilization); computeGradients also takes the emulated step time.
+  // During a step of the externally driven loop they are the caller's (setLocalStep).
   double computeGradients() override;
   void applyOptimizer() override;
+  // The caller's local step for the step about to run (Peer::step), or null: the peer's learner.
+  // `local` must outlive the step.
+  void setLocalStep(const LocalStep* local) { local_ = local; }
 
   void send(std::span<const PeerId> to, const Message& message) override;
   using PeerContext::send;
@@ -98,6 +103,7 @@ class ComputeContext final : public PeerContext {
                           Clock::duration timeout, bool whileStepping);
 
   ComputeParts p_;
+  const LocalStep* local_ = nullptr;
   TagSource tags_;
   std::mt19937_64 rng_;
 };

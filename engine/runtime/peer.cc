@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
+#include <mutex>
 #include <random>
 
 #include <asio/post.hpp>
@@ -49,6 +51,30 @@ std::vector<PeerId> without(std::vector<PeerId> ids, PeerId self) {
   std::erase(ids, self);
   return ids;
 }
+
+// The model of an externally driven peer: only the layout of the flat buffers; the caller computes
+// the gradients and evaluates (engine/runtime/peer.h).
+class LayoutModel final : public Model {
+ public:
+  LayoutModel(kernels::Compute& compute, ParamLayout layout)
+      : compute_(compute), layout_(std::move(layout)) {}
+  std::string name() const override { return "external"; }
+  const ParamLayout& layout() const override { return layout_; }
+  std::size_t inputFeatures() const override { return 0; }
+  std::size_t classes() const override { return 0; }
+  std::size_t maxBatch() const override { return 0; }
+  void initialize(std::span<float> params, std::uint64_t) override { compute_.fill(params, 0.0f); }
+  double forwardBackward(const DeviceBatch&, std::span<const float>, std::span<float>) override {
+    GOSSAMER_THROW("an externally driven peer's caller computes the gradients");
+  }
+  EvalResult evaluate(const DeviceBatch&, std::span<const float>) override {
+    GOSSAMER_THROW("an externally driven peer's caller evaluates its model");
+  }
+
+ private:
+  kernels::Compute& compute_;
+  ParamLayout layout_;
+};
 
 }  // namespace
 
@@ -100,6 +126,7 @@ struct Training {
   std::size_t shardCount = 0, shardRank = 0;
   std::unique_ptr<ComputeContext> context;
   std::unique_ptr<TrainingLoop> loop;
+  std::uint64_t stepsPerEpoch = 1;
   bool cannotJoin = false;  // the join deadline passed before anyone admitted this peer
 };
 
@@ -109,15 +136,22 @@ struct Requests {
 };
 
 struct Peer::Impl final : private LoopDriver {
-  Impl(PeerConfig c, const Registry& r, std::shared_ptr<const DatasetPair> d);
+  Impl(PeerConfig c, const Registry& r, std::shared_ptr<const DatasetPair> d,
+       std::optional<ExternalModel> e);
 
   PeerResult run();
+  // run() in its parts, for the externally driven loop as well: start() (false: joined no one),
+  // the loop, finish().
+  bool start();
+  PeerResult finish(const LoopFigures& figures);
   void kill();
+  LoopDriver& driver() { return *this; }
 
   // ---- fixed after construction ----
   PeerConfig config;
   const Registry& registry;
-  std::shared_ptr<const DatasetPair> data;
+  std::shared_ptr<const DatasetPair> data;  // null for an externally driven peer
+  std::optional<ExternalModel> external;
   PeerId self = 0;
   std::unique_ptr<kernels::Compute> compute;
   std::unique_ptr<Model> model;
@@ -131,11 +165,15 @@ struct Peer::Impl final : private LoopDriver {
   LoopStatus status;
   MetricsMap metrics;
   Requests requests;
+  std::mutex eventsMutex;  // leaf
+  std::deque<net::membership::Event> events;  // for takeEvents()
   std::unique_ptr<Comms> comms;  // last: it stops the io thread before the rest goes
   // ---- compute thread ----
   Training training;
+  enum class Phase { constructed, started, finished } phase = Phase::constructed;
 
  private:
+  EvaluateFn evaluation();
   std::vector<std::size_t> shardOf(std::size_t count, std::size_t rank) const;
   void takeShard();
   std::uint64_t totalSteps(const StartPlan& plan) const;
@@ -158,14 +196,22 @@ struct Peer::Impl final : private LoopDriver {
 
 // ---- construction ----------------------------------------------------------------------------
 
-Peer::Impl::Impl(PeerConfig c, const Registry& r, std::shared_ptr<const DatasetPair> d)
+Peer::Impl::Impl(PeerConfig c, const Registry& r, std::shared_ptr<const DatasetPair> d,
+                 std::optional<ExternalModel> e)
     : config(std::move(c)),
       registry(r),
       data(std::move(d)),
+      external(std::move(e)),
       self(chooseId(config.network)),
       checkpoints(config.training, self) {
-  GOSSAMER_ENFORCE(data != nullptr, "a peer needs its data");
+  GOSSAMER_ENFORCE(data != nullptr || external, "a peer needs its data");
   TrainingConfig& t = config.training;
+  if (external) {
+    GOSSAMER_ENFORCE(external->layout.parameterCount() > 0,
+                     "an externally driven peer needs a model with parameters");
+    GOSSAMER_ENFORCE(t.maxSteps > 0,
+                     "an externally driven peer needs the number of steps of its run (maxSteps)");
+  }
   GOSSAMER_ENFORCE(t.minPeers >= 1, "--min-peers must be at least 1");
   status.stepTimeUs = t.minStepTime.count();
   GOSSAMER_ENFORCE(t.batch >= 1, "the batch size must be at least 1");
@@ -176,10 +222,16 @@ Peer::Impl::Impl(PeerConfig c, const Registry& r, std::shared_ptr<const DatasetP
   topology = registry.topologies.get(t.topology.empty() ? spec.defaultTopology : t.topology)(
       t.topologyOptions);
   compute = makeCompute(t.device);
-  t.modelConfig.inputs = data->train.features;
-  t.modelConfig.classes = data->train.classes;
-  t.modelConfig.maxBatch = std::max<std::size_t>(t.modelConfig.maxBatch, t.batch);
-  model = registry.models.get(t.model)(*compute, t.modelConfig);
+  if (external) {
+    model = std::make_unique<LayoutModel>(*compute, external->layout);
+    // The buffers exist from the start: the caller lays its tensors out over them.
+    training.learner = std::make_unique<train::Learner>(*compute, *model, t.optimizer, t.seed);
+  } else {
+    t.modelConfig.inputs = data->train.features;
+    t.modelConfig.classes = data->train.classes;
+    t.modelConfig.maxBatch = std::max<std::size_t>(t.modelConfig.maxBatch, t.batch);
+    model = registry.models.get(t.model)(*compute, t.modelConfig);
+  }
   if (t.resume) {
     GOSSAMER_ENFORCE(checkpoints.enabled(), "--resume needs a checkpoint (--checkpoint-dir)");
     resumeFrom = checkpoints.load(*model, *algorithm);
@@ -220,6 +272,11 @@ void Peer::Impl::onMembershipEvent(const net::membership::Event& event) {
                 "peer {:016x}: epoch {}: {:016x} ({}) {}; {} members", self, event.epoch,
                 event.member.id, event.member.address.str(), net::membership::name(event.kind),
                 comms->network.view().members.size());
+  {
+    std::lock_guard lock(eventsMutex);
+    events.push_back(event);
+    if (events.size() > 1024) events.pop_front();
+  }
   comms->inbox.wake();
   comms->control.wake();
 }
@@ -255,6 +312,7 @@ void Peer::Impl::takeShard() {
   if (training.learner && count == training.shardCount && rank == training.shardRank) return;
   training.shardCount = count;
   training.shardRank = rank;
+  if (external) return;  // the caller takes its part of its data (Peer::shard)
   if (!training.learner) {
     training.learner = std::make_unique<train::Learner>(*compute, *model, t.optimizer, data->train,
                                                         shardOf(count, rank), t.batch, t.seed);
@@ -282,7 +340,7 @@ void Peer::Impl::refreshMembers(bool force) {
 std::uint64_t Peer::Impl::totalSteps(const StartPlan& plan) const {
   const TrainingConfig& t = config.training;
   if (plan.totalSteps > 0) return plan.totalSteps;  // the cluster's, already training
-  if (t.maxSteps > 0) return t.maxSteps;
+  if (t.maxSteps > 0) return t.maxSteps;  // always, for an externally driven peer
   // The same on every peer: passes of the whole cluster over the training set.
   const std::size_t shards = std::max(training.shardCount, t.minPeers);
   const std::size_t perPass = (data->train.count() + shards * t.batch - 1) / (shards * t.batch);
@@ -348,10 +406,24 @@ std::uint64_t Peer::Impl::bytesSent() const {
 // ---- run (compute thread) ----------------------------------------------------------------------
 
 PeerResult Peer::Impl::run() {
+  if (!start()) return cannotJoinResult();
+  const LoopFigures figures = training.loop->run(*this);
+  return finish(figures);
+}
+
+EvaluateFn Peer::Impl::evaluation() {
+  if (external) return external->evaluate;
+  auto evaluator = std::make_shared<train::Evaluator>(*compute, *model, data->test);
+  return [evaluator](std::span<const float> params, std::size_t samples) {
+    return evaluator->run(params, samples);
+  };
+}
+
+bool Peer::Impl::start() {
   const TrainingConfig& t = config.training;
   const StartPlan plan = comms->control.awaitStart(
       t.minPeers, resumeFrom.has_value(), t.startTimeout, joinDeadline, seedList(config.network));
-  if (plan.cannotJoin) return cannotJoinResult();
+  if (plan.cannotJoin) return false;
   Roster& roster = training.roster;
   roster.members = comms->network.members();
   roster.epoch = comms->network.epoch();
@@ -364,22 +436,31 @@ PeerResult Peer::Impl::run() {
       comms->control, comms->staging, status, metrics});
   startFrom(plan);
   logger()->info(
-      "peer {:016x}: {} with {} on {} (gap {:.3f}); {} members{}; shard {} of {} ({} samples); "
+      "peer {:016x}: {} with {} on {} (gap {:.3f}); {} members{}; shard {} of {} ({}); "
       "steps {} to {}",
       self, algorithm->name(), topology->name(), compute->describe(), roster.graph->spectralGap(),
       roster.members.size(), plan.late ? ", joined late" : "", training.shardRank,
-      training.shardCount, training.learner->sampler().size(), status.step.load(),
-      status.totalSteps.load());
+      training.shardCount,
+      external ? std::string("the caller's data")
+               : fmt::format("{} samples", training.learner->sampler().size()),
+      status.step.load(), status.totalSteps.load());
   algorithm->setup(*training.context);
   asio::post(comms->network.io(), [this] { comms->serveGate.open(); });
   status.commWaitNs = 0;  // waiting for the others to show up is not communication cost
 
-  const std::size_t shards = std::max(training.shardCount, t.minPeers);
-  training.loop = std::make_unique<TrainingLoop>(
-      t, self, *training.learner, *compute, *model, data->test, status,
-      training.learner->sampler().batchesPerEpoch());
-  const LoopFigures figures = training.loop->run(*this);
+  training.stepsPerEpoch =
+      !external ? training.learner->sampler().batchesPerEpoch()
+      : external->stepsPerEpoch > 0 ? external->stepsPerEpoch
+                                     : std::max<std::uint64_t>(status.totalSteps, 1);
+  training.loop = std::make_unique<TrainingLoop>(t, self, *training.learner, evaluation(), status,
+                                                 training.stepsPerEpoch);
+  return true;
+}
+
+PeerResult Peer::Impl::finish(const LoopFigures& figures) {
+  const TrainingConfig& t = config.training;
   if (training.cannotJoin) return cannotJoinResult();
+  const std::size_t shards = std::max(training.shardCount, t.minPeers);
   const bool leaving = requests.leave && !requests.killed;
   finishWithOthers(leaving);
   if (checkpoints.enabled() && !requests.killed)
@@ -397,20 +478,20 @@ PeerResult Peer::Impl::run() {
   result.steps = status.step;
   result.samples = training.learner->samples();
   result.epochs = static_cast<double>(status.step) /
-                  static_cast<double>(std::max<std::size_t>(
-                      training.learner->sampler().batchesPerEpoch(), 1));
+                  static_cast<double>(std::max<std::uint64_t>(training.stepsPerEpoch, 1));
   result.wallSeconds = figures.wallSeconds;
   result.samplesPerSecond = figures.samplesPerSecond;
   result.trainLoss = figures.trainLoss;
   result.stopped = requests.stop || requests.leave;
   result.commWaitSeconds = status.commWaitSeconds();
   EvalResult test;
-  if (t.finalLocalEval && !requests.killed) {
+  if (t.finalLocalEval && !requests.killed && training.loop->canEvaluate()) {
     test = training.loop->evaluate(0);
     result.testAccuracy = test.accuracy();
     result.testLoss = test.meanLoss();
   }
-  if (t.finalConsensus && !requests.killed && !leaving) result.consensus = pullConsensus();
+  if (t.finalConsensus && !requests.killed && !leaving && training.loop->canEvaluate())
+    result.consensus = pullConsensus();
   if (!requests.killed && !leaving) {
     // Everyone may still be pulling final models: leave once every member is done.
     comms->control.announce(ClusterControl::Barrier::released,
@@ -474,15 +555,27 @@ ConsensusResult Peer::Impl::pullConsensus() {
   if (snapshots.size() < everyone.size())
     logger()->warn("peer {:016x}: {} members sent no final model; the consensus averages {}", self,
                    everyone.size() - snapshots.size(), snapshots.size());
-  ConsensusEvaluator evaluator(registry, config.training.model, config.training.modelConfig,
-                               data->test);
+  if (!external) {
+    ConsensusEvaluator evaluator(registry, config.training.model, config.training.modelConfig,
+                                 data->test);
+    return evaluator.evaluate(snapshots);
+  }
+  // The caller's evaluation reads the Compute's memory.
+  kernels::Buffer<float> params = compute->allocate<float>(training.learner->params().size());
+  ConsensusEvaluator evaluator([&](std::span<const float> host, std::size_t samples) {
+    compute->upload(params.span(), host);
+    return external->evaluate(params.span(), samples);
+  });
   return evaluator.evaluate(snapshots);
 }
 
 // ---- Peer ----------------------------------------------------------------------------------
 
 Peer::Peer(PeerConfig config, const Registry& registry, std::shared_ptr<const DatasetPair> data)
-    : impl_(std::make_unique<Impl>(std::move(config), registry, std::move(data))) {}
+    : impl_(std::make_unique<Impl>(std::move(config), registry, std::move(data), std::nullopt)) {}
+
+Peer::Peer(PeerConfig config, const Registry& registry, ExternalModel model)
+    : impl_(std::make_unique<Impl>(std::move(config), registry, nullptr, std::move(model))) {}
 
 Peer::~Peer() { impl_->comms->network.stop(impl_->status.finished && !impl_->requests.killed); }
 
@@ -490,10 +583,70 @@ PeerId Peer::id() const { return impl_->self; }
 net::Endpoint Peer::endpoint() const { return impl_->comms->network.endpoint(); }
 
 PeerResult Peer::run() {
+  GOSSAMER_ENFORCE(!impl_->external,
+                   "this peer's caller drives its loop: use start(), step() and finish()");
+  GOSSAMER_ENFORCE(impl_->phase == Impl::Phase::constructed, "Peer::run() is called once");
+  impl_->phase = Impl::Phase::finished;
   PeerResult result = impl_->run();
   impl_->comms->network.stop(!impl_->requests.killed);
   return result;
 }
+
+bool Peer::start() {
+  GOSSAMER_ENFORCE(impl_->external,
+                   "Peer::start() is for a peer whose caller drives the loop (ExternalModel); "
+                   "this one trains its own model with run()");
+  GOSSAMER_ENFORCE(impl_->phase == Impl::Phase::constructed, "Peer::start() is called once");
+  impl_->phase = Impl::Phase::started;
+  if (!impl_->start()) {
+    impl_->training.cannotJoin = true;
+    return false;
+  }
+  impl_->training.loop->begin();
+  return true;
+}
+
+bool Peer::step(const LocalStep& local) {
+  GOSSAMER_ENFORCE(impl_->phase == Impl::Phase::started,
+                   "Peer::step() {}",
+                   impl_->phase == Impl::Phase::constructed ? "before start()" : "after finish()");
+  if (impl_->training.cannotJoin) return false;
+  ComputeContext& context = *impl_->training.context;
+  context.setLocalStep(&local);
+  struct Reset {
+    ComputeContext& context;
+    ~Reset() { context.setLocalStep(nullptr); }
+  } reset{context};
+  return impl_->training.loop->next(impl_->driver());
+}
+
+PeerResult Peer::finish() {
+  GOSSAMER_ENFORCE(impl_->phase == Impl::Phase::started,
+                   "Peer::finish() {}",
+                   impl_->phase == Impl::Phase::constructed ? "before start()" : "is called once");
+  impl_->phase = Impl::Phase::finished;
+  PeerResult result = impl_->training.loop
+                          ? impl_->finish(impl_->training.loop->end())
+                          : impl_->finish(LoopFigures{});
+  impl_->comms->network.stop(!impl_->requests.killed);
+  return result;
+}
+
+std::span<float> Peer::params() {
+  GOSSAMER_ENFORCE(impl_->training.learner != nullptr, "the params exist once the peer started");
+  return impl_->training.learner->params();
+}
+
+std::span<float> Peer::grads() {
+  GOSSAMER_ENFORCE(impl_->training.learner != nullptr, "the grads exist once the peer started");
+  return impl_->training.learner->grads();
+}
+
+DataShard Peer::shard() const {
+  return DataShard{impl_->training.shardRank, std::max<std::size_t>(impl_->training.shardCount, 1)};
+}
+
+std::size_t Peer::parameterCount() const { return impl_->model->parameterCount(); }
 
 void Peer::requestStop() { impl_->requests.stop = true; }
 void Peer::requestLeave() { impl_->requests.leave = true; }
@@ -523,5 +676,12 @@ PeerStatus Peer::status() const {
 }
 
 net::membership::View Peer::view() const { return impl_->comms->network.view(); }
+
+std::vector<net::membership::Event> Peer::takeEvents() {
+  std::lock_guard lock(impl_->eventsMutex);
+  std::vector<net::membership::Event> events(impl_->events.begin(), impl_->events.end());
+  impl_->events.clear();
+  return events;
+}
 
 }  // namespace gossamer::engine::runtime

@@ -24,6 +24,27 @@
 //   6. optionally pulls every member's final model and evaluates their average (the consensus
 //      model), waits until every member is done pulling, and leaves the cluster gracefully.
 //
+// The externally driven loop: a caller with its own model, data and framework (libtorch, the
+// Python module) owns the loop and hands the peer the local part of each step:
+//
+//   Peer peer(config, registry, ExternalModel{layout, evaluate});
+//   write the initial model into peer.params() (the same on every peer, or let the algorithm
+//   reach consensus)
+//   if (peer.start()) {                  // steps 1-3 of run()
+//     while (true) {
+//       compute the gradients of the batch into peer.grads() (this peer's part of the data:
+//       peer.shard(), read again after membership changes), then
+//       if (!peer.step({.loss = loss, .samples = rows})) break;  // step 4, one step at a time
+//     }
+//   }
+//   PeerResult result = peer.finish();   // steps 5-6
+//
+// step() runs one step of the same loop as run(): adopting a changed view (setup() again), the
+// algorithm's step with its hooks, exchanges and merges around the caller's gradients (and the
+// caller's optimizer, LocalStep::update), the step count and learning-rate schedule, snapshots,
+// evaluation events and checkpoints when due. Everything else (joining late, leaving, stopping,
+// a kill, resuming from a checkpoint, the finish barrier and the consensus) is the same too.
+//
 // The parts, each with one job, are described in engine/runtime/README.md with the threads that
 // run them and the lock order. Messages to self never touch the network. Algorithm traffic is
 // counted in bytes (header + payloads) per peer by the mesh; the runtime's own traffic (status,
@@ -42,7 +63,9 @@
 #include "engine/runtime/config.h"
 #include "engine/runtime/consensus.h"
 #include "engine/runtime/join_failure.h"
+#include "engine/runtime/local_step.h"
 #include "engine/runtime/snapshots.h"
+#include "engine/runtime/training_loop.h"
 #include "net/endpoint.h"
 #include "net/membership/membership.h"
 
@@ -91,6 +114,28 @@ struct PeerStatus {
   bool finished = false;
 };
 
+// A model that the caller trains (the externally driven loop, above).
+struct ExternalModel {
+  // The tensors of the flat buffers, in order (their fingerprint must be the same on every peer
+  // and in a checkpoint to resume).
+  ParamLayout layout;
+  // Evaluates params (in the peer's Compute memory: host memory on the CPU) on the first
+  // `samples` test samples (0: all) for the evaluation events (evalEvery, evalSamples), the final
+  // evaluation (finalLocalEval) and the consensus (finalConsensus, with host params). Called on
+  // the thread that calls step() and finish(). Empty: no evaluations.
+  EvaluateFn evaluate;
+  // Steps of one pass over this peer's data (epochs in the log, TrainingConfig::kEachEpoch);
+  // 0: the whole run is one pass.
+  std::uint64_t stepsPerEpoch = 0;
+};
+
+// This peer's part of the training data: shard `index` of `count` (the rank among the members,
+// or the fixed shard of TrainingConfig::shards).
+struct DataShard {
+  std::size_t index = 0;
+  std::size_t count = 1;
+};
+
 class Peer {
  public:
   // Builds the model, the algorithm and the topology, starts the io thread, listens and begins
@@ -98,6 +143,11 @@ class Peer {
   // configuration (unknown names, bad options, a checkpoint to resume that does not fit, cannot
   // listen).
   Peer(PeerConfig config, const Registry& registry, std::shared_ptr<const DatasetPair> data);
+  // A peer of the externally driven loop (above): no model or data of its own; its flat params
+  // (initialised to zeros) and grads exist from construction. config.training.maxSteps gives the
+  // run's steps (required); model, modelConfig and the data settings other than the shards are
+  // not used.
+  Peer(PeerConfig config, const Registry& registry, ExternalModel model);
   // Leaves gracefully if run() finished, else stops as a crash would.
   ~Peer();
   Peer(const Peer&) = delete;
@@ -110,6 +160,24 @@ class Peer {
   // too few peers joined in time, or on a bug; returns early (stopped) after requestStop(), and
   // with `joinFailure` set when it joined no one within the join timeout.
   PeerResult run();
+
+  // ---- the externally driven loop (compute thread: the caller's) ----
+  // Steps 1-3 of run(): waits for the members, sets the algorithm up. False when it joined no one
+  // within the join timeout (finish() then says why). Once, before step().
+  bool start();
+  // One step of the loop around `local` (see the header comment). False, without stepping, when
+  // the run is over: the last step is done, or a stop, leave or kill was requested. Throws
+  // gossamer::Error before start() or after finish().
+  bool step(const LocalStep& local);
+  // Steps 5-6 of run() and the result. Once, after start().
+  PeerResult finish();
+  // The flat buffers (the Compute's memory), for as long as the peer lives; the caller may write
+  // params before start() and between steps, and writes grads for the algorithm to use.
+  std::span<float> params();
+  std::span<float> grads();
+  // This peer's part of the data, valid from start(); it changes when the members change.
+  DataShard shard() const;
+  std::size_t parameterCount() const;
 
   // Any thread: training ends at the next step boundary, then finishes as usual (for a whole
   // cluster stopping together, or a signal).
@@ -129,6 +197,9 @@ class Peer {
   std::optional<Snapshot> snapshot(Clock::duration timeout);
   PeerStatus status() const;
   net::membership::View view() const;
+  // Any thread: the membership events this peer saw since the last call (joins, leaves, failures,
+  // rejoins), oldest first; at most the last 1024 are kept.
+  std::vector<net::membership::Event> takeEvents();
 
  private:
   struct Impl;

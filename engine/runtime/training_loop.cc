@@ -13,20 +13,19 @@ using Seconds = std::chrono::duration<double>;
 }  // namespace
 
 TrainingLoop::TrainingLoop(const TrainingConfig& config, PeerId self, train::Learner& learner,
-                           kernels::Compute& compute, Model& model, const data::Dataset& test,
-                           LoopStatus& status, std::uint64_t stepsPerEpoch)
+                           EvaluateFn evaluate, LoopStatus& status, std::uint64_t stepsPerEpoch)
     : config_(config),
       self_(self),
       learner_(learner),
       status_(status),
       stepsPerEpoch_(std::max<std::uint64_t>(stepsPerEpoch, 1)),
-      evaluator_(compute, model, test),
+      evaluate_(std::move(evaluate)),
       log_(config.metricsPath) {}
 
 TrainingLoop::~TrainingLoop() = default;
 
 bool TrainingLoop::evalDue(std::uint64_t step) const {
-  if (config_.evalEvery == 0) return false;
+  if (config_.evalEvery == 0 || !evaluate_) return false;
   const std::uint64_t every = config_.evalEvery == TrainingConfig::kEachEpoch
                                   ? stepsPerEpoch_
                                   : static_cast<std::uint64_t>(config_.evalEvery);
@@ -34,46 +33,60 @@ bool TrainingLoop::evalDue(std::uint64_t step) const {
 }
 
 LoopFigures TrainingLoop::run(LoopDriver& driver) {
-  const std::uint64_t total = status_.totalSteps;
-  progress_ = std::make_unique<train::Progress>(static_cast<std::int64_t>(total), config_.progress);
-  start_ = Clock::now();
-  const std::int64_t startSamples = learner_.samples();
-  status_.training = true;
-  LoopFigures figures;
-  while (status_.step < total && !driver.stopping()) {
-    learner_.optimizer().setLearningRate(
-        train::scheduledRate(config_.optimizer.lr, config_.schedule, status_.step, total));
-    const double loss = driver.step();
-    const std::uint64_t step = ++status_.step;
-    recentLosses_.push_back(loss);
-    if (recentLosses_.size() > stepsPerEpoch_) recentLosses_.pop_front();
-    status_.loss = recentLosses_.size() == 1 ? loss : 0.95 * status_.loss + 0.05 * loss;
-    status_.trainSeconds = Seconds(Clock::now() - start_).count();
-    driver.afterStep();
-    if (evalDue(step)) evaluateAndLog(step, driver.bytesSent());
-    driver.checkpointIfDue(step);
-    const double seconds = std::max(status_.trainSeconds.load(), 1e-9);
-    const std::uint64_t sent = driver.bytesSent();
-    progress_->update(
-        static_cast<std::int64_t>(step),
-        fmt::format("loss {:.4f}{} {:.0f} samples/s{}", status_.loss.load(),
-                    lastAccuracy_ >= 0 ? fmt::format(" acc {:.1f}%", 100 * lastAccuracy_) : "",
-                    static_cast<double>(learner_.samples() - startSamples) / seconds,
-                    sent > 0 ? fmt::format(" {:.1f} MB sent", static_cast<double>(sent) / 1e6)
-                             : ""));
+  begin();
+  while (next(driver)) {
   }
+  return end();
+}
+
+void TrainingLoop::begin() {
+  progress_ = std::make_unique<train::Progress>(static_cast<std::int64_t>(status_.totalSteps),
+                                                config_.progress);
+  start_ = Clock::now();
+  startSamples_ = learner_.samples();
+  status_.training = true;
+}
+
+bool TrainingLoop::next(LoopDriver& driver) {
+  const std::uint64_t total = status_.totalSteps;
+  if (status_.step >= total || driver.stopping()) return false;
+  learner_.optimizer().setLearningRate(
+      train::scheduledRate(config_.optimizer.lr, config_.schedule, status_.step, total));
+  const double loss = driver.step();
+  const std::uint64_t step = ++status_.step;
+  recentLosses_.push_back(loss);
+  if (recentLosses_.size() > stepsPerEpoch_) recentLosses_.pop_front();
+  status_.loss = recentLosses_.size() == 1 ? loss : 0.95 * status_.loss + 0.05 * loss;
+  status_.trainSeconds = Seconds(Clock::now() - start_).count();
+  driver.afterStep();
+  if (evalDue(step)) evaluateAndLog(step, driver.bytesSent());
+  driver.checkpointIfDue(step);
+  const double seconds = std::max(status_.trainSeconds.load(), 1e-9);
+  const std::uint64_t sent = driver.bytesSent();
+  progress_->update(
+      static_cast<std::int64_t>(step),
+      fmt::format("loss {:.4f}{} {:.0f} samples/s{}", status_.loss.load(),
+                  lastAccuracy_ >= 0 ? fmt::format(" acc {:.1f}%", 100 * lastAccuracy_) : "",
+                  static_cast<double>(learner_.samples() - startSamples_) / seconds,
+                  sent > 0 ? fmt::format(" {:.1f} MB sent", static_cast<double>(sent) / 1e6)
+                           : ""));
+  return true;
+}
+
+LoopFigures TrainingLoop::end() {
   progress_->finish();
   status_.training = false;
-  figures.stopped = status_.step < total;
+  LoopFigures figures;
+  figures.stopped = status_.step < status_.totalSteps;
   figures.wallSeconds = Seconds(Clock::now() - start_).count();
   for (double l : recentLosses_) figures.trainLoss += l / static_cast<double>(recentLosses_.size());
-  figures.samplesPerSecond = static_cast<double>(learner_.samples() - startSamples) /
+  figures.samplesPerSecond = static_cast<double>(learner_.samples() - startSamples_) /
                              std::max(figures.wallSeconds, 1e-9);
   return figures;
 }
 
 EvalResult TrainingLoop::evaluate(std::size_t samples) {
-  return evaluator_.run(learner_.params(), samples);
+  return evaluate_ ? evaluate_(learner_.params(), samples) : EvalResult{};
 }
 
 void TrainingLoop::evaluateAndLog(std::uint64_t step, std::uint64_t bytesSent) {

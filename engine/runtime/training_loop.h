@@ -8,7 +8,9 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
+#include <span>
 
 #include "engine/model.h"
 #include "engine/runtime/config.h"
@@ -18,6 +20,9 @@
 #include "engine/train/progress.h"
 
 namespace gossamer::engine::runtime {
+
+// Evaluates `params` (in the Compute's memory) on the first `samples` test samples (0: all).
+using EvaluateFn = std::function<EvalResult(std::span<const float> params, std::size_t samples)>;
 
 // What the loop asks of the peer around each step.
 class LoopDriver {
@@ -45,17 +50,26 @@ struct LoopFigures {
 class TrainingLoop {
  public:
   // `stepsPerEpoch`: steps of one pass over this peer's shard (for epochs in the log).
+  // `evaluate`: how this peer's model is evaluated (empty: it is not; evaluations are skipped).
   TrainingLoop(const TrainingConfig& config, PeerId self, train::Learner& learner,
-               kernels::Compute& compute, Model& model, const data::Dataset& test,
-               LoopStatus& status, std::uint64_t stepsPerEpoch);
+               EvaluateFn evaluate, LoopStatus& status, std::uint64_t stepsPerEpoch);
   ~TrainingLoop();
 
   // Steps until status.totalSteps (from status.step, which a resumed or late peer set) or until
-  // the driver says stop.
+  // the driver says stop: begin(), then next() until it returns false, then end().
   LoopFigures run(LoopDriver& driver);
 
-  // This peer's model on the first `samples` test samples (0: all).
+  // The same loop one step at a time, for a caller that owns the loop (Peer::step): begin() once,
+  // next() per step (false, without stepping, once the last step is done or the driver says
+  // stop), end() once.
+  void begin();
+  bool next(LoopDriver& driver);
+  LoopFigures end();
+
+  // This peer's model on the first `samples` test samples (0: all); no samples when the loop
+  // has no evaluation.
   EvalResult evaluate(std::size_t samples);
+  bool canEvaluate() const { return static_cast<bool>(evaluate_); }
   // The run's last record in the metrics log.
   void logFinal(std::uint64_t steps, double wallSeconds, const EvalResult& test,
                 double samplesPerSecond, std::uint64_t bytesSent, double commWaitFraction);
@@ -69,11 +83,12 @@ class TrainingLoop {
   train::Learner& learner_;
   LoopStatus& status_;
   const std::uint64_t stepsPerEpoch_;
-  train::Evaluator evaluator_;
+  EvaluateFn evaluate_;
   train::MetricsLog log_;
   std::unique_ptr<train::Progress> progress_;
   std::deque<double> recentLosses_;  // the last pass over the shard
   Clock::time_point start_;
+  std::int64_t startSamples_ = 0;
   double lastAccuracy_ = -1;
 };
 

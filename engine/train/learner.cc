@@ -11,13 +11,13 @@ Learner::Learner(kernels::Compute& compute, Model& model, const OptimizerOptions
                  std::uint64_t seed)
     : compute_(compute),
       model_(model),
-      train_(train),
+      train_(&train),
       seed_(seed),
       batchSize_(batchSize),
       params_(compute.allocate<float>(model.parameterCount())),
       grads_(compute.allocate<float>(model.parameterCount())),
       optimizer_(compute, optimizer, model.parameterCount()),
-      sampler_(train, std::move(shard), batchSize, seed),
+      sampler_(std::in_place, train, std::move(shard), batchSize, seed),
       hostInputs_(batchSize * train.features),
       hostLabels_(batchSize),
       inputs_(compute.allocate<float>(batchSize * train.features)),
@@ -35,6 +35,27 @@ Learner::Learner(kernels::Compute& compute, Model& model, const OptimizerOptions
   compute.fill(grads_, 0.0f);
 }
 
+Learner::Learner(kernels::Compute& compute, Model& model, const OptimizerOptions& optimizer,
+                 std::uint64_t seed)
+    : compute_(compute),
+      model_(model),
+      train_(nullptr),
+      seed_(seed),
+      batchSize_(0),
+      params_(compute.allocate<float>(model.parameterCount())),
+      grads_(compute.allocate<float>(model.parameterCount())),
+      optimizer_(compute, optimizer, model.parameterCount()),
+      inputs_(compute.allocate<float>(0)),
+      labels_(compute.allocate<std::int32_t>(0)) {
+  model.initialize(params_, seed);
+  compute.fill(grads_, 0.0f);
+}
+
+const data::BatchSampler& Learner::sampler() const {
+  GOSSAMER_ENFORCE(sampler_.has_value(), "this learner has no data (its caller computes the gradients)");
+  return *sampler_;
+}
+
 double Learner::step() {
   const double loss = computeGradients();
   applyUpdate();
@@ -44,7 +65,9 @@ double Learner::step() {
 void Learner::applyUpdate() { optimizer_.step(params_, grads_); }
 
 double Learner::computeGradients() {
-  const std::size_t rows = sampler_.next(hostInputs_, hostLabels_);
+  GOSSAMER_ENFORCE(sampler_.has_value(),
+                   "this learner has no data: its caller computes the gradients");
+  const std::size_t rows = sampler_->next(hostInputs_, hostLabels_);
   const std::size_t features = model_.inputFeatures();
   compute_.upload(inputs_.span().first(rows * features),
                   std::span<const float>(hostInputs_).first(rows * features));
@@ -57,7 +80,8 @@ double Learner::computeGradients() {
 }
 
 void Learner::setShard(std::vector<std::size_t> shard) {
-  sampler_ = data::BatchSampler(train_, std::move(shard), batchSize_, seed_);
+  GOSSAMER_ENFORCE(train_ != nullptr, "this learner has no data to shard");
+  sampler_ = data::BatchSampler(*train_, std::move(shard), batchSize_, seed_);
 }
 
 Checkpoint Learner::checkpoint() const {
@@ -76,8 +100,8 @@ Checkpoint Learner::checkpoint() const {
   c.meta["optimizer"] = optimizerName(optimizer_.options().kind);
   c.meta["step"] = std::to_string(optimizer_.steps());
   c.meta["samples"] = std::to_string(samples_);
-  c.meta["epoch"] = std::to_string(sampler_.epoch());
-  c.meta["cursor"] = std::to_string(sampler_.cursor());
+  c.meta["epoch"] = std::to_string(sampler_ ? sampler_->epoch() : 0);
+  c.meta["cursor"] = std::to_string(sampler_ ? sampler_->cursor() : 0);
   return c;
 }
 
@@ -104,9 +128,9 @@ void Learner::restore(const Checkpoint& c, bool position) {
   const std::int64_t epoch = c.metaInt("epoch");
   const std::int64_t cursor = c.metaInt("cursor");
   GOSSAMER_ENFORCE(step >= 0 && samples >= 0 && epoch >= 0 && cursor >= 0 &&
-                       (!position || static_cast<std::size_t>(cursor) <= sampler_.size()),
+                       (!position || !sampler_ || static_cast<std::size_t>(cursor) <= sampler_->size()),
                    "checkpoint position is invalid (step {}, epoch {}, cursor {} of {})", step,
-                   epoch, cursor, sampler_.size());
+                   epoch, cursor, sampler_ ? sampler_->size() : 0);
 
   compute_.upload(params_.span(), std::span<const float>(params));
   for (auto& [name, buffer] : state) {
@@ -114,7 +138,7 @@ void Learner::restore(const Checkpoint& c, bool position) {
   }
   optimizer_.setSteps(step);
   samples_ = samples;
-  if (position) sampler_.seek(static_cast<std::uint64_t>(epoch), static_cast<std::size_t>(cursor));
+  if (position && sampler_) sampler_->seek(static_cast<std::uint64_t>(epoch), static_cast<std::size_t>(cursor));
 }
 
 Evaluator::Evaluator(kernels::Compute& compute, Model& model, const data::Dataset& dataset)

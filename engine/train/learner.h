@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -25,6 +26,11 @@ class Learner {
   Learner(kernels::Compute& compute, Model& model, const OptimizerOptions& optimizer,
           const data::Dataset& train, std::vector<std::size_t> shard, std::size_t batchSize,
           std::uint64_t seed);
+  // A learner without data, for a caller that computes the gradients itself (the externally
+  // driven loop, engine/runtime/peer.h): params initialised by `model` from `seed`, grads zero;
+  // computeGradients(), setShard() and sampler() throw gossamer::Error.
+  Learner(kernels::Compute& compute, Model& model, const OptimizerOptions& optimizer,
+          std::uint64_t seed);
 
   // One local step on the next mini-batch of the shard: forward, backward, optimizer update.
   // Returns the batch's mean loss. The same as computeGradients() then applyUpdate().
@@ -39,11 +45,14 @@ class Learner {
   std::span<float> grads() { return grads_; }
   Model& model() { return model_; }
   Optimizer& optimizer() { return optimizer_; }
-  const data::BatchSampler& sampler() const { return sampler_; }
+  bool hasData() const { return sampler_.has_value(); }
+  const data::BatchSampler& sampler() const;
   std::int64_t steps() const { return optimizer_.steps(); }
   std::size_t batchSize() const { return batchSize_; }
   // Samples processed so far (partial last batches counted as they are).
   std::int64_t samples() const { return samples_; }
+  // Counts `rows` samples whose gradients the caller computed (a learner without data).
+  void countSamples(std::size_t rows) { samples_ += static_cast<std::int64_t>(rows); }
 
   // Trains on `shard` from now on (a cluster rebalanced its data), from the start of its first
   // epoch; the batch size and seed stay.
@@ -59,13 +68,13 @@ class Learner {
  private:
   kernels::Compute& compute_;
   Model& model_;
-  const data::Dataset& train_;
+  const data::Dataset* train_;  // null: no data
   std::uint64_t seed_;
   std::size_t batchSize_;
   kernels::Buffer<float> params_;
   kernels::Buffer<float> grads_;
   Optimizer optimizer_;
-  data::BatchSampler sampler_;
+  std::optional<data::BatchSampler> sampler_;
   std::vector<float> hostInputs_;  // staging of one batch on the host
   std::vector<std::int32_t> hostLabels_;
   kernels::Buffer<float> inputs_;  // the same batch in the Compute's memory

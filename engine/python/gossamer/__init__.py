@@ -1,0 +1,248 @@
+"""gossamer from Python: decentralized, elastic training where you own the training loop.
+
+A Peer holds the model's parameters in one flat float32 buffer and the gradients in a second one;
+``peer.params`` and ``peer.grads`` are NumPy views of them (no copies; ``torch.from_numpy`` makes
+torch views of the same memory, and ``gossamer.torch`` lays a ``torch.nn.Module`` out over them).
+Each step, compute the gradients into ``peer.grads`` and call ``peer.step``: the peer runs its
+decentralized algorithm around them (exchanges, merges, the local update with its optimizer or
+yours) exactly as gossamer's own training loop does, with the same membership, elasticity,
+checkpoints and evaluation hooks::
+
+    import gossamer
+    peer = gossamer.Peer(parameters=n, algorithm="gosgd", steps=1000, min_peers=4,
+                         listen="10.0.0.1:7000", seeds=["10.0.0.2:7000"], secret_file="secret")
+    peer.params[:] = initial           # the same initial model on every peer (or let them agree)
+    if peer.start():                   # waits for min_peers, sets the algorithm up
+        while True:
+            loss = my_gradients(peer.params, peer.grads, peer.shard)
+            if not peer.step(loss=loss, samples=batch):
+                break                  # the run is over (or a stop, leave or kill came)
+    result = peer.finish()             # waits for the others, leaves; a dict of figures
+
+The GIL is released while the peer waits on the network; the callables you pass (gradients,
+update, evaluate) run on the thread that called step() or finish(), with the GIL held.
+"""
+
+from . import _gossamer
+
+Error = _gossamer.Error
+"""Raised for bad configuration and misuse (a ValueError): the message is the sentence."""
+
+algorithms = _gossamer.algorithms
+topologies = _gossamer.topologies
+set_log_level = _gossamer.set_log_level
+
+# Keyword options of Peer and local_cluster, passed to the runtime's configuration.
+_OPTIONS = {
+    # the algorithm
+    "algorithm": "the decentralized algorithm (gossamer.algorithms()); default gosgd",
+    "algorithm_options": "dict of the algorithm's options, e.g. {'p': 0.1}",
+    "topology": "communication graph (gossamer.topologies()); default: the algorithm's",
+    "mixing": "'metropolis' (default) or 'uniform' mixing weights",
+    # the local optimizer (used when step() is given no update)
+    "optimizer": "sgd, momentum (default), nesterov or adam",
+    "lr": "learning rate of the peer's optimizer (default 0.02)",
+    "momentum": "momentum coefficient (default 0.9)",
+    "weight_decay": "weight decay (default 0)",
+    "lr_schedule": "constant (default) or cosine, over the run's steps",
+    # the run
+    "steps": "steps of this run (required; the same on every peer)",
+    "batch": "samples per step, for the figures (default 64)",
+    "min_peers": "training starts with this many members (default 1)",
+    "seed": "run seed: rng of the algorithm and topology (default 1)",
+    "step_time": "emulated compute: each step takes at least this many seconds",
+    "comm_timeout": "seconds, default deadline of every wait on others (default 10)",
+    "start_timeout": "seconds to wait for min_peers (default 120)",
+    "join_timeout": "seconds after which a peer with seeds that joined no one gives up (0: never)",
+    "finish_timeout": "seconds to wait for the others at the end (default 60)",
+    # evaluation, checkpoints
+    "eval_every": "steps between evaluations with `evaluate` (0: none, -1: each epoch)",
+    "eval_samples": "test samples per periodic evaluation (default 2000)",
+    "final_eval": "evaluate this peer's model at the end (default True)",
+    "final_consensus": "pull every member's model at the end and evaluate their average",
+    "metrics_path": "JSON lines of evaluation events and the final figures",
+    "checkpoint_dir": "checkpoints of this peer (params, optimizer, algorithm state) go here",
+    "checkpoint_every": "steps between checkpoints (0: only at the end)",
+    "resume": "restore this peer's checkpoint from checkpoint_dir before training",
+    "progress": "draw a progress bar on stdout",
+    # the network
+    "transport": "tcp (default) or inproc (peers of one process)",
+    "listen": "HOST:PORT to listen on (default 127.0.0.1:0)",
+    "advertise": "HOST:PORT others reach this peer at (default: the listen address)",
+    "seeds": "list of HOST:PORT of peers to join by (empty: start the cluster)",
+    "peer_id": "this peer's id (0: derived from a fixed listen port, else random)",
+    "cluster_id": "name of the cluster (default gossamer)",
+    "secret": "the cluster secret (bytes or str); every peer needs the same one",
+    "secret_file": "file holding the cluster secret",
+    "insecure_plaintext": "no TLS (trusted networks and loopback benchmarks only)",
+    "membership": "failure detector timing: local (loopback) or lan (default)",
+}
+
+
+def _check_options(options):
+    unknown = sorted(set(options) - set(_OPTIONS))
+    if unknown:
+        raise TypeError(
+            "unknown option(s) %s; the options are: %s" % (", ".join(unknown), ", ".join(_OPTIONS))
+        )
+
+
+def _layout(parameters, layout):
+    if (parameters is None) == (layout is None):
+        raise TypeError("give the model as parameters=N (one flat tensor) or layout=[(name, shape), ...]")
+    if layout is None:
+        if not isinstance(parameters, int) or parameters <= 0:
+            raise Error("parameters must be a positive int, not %r" % (parameters,))
+        return [("params", [parameters])]
+    out = []
+    for entry in layout:
+        name, shape = entry
+        shape = [int(d) for d in shape] or [1]
+        if any(d <= 0 for d in shape):
+            raise Error("tensor %r has an empty shape %r" % (name, tuple(shape)))
+        out.append((str(name), shape))
+    if not out:
+        raise Error("the layout holds no tensors")
+    return out
+
+
+class Peer:
+    """One peer of a decentralized training run whose loop you own (see the module's doc).
+
+    The model is given as ``parameters=N`` (one flat tensor of N floats) or as
+    ``layout=[(name, shape), ...]`` (named tensors back to back; every peer must give the same).
+    ``evaluate(params, samples)``, when given, evaluates a flat float32 array of params on the
+    first ``samples`` test samples (0: all) and returns ``(correct, samples, loss_sum)``; it
+    serves the periodic evaluations (eval_every), the final one and the consensus.
+    ``steps_per_epoch`` (0: the whole run) counts epochs in the figures. The other keyword options
+    are listed in ``gossamer.Peer.OPTIONS``.
+    """
+
+    OPTIONS = _OPTIONS
+
+    def __init__(self, parameters=None, *, layout=None, evaluate=None, steps_per_epoch=0,
+                 _native=None, **options):
+        if _native is not None:
+            self._peer = _native
+        else:
+            _check_options(options)
+            if "steps" not in options:
+                raise Error("a peer needs the number of steps of its run: steps=N")
+            transport = options.get("transport", "tcp")
+            if transport != "inproc" and not options.get("secret") and not options.get("secret_file"):
+                raise Error(
+                    "a networked peer needs the cluster secret: secret=... or secret_file=... "
+                    "(the same on every peer)"
+                )
+            self._peer = _gossamer._Peer(dict(options), _layout(parameters, layout), evaluate,
+                                         int(steps_per_epoch))
+        self._done = False
+
+    # ---- the model ----
+    @property
+    def params(self):
+        """The flat float32 parameters: a NumPy view (writes go to the peer, no copy)."""
+        return self._peer.params
+
+    @property
+    def grads(self):
+        """The flat float32 gradients: a NumPy view the step reads."""
+        return self._peer.grads
+
+    # ---- the loop ----
+    def start(self):
+        """Waits for min_peers members and sets the algorithm up; False when this peer joined no
+        one within join_timeout (finish() says why)."""
+        return self._peer.start()
+
+    def step(self, loss=0.0, samples=0, *, gradients=None, update=None):
+        """One step around your gradients: False (nothing done) once the run is over.
+
+        ``loss``/``samples``: the loss and size of the mini-batch whose gradients ``grads`` holds.
+        ``gradients()``, instead, computes them when the algorithm asks (after it sent what it
+        sends first) and returns the loss. ``update()`` applies your optimizer to ``params``
+        with ``grads`` (default: the peer's optimizer).
+        """
+        if self._done:
+            return False
+        stepped = self._peer.step(float(loss), int(samples), gradients, update)
+        self._done = not stepped
+        return stepped
+
+    @property
+    def done(self):
+        """True once step() returned False: the run is over."""
+        return self._done
+
+    def finish(self):
+        """Waits until every member finished, lets the algorithm finish, leaves; returns the
+        figures (steps, wall_seconds, test_accuracy, bytes_sent, metrics, consensus, ...)."""
+        return self._peer.finish()
+
+    # ---- from any thread ----
+    def stop(self):
+        """Training ends at the next step boundary (the whole cluster stopping together)."""
+        self._peer.request_stop()
+
+    def leave(self):
+        """This peer leaves at its next step boundary while the others go on."""
+        self._peer.request_leave()
+
+    def kill(self):
+        """Stops at once without telling anyone, as kill -9 would look from outside."""
+        self._peer.kill()
+
+    @property
+    def id(self):
+        return self._peer.id
+
+    @property
+    def endpoint(self):
+        """HOST:PORT where others reach this peer (a seed for them)."""
+        return self._peer.endpoint
+
+    @property
+    def shard(self):
+        """(index, count): this peer's part of the training data; changes with the members."""
+        return self._peer.shard
+
+    def members(self):
+        """The current membership view: dicts of peer, address, state."""
+        return self._peer.members()
+
+    def events(self):
+        """Membership events since the last call: dicts of kind (joined, left, failed,
+        rejoined), peer, address, epoch."""
+        return self._peer.events()
+
+    def status(self):
+        """step, total_steps, loss, bytes_sent/received, comm_wait_seconds, compute_seconds,
+        train_seconds, training, finished."""
+        return self._peer.status()
+
+
+def local_cluster(count, parameters=None, *, layout=None, evaluate=None, steps_per_epoch=0,
+                  **options):
+    """``count`` peers in this process, joined by seeds over the in-process transport (or tcp on
+    127.0.0.1 with transport="tcp"), sharing one fresh secret; min_peers defaults to count.
+    Drive each from a thread of its own (start, step, finish): the GIL is released while they
+    wait on each other. ``evaluate`` may be one callable for all or a list of one per peer."""
+    _check_options(options)
+    if count < 1:
+        raise Error("a local cluster needs at least one peer")
+    if "steps" not in options:
+        raise Error("a peer needs the number of steps of its run: steps=N")
+    options.setdefault("min_peers", count)
+    options.setdefault("transport", "inproc")
+    configs = _gossamer._LocalConfigs(dict(options))
+    shapes = _layout(parameters, layout)
+    evaluations = evaluate if isinstance(evaluate, (list, tuple)) else [evaluate] * count
+    if len(evaluations) != count:
+        raise Error("evaluate holds %d callables for %d peers" % (len(evaluations), count))
+    peers = []
+    for index in range(count):
+        seed = peers[0].endpoint if peers else None
+        native = configs.make(index, seed, shapes, evaluations[index], int(steps_per_epoch))
+        configs.listening(native.endpoint, index)
+        peers.append(Peer(_native=native))
+    return peers

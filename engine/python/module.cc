@@ -1,0 +1,393 @@
+// The Python module `gossamer` (its native part, gossamer._gossamer): peers of the externally
+// driven loop (engine/runtime/peer.h), networked or in one process, with their flat params and
+// grads shared with NumPy (and through it with torch) without copies. The Python package
+// (engine/python/gossamer/) wraps this in the documented API.
+//
+// Threads and the GIL: every call that may wait on the network (constructing a peer, start, step,
+// finish, kill) releases the GIL; the caller's callbacks (gradients, update, evaluate) take it
+// back while they run, on the thread that called step() or finish().
+#include <pybind11/functional.h>
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <chrono>
+#include <cmath>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "algorithms/builtin.h"
+#include "engine/base/enforce.h"
+#include "engine/base/log.h"
+#include "engine/runtime/cluster.h"
+#include "engine/runtime/peer.h"
+#include "net/wire/handshake.h"
+
+namespace py = pybind11;
+
+namespace gossamer::python {
+namespace {
+
+using engine::runtime::Peer;
+using engine::runtime::PeerConfig;
+
+const engine::Registry& registry() {
+  static const engine::Registry r = algorithms::makeRegistry();
+  return r;
+}
+
+std::chrono::milliseconds millis(double seconds, const char* name) {
+  GOSSAMER_ENFORCE(std::isfinite(seconds) && seconds >= 0, "{} must be >= 0 seconds, not {}", name,
+                   seconds);
+  return std::chrono::milliseconds(static_cast<std::int64_t>(std::llround(seconds * 1000)));
+}
+
+std::string text(const py::handle& value) {
+  if (py::isinstance<py::bool_>(value)) return value.cast<bool>() ? "true" : "false";
+  return py::str(value).cast<std::string>();
+}
+
+// The peer's configuration from the keyword arguments of gossamer.Peer (engine/python/gossamer/
+// __init__.py documents them); unknown keys are refused there.
+PeerConfig peerConfig(const py::dict& o) {
+  auto get = [&](const char* key) -> std::optional<py::object> {
+    if (!o.contains(key) || o[key].is_none()) return std::nullopt;
+    return py::reinterpret_borrow<py::object>(o[key]);
+  };
+  PeerConfig c;
+  engine::runtime::TrainingConfig& t = c.training;
+  engine::runtime::NetworkConfig& n = c.network;
+  if (auto v = get("algorithm")) t.algorithm = v->cast<std::string>();
+  registry().algorithms.get(t.algorithm);  // an unknown name lists the known ones
+  if (auto v = get("algorithm_options"))
+    for (const auto& [key, value] : v->cast<py::dict>()) {
+      std::string name = py::str(key).cast<std::string>();
+      // "gosgd.p" and "p" both name gosgd's option p.
+      if (name.rfind(t.algorithm + ".", 0) == 0) name = name.substr(t.algorithm.size() + 1);
+      t.algorithmOptions[name] = text(value);
+    }
+  if (auto v = get("topology")) t.topology = v->cast<std::string>();
+  if (auto v = get("mixing")) {
+    const std::string mixing = v->cast<std::string>();
+    GOSSAMER_ENFORCE(mixing == "metropolis" || mixing == "uniform",
+                     "mixing must be 'metropolis' or 'uniform', not '{}'", mixing);
+    t.topologyOptions.mixing = mixing == "uniform" ? topology::Mixing::kUniform
+                                                   : topology::Mixing::kMetropolisHastings;
+  }
+  if (auto v = get("optimizer")) t.optimizer.kind = engine::train::parseOptimizerKind(v->cast<std::string>());
+  if (auto v = get("lr")) t.optimizer.lr = v->cast<float>();
+  if (auto v = get("momentum")) t.optimizer.momentum = v->cast<float>();
+  if (auto v = get("weight_decay")) t.optimizer.weightDecay = v->cast<float>();
+  if (auto v = get("lr_schedule")) t.schedule.kind = engine::train::parseLrSchedule(v->cast<std::string>());
+  if (auto v = get("steps")) {
+    const auto steps = v->cast<std::int64_t>();
+    GOSSAMER_ENFORCE(steps > 0, "steps must be at least 1, not {}", steps);
+    t.maxSteps = static_cast<std::uint64_t>(steps);
+  }
+  if (auto v = get("batch")) t.batch = v->cast<std::size_t>();
+  if (auto v = get("min_peers")) t.minPeers = v->cast<std::size_t>();
+  if (auto v = get("seed")) {
+    t.seed = v->cast<std::uint64_t>();
+    t.topologyOptions.seed = t.seed;
+  }
+  if (auto v = get("comm_timeout")) t.commTimeout = millis(v->cast<double>(), "comm_timeout");
+  if (auto v = get("start_timeout")) t.startTimeout = millis(v->cast<double>(), "start_timeout");
+  if (auto v = get("join_timeout")) t.joinTimeout = millis(v->cast<double>(), "join_timeout");
+  if (auto v = get("finish_timeout")) t.finishTimeout = millis(v->cast<double>(), "finish_timeout");
+  if (auto v = get("step_time"))
+    t.minStepTime = std::chrono::duration_cast<std::chrono::microseconds>(
+        millis(v->cast<double>(), "step_time"));
+  if (auto v = get("eval_every")) t.evalEvery = v->cast<std::int64_t>();
+  if (auto v = get("eval_samples")) t.evalSamples = v->cast<std::size_t>();
+  if (auto v = get("final_eval")) t.finalLocalEval = v->cast<bool>();
+  if (auto v = get("final_consensus")) t.finalConsensus = v->cast<bool>();
+  if (auto v = get("metrics_path")) t.metricsPath = v->cast<std::string>();
+  if (auto v = get("checkpoint_dir")) t.checkpointDir = v->cast<std::string>();
+  if (auto v = get("checkpoint_every")) t.checkpointEvery = v->cast<std::int64_t>();
+  if (auto v = get("resume")) t.resume = v->cast<bool>();
+  if (auto v = get("progress")) t.progress = v->cast<bool>();
+
+  if (auto v = get("transport")) n.transport = v->cast<std::string>();
+  if (auto v = get("listen")) n.listen = net::Endpoint::parse(v->cast<std::string>());
+  if (auto v = get("advertise")) n.advertise = net::Endpoint::parse(v->cast<std::string>());
+  if (auto v = get("seeds"))
+    for (const py::handle seed : v->cast<py::list>())
+      n.seeds.push_back(net::Endpoint::parse(seed.cast<std::string>()));
+  if (auto v = get("peer_id")) n.peerId = v->cast<std::uint64_t>();
+  if (auto v = get("cluster_id")) n.clusterId = v->cast<std::string>();
+  if (auto v = get("secret")) {
+    const std::string bytes = py::isinstance<py::bytes>(*v) ? v->cast<py::bytes>().cast<std::string>()
+                                                            : v->cast<std::string>();
+    GOSSAMER_ENFORCE(!bytes.empty(), "the secret must not be empty");
+    for (char ch : bytes) n.secret.push_back(static_cast<std::byte>(ch));
+  }
+  if (auto v = get("secret_file")) n.secret = net::wire::readSecretFile(v->cast<std::string>());
+  if (auto v = get("insecure_plaintext"))
+    if (v->cast<bool>()) n.security = engine::runtime::NetworkConfig::Security::plaintext;
+  if (auto v = get("membership")) n.membership = net::membership::Options::named(v->cast<std::string>());
+  return c;
+}
+
+// A float32 NumPy array over `data`, kept alive by `owner` (no copy).
+py::array view(std::span<float> data, py::handle owner) {
+  return py::array_t<float>({static_cast<py::ssize_t>(data.size())}, {sizeof(float)}, data.data(),
+                            owner);
+}
+
+py::dict eventDict(const net::membership::Event& e) {
+  py::dict d;
+  d["kind"] = net::membership::name(e.kind);
+  d["peer"] = e.member.id;
+  d["address"] = e.member.address.str();
+  d["epoch"] = e.epoch;
+  return d;
+}
+
+py::dict resultDict(const engine::runtime::PeerResult& r) {
+  py::dict d;
+  d["peer"] = r.peer;
+  d["algorithm"] = r.algorithm;
+  d["topology"] = r.topology;
+  d["peers"] = r.peers;
+  d["parameters"] = r.parameters;
+  d["steps"] = r.steps;
+  d["samples"] = r.samples;
+  d["epochs"] = r.epochs;
+  d["wall_seconds"] = r.wallSeconds;
+  d["samples_per_second"] = r.samplesPerSecond;
+  d["train_loss"] = r.trainLoss;
+  d["test_accuracy"] = r.testAccuracy;
+  d["test_loss"] = r.testLoss;
+  d["bytes_sent"] = r.bytesSent;
+  d["bytes_received"] = r.bytesReceived;
+  d["comm_wait_seconds"] = r.commWaitSeconds;
+  d["comm_wait_fraction"] = r.commWaitFraction;
+  d["compute_seconds"] = r.computeSeconds;
+  d["stopped"] = r.stopped;
+  d["metrics"] = r.metrics;
+  if (r.consensus) {
+    py::dict c;
+    c["peers"] = r.consensus->peers;
+    c["accuracy"] = r.consensus->accuracy;
+    c["loss"] = r.consensus->loss;
+    c["distance"] = r.consensus->distance;
+    c["min_peer_accuracy"] = r.consensus->minPeerAccuracy;
+    c["mean_peer_accuracy"] = r.consensus->meanPeerAccuracy;
+    d["consensus"] = c;
+  } else {
+    d["consensus"] = py::none();
+  }
+  d["join_failure"] = r.joinFailure ? py::object(py::str(r.joinFailure->describe())) : py::none();
+  return d;
+}
+
+// One peer of the externally driven loop, as Python sees it.
+class PyPeer {
+ public:
+  // `layout`: (name, shape) per tensor, in order; `evaluate(params, samples)` returns
+  // (correct, samples, loss_sum) or None for no evaluations.
+  PyPeer(const PeerConfig& config, const std::vector<std::pair<std::string, std::vector<std::size_t>>>& layout,
+         py::object evaluate, std::uint64_t stepsPerEpoch) {
+    engine::runtime::ExternalModel model;
+    for (const auto& [name, shape] : layout) {
+      GOSSAMER_ENFORCE(!shape.empty(), "tensor '{}' has no shape", name);
+      model.layout.add(name, shape);
+    }
+    model.stepsPerEpoch = stepsPerEpoch;
+    if (!evaluate.is_none()) {
+      GOSSAMER_ENFORCE(PyCallable_Check(evaluate.ptr()), "evaluate must be callable");
+      evaluate_ = std::make_shared<py::object>(std::move(evaluate));
+      model.evaluate = [this](std::span<const float> params, std::size_t samples) {
+        py::gil_scoped_acquire gil;
+        // A view for the length of the call: the peer's buffer (or the consensus's).
+        float* data = const_cast<float*>(params.data());
+        py::object params_view =
+            view(std::span<float>(data, params.size()), py::capsule(data, [](void*) {}));
+        const py::tuple got = (*evaluate_)(params_view, samples).cast<py::tuple>();
+        GOSSAMER_ENFORCE(got.size() == 3,
+                         "evaluate must return (correct, samples, loss_sum), got {} values",
+                         got.size());
+        engine::EvalResult r;
+        r.correct = got[0].cast<std::size_t>();
+        r.samples = got[1].cast<std::size_t>();
+        r.lossSum = got[2].cast<double>();
+        return r;
+      };
+    }
+    py::gil_scoped_release release;
+    peer_ = std::make_unique<Peer>(config, registry(), std::move(model));
+  }
+
+  ~PyPeer() {
+    py::gil_scoped_release release;
+    peer_.reset();
+  }
+
+  Peer& peer() { return *peer_; }
+
+  bool start() {
+    py::gil_scoped_release release;
+    return peer_->start();
+  }
+
+  bool step(double loss, std::size_t samples, py::object gradients, py::object update) {
+    engine::runtime::LocalStep local{.loss = loss, .samples = samples};
+    if (!gradients.is_none()) {
+      GOSSAMER_ENFORCE(PyCallable_Check(gradients.ptr()), "gradients must be callable");
+      local.gradients = [&gradients] {
+        py::gil_scoped_acquire gil;
+        return gradients().cast<double>();
+      };
+    }
+    if (!update.is_none()) {
+      GOSSAMER_ENFORCE(PyCallable_Check(update.ptr()), "update must be callable");
+      local.update = [&update] {
+        py::gil_scoped_acquire gil;
+        update();
+      };
+    }
+    py::gil_scoped_release release;
+    return peer_->step(local);
+  }
+
+  py::dict finish() {
+    engine::runtime::PeerResult result;
+    {
+      py::gil_scoped_release release;
+      result = peer_->finish();
+    }
+    return resultDict(result);
+  }
+
+  void kill() {
+    py::gil_scoped_release release;
+    peer_->kill();
+  }
+
+ private:
+  std::shared_ptr<py::object> evaluate_;
+  std::unique_ptr<Peer> peer_;
+};
+
+// The configurations of `count` peers of one process: one transport maker (one inproc hub),
+// one secret, ids 1..count; peer 0 starts the cluster, the others name it as their seed.
+class PyLocalConfigs {
+ public:
+  explicit PyLocalConfigs(const py::dict& options)
+      : configs_([&] {
+          PeerConfig base = peerConfig(options);
+          if (!options.contains("transport")) base.network.transport = "inproc";
+          return base;
+        }(),
+                 registry()) {}
+  PeerConfig make(std::size_t index, std::optional<std::string> seed) const {
+    return configs_.make(index, seed ? std::optional(net::Endpoint::parse(*seed)) : std::nullopt);
+  }
+  void listening(const std::string& endpoint, std::size_t index) {
+    configs_.listening(net::Endpoint::parse(endpoint), index);
+  }
+
+ private:
+  engine::runtime::LocalPeerConfigs configs_;
+};
+
+}  // namespace
+}  // namespace gossamer::python
+
+using namespace gossamer;
+using namespace gossamer::python;
+
+PYBIND11_MODULE(_gossamer, m) {
+  m.doc() = "gossamer's native part; use the gossamer package";
+  py::register_exception<gossamer::Error>(m, "Error", PyExc_ValueError);
+
+  m.def("algorithms", [] {
+    py::dict out;
+    for (const std::string& name : registry().algorithms.names()) {
+      const engine::AlgorithmSpec& spec = registry().algorithms.get(name);
+      py::dict options;
+      for (const engine::OptionInfo& o : spec.options)
+        options[py::str(o.name)] = py::make_tuple(o.defaultValue, o.help);
+      out[py::str(name)] = py::dict(py::arg("description") = spec.description,
+                                    py::arg("topology") = spec.defaultTopology,
+                                    py::arg("options") = options);
+    }
+    return out;
+  });
+  m.def("topologies", [] { return registry().topologies.names(); });
+  m.def("set_log_level", &log::setLevel, py::arg("level"),
+        "Level of gossamer's logs on stderr: trace, debug, info, warn, error, critical or off.");
+
+  py::class_<PyLocalConfigs>(m, "_LocalConfigs")
+      .def(py::init<const py::dict&>())
+      .def("make", [](const PyLocalConfigs& c, std::size_t index, std::optional<std::string> seed,
+                      py::list layout, py::object evaluate, std::uint64_t stepsPerEpoch) {
+        return std::make_unique<PyPeer>(
+            c.make(index, seed),
+            layout.cast<std::vector<std::pair<std::string, std::vector<std::size_t>>>>(),
+            std::move(evaluate), stepsPerEpoch);
+      })
+      .def("listening", &PyLocalConfigs::listening);
+
+  py::class_<PyPeer>(m, "_Peer")
+      .def(py::init([](const py::dict& options, py::list layout, py::object evaluate,
+                       std::uint64_t stepsPerEpoch) {
+        return std::make_unique<PyPeer>(
+            peerConfig(options),
+            layout.cast<std::vector<std::pair<std::string, std::vector<std::size_t>>>>(),
+            std::move(evaluate), stepsPerEpoch);
+      }))
+      .def("start", &PyPeer::start)
+      .def("step", &PyPeer::step, py::arg("loss"), py::arg("samples"), py::arg("gradients"),
+           py::arg("update"))
+      .def("finish", &PyPeer::finish)
+      .def("kill", &PyPeer::kill)
+      .def("request_stop", [](PyPeer& p) { p.peer().requestStop(); })
+      .def("request_leave", [](PyPeer& p) { p.peer().requestLeave(); })
+      .def_property_readonly("params",
+                             [](py::object self) {
+                               return view(self.cast<PyPeer&>().peer().params(), self);
+                             })
+      .def_property_readonly("grads",
+                             [](py::object self) {
+                               return view(self.cast<PyPeer&>().peer().grads(), self);
+                             })
+      .def_property_readonly("id", [](PyPeer& p) { return p.peer().id(); })
+      .def_property_readonly("endpoint", [](PyPeer& p) { return p.peer().endpoint().str(); })
+      .def_property_readonly("shard",
+                             [](PyPeer& p) {
+                               const engine::runtime::DataShard s = p.peer().shard();
+                               return py::make_tuple(s.index, s.count);
+                             })
+      .def("members",
+           [](PyPeer& p) {
+             py::list out;
+             for (const net::membership::Member& m : p.peer().view().members)
+               out.append(py::dict(py::arg("peer") = m.id, py::arg("address") = m.address.str(),
+                                   py::arg("state") = net::membership::name(m.state)));
+             return out;
+           })
+      .def("events",
+           [](PyPeer& p) {
+             py::list out;
+             for (const net::membership::Event& e : p.peer().takeEvents()) out.append(eventDict(e));
+             return out;
+           })
+      .def("status", [](PyPeer& p) {
+        const engine::runtime::PeerStatus s = p.peer().status();
+        py::dict d;
+        d["step"] = s.step;
+        d["total_steps"] = s.totalSteps;
+        d["loss"] = s.loss;
+        d["bytes_sent"] = s.bytesSent;
+        d["bytes_received"] = s.bytesReceived;
+        d["comm_wait_seconds"] = s.commWaitSeconds;
+        d["compute_seconds"] = s.computeSeconds;
+        d["train_seconds"] = s.trainSeconds;
+        d["training"] = s.training;
+        d["finished"] = s.finished;
+        return d;
+      });
+}
