@@ -14,7 +14,9 @@
 //
 // Without --config, one experiment from the flags; with it, the matrix of the file (the format of
 // `convergence --print-config`), the flags --faults, --fault-kinds, --fault-window and
-// --max-virtual-seconds applying to every experiment.
+// --max-virtual-seconds applying to every experiment. Several --config files run one after the
+// other, each into a folder of --out named after its file, with an index in --out/report.md;
+// report_sha256 is then the hash of their reports one after the other.
 #include <chrono>
 #include <cmath>
 #include <fstream>
@@ -66,7 +68,7 @@ struct SimulateOptions {
   std::vector<std::string> faultKinds;
   double faultWindow = 0;
   double maxVirtualSeconds = 0;
-  std::string configPath;
+  std::vector<std::string> configPaths;
   std::string out = "simulate-report";
   bool json = false;
   std::string logLevel = "warn";
@@ -99,14 +101,13 @@ Matrix matrixOf(const SimulateOptions& o) {
   return m;
 }
 
-std::string sha256Of(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+// Hex SHA-256 of `bytes`.
+std::string sha256Of(const std::string& bytes) {
   unsigned char digest[EVP_MAX_MD_SIZE];
   unsigned int length = 0;
   GOSSAMER_ENFORCE(
       EVP_Digest(bytes.data(), bytes.size(), digest, &length, EVP_sha256(), nullptr) == 1,
-      "SHA-256 of {} failed", path.string());
+      "SHA-256 failed");
   std::string hex;
   for (unsigned int i = 0; i < length; ++i) hex += fmt::format("{:02x}", digest[i]);
   return hex;
@@ -229,8 +230,8 @@ void appendDetails(const fs::path& dir, const std::vector<Measured>& runs) {
 // wherever it is written.
 std::string commandLine(const SimulateOptions& o, bool withOut) {
   std::string line = "gossamer-bench simulate";
-  if (!o.configPath.empty()) {
-    line += " --config " + o.configPath;
+  if (!o.configPaths.empty()) {
+    for (const std::string& path : o.configPaths) line += " --config " + path;
   } else {
     line += fmt::format(
         " --peers {} --algorithm {} --topology {} --network {} --step-time {} --model {} "
@@ -254,28 +255,22 @@ std::string commandLine(const SimulateOptions& o, bool withOut) {
   return line;
 }
 
-void runSimulate(const SimulateOptions& o) {
-  log::setLevel(o.logLevel);
+struct BlockRun {
+  std::vector<Measured> runs;
+  std::size_t violations = 0;
+};
+
+// Runs one matrix and writes its report into `dir`.
+BlockRun runBlock(const Matrix& matrix, const fs::path& dir, const SimulateOptions& o,
+                  const engine::Registry& registry) {
   const std::string command = commandLine(o, true);
-  const Matrix matrix = o.configPath.empty() ? matrixOf(o) : loadMatrix(o.configPath);
-  matrix.run.validate();
-  const engine::Registry registry = algorithms::makeRegistry();
   const std::vector<Experiment> experiments = matrix.experiments();
-  for (const Experiment& e : experiments) {
-    registry.algorithms.get(e.algorithm).make(e.options);
-    if (!e.topology.empty()) registry.topologies.get(e.topology);
-    net::shaped::NetworkProfile::fromSpec(e.network);
-  }
-  const fs::path dir = o.out;
   fs::create_directories(dir / "details");
   { std::ofstream(dir / "experiments.conf") << formatMatrix(matrix); }
-  const auto start = std::chrono::steady_clock::now();
   const auto data = loadData(matrix.run, registry);
   fmt::print("simulate: {} experiments; results in {}\n", experiments.size(), dir.string());
   std::fflush(stdout);
-
-  std::vector<Measured> runs;
-  std::size_t violations = 0;
+  BlockRun block;
   for (const Experiment& e : experiments) {
     Measured m = runOne(matrix.run, e, o, registry, data);
     const Outcome& out = m.outcome;
@@ -293,24 +288,66 @@ void runSimulate(const SimulateOptions& o) {
     }
     std::ofstream(dir / "details" / (safeName(e.name()) + ".txt")) << engine::sim::format(m.result);
     for (const engine::sim::Violation& v : m.result.violations) {
-      ++violations;
+      ++block.violations;
       fmt::print(
           stderr,
           "simulate: {}: invariant violated at {:.3f} virtual s (seed {}): {}\n  replay: {}\n",
           e.name(), v.at, matrix.run.seed, v.what, command);
     }
     std::fflush(stdout);
-    runs.push_back(std::move(m));
+    block.runs.push_back(std::move(m));
   }
   std::vector<Outcome> outcomes;
-  for (const Measured& m : runs) outcomes.push_back(m.outcome);
+  for (const Measured& m : block.runs) outcomes.push_back(m.outcome);
   computeSpeedups(outcomes, matrix.run);
   writePoints(dir, outcomes);
   writeSummary(dir, outcomes, matrix.run);
   const std::vector<std::string> figures = plot(dir, matrix.run, "virtual time (s)");
   writeReport(dir, outcomes, matrix, registry, header(matrix, commandLine(o, false)), figures);
-  appendDetails(dir, runs);
-  const std::string sha = sha256Of(dir / "report.md");
+  appendDetails(dir, block.runs);
+  return block;
+}
+
+std::string stem(const std::string& path) { return fs::path(path).stem().string(); }
+
+void runSimulate(const SimulateOptions& o) {
+  log::setLevel(o.logLevel);
+  // One matrix from the flags, or one per config file, each in its own folder.
+  std::vector<Block> blocks;
+  if (o.configPaths.empty()) blocks.push_back({"", matrixOf(o)});
+  for (const std::string& path : o.configPaths) blocks.push_back({stem(path), loadMatrix(path)});
+  const engine::Registry registry = algorithms::makeRegistry();
+  for (const Block& block : blocks) {
+    block.matrix.run.validate();
+    for (const Experiment& e : block.matrix.experiments()) {
+      registry.algorithms.get(e.algorithm).make(e.options);
+      if (!e.topology.empty()) registry.topologies.get(e.topology);
+      net::shaped::NetworkProfile::fromSpec(e.network);
+    }
+  }
+  const auto start = std::chrono::steady_clock::now();
+  const fs::path dir = o.out;
+  std::vector<Measured> runs;
+  std::size_t violations = 0;
+  std::string reports;  // every block's report.md, for the hash
+  for (const Block& block : blocks) {
+    const fs::path blockDir = blocks.size() == 1 ? dir : dir / block.name;
+    BlockRun done = runBlock(block.matrix, blockDir, o, registry);
+    violations += done.violations;
+    for (Measured& m : done.runs) runs.push_back(std::move(m));
+    std::ifstream in(blockDir / "report.md", std::ios::binary);
+    reports.append(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  if (blocks.size() > 1) {
+    std::ofstream md(dir / "report.md");
+    md << "# gossamer simulation report\n\n";
+    md << fmt::format("Produced by `{}`, in {} blocks, each with its own settings:\n\n",
+                      commandLine(o, false), blocks.size());
+    for (const Block& block : blocks)
+      md << fmt::format("- [{0}]({0}/report.md): {1} experiments\n", block.name,
+                        block.matrix.experiments().size());
+  }
+  const std::string sha = sha256Of(reports);
   const double wall =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   fmt::print("report: {} (sha256 {}); {:.1f} s of wall time, max RSS {:.0f} MiB\n",
@@ -407,8 +444,9 @@ void addSimulateCommand(CLI::App& app) {
   command->add_option("--max-virtual-seconds", o->maxVirtualSeconds,
                       "a run still going then is a violation (a deadlock; default: 100 x the "
                       "compute time + 600 s)");
-  command->add_option("--config", o->configPath,
-                      "an experiment matrix (`convergence --print-config` shows the format)");
+  command->add_option("--config", o->configPaths,
+                      "an experiment matrix (`convergence --print-config` shows the format); "
+                      "several: one folder each under --out, named after the files");
   command->add_option("--out", o->out, "output directory")->capture_default_str();
   command->add_flag("--json", o->json,
                     "one experiment: peers, virtual_seconds, wall_seconds, final_accuracy, "

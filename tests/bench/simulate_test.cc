@@ -1,6 +1,7 @@
 // gossamer-bench simulate as a user runs it: the same seed gives the same report (its SHA-256 in
 // --json, faults included), a broken invariant prints the seed and the command that replays it
-// (and the replay breaks the same way), and a config file's matrix gives one row per experiment.
+// (and the replay breaks the same way), and a config file's matrix gives one row per experiment
+// (several files, one folder each).
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -115,8 +116,20 @@ TEST_CASE("bench simulate: a config file's matrix gives one row per experiment")
   const std::string summary = read(fs::path(out) / "summary.csv");
   CHECK(std::count(summary.begin(), summary.end(), '\n') == 5);  // header + 4
   CHECK(test::lastLine(run.output).find("\"experiments\": [") != std::string::npos);
-  // dpsgd on a ring of 4 over wan (25 ms) keeps its 100 ms steps: 20 x 0.1 s plus the finish.
   CHECK(summary.find("dpsgd/default/wan/4p/iid/100ms") != std::string::npos);
+  // Two files: one folder each, named after them, and an index.
+  const fs::path second = fs::temp_directory_path() / "gossamer-simulate-second.conf";
+  fs::copy_file(path, second, fs::copy_options::overwrite_existing);
+  const std::string both = outDir("blocks");
+  const test::ProcessResult blocks = test::runCommand(
+      std::string(GOSSAMER_BENCH_BINARY) + " simulate --log-level error --config " +
+          path.string() + " --config " + second.string() + " --out " + both,
+      120);
+  REQUIRE(blocks.exitCode == 0);
+  CHECK(read(fs::path(both) / "gossamer-simulate" / "summary.csv") == summary);
+  CHECK(fs::exists(fs::path(both) / "gossamer-simulate-second" / "report.md"));
+  CHECK(read(fs::path(both) / "report.md").find("gossamer-simulate-second/report.md") !=
+        std::string::npos);
 }
 
 }  // namespace
