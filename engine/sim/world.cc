@@ -230,6 +230,8 @@ class World {
   void resume(SimPeer& peer);
   // The peers whose fibers wait, looked at again (a peer finished or left a view).
   void pokeAll();
+  // The others' views drop `peer` after SWIM's detection time (a kill, or a peer that failed).
+  void detectFailure(const SimPeer& peer);
   // When `peer`'s change of phase reaches `observer` (the link's one-way latency, no earlier
   // than the last frame between them): the runtime's finished and released marks.
   bool phaseSeen(const SimPeer& peer, const SimPeer& observer, Phase phase) const;
@@ -427,9 +429,8 @@ class SimServe final : public ServiceContext {
 
 std::vector<Incoming> SimInbox::drain(std::optional<std::uint32_t> kind) {
   // The ones taken to the back, both parts in arrival order.
-  const auto taken = std::stable_partition(queue_.begin(), queue_.end(), [&](const Incoming& m) {
-    return kind && m.kind != *kind;
-  });
+  const auto taken = std::stable_partition(
+      queue_.begin(), queue_.end(), [&](const Incoming& m) { return kind && m.kind != *kind; });
   std::vector<Incoming> out(std::make_move_iterator(taken), std::make_move_iterator(queue_.end()));
   queue_.erase(taken, queue_.end());
   return out;
@@ -531,9 +532,12 @@ void SimPeer::body() {
   } catch (const Killed&) {
     // A kill -9: nothing more of this life runs.
   } catch (const std::exception& e) {
+    // The process would end: the others notice it as they notice a kill.
     error = e.what();
     phase = Phase::dead;
+    serveOpen = false;
     log::get("sim")->warn("peer {} failed: {}", id, e.what());
+    world.detectFailure(*this);
   }
 }
 
@@ -827,14 +831,18 @@ void World::kill(SimPeer& peer) {
   peer.killed = true;
   peer.phase = Phase::dead;
   peer.serveOpen = false;
-  const PeerId id = peer.id;
-  const std::size_t life = peer.life;
   // Unwind its fiber now (it is blocked: only one fiber runs, and faults run in the scheduler).
   if (peer.fiber && !peer.fiber->done()) {
     inFiber_ = true;
     peer.fiber->resume();
     inFiber_ = false;
   }
+  detectFailure(peer);
+}
+
+void World::detectFailure(const SimPeer& peer) {
+  const PeerId id = peer.id;
+  const std::size_t life = peer.life;
   at(now_ + shared_.detectDelay, [this, id, life] {
     SimPeer* q = current(id);
     // Back already (a restart): SWIM's "rejoined"; the views keep it.

@@ -201,6 +201,46 @@ TEST_CASE("sim: a killed peer leaves the views; the others take every step and f
   }
 }
 
+// A ring exchange every step (as dpsgd's, without the mixing) whose peer 2 throws at step 5.
+class ThrowsOnce final : public Algorithm {
+ public:
+  std::string name() const override { return "throws-once"; }
+  void setup(PeerContext&) override {}
+  double step(PeerContext& ctx) override {
+    const std::uint64_t tag = Tags::forRound(1, ctx.step());
+    ctx.send(ctx.graph().outNeighbors(ctx.self()),
+             Message{.kind = 1, .step = ctx.step(), .tag = tag});
+    const double loss = ctx.computeGradients();
+    if (ctx.self() == 2 && ctx.step() == 5) throw Error("a bug in step 5");
+    std::vector<PeerId> from;
+    for (const topology::WeightedPeer& j : ctx.graph().inNeighbors(ctx.self()))
+      from.push_back(j.id);
+    ctx.gather(from, tag, ctx.commTimeout());
+    ctx.applyOptimizer();
+    return loss;
+  }
+};
+
+TEST_CASE("sim: a peer whose algorithm throws is reported; the others drop it and finish") {
+  Registry registry = algorithms::makeRegistry();
+  registry.algorithms.add("throws-once", "test only",
+                          AlgorithmSpec{"test only", "ring", {}, [](const OptionValues&) {
+                                          return std::make_unique<ThrowsOnce>();
+                                        }});
+  SimConfig c = baseConfig(6, "throws-once", 40);
+  c.network = net::shaped::NetworkProfile::geo();
+  const SimResult r = simulate(c, registry, smallData(registry));
+  REQUIRE(r.violations.size() == 1);
+  CHECK(r.violations[0].what == "peer 2 failed: a bug in step 5");
+  for (const SimPeerResult& p : r.peers) {
+    CAPTURE(p.id);
+    CHECK(p.finished == (p.id != 2));
+    CHECK(p.steps == (p.id == 2 ? 5 : 40));
+  }
+  // The neighbours waited for it until its failure was detected, not until the 10 s deadlines.
+  CHECK(r.virtualSeconds < 40 * 0.3 + 10);
+}
+
 // A test-only algorithm with a bug that shows only after a failure: once the members shrink, it
 // writes NaN into its model. The invariant "every final model is finite" catches it.
 class BreaksAfterFailure final : public Algorithm {
