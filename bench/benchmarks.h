@@ -35,4 +35,8 @@ void addConvergenceCommand(CLI::App& app);
 // to the fault-free run and invariant violations (chaos_bench.cc).
 void addChaosCommand(CLI::App& app);
 
+// `simulate`: the algorithms on N simulated peers in virtual time, replayable from a seed; the
+// report of `convergence` plus wall time and memory (simulate_bench.cc).
+void addSimulateCommand(CLI::App& app);
+
 }  // namespace gossamer::bench

@@ -38,6 +38,7 @@
 #include "engine/base/json.h"
 #include "engine/base/log.h"
 #include "engine/runtime/cluster.h"
+#include "engine/sim/world.h"
 #include "net/inproc/inproc_transport.h"
 #include "net/shaped/shaped_transport.h"
 
@@ -69,66 +70,27 @@ struct ChaosOptions {
   net::shaped::LossMode lossMode = net::shaped::LossMode::stream;
 };
 
-enum class FaultKind { kill, restart, join, partition, loss, straggler };
+using engine::sim::Fault;
+using engine::sim::FaultKind;
 
-const char* name(FaultKind kind) {
-  switch (kind) {
-    case FaultKind::kill:
-      return "kill -9";
-    case FaultKind::restart:
-      return "restart from checkpoint";
-    case FaultKind::join:
-      return "join of a new peer";
-    case FaultKind::partition:
-      return "partition";
-    case FaultKind::loss:
-      return "loss";
-    case FaultKind::straggler:
-      return "straggler";
-  }
-  return "?";
+// What a fault is called in the executed schedule (by FaultKind).
+const char* label(FaultKind kind) {
+  constexpr const char* kLabels[] = {"kill -9", "restart from checkpoint", "join of a new peer",
+                                     "partition", "loss", "straggler"};
+  return kLabels[static_cast<std::size_t>(kind)];
 }
 
-struct Fault {
-  double at = 0;  // seconds after training started
-  FaultKind kind = FaultKind::kill;
-  double seconds = 0;    // how long a partition, loss or straggler lasts
-  double magnitude = 0;  // loss rate, or the straggler's slow-down factor
-  std::uint64_t pick = 0;
-};
-
 // The schedule of a seed: faults spread over the run (none in its first and last tenth, so that
-// the cluster forms and ends cleanly).
-constexpr FaultKind kKinds[] = {FaultKind::kill,      FaultKind::restart, FaultKind::join,
-                                FaultKind::partition, FaultKind::loss,    FaultKind::straggler};
-constexpr const char* kKindNames[] = {"kill", "restart", "join", "partition", "loss", "straggler"};
-constexpr double kKindWeights[] = {0.25, 0.2, 0.1, 0.15, 0.15, 0.15};
-
+// the cluster forms and ends cleanly), drawn as the simulator draws its own (engine/sim).
 std::vector<Fault> drawSchedule(const ChaosOptions& o, double runSeconds) {
-  std::vector<double> weights(std::begin(kKindWeights), std::end(kKindWeights));
-  if (!o.kinds.empty()) {
-    for (std::size_t k = 0; k < weights.size(); ++k) {
-      if (std::find(o.kinds.begin(), o.kinds.end(), kKindNames[k]) == o.kinds.end()) weights[k] = 0;
-    }
+  std::vector<FaultKind> kinds;
+  for (const std::string& k : o.kinds) {
+    if (const std::optional<FaultKind> kind = engine::sim::faultKindNamed(k))
+      kinds.push_back(*kind);
   }
-  std::mt19937_64 rng(o.seed);
-  std::uniform_real_distribution<double> unit(0, 1);
-  std::discrete_distribution<std::size_t> kind(weights.begin(), weights.end());
   const std::size_t count =
       o.faults > 0 ? o.faults : static_cast<std::size_t>(std::round(o.faultsPerMinute * o.minutes));
-  std::vector<Fault> faults;
-  for (std::size_t i = 0; i < count; ++i) {
-    Fault f;
-    f.at = runSeconds * (0.1 + 0.75 * unit(rng));
-    f.kind = kKinds[kind(rng)];
-    f.seconds = 2 + 4 * unit(rng);
-    f.magnitude = f.kind == FaultKind::loss ? 0.1 + 0.2 * unit(rng) : 3 + 2 * unit(rng);
-    f.pick = rng();
-    faults.push_back(f);
-  }
-  std::sort(faults.begin(), faults.end(),
-            [](const Fault& a, const Fault& b) { return a.at < b.at; });
-  return faults;
+  return engine::sim::drawFaults(o.seed, count, runSeconds, kinds);
 }
 
 // One peer of the run: its object, its thread, and how it ended.
@@ -368,29 +330,29 @@ class ChaosRun {
   std::string apply(const Fault& f, std::vector<std::pair<double, std::function<void()>>>& undo) {
     const std::vector<std::size_t> alive = live();
     const double now = f.at;
-    if (alive.empty()) return fmt::format("{}: skipped (no live peer)", name(f.kind));
+    if (alive.empty()) return fmt::format("{}: skipped (no live peer)", label(f.kind));
     const std::size_t target = alive[f.pick % alive.size()];
     switch (f.kind) {
       case FaultKind::kill:
         if (alive.size() <= std::max<std::size_t>(2, options_.peers / 2))
-          return fmt::format("{}: skipped (only {} live)", name(f.kind), alive.size());
+          return fmt::format("{}: skipped (only {} live)", label(f.kind), alive.size());
         members_[slots_[target]]->killed = true;
         members_[slots_[target]]->peer->kill();
-        return fmt::format("{} of peer {}", name(f.kind), target + 1);
+        return fmt::format("{} of peer {}", label(f.kind), target + 1);
       case FaultKind::restart: {
         for (std::size_t i = 0; i < slots_.size(); ++i) {
           if (members_[slots_[i]]->killed) {
             start(i, std::filesystem::exists(checkpointOf(i)));
-            return fmt::format("{} of peer {}", name(f.kind), i + 1);
+            return fmt::format("{} of peer {}", label(f.kind), i + 1);
           }
         }
-        return fmt::format("{}: skipped (no killed peer)", name(f.kind));
+        return fmt::format("{}: skipped (no killed peer)", label(f.kind));
       }
       case FaultKind::join:
         if (slots_.size() >= 2 * options_.peers)
-          return fmt::format("{}: skipped ({} peers so far)", name(f.kind), slots_.size());
+          return fmt::format("{}: skipped ({} peers so far)", label(f.kind), slots_.size());
         start(slots_.size(), false);
-        return fmt::format("{}: peer {}", name(f.kind), slots_.size());
+        return fmt::format("{}: peer {}", label(f.kind), slots_.size());
       case FaultKind::partition: {
         std::vector<std::size_t> others;
         for (std::size_t i = 0; i < slots_.size(); ++i)
@@ -398,7 +360,7 @@ class ChaosRun {
         const std::vector<std::size_t> one{target};
         partitions_->cut(one, others);
         undo.emplace_back(now + f.seconds, [this, one, others] { partitions_->heal(one, others); });
-        return fmt::format("{} of peer {} from the others for {:.1f} s", name(f.kind), target + 1,
+        return fmt::format("{} of peer {} from the others for {:.1f} s", label(f.kind), target + 1,
                            f.seconds);
       }
       case FaultKind::loss: {
@@ -414,7 +376,7 @@ class ChaosRun {
             partitions_->setLoss(i, target, 0);
           }
         });
-        return fmt::format("{} of {:.0f}% on peer {}'s links for {:.1f} s", name(f.kind),
+        return fmt::format("{} of {:.0f}% on peer {}'s links for {:.1f} s", label(f.kind),
                            100 * f.magnitude, target + 1, f.seconds);
       }
       case FaultKind::straggler: {
@@ -426,7 +388,7 @@ class ChaosRun {
         undo.emplace_back(now + f.seconds, [this, slot] {
           if (!members_[slot]->killed) members_[slot]->peer->setMinStepTime({});
         });
-        return fmt::format("{}: peer {} {:.1f}x slower for {:.1f} s", name(f.kind), target + 1,
+        return fmt::format("{}: peer {} {:.1f}x slower for {:.1f} s", label(f.kind), target + 1,
                            f.magnitude, f.seconds);
       }
     }
@@ -461,8 +423,9 @@ class ChaosRun {
       if (const auto it = m.result.metrics.find("gosgd.dead_weight");
           it != m.result.metrics.end()) {
         if (deadWeight && *deadWeight != it->second)
-          out.violations.push_back(fmt::format(
-              "the survivors disagree on the weight of the dead: {} and {}", *deadWeight, it->second));
+          out.violations.push_back(
+              fmt::format("the survivors disagree on the weight of the dead: {} and {}",
+                          *deadWeight, it->second));
         deadWeight = it->second;
       }
     }
@@ -501,7 +464,7 @@ void runChaos(const ChaosOptions& o) {
     fmt::print("loss on every link for the whole faulty run: {:.1f}% {}\n", 100 * o.loss,
                describeLoss(o.lossMode));
   }
-  for (const Fault& f : schedule) fmt::print("  planned t={:6.2f}s  {}\n", f.at, name(f.kind));
+  for (const Fault& f : schedule) fmt::print("  planned t={:6.2f}s  {}\n", f.at, label(f.kind));
 
   const auto scratch = std::filesystem::temp_directory_path() /
                        fmt::format("gossamer-chaos-{}-{}", ::getpid(), o.seed);

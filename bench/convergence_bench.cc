@@ -32,6 +32,7 @@
 #include "algorithms/builtin.h"
 #include "bench/benchmarks.h"
 #include "bench/convergence_config.h"
+#include "bench/convergence_report.h"
 #include "engine/base/enforce.h"
 #include "engine/base/json.h"
 #include "engine/base/log.h"
@@ -42,10 +43,8 @@
 namespace gossamer::bench {
 namespace {
 
-namespace fs = std::filesystem;
 using engine::runtime::ClusterResult;
 using engine::runtime::EvalPoint;
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 struct ConvergenceOptions {
   std::string preset = "quick";
@@ -55,65 +54,6 @@ struct ConvergenceOptions {
   bool json = false;
   std::string logLevel = "warn";
 };
-
-// What one experiment produced.
-struct Outcome {
-  Experiment experiment;
-  std::string topology;  // the topology's full name, as the runtime built it
-  std::string error;     // empty on success
-  std::vector<EvalPoint> curve;
-  double timeToTarget = kNaN;  // first evaluation at or above the target
-  double stepsToTarget = kNaN;
-  double bytesToTarget = kNaN;
-  // allreduce-sgd's bytes to the target (float32 when in the matrix) over this experiment's.
-  double bytesRatio = kNaN;
-  EvalPoint final;
-  bool stoppedEarly = false;  // the wall-clock budget ended it
-  double speedup = kNaN;      // allreduce-sgd's time to target / this one's
-  std::string speedupNote;    // ">x" when the baseline never reached the target
-  // Seed 002's scalability: the cluster's training samples per second over N peers' worth of a
-  // single peer's (same model, batch and step time, no exchange); 1 is perfect scaling.
-  double scalability = kNaN;
-  double utilization = kNaN;  // time in compute / wall time, mean over the peers
-};
-
-std::shared_ptr<const engine::DatasetPair> loadData(const RunSettings& run,
-                                                    const engine::Registry& registry) {
-  return std::make_shared<const engine::DatasetPair>(registry.datasets.get(run.dataset)(
-      {.trainSamples = run.trainSamples, .testSamples = run.testSamples, .seed = run.seed}));
-}
-
-engine::runtime::ClusterConfig clusterConfig(const RunSettings& run, const Experiment& e) {
-  engine::runtime::ClusterConfig c;
-  c.peers = e.peers;
-  c.progress = false;
-  c.evalInterval = std::chrono::milliseconds(static_cast<std::int64_t>(run.evalSeconds * 1000));
-  c.evalSamples = run.evalSamples;
-  c.peer.network.transport = run.transport;
-  // Loopback inside one process: the runs measure the algorithms, and the recorded figures were
-  // taken without TLS (`gossamer-bench transport` measures what TLS costs).
-  c.peer.network.security = engine::runtime::NetworkConfig::Security::plaintext;
-  c.peer.network.profile = net::shaped::NetworkProfile::fromSpec(e.network);
-  engine::runtime::TrainingConfig& t = c.peer.training;
-  t.model = run.model;
-  t.modelConfig.hidden = run.hidden;
-  t.algorithm = e.algorithm;
-  t.algorithmOptions = e.options;
-  t.topology = e.topology;
-  t.optimizer.kind = engine::train::parseOptimizerKind(run.optimizer);
-  t.optimizer.lr = static_cast<float>(run.lr);
-  t.schedule.kind = engine::train::parseLrSchedule(run.schedule);
-  t.batch = run.batch;
-  t.epochs = run.epochs;
-  t.split = engine::data::parseSplitKind(e.split.kind);
-  t.dirichletAlpha = e.split.alpha;
-  t.seed = run.seed;
-  t.commTimeout = std::chrono::milliseconds(static_cast<std::int64_t>(run.commTimeout * 1000));
-  t.finishTimeout = std::chrono::seconds(120);
-  t.minStepTime = std::chrono::microseconds(static_cast<std::int64_t>(e.stepTime * 1000));
-  t.compression = {kernels::parseCodec(e.compress), run.errorFeedback == "on"};
-  return c;
-}
 
 // Training samples per second of one peer alone (algorithm "none") with the experiment's model,
 // batch and step time: the denominator of scalability. `steps` steps, after one to warm up.
@@ -192,119 +132,11 @@ void computeScalability(std::vector<Outcome>& outcomes, const RunSettings& run,
   }
 }
 
-// Speed-up of every experiment against allreduce-sgd on the same network, peers, split and step
-// time: float32 allreduce-sgd when the matrix has it, else allreduce-sgd with the same codec. The
-// same baseline's bytes to the target over the experiment's give bytesRatio.
-void computeSpeedups(std::vector<Outcome>& outcomes, const RunSettings& run) {
-  for (Outcome& o : outcomes) {
-    auto baselineWith = [&](const std::string& codec) {
-      return std::find_if(outcomes.begin(), outcomes.end(), [&](const Outcome& b) {
-        return b.experiment.algorithm == "allreduce-sgd" && b.experiment.compress == codec &&
-               b.experiment.network == o.experiment.network &&
-               b.experiment.peers == o.experiment.peers &&
-               b.experiment.split.name() == o.experiment.split.name() &&
-               b.experiment.stepTime == o.experiment.stepTime && b.error.empty();
-      });
-    };
-    auto baseline = baselineWith("none");
-    if (baseline == outcomes.end()) baseline = baselineWith(o.experiment.compress);
-    if (baseline == outcomes.end() || std::isnan(o.timeToTarget)) continue;
-    if (!std::isnan(baseline->bytesToTarget) && o.bytesToTarget > 0)
-      o.bytesRatio = baseline->bytesToTarget / o.bytesToTarget;
-    if (!std::isnan(baseline->timeToTarget)) {
-      o.speedup = baseline->timeToTarget / o.timeToTarget;
-      o.speedupNote = fmt::format("{:.2f}x", o.speedup);
-    } else {
-      // The baseline never got there within its run: at least this much faster.
-      o.speedup = baseline->final.wallSeconds / o.timeToTarget;
-      o.speedupNote = fmt::format(">{:.1f}x", o.speedup);
-    }
-  }
-  (void)run;
-}
-
-void writePoints(const fs::path& dir, const std::vector<Outcome>& outcomes) {
-  std::ofstream csv(dir / "points.csv");
-  std::ofstream jsonl(dir / "points.jsonl");
-  csv << "experiment,algorithm,topology,network,peers,split,final,wall_s,min_step,max_step,mean_"
-         "step,"
-         "samples,bytes_per_peer,comm_wait_fraction,accuracy,loss,min_peer_accuracy,mean_peer_"
-         "accuracy,"
-         "consensus_distance\n";
-  for (const Outcome& o : outcomes) {
-    for (std::size_t i = 0; i < o.curve.size(); ++i) {
-      const EvalPoint& p = o.curve[i];
-      const bool final = i + 1 == o.curve.size();
-      const Experiment& e = o.experiment;
-      csv << fmt::format(
-          "{},{},{},{},{},{},{},{:.4f},{},{},{:.2f},{},{:.0f},{:.5f},{:.5f},{:.5f},{:.5f},{:.5f},{:"
-          ".6g}\n",
-          e.name(), e.algorithm, o.topology, e.network, e.peers, e.split.name(), final ? 1 : 0,
-          p.wallSeconds, p.minStep, p.maxStep, p.meanStep, p.samples, p.bytesSentPerPeer,
-          p.commWaitFraction, p.consensus.accuracy, p.consensus.loss, p.consensus.minPeerAccuracy,
-          p.consensus.meanPeerAccuracy, p.consensus.distance);
-      jsonl << JsonObject()
-                   .add("experiment", e.name())
-                   .add("algorithm", e.label())
-                   .add("topology", o.topology)
-                   .add("network", e.network)
-                   .add("peers", static_cast<std::uint64_t>(e.peers))
-                   .add("split", e.split.name())
-                   .add("final", final)
-                   .add("wall_s", p.wallSeconds)
-                   .add("min_step", p.minStep)
-                   .add("max_step", p.maxStep)
-                   .add("mean_step", p.meanStep)
-                   .add("samples", p.samples)
-                   .add("bytes_per_peer", p.bytesSentPerPeer)
-                   .add("comm_wait_fraction", p.commWaitFraction)
-                   .add("accuracy", p.consensus.accuracy)
-                   .add("loss", p.consensus.loss)
-                   .add("min_peer_accuracy", p.consensus.minPeerAccuracy)
-                   .add("mean_peer_accuracy", p.consensus.meanPeerAccuracy)
-                   .add("consensus_distance", p.consensus.distance)
-                   .str()
-            << "\n";
-    }
-  }
-}
-
-std::string orDash(double value, const char* format) {
-  return std::isnan(value) ? "-" : fmt::format(fmt::runtime(format), value);
-}
-
-void writeSummary(const fs::path& dir, const std::vector<Outcome>& outcomes,
-                  const RunSettings& run) {
-  std::ofstream csv(dir / "summary.csv");
-  csv << "experiment,algorithm,topology,network,peers,split,time_to_target_s,steps_to_target,"
-         "bytes_to_target,final_accuracy,final_min_peer_accuracy,final_distance,wall_s,steps,"
-         "bytes_per_peer,comm_wait_fraction,speedup_vs_allreduce,stopped_early,error,step_time_ms,"
-         "scalability,utilization\n";
-  for (const Outcome& o : outcomes) {
-    const Experiment& e = o.experiment;
-    csv << fmt::format(
-        "{},{},{},{},{},{},{},{},{},{:.5f},{:.5f},{:.6g},{:.3f},{},{:.0f},{:.5f},{},{},\"{}\",{},{}"
-        ",{}"
-        "\n",
-        e.name(), e.algorithm, o.topology, e.network, e.peers, e.split.name(),
-        orDash(o.timeToTarget, "{:.3f}"), orDash(o.stepsToTarget, "{:.1f}"),
-        orDash(o.bytesToTarget, "{:.0f}"), o.final.consensus.accuracy,
-        o.final.consensus.minPeerAccuracy, o.final.consensus.distance, o.final.wallSeconds,
-        o.final.maxStep, o.final.bytesSentPerPeer, o.final.commWaitFraction,
-        orDash(o.speedup, "{:.3f}"), o.stoppedEarly ? 1 : 0, o.error, e.stepTime,
-        orDash(o.scalability, "{:.4f}"), orDash(o.utilization, "{:.4f}"));
-  }
-  (void)run;
-}
-
-void writeReport(const fs::path& dir, const std::vector<Outcome>& outcomes, const Matrix& matrix,
-                 const engine::Registry& registry, const std::string& command,
-                 const std::vector<std::string>& figures) {
-  const RunSettings& run = matrix.run;
-  std::ofstream md(dir / "report.md");
-  md << "# gossamer convergence report\n\n";
-  md << fmt::format("Produced by `{}`.\n\n", command);
-  md << fmt::format(
+// The title, the command and what every experiment of the matrix does, for report.md.
+std::string reportHeader(const RunSettings& run, const std::string& command) {
+  std::string md = "# gossamer convergence report\n\n";
+  md += fmt::format("Produced by `{}`.\n\n", command);
+  md += fmt::format(
       "Every experiment trains {} on {} with {} (lr {}, {} schedule), batch {} per peer, "
       "for {} passes of the cluster over the training set or {} s of wall time, whichever "
       "comes first; the consensus model (the average of the peers' models) is evaluated on "
@@ -314,87 +146,9 @@ void writeReport(const fs::path& dir, const std::vector<Outcome>& outcomes, cons
       "its run, so at least x). Utilization: time in compute (gradients, optimizer, the emulated "
       "step time) over wall time. Scalability (seed 002): the cluster's training samples per "
       "second over N times those of one peer alone with the same model and step time.\n\n",
-      run.model == "mlp" ? fmt::format("an MLP with hidden layers {}", fmt::join(run.hidden, "-"))
-                         : run.model,
-      run.dataset, run.optimizer, run.lr, run.schedule, run.batch, run.epochs, run.maxSeconds,
-      run.evalSamples, run.evalSeconds, 100 * run.target);
-  std::string group;
-  for (const Outcome& o : outcomes) {
-    const Experiment& e = o.experiment;
-    const std::string g =
-        fmt::format("{}, {} peers, {} split{}", e.network, e.peers, e.split.name(),
-                    e.stepTime > 0 ? fmt::format(", {} ms step time", e.stepTime) : "");
-    if (g != group) {
-      group = g;
-      md << fmt::format("\n## {}\n\n", g);
-      md << fmt::format(
-          "| algorithm | topology | time to {0:.0f}% | steps to {0:.0f}% | final accuracy | "
-          "min peer | bytes/peer | bytes to {0:.0f}% | comm wait | utilization | scalability | "
-          "speed-up vs allreduce-sgd |\n",
-          100 * run.target);
-      md << "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
-    }
-    if (!o.error.empty()) {
-      md << fmt::format("| {} | {} | failed: {} | | | | | | | | | |\n", e.label(), e.topology,
-                        o.error);
-      continue;
-    }
-    md << fmt::format(
-        "| {} | {} | {} | {} | {:.2f}%{} | {:.2f}% | {:.1f} MB | {} | {:.1f}% | {} | "
-        "{} | {} |\n",
-        e.label(), o.topology, orDash(o.timeToTarget, "{:.1f} s"),
-        orDash(o.stepsToTarget, "{:.0f}"), 100 * o.final.consensus.accuracy,
-        o.stoppedEarly
-            ? fmt::format(" (stopped at {:.0f} s, step {})", o.final.wallSeconds, o.final.maxStep)
-            : "",
-        100 * o.final.consensus.minPeerAccuracy, o.final.bytesSentPerPeer / 1e6,
-        orDash(o.bytesToTarget / 1e6, "{:.1f} MB"), 100 * o.final.commWaitFraction,
-        orDash(100 * o.utilization, "{:.0f}%"), orDash(o.scalability, "{:.3f}"),
-        o.speedupNote.empty() ? "-" : o.speedupNote);
-  }
-  if (!figures.empty()) {
-    md << "\n## Figures\n\n";
-    for (const std::string& f : figures) md << fmt::format("![{}]({})\n\n", f, f);
-  }
-  md << "\n## Settings\n\n| setting | value |\n|---|---|\n";
-  for (const auto& [key, value] : engine::optionValues(run))
-    md << fmt::format("| {} | {} |\n", key, value);
-  md << "\n## Algorithm options (defaults unless the experiments set them)\n\n";
-  for (const std::string& algorithm : matrix.algorithms) {
-    const engine::AlgorithmSpec& spec = registry.algorithms.get(algorithm);
-    std::vector<std::string> values;
-    const auto set = matrix.options.find(algorithm);
-    for (const engine::OptionInfo& info : spec.options) {
-      std::string value = info.defaultValue;
-      if (set != matrix.options.end()) {
-        if (const auto it = set->second.find(info.name); it != set->second.end())
-          value = it->second;
-      }
-      values.push_back(fmt::format("{} = {}", info.name, value));
-    }
-    md << fmt::format("- `{}` (default topology {}): {}\n", algorithm, spec.defaultTopology,
-                      values.empty() ? "no options" : fmt::format("{}", fmt::join(values, ", ")));
-  }
-}
-
-// Draws the figures with bench/plot_convergence.py (matplotlib); returns their file names.
-std::vector<std::string> plot(const fs::path& dir, const RunSettings& run) {
-  const fs::path script = fs::path(GOSSAMER_SOURCE_DIR) / "bench" / "plot_convergence.py";
-  // Debian's python3 has Debian's matplotlib; a python3 earlier on PATH may not.
-  const std::string python = fs::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
-  const std::string command = fmt::format("{} '{}' '{}' {} > '{}' 2>&1", python, script.string(),
-                                          dir.string(), run.target, (dir / "plot.log").string());
-  if (std::system(command.c_str()) != 0) {
-    log::get("bench")->warn("plotting failed (see {}); is python3-matplotlib installed?",
-                            (dir / "plot.log").string());
-    return {};
-  }
-  std::vector<std::string> figures;
-  std::ifstream list(dir / "figures.txt");
-  for (std::string line; std::getline(list, line);) {
-    if (!line.empty()) figures.push_back(line);
-  }
-  return figures;
+      modelDescription(run), run.dataset, run.optimizer, run.lr, run.schedule, run.batch,
+      run.epochs, run.maxSeconds, run.evalSamples, run.evalSeconds, 100 * run.target);
+  return md;
 }
 
 // Runs one block's experiments and writes its points, summary, figures and report into `dir`.
@@ -445,7 +199,7 @@ std::vector<Outcome> runBlock(const Matrix& matrix, const fs::path& dir,
   writePoints(dir, outcomes);
   writeSummary(dir, outcomes, matrix.run);
   const std::vector<std::string> figures = plot(dir, matrix.run);
-  writeReport(dir, outcomes, matrix, registry, command, figures);
+  writeReport(dir, outcomes, matrix, registry, reportHeader(matrix.run, command), figures);
   fmt::print("report: {}\n", (dir / "report.md").string());
   return outcomes;
 }

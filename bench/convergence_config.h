@@ -41,6 +41,7 @@ struct RunSettings {
   std::string schedule = "cosine";
   std::size_t batch = 64;
   double epochs = 3;        // passes of the whole cluster over the training set
+  std::uint64_t steps = 0;  // > 0: every peer takes this many steps instead
   double maxSeconds = 120;  // wall-clock budget of one experiment (training stops then)
   double evalSeconds = 2;   // a consensus evaluation this often
   std::size_t evalSamples = 2000;
@@ -64,6 +65,7 @@ struct RunSettings {
     b("schedule", schedule, "learning-rate schedule: constant or cosine");
     b("batch", batch, "mini-batch size per peer");
     b("epochs", epochs, "passes of the cluster over the training set");
+    b("steps", steps, "steps of every peer instead of epochs (0: by epochs)");
     b("max-seconds", maxSeconds, "wall-clock budget of one experiment");
     b("eval-seconds", evalSeconds, "seconds between consensus evaluations");
     b("eval-samples", evalSamples, "test samples per periodic evaluation (the final one uses all)");

@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
   gossamer::bench::addMembershipCommand(app);
   gossamer::bench::addConvergenceCommand(app);
   gossamer::bench::addChaosCommand(app);
+  gossamer::bench::addSimulateCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {

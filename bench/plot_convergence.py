@@ -32,6 +32,8 @@ FIGURES = [
 def main() -> int:
     out = Path(sys.argv[1])
     target = float(sys.argv[2]) if len(sys.argv) > 2 else None
+    # The time axis' label: "wall time (s)", or the simulator's "virtual time (s)".
+    time_label = sys.argv[3] if len(sys.argv) > 3 else None
     rows = list(csv.DictReader(open(out / "points.csv")))
     groups = defaultdict(lambda: defaultdict(list))
     topologies = defaultdict(set)
@@ -43,6 +45,8 @@ def main() -> int:
     for (network, peers, split), lines in sorted(groups.items()):
         several_topologies = len(topologies[(network, peers, split)]) > 1
         for prefix, xcol, xlabel, ycol, ylabel, logy in FIGURES:
+            if xcol == "wall_s" and time_label:
+                xlabel = time_label
             fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
             for (algorithm, topology), points in sorted(lines.items()):
                 xs = [float(p[xcol]) for p in points]

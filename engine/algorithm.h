@@ -46,7 +46,41 @@ class Optimizer;
 }
 
 using PeerId = std::uint64_t;
-using Clock = std::chrono::steady_clock;
+// The clock of algorithms and the runtime: std::chrono::steady_clock, except on a thread that
+// runs a simulated world (engine/sim/), where now() reads the world's virtual time. Time points
+// and durations are steady_clock's, so waits on condition variables and sleeps take them as
+// before; only now() differs, and algorithms need no change to run in virtual time.
+struct Clock {
+  using duration = std::chrono::steady_clock::duration;
+  using rep = duration::rep;
+  using period = duration::period;
+  using time_point = std::chrono::steady_clock::time_point;
+  static constexpr bool is_steady = true;
+  static time_point now() noexcept {
+    if (const time_point* simulated = virtualNow_) return *simulated;
+    return std::chrono::steady_clock::now();
+  }
+
+ private:
+  friend class VirtualClockScope;
+  static thread_local const time_point* virtualNow_;
+};
+
+// While it lives, Clock::now() on this thread reads *now (a simulated world's virtual time, which
+// the world advances); the previous source comes back when it is destroyed. Not for use outside
+// a simulator.
+class VirtualClockScope {
+ public:
+  explicit VirtualClockScope(const Clock::time_point* now) : previous_(Clock::virtualNow_) {
+    Clock::virtualNow_ = now;
+  }
+  ~VirtualClockScope() { Clock::virtualNow_ = previous_; }
+  VirtualClockScope(const VirtualClockScope&) = delete;
+  VirtualClockScope& operator=(const VirtualClockScope&) = delete;
+
+ private:
+  const Clock::time_point* previous_;
+};
 
 // Message kinds below this are the algorithm's; the runtime uses the ones above.
 inline constexpr std::uint32_t kMaxAlgorithmKind = 1u << 24;

@@ -1,0 +1,458 @@
+// `gossamer-bench simulate`: the experiments of `convergence`, with the same algorithms,
+// topologies and network profiles, in the simulated world of engine/sim: N peers in one process
+// and in virtual time, replayable from the seed. Writes to --out DIR the files `convergence`
+// writes (points.csv and .jsonl, summary.csv, report.md and the figures; every time in them is
+// virtual), plus details/EXPERIMENT.txt (every peer's steps and bytes, the faults as they
+// happened, the violated invariants). report.md depends on nothing but the settings and the
+// seed: its SHA-256 is the same on every run (`--json` reports it). Wall time and memory go to
+// stdout and --json only.
+//
+// A run whose invariants break (a peer that failed or missed steps, a model that is not finite,
+// gosgd's weights, a run that does not end in virtual time) prints each violation with the
+// command that replays it (the same seed gives the same schedule and the same failure) and
+// exits with status 1 after writing its report.
+//
+// Without --config, one experiment from the flags; with it, the matrix of the file (the format of
+// `convergence --print-config`), the flags --faults, --fault-kinds, --fault-window and
+// --max-virtual-seconds applying to every experiment. Several --config files run one after the
+// other, each into a folder of --out named after its file, with an index in --out/report.md;
+// report_sha256 is then the hash of their reports one after the other.
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <iterator>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <openssl/evp.h>
+#include <sys/resource.h>
+
+#include "algorithms/builtin.h"
+#include "bench/benchmarks.h"
+#include "bench/convergence_config.h"
+#include "bench/convergence_report.h"
+#include "engine/base/enforce.h"
+#include "engine/base/json.h"
+#include "engine/base/log.h"
+#include "engine/sim/world.h"
+
+namespace gossamer::bench {
+namespace {
+
+struct SimulateOptions {
+  std::size_t peers = 16;
+  std::string algorithm = "dpsgd";
+  std::string topology = "default";
+  std::string network = "geo";
+  double stepMs = 300;
+  std::string model = "softmax";
+  std::vector<std::size_t> hidden = {32};
+  std::string dataset = "fashion-mnist";
+  std::size_t trainSamples = 0;
+  std::size_t testSamples = 0;
+  std::uint64_t steps = 200;
+  std::size_t batch = 32;
+  std::string optimizer = "momentum";
+  double lr = 0.05;
+  std::string schedule = "constant";
+  double evalSeconds = 10;
+  std::size_t evalSamples = 2000;
+  double target = 0.8;
+  double commTimeout = 30;
+  std::uint64_t seed = 1;
+  std::size_t faults = 0;
+  std::vector<std::string> faultKinds;
+  double faultWindow = 0;
+  double maxVirtualSeconds = 0;
+  std::vector<std::string> configPaths;
+  std::string out = "simulate-report";
+  bool json = false;
+  std::string logLevel = "warn";
+};
+
+// The matrix of one experiment from the flags.
+Matrix matrixOf(const SimulateOptions& o) {
+  Matrix m;
+  RunSettings& r = m.run;
+  r.model = o.model;
+  r.hidden = o.hidden;
+  r.dataset = o.dataset;
+  r.trainSamples = o.trainSamples;
+  r.testSamples = o.testSamples;
+  r.optimizer = o.optimizer;
+  r.lr = o.lr;
+  r.schedule = o.schedule;
+  r.batch = o.batch;
+  r.steps = o.steps;
+  r.evalSeconds = o.evalSeconds;
+  r.evalSamples = o.evalSamples;
+  r.target = o.target;
+  r.seed = o.seed;
+  r.commTimeout = o.commTimeout;
+  r.stepTime = o.stepMs;
+  m.algorithms = {o.algorithm};
+  m.topologies = {o.topology};
+  m.networks = {o.network};
+  m.peers = {o.peers};
+  return m;
+}
+
+// Hex SHA-256 of `bytes`.
+std::string sha256Of(const std::string& bytes) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  GOSSAMER_ENFORCE(
+      EVP_Digest(bytes.data(), bytes.size(), digest, &length, EVP_sha256(), nullptr) == 1,
+      "SHA-256 failed");
+  std::string hex;
+  for (unsigned int i = 0; i < length; ++i) hex += fmt::format("{:02x}", digest[i]);
+  return hex;
+}
+
+double maxRssMib() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_maxrss) / 1024.0;  // KiB on Linux
+}
+
+std::string safeName(std::string name) {
+  for (char& c : name)
+    if (c == '/' || c == ':') c = '_';
+  return name;
+}
+
+struct Measured {
+  Outcome outcome;
+  engine::sim::SimResult result;
+  double wallSeconds = 0;
+};
+
+engine::sim::SimConfig simConfig(const RunSettings& run, const Experiment& e,
+                                 const SimulateOptions& o) {
+  GOSSAMER_ENFORCE(e.compress == "none",
+                   "the simulator sends payloads as float32: compression ({}) is not simulated",
+                   e.compress);
+  const engine::runtime::ClusterConfig cluster = clusterConfig(run, e);
+  engine::sim::SimConfig c;
+  c.peers = e.peers;
+  c.training = cluster.peer.training;
+  c.network = cluster.peer.network.profile.value_or(net::shaped::NetworkProfile::lan());
+  c.membership = cluster.peer.network.membership;
+  c.evalSeconds = run.evalSeconds;
+  c.evalSamples = run.evalSamples;
+  c.maxVirtualSeconds = o.maxVirtualSeconds;
+  if (o.faults > 0) {
+    std::vector<engine::sim::FaultKind> kinds;
+    for (const std::string& k : o.faultKinds) kinds.push_back(*engine::sim::faultKindNamed(k));
+    const double window =
+        o.faultWindow > 0
+            ? o.faultWindow
+            : static_cast<double>(std::max<std::uint64_t>(run.steps, 1)) * e.stepTime / 1000.0;
+    c.faults = engine::sim::drawFaults(run.seed, o.faults, window, kinds);
+  }
+  return c;
+}
+
+Measured runOne(const RunSettings& run, const Experiment& e, const SimulateOptions& o,
+                const engine::Registry& registry,
+                const std::shared_ptr<const engine::DatasetPair>& data) {
+  Measured m;
+  m.outcome.experiment = e;
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    m.result = engine::sim::simulate(simConfig(run, e, o), registry, data);
+    Outcome& out = m.outcome;
+    out.curve = m.result.curve;
+    out.final = m.result.curve.back();
+    out.topology = m.result.topology;
+    out.utilization = out.final.utilization;
+    for (const engine::runtime::EvalPoint& p : out.curve) {
+      if (p.consensus.accuracy >= run.target) {
+        out.timeToTarget = p.wallSeconds;
+        out.stepsToTarget = p.meanStep;
+        out.bytesToTarget = p.bytesSentPerPeer;
+        break;
+      }
+    }
+  } catch (const std::exception& error) {
+    m.outcome.error = error.what();
+  }
+  m.wallSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return m;
+}
+
+std::string header(const Matrix& matrix, const std::string& command) {
+  const RunSettings& run = matrix.run;
+  std::string md = "# gossamer simulation report\n\n";
+  md += fmt::format("Produced by `{}`.\n\n", command);
+  md += fmt::format(
+      "Every experiment runs the unchanged algorithms on simulated peers in virtual time "
+      "(engine/sim/world.h): each trains {} on {} with {} (lr {}, {} schedule), batch {} per "
+      "peer, for {} steps of {} ms of compute each, over the network profile's links; every "
+      "time below is virtual. Membership changes are simulated view changes with SWIM's timing, "
+      "not the SWIM protocol itself. The consensus model (the average of the peers' models) is "
+      "evaluated on {} test samples every {} virtual seconds and on the whole test set at the "
+      "end. Target accuracy: {:.0f}%. Speed-up: allreduce-sgd's time to target on the same "
+      "network, peers and split divided by the experiment's. Utilization: virtual time in "
+      "compute over virtual time. Seed {}: the same seed gives this report byte for byte.\n\n",
+      modelDescription(run), run.dataset, run.optimizer, run.lr, run.schedule, run.batch, run.steps,
+      run.stepTime, run.evalSamples, run.evalSeconds, 100 * run.target, run.seed);
+  return md;
+}
+
+// The faults, invariants and size of each experiment, appended to report.md.
+void appendDetails(const fs::path& dir, const std::vector<Measured>& runs) {
+  std::ofstream md(dir / "report.md", std::ios::app);
+  md << "\n## Simulation details\n\n";
+  md << "| experiment | topology | spectral gap | virtual s | events | frames | dropped | "
+        "faults | violations |\n|---|---|---:|---:|---:|---:|---:|---:|---:|\n";
+  for (const Measured& m : runs) {
+    const engine::sim::SimResult& r = m.result;
+    md << fmt::format("| {} | {} | {:.4f} | {:.3f} | {} | {} | {} | {} | {} |\n",
+                      m.outcome.experiment.name(), r.topology, r.spectralGap, r.virtualSeconds,
+                      r.events, r.messages, r.dropped, r.faultLog.size(), r.violations.size());
+  }
+  for (const Measured& m : runs) {
+    const engine::sim::SimResult& r = m.result;
+    if (r.faultLog.empty() && r.violations.empty()) continue;
+    md << fmt::format("\n### {}\n\n", m.outcome.experiment.name());
+    for (const std::string& f : r.faultLog) md << "- fault at " << f << "\n";
+    for (const engine::sim::Violation& v : r.violations)
+      md << fmt::format("- **violation** at {:.3f} s: {}\n", v.at, v.what);
+  }
+}
+
+// The command of the run; without --out for the report, so that the report of a seed is the same
+// wherever it is written.
+std::string commandLine(const SimulateOptions& o, bool withOut) {
+  std::string line = "gossamer-bench simulate";
+  if (!o.configPaths.empty()) {
+    for (const std::string& path : o.configPaths) line += " --config " + path;
+  } else {
+    line += fmt::format(
+        " --peers {} --algorithm {} --topology {} --network {} --step-time {} --model {} "
+        "--steps {} --batch {} --lr {} --seed {}",
+        o.peers, o.algorithm, o.topology, o.network, o.stepMs, o.model, o.steps, o.batch, o.lr,
+        o.seed);
+    if (o.model == "mlp") line += fmt::format(" --hidden {}", fmt::join(o.hidden, ","));
+    if (o.dataset != "fashion-mnist") line += " --dataset " + o.dataset;
+    if (o.trainSamples > 0) line += fmt::format(" --train-samples {}", o.trainSamples);
+    if (o.testSamples > 0) line += fmt::format(" --test-samples {}", o.testSamples);
+  }
+  if (o.faults > 0) {
+    line += fmt::format(" --faults {}", o.faults);
+    if (!o.faultKinds.empty())
+      line += fmt::format(" --fault-kinds {}", fmt::join(o.faultKinds, ","));
+    if (o.faultWindow > 0) line += fmt::format(" --fault-window {}", o.faultWindow);
+  }
+  if (o.maxVirtualSeconds > 0)
+    line += fmt::format(" --max-virtual-seconds {}", o.maxVirtualSeconds);
+  if (withOut) line += " --out " + o.out;
+  return line;
+}
+
+struct BlockRun {
+  std::vector<Measured> runs;
+  std::size_t violations = 0;
+};
+
+// Runs one matrix and writes its report into `dir`.
+BlockRun runBlock(const Matrix& matrix, const fs::path& dir, const SimulateOptions& o,
+                  const engine::Registry& registry) {
+  const std::string command = commandLine(o, true);
+  const std::vector<Experiment> experiments = matrix.experiments();
+  fs::create_directories(dir / "details");
+  { std::ofstream(dir / "experiments.conf") << formatMatrix(matrix); }
+  const auto data = loadData(matrix.run, registry);
+  fmt::print("simulate: {} experiments; results in {}\n", experiments.size(), dir.string());
+  std::fflush(stdout);
+  BlockRun block;
+  for (const Experiment& e : experiments) {
+    Measured m = runOne(matrix.run, e, o, registry, data);
+    const Outcome& out = m.outcome;
+    if (!out.error.empty()) {
+      fmt::print("{}: FAILED: {}\n", e.name(), out.error);
+    } else {
+      fmt::print(
+          "{}: {:.2f}% after {:.1f} virtual s ({} steps){}; {:.1f} s of wall time, max RSS "
+          "{:.0f} MiB\n",
+          e.name(), 100 * out.final.consensus.accuracy, out.final.wallSeconds, out.final.maxStep,
+          std::isnan(out.timeToTarget) ? std::string(", target not reached")
+                                       : fmt::format(", {:.0f}% at {:.1f} virtual s",
+                                                     100 * matrix.run.target, out.timeToTarget),
+          m.wallSeconds, maxRssMib());
+    }
+    std::ofstream(dir / "details" / (safeName(e.name()) + ".txt")) << engine::sim::format(m.result);
+    for (const engine::sim::Violation& v : m.result.violations) {
+      ++block.violations;
+      fmt::print(
+          stderr,
+          "simulate: {}: invariant violated at {:.3f} virtual s (seed {}): {}\n  replay: {}\n",
+          e.name(), v.at, matrix.run.seed, v.what, command);
+    }
+    std::fflush(stdout);
+    block.runs.push_back(std::move(m));
+  }
+  std::vector<Outcome> outcomes;
+  for (const Measured& m : block.runs) outcomes.push_back(m.outcome);
+  computeSpeedups(outcomes, matrix.run);
+  writePoints(dir, outcomes);
+  writeSummary(dir, outcomes, matrix.run);
+  const std::vector<std::string> figures = plot(dir, matrix.run, "virtual time (s)");
+  writeReport(dir, outcomes, matrix, registry, header(matrix, commandLine(o, false)), figures);
+  appendDetails(dir, block.runs);
+  return block;
+}
+
+std::string stem(const std::string& path) { return fs::path(path).stem().string(); }
+
+void runSimulate(const SimulateOptions& o) {
+  log::setLevel(o.logLevel);
+  // One matrix from the flags, or one per config file, each in its own folder.
+  std::vector<Block> blocks;
+  if (o.configPaths.empty()) blocks.push_back({"", matrixOf(o)});
+  for (const std::string& path : o.configPaths) blocks.push_back({stem(path), loadMatrix(path)});
+  const engine::Registry registry = algorithms::makeRegistry();
+  for (const Block& block : blocks) {
+    block.matrix.run.validate();
+    for (const Experiment& e : block.matrix.experiments()) {
+      registry.algorithms.get(e.algorithm).make(e.options);
+      if (!e.topology.empty()) registry.topologies.get(e.topology);
+      net::shaped::NetworkProfile::fromSpec(e.network);
+    }
+  }
+  const auto start = std::chrono::steady_clock::now();
+  const fs::path dir = o.out;
+  std::vector<Measured> runs;
+  std::size_t violations = 0;
+  std::string reports;  // every block's report.md, for the hash
+  for (const Block& block : blocks) {
+    const fs::path blockDir = blocks.size() == 1 ? dir : dir / block.name;
+    BlockRun done = runBlock(block.matrix, blockDir, o, registry);
+    violations += done.violations;
+    for (Measured& m : done.runs) runs.push_back(std::move(m));
+    std::ifstream in(blockDir / "report.md", std::ios::binary);
+    reports.append(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  if (blocks.size() > 1) {
+    std::ofstream md(dir / "report.md");
+    md << "# gossamer simulation report\n\n";
+    md << fmt::format("Produced by `{}`, in {} blocks, each with its own settings:\n\n",
+                      commandLine(o, false), blocks.size());
+    for (const Block& block : blocks)
+      md << fmt::format("- [{0}]({0}/report.md): {1} experiments\n", block.name,
+                        block.matrix.experiments().size());
+  }
+  const std::string sha = sha256Of(reports);
+  const double wall =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  fmt::print("report: {} (sha256 {}); {:.1f} s of wall time, max RSS {:.0f} MiB\n",
+             (dir / "report.md").string(), sha, wall, maxRssMib());
+  if (o.json) {
+    if (runs.size() == 1) {
+      const Measured& m = runs.front();
+      fmt::print("{}\n",
+                 JsonObject()
+                     .add("peers", static_cast<std::uint64_t>(m.outcome.experiment.peers))
+                     .add("virtual_seconds", m.result.virtualSeconds)
+                     .add("wall_seconds", wall)
+                     .add("final_accuracy",
+                          m.outcome.error.empty() ? m.outcome.final.consensus.accuracy : kNaN)
+                     .add("max_rss_mib", maxRssMib())
+                     .add("report_sha256", sha)
+                     .str());
+    } else {
+      std::vector<std::string> rows;
+      for (const Measured& m : runs) {
+        const Experiment& e = m.outcome.experiment;
+        rows.push_back(JsonObject()
+                           .add("experiment", e.name())
+                           .add("peers", static_cast<std::uint64_t>(e.peers))
+                           .add("virtual_seconds", m.result.virtualSeconds)
+                           .add("wall_seconds", m.wallSeconds)
+                           .add("final_accuracy",
+                                m.outcome.error.empty() ? m.outcome.final.consensus.accuracy : kNaN)
+                           .add("time_to_target_s", m.outcome.timeToTarget)
+                           .add("bytes_per_peer", m.outcome.final.bytesSentPerPeer)
+                           .str());
+      }
+      fmt::print(
+          "{{\"experiments\": [{}], \"wall_seconds\": {}, \"max_rss_mib\": {}, "
+          "\"report_sha256\": \"{}\"}}\n",
+          fmt::join(rows, ", "), wall, maxRssMib(), sha);
+    }
+  }
+  if (violations > 0)
+    throw Error(fmt::format("{} invariant violation(s) (above, with the command that replays them)",
+                            violations));
+}
+
+}  // namespace
+
+void addSimulateCommand(CLI::App& app) {
+  auto o = std::make_shared<SimulateOptions>();
+  CLI::App* command = app.add_subcommand(
+      "simulate",
+      "the algorithms on N simulated peers in virtual time (engine/sim): the report and figures "
+      "of `convergence`, replayable from the seed, plus wall time and memory");
+  command->add_option("--peers", o->peers, "simulated peers")->capture_default_str();
+  command->add_option("--algorithm", o->algorithm, "algorithm")->capture_default_str();
+  command->add_option("--topology", o->topology, "topology (default: the algorithm's)")
+      ->capture_default_str();
+  command->add_option("--network", o->network, "network profile: lan, wan, geo or a file")
+      ->capture_default_str();
+  command->add_option("--step-time", o->stepMs, "milliseconds of compute per step (virtual)")
+      ->capture_default_str();
+  command->add_option("--model", o->model, "softmax or mlp")->capture_default_str();
+  command->add_option("--hidden", o->hidden, "hidden widths of the MLP")
+      ->delimiter(',')
+      ->capture_default_str();
+  command->add_option("--dataset", o->dataset, "dataset")->capture_default_str();
+  command->add_option("--train-samples", o->trainSamples, "training samples (0: all)");
+  command->add_option("--test-samples", o->testSamples, "test samples (0: all)");
+  command->add_option("--steps", o->steps, "steps of every peer")->capture_default_str();
+  command->add_option("--batch", o->batch, "mini-batch per peer")->capture_default_str();
+  command->add_option("--optimizer", o->optimizer, "local optimizer")->capture_default_str();
+  command->add_option("--lr", o->lr, "learning rate")->capture_default_str();
+  command->add_option("--schedule", o->schedule, "constant or cosine")->capture_default_str();
+  command->add_option("--eval-seconds", o->evalSeconds, "virtual seconds between evaluations")
+      ->capture_default_str();
+  command->add_option("--eval-samples", o->evalSamples, "test samples per periodic evaluation")
+      ->capture_default_str();
+  command->add_option("--target", o->target, "consensus accuracy of time to target")
+      ->capture_default_str();
+  command->add_option("--comm-timeout", o->commTimeout, "seconds: deadline of synchronous waits")
+      ->capture_default_str();
+  command->add_option("--seed", o->seed, "seed of everything (model, data, links, faults)")
+      ->capture_default_str();
+  command
+      ->add_option("--faults", o->faults,
+                   "faults drawn from the seed, as the chaos benchmark draws them (0: none)")
+      ->capture_default_str();
+  command
+      ->add_option("--fault-kinds", o->faultKinds,
+                   "kinds to draw from: kill, restart, join, partition, loss, straggler (default: "
+                   "all)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"kill", "restart", "join", "partition", "loss", "straggler"}));
+  command->add_option("--fault-window", o->faultWindow,
+                      "virtual seconds the faults are spread over (default: steps x step time)");
+  command->add_option("--max-virtual-seconds", o->maxVirtualSeconds,
+                      "a run still going then is a violation (a deadlock; default: 100 x the "
+                      "compute time + 600 s)");
+  command->add_option("--config", o->configPaths,
+                      "an experiment matrix (`convergence --print-config` shows the format); "
+                      "several: one folder each under --out, named after the files");
+  command->add_option("--out", o->out, "output directory")->capture_default_str();
+  command->add_flag("--json", o->json,
+                    "one experiment: peers, virtual_seconds, wall_seconds, final_accuracy, "
+                    "max_rss_mib and report_sha256 as one JSON object on the last stdout line");
+  command->add_option("--log-level", o->logLevel, "log level")->capture_default_str();
+  command->callback([o] { runSimulate(*o); });
+}
+
+}  // namespace gossamer::bench

@@ -1,0 +1,167 @@
+// A simulated world: N peers running the unchanged Algorithm classes (the registry's), the same
+// topologies and the same shaped network profiles as real peers, in one process and in virtual
+// time. Replayable: the same config and seed give the same run, bit for bit.
+//
+// How it runs. Every peer's compute thread is a Fiber (fiber.h) on the caller's thread, and one
+// scheduler runs them one at a time: an event queue ordered by (virtual time, insertion number)
+// holds message deliveries, wake-ups (the end of a step's compute time, a wait's deadline),
+// membership view changes, faults and evaluations. The scheduler takes the earliest event, sets
+// the virtual clock to its time and runs it; a fiber it resumes runs until it blocks again (in
+// gather, request, Inbox::wait, pullModel or its step time) and yields. Virtual time therefore
+// jumps from event to event and nothing depends on the host's speed or threads. Clock::now()
+// (engine/algorithm.h) reads the virtual clock on this thread while the world runs, so
+// algorithms that read the clock themselves (gosgd's retransmissions, ad-psgd's offers) see it.
+//
+// What each part stands for:
+//   compute     a peer's step runs the real forward/backward and optimizer on its own params and
+//               grads (one CPU Compute and one model shared by all peers, which never run at the
+//               same time), and then takes `minStepTime` of virtual time (the real compute is
+//               free); a straggler fault multiplies it.
+//   network     each ordered pair of peers is one net::shaped::LinkSchedule of the profile's link
+//               between their sites (peer i at site i % sites, as in a local cluster): the same
+//               serialization, latency, jitter, stream/datagram loss and in-order delivery
+//               arithmetic as the shaped transport, seeded per pair from the run seed. A frame is
+//               its payload bytes plus kFrameHeaderBytes and 8 bytes per scalar and integer.
+//               Sends never block (no back-pressure from the staging pools). Compression
+//               (--compress) is not simulated: payloads travel as float32.
+//   membership  SIMULATED VIEW CHANGES, NOT the SWIM protocol of net/membership: no probe or
+//               gossip message is exchanged. A failure (kill, or a partition that lasts long
+//               enough) is noticed by the others after the SWIM detection time of the run's
+//               membership options stretched for the profile's round trip (probe interval +
+//               suspicion timeout for the view's size, membership::Options); a join (or a healed
+//               partition) enters every view after one probe interval plus the longest round
+//               trip. Every peer of the same side of a change sees it at the same virtual time;
+//               each adopts it at its next step boundary (setup() again), as the runtime does.
+//   runtime     the runtime's rules that algorithms rely on: all peers start together; a gather
+//               ends early for a peer that left the view or finished training (or, in finish(),
+//               released the others), as seen after the profile's longest one-way delay (the
+//               runtime's finished and released marks) and once everything it sent while
+//               training has arrived; finish() runs once every member has finished so; serve() runs
+//               on delivery (in the scheduler, never in a fiber), held back until the peer's first
+//               setup(); pullModel answers on arrival with the target's current params and step.
+//   faults      the chaos benchmark's kinds and rules, drawn from a seed (drawFaults): kill (the
+//               fiber is unwound at once and never steps again; skipped unless more than half
+//               the peers, and at least 3, would remain), restart (the first killed peer comes
+//               back as a late joiner through Algorithm::join; the chaos benchmark restarts it
+//               from its checkpoint, which the simulator does not keep), join of a new peer (up
+//               to twice the starting peers), partition of one peer from all others (frames
+//               dropped both ways), loss added to one peer's links, a straggler.
+//
+// Memory: the datasets are shared (one DatasetPair), every peer holds one Learner (params,
+// grads, optimizer state, one batch) and its algorithm's buffers; messages in flight hold one
+// copy of their payloads shared by all their recipients.
+//
+// Threading: simulate() runs everything on the calling thread and returns when the run ends.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/registry.h"
+#include "engine/runtime/cluster.h"
+#include "engine/runtime/config.h"
+#include "net/membership/membership.h"
+#include "net/shaped/profile.h"
+
+namespace gossamer::engine::sim {
+
+// The fault kinds of the chaos benchmark (bench/chaos_bench.cc).
+enum class FaultKind { kill, restart, join, partition, loss, straggler };
+const char* name(FaultKind kind);  // "kill", "restart", "join", "partition", "loss", "straggler"
+std::optional<FaultKind> faultKindNamed(std::string_view text);
+
+struct Fault {
+  double at = 0;  // virtual seconds after training starts
+  FaultKind kind = FaultKind::kill;
+  double seconds = 0;      // partition, loss, straggler: how long
+  double magnitude = 0;    // loss: the added loss rate; straggler: the step-time factor
+  std::uint64_t pick = 0;  // the target: pick % (peers in training at `at`), in id order
+};
+
+// A fault schedule drawn as the chaos benchmark draws its own: `count` faults at uniformly random
+// times in [0.1, 0.85] x windowSeconds, kinds weighted kill 0.25, restart 0.2, join 0.1,
+// partition 0.15, loss 0.15, straggler 0.15 (only `kinds` when not empty), lasting 2-6 s, loss
+// rates 0.1-0.3, slow-downs 3-5x. The same seed gives the same schedule.
+std::vector<Fault> drawFaults(std::uint64_t seed, std::size_t count, double windowSeconds,
+                              const std::vector<FaultKind>& kinds = {});
+std::string describe(const Fault& fault);
+
+struct SimConfig {
+  std::size_t peers = 4;
+  // Model, algorithm and options, topology, optimizer and schedule, batch, steps (maxSteps, else
+  // epochs), split, seed, commTimeout, finishTimeout, minStepTime (the step time) and
+  // initialParams as for a real peer. Device, compression, checkpoints, metrics files and
+  // progress are not used.
+  runtime::TrainingConfig training;
+  net::shaped::NetworkProfile network;
+  // The SWIM options whose timing the simulated view changes follow (stretched for the
+  // profile's longest round trip, as a real peer does).
+  net::membership::Options membership;
+  std::vector<Fault> faults;
+  double evalSeconds = 0;  // virtual seconds between consensus evaluations; 0: only at the end
+  std::size_t evalSamples = 2000;  // test samples of those (the final one uses all)
+  // Test samples of each peer's own final evaluation (min and mean peer accuracy); 0: none.
+  std::size_t finalPeerSamples = 1000;
+  // A run still going at this virtual time is stopped and reported as a violation (a deadlock
+  // in virtual time); 0: 100 x the steps' compute time + 600 s.
+  double maxVirtualSeconds = 0;
+  std::size_t stackBytes = 512 * 1024;  // per fiber
+  // Extra invariants, checked on the finals at the end; each returns a violation or nullopt.
+  std::function<std::optional<std::string>(std::span<const runtime::Snapshot> finals)> invariant;
+  std::function<void(const runtime::EvalPoint&)> onEval;
+};
+
+// The bytes a frame adds to its payloads (and 8 per scalar and integer): a dpsgd model message
+// on the real transport is its payload plus 136 bytes (measured with `convergence`).
+inline constexpr std::size_t kFrameHeaderBytes = 136;
+
+struct SimPeerResult {
+  PeerId id = 0;
+  std::uint64_t steps = 0;
+  bool alive = true;      // its last life was not killed
+  bool finished = false;  // it ran finish()
+  std::uint64_t bytesSent = 0;
+  double commWaitSeconds = 0;
+  std::map<std::string, double> metrics;
+  std::string error;  // what its fiber threw, if anything
+};
+
+struct Violation {
+  double at = 0;  // virtual seconds
+  std::string what;
+};
+
+struct SimResult {
+  std::string topology;  // the topology's name
+  double spectralGap = 0;
+  std::vector<runtime::EvalPoint> curve;  // wallSeconds: virtual seconds since training started
+  runtime::ConsensusResult consensus;     // final, over the live peers
+  double virtualSeconds = 0;              // until the last peer ended
+  std::vector<SimPeerResult> peers;       // by id (1..), every slot's last life
+  std::vector<runtime::Snapshot> finals;  // the live peers' final params, by id
+  std::vector<std::string> faultLog;      // what each fault did, with its virtual time and target
+  std::vector<Violation> violations;
+  std::uint64_t events = 0;
+  std::uint64_t messages = 0;  // frames sent
+  std::uint64_t dropped = 0;   // of those, lost (datagram loss, partitions, dead receivers)
+};
+
+// Runs the world to its end. Throws gossamer::Error on a bad configuration (unknown names, a
+// profile without sites); what goes wrong in the run (a peer's exception, a deadlock, a broken
+// invariant) is reported in the result's violations.
+SimResult simulate(const SimConfig& config, const Registry& registry,
+                   std::shared_ptr<const DatasetPair> data);
+
+// The result as text, every figure with fixed formatting and nothing of the host (no wall time):
+// the same seed and config give the same text, byte for byte.
+std::string format(const SimResult& result);
+
+}  // namespace gossamer::engine::sim
