@@ -62,37 +62,16 @@
 #include <optional>
 #include <span>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "engine/registry.h"
 #include "engine/runtime/cluster.h"
 #include "engine/runtime/config.h"
+#include "engine/sim/faults.h"
 #include "net/membership/membership.h"
 #include "net/shaped/profile.h"
 
 namespace gossamer::engine::sim {
-
-// The fault kinds of the chaos benchmark (bench/chaos_bench.cc).
-enum class FaultKind { kill, restart, join, partition, loss, straggler };
-const char* name(FaultKind kind);  // "kill", "restart", "join", "partition", "loss", "straggler"
-std::optional<FaultKind> faultKindNamed(std::string_view text);
-
-struct Fault {
-  double at = 0;  // virtual seconds after training starts
-  FaultKind kind = FaultKind::kill;
-  double seconds = 0;      // partition, loss, straggler: how long
-  double magnitude = 0;    // loss: the added loss rate; straggler: the step-time factor
-  std::uint64_t pick = 0;  // the target: pick % (peers in training at `at`), in id order
-};
-
-// A fault schedule drawn as the chaos benchmark draws its own: `count` faults at uniformly random
-// times in [0.1, 0.85] x windowSeconds, kinds weighted kill 0.25, restart 0.2, join 0.1,
-// partition 0.15, loss 0.15, straggler 0.15 (only `kinds` when not empty), lasting 2-6 s, loss
-// rates 0.1-0.3, slow-downs 3-5x. The same seed gives the same schedule.
-std::vector<Fault> drawFaults(std::uint64_t seed, std::size_t count, double windowSeconds,
-                              const std::vector<FaultKind>& kinds = {});
-std::string describe(const Fault& fault);
 
 struct SimConfig {
   std::size_t peers = 4;

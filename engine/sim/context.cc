@@ -1,0 +1,80 @@
+#include "engine/sim/context.h"
+
+#include <algorithm>
+
+namespace gossamer::engine::sim::detail {
+
+double SimContext::computeGradients() {
+  const double loss = p_.learner->computeGradients();
+  const Duration stepTime = std::chrono::duration_cast<Duration>(
+      p_.world.shared().config.training.minStepTime * p_.stepFactor);
+  const TimePoint start = p_.world.now();
+  if (stepTime.count() > 0) p_.sleepUntil(start + stepTime);
+  p_.computeTime += p_.world.now() - start;
+  return loss;
+}
+
+std::optional<Incoming> SimContext::request(PeerId to, const Message& message,
+                                            Clock::duration timeout) {
+  Message tagged = message;
+  tagged.tag = p_.tags.fresh();
+  p_.world.send(p_, std::span<const PeerId>(&to, 1), tagged, true);
+  GatherResult got = gatherFrom(std::span<const PeerId>(&to, 1), tagged.tag, timeout, false);
+  if (got.messages.empty()) return std::nullopt;
+  return std::move(got.messages.front());
+}
+
+std::optional<Incoming> SimContext::pullModel(PeerId from, Clock::duration timeout) {
+  Message pull{.kind = kPullKind, .step = p_.step, .tag = p_.tags.fresh()};
+  p_.world.send(p_, std::span<const PeerId>(&from, 1), pull, true, false);
+  GatherResult got = gatherFrom(std::span<const PeerId>(&from, 1), pull.tag, timeout, false);
+  if (got.messages.empty()) return std::nullopt;
+  return std::move(got.messages.front());
+}
+
+GatherResult SimContext::gatherFrom(std::span<const PeerId> from, std::uint64_t tag,
+                                    Duration timeout, bool whileStepping) {
+  World& world = p_.world;
+  const TimePoint start = world.now();
+  const TimePoint deadline = timeout == Duration::max() ? kNever : start + timeout;
+  std::vector<std::optional<Incoming>> got(from.size());
+  std::vector<bool> given(from.size(), false);
+  auto gone = [&](PeerId peer) {
+    if (peer == p_.id) return false;
+    if (!std::binary_search(p_.view.begin(), p_.view.end(), peer)) return true;
+    if (!whileStepping) return false;
+    const SimPeer* other = world.current(peer);
+    if (other == nullptr || other->phase == Phase::dead) return false;  // until the view drops it
+    const Phase mark = p_.finishing ? Phase::released : Phase::finished;
+    return world.phaseSeen(*other, p_, mark);
+  };
+  auto settle = [&] {
+    bool done = true;
+    for (std::size_t i = 0; i < from.size(); ++i) {
+      if (got[i] || given[i]) continue;
+      if ((got[i] = p_.inbox.take(from[i], tag))) continue;
+      if (gone(from[i])) {
+        given[i] = true;
+        continue;
+      }
+      done = false;
+    }
+    return done;
+  };
+  if (!p_.block(settle, deadline)) {
+    for (std::size_t i = 0; i < from.size(); ++i)
+      if (!got[i] && !given[i]) got[i] = p_.inbox.take(from[i], tag);
+  }
+  p_.commWait += world.now() - start;
+  GatherResult result;
+  for (std::size_t i = 0; i < from.size(); ++i) {
+    if (got[i]) {
+      result.messages.push_back(std::move(*got[i]));
+    } else {
+      result.missing.push_back(from[i]);
+    }
+  }
+  return result;
+}
+
+}  // namespace gossamer::engine::sim::detail

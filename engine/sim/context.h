@@ -1,0 +1,81 @@
+// What a simulated peer's algorithm sees: the PeerContext of its compute side (SimContext) and the
+// ServiceContext of serve() (SimServe), with the runtime's rules as world.h states them.
+#pragma once
+
+#include "engine/sim/internal.h"
+
+namespace gossamer::engine::sim::detail {
+
+class SimContext final : public PeerContext {
+ public:
+  explicit SimContext(SimPeer& p) : p_(p) {}
+
+  PeerId self() const override { return p_.id; }
+  const std::vector<PeerId>& members() const override { return p_.members; }
+  std::uint64_t epoch() const override { return p_.epoch; }
+  const topology::Graph& graph() const override { return *p_.graph; }
+  std::uint64_t step() const override { return p_.step; }
+  std::uint64_t totalSteps() const override { return p_.world.shared().totalSteps; }
+
+  kernels::Compute& compute() override { return *p_.world.shared().compute; }
+  std::span<float> params() override { return p_.learner->params(); }
+  std::span<float> grads() override { return p_.learner->grads(); }
+  train::Optimizer& optimizer() override { return p_.learner->optimizer(); }
+  double computeGradients() override;
+  void applyOptimizer() override { p_.learner->applyUpdate(); }
+
+  void send(std::span<const PeerId> to, const Message& message) override {
+    p_.world.send(p_, to, message, false);
+  }
+  using PeerContext::send;
+  void notify(PeerId to, const Message& message) override {
+    p_.world.send(p_, std::span<const PeerId>(&to, 1), message, true);
+  }
+  std::optional<Incoming> request(PeerId to, const Message& message,
+                                  Clock::duration timeout) override;
+  GatherResult gather(std::span<const PeerId> from, std::uint64_t tag,
+                      Clock::duration timeout) override {
+    return gatherFrom(from, tag, timeout, true);
+  }
+  Inbox& inbox() override { return p_.inbox; }
+  Tags& tags() override { return p_.tags; }
+  DeviceView upload(std::span<const float> host) override { return DeviceView(host, nullptr); }
+  Clock::duration commTimeout() const override {
+    return p_.world.shared().config.training.commTimeout;
+  }
+  const PayloadCompression& compression() const override { return compression_; }
+
+  std::optional<Incoming> pullModel(PeerId from, Clock::duration timeout) override;
+  void adoptStep(std::uint64_t step) override { p_.step = step; }
+
+  std::mt19937_64& rng() override { return p_.rng; }
+  Metrics& metrics() override { return p_.metrics; }
+
+  // The runtime's gather (engine/runtime/message_queue.cc): each message taken as it comes; a
+  // peer that left the view, or (`whileStepping`) finished training (in finish(): released the
+  // others) is given up once nothing of its is queued.
+  GatherResult gatherFrom(std::span<const PeerId> from, std::uint64_t tag, Duration timeout,
+                          bool whileStepping);
+
+ private:
+  SimPeer& p_;
+  PayloadCompression compression_;
+};
+
+class SimServe final : public ServiceContext {
+ public:
+  explicit SimServe(SimPeer& p) : p_(p) {}
+  PeerId self() const override { return p_.id; }
+  kernels::Compute& hostCompute() override { return *p_.world.shared().compute; }
+  void reply(const Incoming& request, const Message& message) override {
+    Message answer = message;
+    answer.tag = request.tag;
+    p_.world.send(p_, std::span<const PeerId>(&request.from, 1), answer, false, false);
+  }
+  Metrics& metrics() override { return p_.metrics; }
+
+ private:
+  SimPeer& p_;
+};
+
+}  // namespace gossamer::engine::sim::detail

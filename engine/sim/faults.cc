@@ -1,0 +1,78 @@
+#include "engine/sim/faults.h"
+
+#include <algorithm>
+#include <random>
+
+#include <fmt/format.h>
+
+namespace gossamer::engine::sim {
+
+const char* name(FaultKind kind) {
+  switch (kind) {
+    case FaultKind::kill:
+      return "kill";
+    case FaultKind::restart:
+      return "restart";
+    case FaultKind::join:
+      return "join";
+    case FaultKind::partition:
+      return "partition";
+    case FaultKind::loss:
+      return "loss";
+    case FaultKind::straggler:
+      return "straggler";
+  }
+  return "?";
+}
+
+std::optional<FaultKind> faultKindNamed(std::string_view text) {
+  for (FaultKind k : {FaultKind::kill, FaultKind::restart, FaultKind::join, FaultKind::partition,
+                      FaultKind::loss, FaultKind::straggler})
+    if (text == name(k)) return k;
+  return std::nullopt;
+}
+
+std::vector<Fault> drawFaults(std::uint64_t seed, std::size_t count, double windowSeconds,
+                              const std::vector<FaultKind>& kinds) {
+  constexpr FaultKind kKinds[] = {FaultKind::kill,      FaultKind::restart, FaultKind::join,
+                                  FaultKind::partition, FaultKind::loss,    FaultKind::straggler};
+  std::vector<double> weights = {0.25, 0.2, 0.1, 0.15, 0.15, 0.15};
+  if (!kinds.empty()) {
+    for (std::size_t k = 0; k < weights.size(); ++k)
+      if (std::find(kinds.begin(), kinds.end(), kKinds[k]) == kinds.end()) weights[k] = 0;
+  }
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> unit(0, 1);
+  std::discrete_distribution<std::size_t> kind(weights.begin(), weights.end());
+  std::vector<Fault> faults;
+  for (std::size_t i = 0; i < count; ++i) {
+    Fault f;
+    f.at = windowSeconds * (0.1 + 0.75 * unit(rng));
+    f.kind = kKinds[kind(rng)];
+    f.seconds = 2 + 4 * unit(rng);
+    f.magnitude = f.kind == FaultKind::loss ? 0.1 + 0.2 * unit(rng) : 3 + 2 * unit(rng);
+    f.pick = rng();
+    faults.push_back(f);
+  }
+  std::sort(faults.begin(), faults.end(),
+            [](const Fault& a, const Fault& b) { return a.at < b.at; });
+  return faults;
+}
+
+std::string describe(const Fault& f) {
+  switch (f.kind) {
+    case FaultKind::kill:
+    case FaultKind::join:
+    case FaultKind::restart:
+      return name(f.kind);
+    case FaultKind::partition:
+      return fmt::format("partition for {:.2f} s", f.seconds);
+    case FaultKind::loss:
+      return fmt::format("loss {:.3f} for {:.2f} s", f.magnitude, f.seconds);
+    case FaultKind::straggler:
+      return fmt::format("straggler x{:.2f} for {:.2f} s", f.magnitude, f.seconds);
+  }
+  return "?";
+}
+
+}  // namespace gossamer::engine::sim

@@ -1,0 +1,277 @@
+// The simulated world's parts, shared by its files (internal to engine/sim; see world.h for how
+// the world runs):
+//   world.cc     the World: the scheduler, lives, views, faults, the run
+//   network.cc   World's links: sends, deliveries, partitions, loss, the runtime's marks
+//   report.cc    World's evaluations, invariants, and the result as text
+//   sim_peer.cc  one life of a peer (SimPeer) on its fiber, and its inbox
+//   context.cc   the PeerContext and ServiceContext its algorithm sees (context.h)
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <queue>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/algorithm.h"
+#include "engine/runtime/consensus.h"
+#include "engine/sim/fiber.h"
+#include "engine/sim/world.h"
+#include "engine/train/learner.h"
+
+namespace gossamer::engine::sim::detail {
+
+using TimePoint = Clock::time_point;
+using Duration = Clock::duration;
+using Seconds = std::chrono::duration<double>;
+
+// Virtual time starts a week after a virtual boot, as a steady clock's would be far from 0: an
+// algorithm's "long ago" (a default time_point) is then long ago in virtual time too.
+constexpr TimePoint kStart{std::chrono::hours(24 * 7)};
+constexpr TimePoint kNever = TimePoint::max();
+
+// The runtime's own message kinds (above the algorithms').
+constexpr std::uint32_t kPullKind = kMaxAlgorithmKind + 1;
+constexpr std::uint32_t kPullReplyKind = kMaxAlgorithmKind + 2;
+
+inline Duration fromSeconds(double s) {
+  return std::chrono::duration_cast<Duration>(Seconds(std::max(0.0, s)));
+}
+
+// Thrown at the blocking point of a killed peer's fiber: unwinds its stack (it never steps again).
+// Not a std::exception, so that nothing but the fiber's entry catches it.
+struct Killed {};
+
+// A message on the wire: one copy of the payloads, shared by every recipient.
+struct Wire {
+  PeerId from = 0;
+  std::uint32_t kind = 0;
+  std::uint64_t step = 0;
+  std::uint64_t tag = 0;
+  std::vector<double> scalars;
+  std::vector<std::uint64_t> integers;
+  std::vector<std::vector<float>> payloads;
+  std::size_t bytes = 0;
+  bool serve = false;  // to serve(), else to the inbox
+  // Sent while its sender was training: the sender's finished mark follows it on the link, so a
+  // receiver counts the sender as finished only once it has arrived.
+  bool beforeFinish = false;
+};
+
+enum class Phase { training, finished, released, dead };
+
+class World;
+class SimPeer;
+
+class SimInbox final : public Inbox {
+ public:
+  explicit SimInbox(SimPeer& peer) : peer_(peer) {}
+  std::vector<Incoming> drain(std::optional<std::uint32_t> kind) override;
+  std::size_t discardBefore(std::uint64_t step) override;
+  std::size_t size() const override { return queue_.size(); }
+  bool wait(std::optional<std::uint32_t> kind, Clock::time_point deadline) override;
+
+  std::optional<Incoming> take(PeerId from, std::uint64_t tag) {
+    for (auto it = queue_.begin(); it != queue_.end(); ++it) {
+      if (it->from == from && it->tag == tag) {
+        Incoming m = std::move(*it);
+        queue_.erase(it);
+        return m;
+      }
+    }
+    return std::nullopt;
+  }
+  void push(Incoming m) { queue_.push_back(std::move(m)); }
+
+ private:
+  SimPeer& peer_;
+  std::deque<Incoming> queue_;
+};
+
+class SimMetrics final : public Metrics {
+ public:
+  void add(const std::string& name, double value) override { values[name] += value; }
+  void set(const std::string& name, double value) override { values[name] = value; }
+  std::map<std::string, double> values;
+};
+
+class SimTags final : public Tags {
+ public:
+  std::uint64_t fresh() override { return (std::uint64_t{1} << 63) | ++next_; }
+
+ private:
+  std::uint64_t next_ = 0;
+};
+
+// What every peer shares: the world's configuration and its derived, immutable parts.
+struct Shared {
+  const SimConfig& config;
+  const Registry& registry;
+  std::shared_ptr<const DatasetPair> data;
+  std::unique_ptr<kernels::Compute> compute;
+  std::unique_ptr<Model> model;
+  std::unique_ptr<topology::Topology> topology;
+  std::string algorithm;
+  std::uint64_t totalSteps = 0;
+  Duration detectDelay{};  // a failure until the others' views drop it
+  Duration joinDelay{};    // a join until every view has it
+};
+
+class SimContext;
+class SimServe;
+
+// One life of a peer: its fiber, learner, algorithm and views. A restart is a new life of the
+// same id.
+class SimPeer {
+ public:
+  SimPeer(World& world, PeerId id, std::size_t life, bool late);
+  ~SimPeer();
+
+  void start();  // makes the fiber; the world resumes it
+  // Blocks the fiber until ready() or the deadline (kNever: none); true when ready. Throws
+  // Killed when the peer is killed meanwhile. Fiber only.
+  bool block(const std::function<bool()>& ready, TimePoint deadline);
+  void sleepUntil(TimePoint t) {
+    block([] { return false; }, t);
+  }
+
+  // Deliveries and state changes elsewhere: resume a blocked fiber so it looks again.
+  void poke();
+
+  World& world;
+  const PeerId id;
+  const std::size_t life;
+  const bool late;
+  Phase phase = Phase::training;
+  bool killed = false;
+  bool waiting = false;
+  bool serveOpen = false;
+  std::uint64_t blockToken = 0;
+  TimePoint finishedAt{}, releasedAt{};  // when it finished training, and finish()
+  std::uint64_t step = 0;
+  std::uint64_t bytesSent = 0;
+  Duration commWait{};
+  Duration computeTime{};
+  double stepFactor = 1;  // a straggler's
+  std::string error;
+
+  // The membership view (what isMember reads) and the roster the compute side adopted.
+  std::vector<PeerId> view;
+  std::uint64_t viewEpoch = 1;
+  std::vector<PeerId> members;
+  std::uint64_t epoch = 0;
+  std::shared_ptr<const topology::Graph> graph;
+  bool finishing = false;
+  std::size_t shardCount = 0, shardRank = 0;
+
+  // Frames sent before their senders finished training, on their way to this life, by sender.
+  std::map<PeerId, std::size_t> inflightFrom;
+  SimInbox inbox{*this};
+  SimMetrics metrics;
+  SimTags tags;
+  std::mt19937_64 rng;
+  std::unique_ptr<train::Learner> learner;
+  std::unique_ptr<Algorithm> algorithm;
+  std::unique_ptr<SimContext> context;
+  std::unique_ptr<SimServe> serveContext;
+  std::unique_ptr<Fiber> fiber;
+
+ private:
+  void body();
+  void run();
+  void adoptView();
+  bool othersDone(bool released) const;
+};
+
+class World {
+ public:
+  World(const SimConfig& config, const Registry& registry, std::shared_ptr<const DatasetPair> data);
+  SimResult run();
+
+  TimePoint now() const { return now_; }
+  const Shared& shared() const { return shared_; }
+  Shared& shared() { return shared_; }
+
+  // Runs `action` at virtual time `at` (never before now), after every event already due then.
+  void at(TimePoint at, std::function<void()> action) {
+    queue_.push(Event{std::max(at, now_), seq_++, std::move(action)});
+  }
+  SimPeer* current(PeerId id) {
+    const auto it = slots_.find(id);
+    return it == slots_.end() ? nullptr : it->second.get();
+  }
+  // Sends `message` from `from` to each of `to` (one copy of the payloads for all).
+  // `checkView`: skip recipients outside the sender's view (the algorithm's sends; replies and
+  // the runtime's pulls go to whoever asked).
+  void send(SimPeer& from, std::span<const PeerId> to, const Message& message, bool serve,
+            bool checkView = true);
+  void resume(SimPeer& peer);
+  // The peers whose fibers wait, looked at again (a peer finished or left a view).
+  void pokeAll();
+  // The others' views drop `peer` after SWIM's detection time (a kill, or a peer that failed).
+  void detectFailure(const SimPeer& peer);
+  // When `peer`'s change of phase reaches `observer` (the link's one-way latency, no earlier
+  // than the last frame between them): the runtime's finished and released marks.
+  bool phaseSeen(const SimPeer& peer, const SimPeer& observer, Phase phase) const;
+  const std::vector<std::size_t>& shard(std::size_t count, std::size_t rank);
+  std::shared_ptr<const topology::Graph> graph(const std::vector<PeerId>& members,
+                                               std::uint64_t step);
+  bool inFiber() const { return inFiber_; }
+
+ private:
+  struct Event {
+    TimePoint at;
+    std::uint64_t seq;
+    std::function<void()> run;
+    bool operator>(const Event& o) const { return at != o.at ? at > o.at : seq > o.seq; }
+  };
+  struct LinkState {
+    std::unique_ptr<net::shaped::LinkSchedule> schedule;
+    TimePoint lastDelivery{};
+  };
+
+  void deliver(const std::shared_ptr<const Wire>& wire, PeerId to, std::size_t life);
+  void applyFault(const Fault& fault);
+  void startLife(PeerId id, bool late);
+  void kill(SimPeer& peer);
+  // Changes views: `change` applied to each live peer's view that `who` selects; every view
+  // changed gets a new epoch.
+  void changeViews(const std::function<bool(const SimPeer&)>& who,
+                   const std::function<void(std::vector<PeerId>&)>& change);
+  std::vector<PeerId> liveIds() const;
+  void evaluate(bool final);
+  runtime::EvalPoint point(std::span<const runtime::Snapshot> snapshots, std::size_t samples,
+                           bool perPeer);
+  double extraLoss(PeerId a, PeerId b) const;
+  bool partitioned(PeerId a, PeerId b) const;
+  bool anyActive() const;
+  void checkInvariants(SimResult& result);
+
+  const SimConfig& config_;
+  Shared shared_;
+  TimePoint now_ = kStart;
+  std::uint64_t seq_ = 0;
+  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> queue_;
+  std::map<PeerId, std::unique_ptr<SimPeer>> slots_;  // the current life of every id
+  std::vector<std::unique_ptr<SimPeer>> past_;        // ended lives (killed), freed at the end
+  std::map<std::pair<PeerId, PeerId>, LinkState> links_;
+  std::map<PeerId, std::pair<TimePoint, double>> loss_;  // until, rate
+  std::map<PeerId, TimePoint> partitions_;               // until
+  std::map<std::size_t, std::vector<std::vector<std::size_t>>> shards_;
+  std::deque<std::pair<std::pair<std::uint64_t, std::vector<PeerId>>,
+                       std::shared_ptr<const topology::Graph>>>
+      graphs_;
+  runtime::ConsensusEvaluator evaluator_;
+  PeerId nextId_ = 1;
+  bool inFiber_ = false;
+  SimResult result_;
+  Duration markDelay_{};  // the longest one-way delay of the profile (latency + jitter)
+};
+
+}  // namespace gossamer::engine::sim::detail

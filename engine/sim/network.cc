@@ -1,0 +1,145 @@
+// The simulated world's links: a send becomes one frame per recipient on the pair's
+// net::shaped::LinkSchedule (partitions and added loss applied), delivered to the inbox or to
+// serve() at its virtual arrival; the runtime's finished and released marks travel the same way.
+#include <algorithm>
+
+#include "engine/base/log.h"
+#include "engine/sim/context.h"
+
+namespace gossamer::engine::sim::detail {
+namespace {
+
+Incoming incomingOf(const std::shared_ptr<const Wire>& wire) {
+  Incoming in;
+  in.from = wire->from;
+  in.kind = wire->kind;
+  in.step = wire->step;
+  in.tag = wire->tag;
+  in.scalars = wire->scalars;
+  in.integers = wire->integers;
+  for (const std::vector<float>& p : wire->payloads) in.addPayload(std::span<const float>(p), wire);
+  return in;
+}
+
+}  // namespace
+
+bool World::phaseSeen(const SimPeer& peer, const SimPeer& observer, Phase phase) const {
+  if (peer.phase < phase) return false;
+  if (now_ < (phase == Phase::released ? peer.releasedAt : peer.finishedAt) + markDelay_)
+    return false;
+  const auto it = observer.inflightFrom.find(peer.id);
+  return it == observer.inflightFrom.end() || it->second == 0;
+}
+
+double World::extraLoss(PeerId a, PeerId b) const {
+  double keep = 1;
+  for (PeerId p : {a, b}) {
+    const auto it = loss_.find(p);
+    if (it != loss_.end() && now_ < it->second.first) keep *= 1 - it->second.second;
+  }
+  return 1 - keep;
+}
+
+bool World::partitioned(PeerId a, PeerId b) const {
+  for (PeerId p : {a, b}) {
+    const auto it = partitions_.find(p);
+    if (it != partitions_.end() && now_ < it->second) return true;
+  }
+  return false;
+}
+
+void World::send(SimPeer& from, std::span<const PeerId> to, const Message& message, bool serve,
+                 bool checkView) {
+  auto wire = std::make_shared<Wire>();
+  wire->from = from.id;
+  wire->kind = message.kind;
+  wire->step = message.step;
+  wire->tag = message.tag;
+  wire->scalars = message.scalars;
+  wire->integers = message.integers;
+  wire->serve = serve;
+  wire->beforeFinish = from.phase == Phase::training;
+  std::size_t bytes = kFrameHeaderBytes + 8 * (message.scalars.size() + message.integers.size());
+  for (std::span<const float> p : message.payloads) {
+    wire->payloads.emplace_back(p.begin(), p.end());
+    bytes += p.size() * sizeof(float);
+  }
+  wire->bytes = bytes;
+  std::shared_ptr<const Wire> frozen = std::move(wire);
+  for (PeerId target : to) {
+    if (target == from.id) continue;
+    if (checkView && !std::binary_search(from.view.begin(), from.view.end(), target)) {
+      log::get("sim")->debug("peer {}: send to {} outside its view skipped", from.id, target);
+      continue;
+    }
+    ++result_.messages;
+    SimPeer* receiver = current(target);
+    if (receiver == nullptr || receiver->phase == Phase::dead || partitioned(from.id, target)) {
+      ++result_.dropped;
+      continue;
+    }
+    if (message.kind < kMaxAlgorithmKind) from.bytesSent += bytes;
+    LinkState& link = links_[{from.id, target}];
+    if (!link.schedule) {
+      // Peer id i is profile index i - 1, as in a local cluster.
+      link.schedule = std::make_unique<net::shaped::LinkSchedule>(
+          config_.network.between(from.id - 1, target - 1),
+          net::shaped::mixSeed(config_.training.seed, (from.id << 32) ^ target));
+    }
+    const net::shaped::LinkSchedule::Slot slot =
+        link.schedule->admit(now_, bytes, extraLoss(from.id, target));
+    if (slot.dropped) {
+      ++result_.dropped;
+      continue;
+    }
+    link.lastDelivery = slot.deliverAt;
+    if (frozen->beforeFinish) ++receiver->inflightFrom[from.id];
+    const std::size_t life = receiver->life;
+    at(slot.deliverAt, [this, frozen, target, life] { deliver(frozen, target, life); });
+  }
+}
+
+void World::deliver(const std::shared_ptr<const Wire>& wire, PeerId to, std::size_t life) {
+  SimPeer* peer = current(to);
+  if (peer == nullptr || peer->life != life) {
+    ++result_.dropped;  // sent to a life that has ended
+    return;
+  }
+  if (auto it = peer->inflightFrom.find(wire->from);
+      wire->beforeFinish && it != peer->inflightFrom.end() && it->second > 0)
+    --it->second;
+  if (peer->phase == Phase::dead || partitioned(wire->from, to)) {
+    ++result_.dropped;
+    return;
+  }
+  if (wire->kind == kPullKind) {
+    // The runtime's model pull: answered with the params and step as they are now.
+    Message reply{.kind = kPullReplyKind, .step = peer->step, .tag = wire->tag};
+    if (peer->learner) reply.payloads = {peer->learner->params()};
+    send(*peer, std::span<const PeerId>(&wire->from, 1), reply, false, false);
+    return;
+  }
+  if (wire->serve) {
+    if (!peer->serveOpen) {
+      // Held back until setup in the runtime; here it comes again shortly (rare: a joiner).
+      at(now_ + std::chrono::milliseconds(1), [this, wire, to, life] {
+        if (SimPeer* p = current(to); p != nullptr && p->life == life && wire->beforeFinish)
+          ++p->inflightFrom[wire->from];
+        deliver(wire, to, life);
+      });
+      return;
+    }
+    try {
+      peer->algorithm->serve(*peer->serveContext, incomingOf(wire));
+    } catch (const std::exception& e) {
+      log::get("sim")->error("peer {}: {}::serve failed on a message of kind {} from {}: {}", to,
+                             peer->algorithm->name(), wire->kind, wire->from, e.what());
+    }
+    peer->poke();
+    return;
+  }
+  peer->inbox.push(incomingOf(wire));
+  peer->poke();
+}
+
+}  // namespace gossamer::engine::sim::detail

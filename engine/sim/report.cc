@@ -1,0 +1,129 @@
+// What a simulated run reports: consensus evaluations of the live peers, the chaos benchmark's
+// invariants, and the result as text (format(), the same bytes for the same seed).
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "engine/sim/internal.h"
+
+namespace gossamer::engine::sim {
+namespace detail {
+
+runtime::EvalPoint World::point(std::span<const runtime::Snapshot> snapshots, std::size_t samples,
+                                bool perPeer) {
+  runtime::EvalPoint pt;
+  pt.wallSeconds = Seconds(now_ - kStart).count();
+  pt.minStep = std::numeric_limits<std::uint64_t>::max();
+  double bytes = 0, wait = 0, compute = 0;
+  std::size_t count = 0;
+  for (const auto& [id, p] : slots_) {
+    if (p->phase == Phase::dead) continue;
+    ++count;
+    pt.minStep = std::min(pt.minStep, p->step);
+    pt.maxStep = std::max(pt.maxStep, p->step);
+    pt.meanStep += static_cast<double>(p->step);
+    pt.samples += p->learner ? p->learner->samples() : 0;
+    bytes += static_cast<double>(p->bytesSent);
+    wait += Seconds(p->commWait).count();
+    compute += Seconds(p->computeTime).count();
+  }
+  if (count == 0) pt.minStep = 0;
+  const double n = std::max<double>(static_cast<double>(count), 1);
+  pt.meanStep /= n;
+  pt.bytesSentPerPeer = bytes / n;
+  if (pt.wallSeconds > 0) {
+    pt.commWaitFraction = wait / n / pt.wallSeconds;
+    pt.utilization = compute / n / pt.wallSeconds;
+  }
+  pt.consensus = evaluator_.evaluate(snapshots, samples, false);
+  if (perPeer && config_.finalPeerSamples > 0) {
+    const runtime::ConsensusResult own =
+        evaluator_.evaluate(snapshots, config_.finalPeerSamples, true);
+    pt.consensus.minPeerAccuracy = own.minPeerAccuracy;
+    pt.consensus.meanPeerAccuracy = own.meanPeerAccuracy;
+  }
+  return pt;
+}
+
+void World::evaluate(bool final) {
+  std::vector<runtime::Snapshot> snapshots;
+  for (const auto& [id, p] : slots_) {
+    if (p->phase == Phase::dead || !p->learner) continue;
+    const std::span<const float> params = p->learner->params();
+    snapshots.push_back({id, p->step, std::vector<float>(params.begin(), params.end())});
+  }
+  if (snapshots.empty()) return;
+  runtime::EvalPoint pt = point(snapshots, final ? 0 : config_.evalSamples, final);
+  if (config_.onEval) config_.onEval(pt);
+  result_.curve.push_back(pt);
+  if (final) {
+    result_.consensus = pt.consensus;
+    result_.finals = std::move(snapshots);
+  }
+}
+
+void World::checkInvariants(SimResult& r) {
+  std::optional<double> deadWeight;
+  double mass = 0;
+  for (const SimPeerResult& p : r.peers) {
+    if (!p.error.empty())
+      r.violations.push_back({r.virtualSeconds, fmt::format("peer {} failed: {}", p.id, p.error)});
+    if (!p.alive) continue;
+    if (p.steps != shared_.totalSteps)
+      r.violations.push_back({r.virtualSeconds, fmt::format("peer {} took {} of the {} steps", p.id,
+                                                            p.steps, shared_.totalSteps)});
+    if (const auto it = p.metrics.find("gosgd.alpha"); it != p.metrics.end()) mass += it->second;
+    if (const auto it = p.metrics.find("gosgd.dead_weight"); it != p.metrics.end()) {
+      if (deadWeight && *deadWeight != it->second)
+        r.violations.push_back(
+            {r.virtualSeconds, fmt::format("the survivors disagree on the weight of the dead: "
+                                           "{} and {}",
+                                           *deadWeight, it->second)});
+      deadWeight = it->second;
+    }
+  }
+  if (shared_.algorithm == "gosgd" && mass + deadWeight.value_or(0) > 1 + 1e-6)
+    r.violations.push_back(
+        {r.virtualSeconds, fmt::format("the survivors' gossip weights sum to {}, plus {} taken "
+                                       "by the dead: > 1",
+                                       mass, deadWeight.value_or(0))});
+  for (const runtime::Snapshot& s : r.finals) {
+    if (!std::all_of(s.params.begin(), s.params.end(), [](float v) { return std::isfinite(v); }))
+      r.violations.push_back(
+          {r.virtualSeconds, fmt::format("peer {}'s final model is not finite", s.peer)});
+  }
+  if (config_.invariant) {
+    if (std::optional<std::string> broken = config_.invariant(r.finals))
+      r.violations.push_back({r.virtualSeconds, *broken});
+  }
+}
+
+}  // namespace detail
+
+std::string format(const SimResult& r) {
+  std::string out = fmt::format("topology {} (spectral gap {:.6f})\n", r.topology, r.spectralGap);
+  out += "virtual_s,min_step,max_step,mean_step,samples,bytes_per_peer,accuracy,loss,distance\n";
+  for (const runtime::EvalPoint& p : r.curve)
+    out += fmt::format("{:.6f},{},{},{:.3f},{},{:.0f},{:.6f},{:.6f},{:.9g}\n", p.wallSeconds,
+                       p.minStep, p.maxStep, p.meanStep, p.samples, p.bytesSentPerPeer,
+                       p.consensus.accuracy, p.consensus.loss, p.consensus.distance);
+  out += fmt::format(
+      "final accuracy {:.6f} loss {:.6f} distance {:.9g} min peer {:.6f} mean peer "
+      "{:.6f} peers {}\n",
+      r.consensus.accuracy, r.consensus.loss, r.consensus.distance, r.consensus.minPeerAccuracy,
+      r.consensus.meanPeerAccuracy, r.consensus.peers);
+  out += fmt::format("virtual seconds {:.6f}, events {}, frames {}, dropped {}\n", r.virtualSeconds,
+                     r.events, r.messages, r.dropped);
+  for (const std::string& f : r.faultLog) out += "fault " + f + "\n";
+  for (const SimPeerResult& p : r.peers)
+    out += fmt::format("peer {} steps {} {} bytes {} wait {:.6f}{}\n", p.id, p.steps,
+                       p.alive ? (p.finished ? "finished" : "unfinished") : "dead", p.bytesSent,
+                       p.commWaitSeconds, p.error.empty() ? "" : " error: " + p.error);
+  for (const Violation& v : r.violations)
+    out += fmt::format("violation at {:.3f} s: {}\n", v.at, v.what);
+  return out;
+}
+
+}  // namespace gossamer::engine::sim
