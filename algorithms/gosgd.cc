@@ -28,7 +28,8 @@ bool contains(const std::vector<PeerId>& ids, PeerId id) {
 std::uint64_t newLife() {
   const auto now = std::chrono::system_clock::now().time_since_epoch();
   return std::max<std::uint64_t>(
-      1, static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(now).count()));
+      1, static_cast<std::uint64_t>(
+             std::chrono::duration_cast<std::chrono::nanoseconds>(now).count()));
 }
 
 }  // namespace
@@ -82,9 +83,8 @@ std::size_t InflightBound::limit(std::size_t transferBytes) const {
   const double bdp = kGain * rate_ * minRtt_;
   const double bounded = std::min(bdp, static_cast<double>(kCapBytes));
   // The floor: as many transfers as fit in kSmallFloorBytes, between 1 and kInitialTransfers.
-  const std::size_t floorTransfers =
-      std::clamp<std::size_t>(kSmallFloorBytes / std::max<std::size_t>(transferBytes, 1), 1,
-                              kInitialTransfers);
+  const std::size_t floorTransfers = std::clamp<std::size_t>(
+      kSmallFloorBytes / std::max<std::size_t>(transferBytes, 1), 1, kInitialTransfers);
   return std::max(static_cast<std::size_t>(bounded), floorTransfers * transferBytes);
 }
 
@@ -164,13 +164,12 @@ void Gosgd::loseEscrowTo(engine::PeerContext& ctx, PeerId peer) {
 // ---- Lives -------------------------------------------------------------------------------------
 
 engine::Message Gosgd::stamped(engine::PeerContext& ctx, std::uint32_t kind, PeerId to,
-                               double alpha) const {
+                               double alpha) {
   const auto life = lives_.find(to);
-  return engine::Message{
-      .kind = kind,
-      .step = ctx.step(),
-      .scalars = {alpha},
-      .integers = {life_, life == lives_.end() ? 0 : life->second, ++seq_}};
+  return engine::Message{.kind = kind,
+                         .step = ctx.step(),
+                         .scalars = {alpha},
+                         .integers = {life_, life == lives_.end() ? 0 : life->second, ++seq_}};
 }
 
 bool Gosgd::admit(engine::PeerContext& ctx, engine::Incoming& m) {
@@ -210,9 +209,10 @@ void Gosgd::endLife(engine::PeerContext& ctx, PeerId peer, bool restarted) {
     const Report report = reports_[peer];
     noteDead(ended, report);
     log::get("algorithms")
-        ->info("gosgd: peer {:016x}: the life of peer {:016x} ended{} with weight {:.6g} (its "
-               "report {})",
-               ctx.self(), peer, restarted ? " (it restarted)" : "", report.alpha, report.seq);
+        ->info(
+            "gosgd: peer {:016x}: the life of peer {:016x} ended{} with weight {:.6g} (its "
+            "report {})",
+            ctx.self(), peer, restarted ? " (it restarted)" : "", report.alpha, report.seq);
     for (PeerId other : ctx.members()) {
       if (other == ctx.self() || other == peer) continue;
       engine::Message message = stamped(ctx, kDead, other);
@@ -270,8 +270,8 @@ double Gosgd::deadWeight(const std::vector<PeerId>& members, PeerId self) const 
   for (const auto& [life, report] : dead_) {
     // A member is taken to live the life recorded unless another life of it was heard from.
     const auto current = lives_.find(life.first);
-    const bool alive =
-        life.first == self ? life.second == life_
+    const bool alive = life.first == self
+                           ? life.second == life_
                            : contains(members, life.first) &&
                                  (current == lives_.end() || current->second == life.second);
     if (!alive) sum += report.alpha;
@@ -295,7 +295,8 @@ bool Gosgd::acceptTransfer(engine::PeerContext& ctx, const engine::Incoming& m) 
   if (ints.size() != 2 &&
       (ints.size() != 4 || ints[3] == 0 ||
        (ints[2] != PublicEstimates::kAnchor && ints[2] != PublicEstimates::kDifference)))
-    return refuse(ctx, m, fmt::format("a transfer with {} integers that are not a model's", ints.size()));
+    return refuse(ctx, m,
+                  fmt::format("a transfer with {} integers that are not a model's", ints.size()));
   // A weight is a share of the cluster's mass of 1.
   if (m.scalars[0] < 0 || m.scalars[0] > 1)
     return refuse(ctx, m, fmt::format("a transfer of weight {} (not in [0, 1])", m.scalars[0]));
@@ -323,8 +324,7 @@ void Gosgd::exchange(engine::PeerContext& ctx) {
         break;
       case kMissed:
         if (!engine::acceptMessage(m, {.integers = 1}, ctx.metrics(), name())) break;
-        resendAnchors(ctx, m.from,
-                      *std::max_element(m.integers.begin(), m.integers.end()));
+        resendAnchors(ctx, m.from, *std::max_element(m.integers.begin(), m.integers.end()));
         break;
       case kSettled:
         settled_.insert(m.from);
@@ -512,7 +512,8 @@ void Gosgd::sendEscrow(engine::PeerContext& ctx, std::uint64_t id, const Escrow&
   message.integers.insert(message.integers.end(), {id, floorOf(e.to, id)});
   message.payloads = {e.model->span()};
   message.owner = e.model;
-  if (e.number > 0) message.integers.insert(message.integers.end(), {PublicEstimates::kAnchor, e.number});
+  if (e.number > 0)
+    message.integers.insert(message.integers.end(), {PublicEstimates::kAnchor, e.number});
   ctx.send(e.to, message);
 }
 
@@ -624,9 +625,10 @@ void Gosgd::loadState(const engine::AlgorithmState& state) {
 
 void Gosgd::resumedLate(engine::PeerContext& ctx) {
   log::get("algorithms")
-      ->info("gosgd: peer {:016x} resumed into a running cluster with weight 0 (its checkpoint "
-             "held {:.6g}, counted as lost by the others when it failed)",
-             ctx.self(), alpha_);
+      ->info(
+          "gosgd: peer {:016x} resumed into a running cluster with weight 0 (its checkpoint "
+          "held {:.6g}, counted as lost by the others when it failed)",
+          ctx.self(), alpha_);
   ctx.metrics().set("gosgd.restored_weight_dropped", alpha_);
   alpha_ = 0;
 }

@@ -327,9 +327,9 @@ class Gosgd final : public engine::Algorithm {
     // Never written while in escrow; shared with the transport while a send of it is in flight.
     std::shared_ptr<kernels::Buffer<float>> model;
     engine::Clock::time_point due;  // resend when no ack came by then
-    bool resent = false;   // sent more than once (its ack gives no round trip)
-    bool overdue = false;  // resent because no ack came in time (the receiver may be dead)
-    std::uint64_t number = 0;  // its number on the stream of estimates to `to` (0: plain)
+    bool resent = false;            // sent more than once (its ack gives no round trip)
+    bool overdue = false;           // resent because no ack came in time (the receiver may be dead)
+    std::uint64_t number = 0;       // its number on the stream of estimates to `to` (0: plain)
   };
   // What this peer merged from one sender: every id below `floor`, and those in `ids`.
   struct Merged {
@@ -347,8 +347,8 @@ class Gosgd final : public engine::Algorithm {
 
   // A message of `kind` to `to` with the header (this life, to's, the next seq, `alpha`).
   engine::Message stamped(engine::PeerContext& ctx, std::uint32_t kind, engine::PeerId to,
-                          double alpha) const;
-  engine::Message stamped(engine::PeerContext& ctx, std::uint32_t kind, engine::PeerId to) const {
+                          double alpha);
+  engine::Message stamped(engine::PeerContext& ctx, std::uint32_t kind, engine::PeerId to) {
     return stamped(ctx, kind, to, alpha_);
   }
   // Reads and strips the header of `m`, and applies "Lives": false when `m` is to be dropped
@@ -419,7 +419,7 @@ class Gosgd final : public engine::Algorithm {
   PairEstimates estimates_{"gosgd"};
   // Lives (see "Lives and the weight of the dead").
   const std::uint64_t life_;
-  mutable std::uint64_t seq_ = 0;  // messages sent by this life (stamped)
+  std::uint64_t seq_ = 0;                          // messages sent by this life (stamped)
   std::map<engine::PeerId, std::uint64_t> lives_;  // the latest life heard from each peer
   std::map<engine::PeerId, Report> reports_;       // its latest report in that life
   std::map<Life, Report> dead_;                    // ended lives and their last reports

@@ -75,8 +75,8 @@ using engine::sim::FaultKind;
 
 // What a fault is called in the executed schedule (by FaultKind).
 const char* label(FaultKind kind) {
-  constexpr const char* kLabels[] = {"kill -9", "restart from checkpoint", "join of a new peer",
-                                     "partition", "loss", "straggler"};
+  constexpr const char* kLabels[] = {
+      "kill -9", "restart from checkpoint", "join of a new peer", "partition", "loss", "straggler"};
   return kLabels[static_cast<std::size_t>(kind)];
 }
 
@@ -401,44 +401,25 @@ class ChaosRun {
   }
 
   void checkInvariants(const std::vector<engine::runtime::Snapshot>& finals, RunResult& out) {
-    double mass = 0;
-    std::optional<double> deadWeight;
+    std::vector<engine::sim::Survivor> survivors;
     for (std::size_t i = 0; i < slots_.size(); ++i) {
-      Member& m = *members_[slots_[i]];
+      const Member& m = *members_[slots_[i]];
       if (m.killed) continue;
+      engine::sim::Survivor s{.name = fmt::format("peer {}", i + 1),
+                              .steps = m.result.steps,
+                              .metrics = &m.result.metrics};
       if (m.error) {
         try {
           std::rethrow_exception(m.error);
         } catch (const std::exception& e) {
-          out.violations.push_back(fmt::format("peer {} failed: {}", i + 1, e.what()));
+          s.error = e.what();
         }
-        continue;
       }
-      if (m.result.steps != totalSteps_)
-        out.violations.push_back(
-            fmt::format("peer {} took {} of the {} steps", i + 1, m.result.steps, totalSteps_));
-      if (const auto it = m.result.metrics.find("gosgd.alpha"); it != m.result.metrics.end())
-        mass += it->second;
-      // Every survivor holds the same record of the weight the ended lives took with them.
-      if (const auto it = m.result.metrics.find("gosgd.dead_weight");
-          it != m.result.metrics.end()) {
-        if (deadWeight && *deadWeight != it->second)
-          out.violations.push_back(
-              fmt::format("the survivors disagree on the weight of the dead: {} and {}",
-                          *deadWeight, it->second));
-        deadWeight = it->second;
-      }
+      survivors.push_back(std::move(s));
     }
-    for (const auto& s : finals) {
-      if (!std::all_of(s.params.begin(), s.params.end(), [](float v) { return std::isfinite(v); }))
-        out.violations.push_back(fmt::format("peer {:016x}'s final model is not finite", s.peer));
-    }
-    // Weight is never created: the survivors' weights and the weight the dead took with them
-    // make at most 1.
-    const double dead = deadWeight.value_or(0);
-    if (options_.algorithm == "gosgd" && mass + dead > 1 + 1e-6)
-      out.violations.push_back(fmt::format(
-          "the survivors' gossip weights sum to {}, plus {} taken by the dead: > 1", mass, dead));
+    for (std::string& what : engine::sim::survivorViolations(survivors, finals, totalSteps_,
+                                                             options_.algorithm == "gosgd"))
+      out.violations.push_back(std::move(what));
   }
 
   const ChaosOptions& options_;

@@ -1,6 +1,7 @@
 #include "engine/sim/faults.h"
 
 #include <algorithm>
+#include <cmath>
 #include <random>
 
 #include <fmt/format.h>
@@ -73,6 +74,40 @@ std::string describe(const Fault& f) {
       return fmt::format("straggler x{:.2f} for {:.2f} s", f.magnitude, f.seconds);
   }
   return "?";
+}
+
+std::vector<std::string> survivorViolations(std::span<const Survivor> survivors,
+                                            std::span<const runtime::Snapshot> finals,
+                                            std::uint64_t totalSteps, bool gossipWeights) {
+  std::vector<std::string> out;
+  double mass = 0;
+  std::optional<double> deadWeight;
+  for (const Survivor& s : survivors) {
+    if (!s.error.empty()) {
+      out.push_back(fmt::format("{} failed: {}", s.name, s.error));
+      continue;
+    }
+    if (s.steps != totalSteps)
+      out.push_back(fmt::format("{} took {} of the {} steps", s.name, s.steps, totalSteps));
+    if (s.metrics == nullptr) continue;
+    if (const auto it = s.metrics->find("gosgd.alpha"); it != s.metrics->end()) mass += it->second;
+    // Every survivor holds the same record of the weight the ended lives took with them.
+    if (const auto it = s.metrics->find("gosgd.dead_weight"); it != s.metrics->end()) {
+      if (deadWeight && *deadWeight != it->second)
+        out.push_back(fmt::format("the survivors disagree on the weight of the dead: {} and {}",
+                                  *deadWeight, it->second));
+      deadWeight = it->second;
+    }
+  }
+  for (const runtime::Snapshot& s : finals) {
+    if (!std::all_of(s.params.begin(), s.params.end(), [](float v) { return std::isfinite(v); }))
+      out.push_back(fmt::format("peer {:016x}'s final model is not finite", s.peer));
+  }
+  const double dead = deadWeight.value_or(0);
+  if (gossipWeights && mass + dead > 1 + 1e-6)
+    out.push_back(fmt::format(
+        "the survivors' gossip weights sum to {}, plus {} taken by the dead: > 1", mass, dead));
+  return out;
 }
 
 }  // namespace gossamer::engine::sim

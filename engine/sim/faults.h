@@ -1,13 +1,17 @@
 // The fault schedules of simulated (and chaos) runs: the kinds of the chaos benchmark
-// (bench/chaos_bench.cc), drawn from a seed, named and described. World::applyFault (world.cc)
-// carries them out.
+// (bench/chaos_bench.cc), drawn from a seed, named and described (World::applyFault in world.cc
+// carries them out), and the invariants a run under faults must keep, which both check.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "engine/runtime/snapshots.h"
 
 namespace gossamer::engine::sim {
 
@@ -31,5 +35,22 @@ struct Fault {
 std::vector<Fault> drawFaults(std::uint64_t seed, std::size_t count, double windowSeconds,
                               const std::vector<FaultKind>& kinds = {});
 std::string describe(const Fault& fault);
+
+// A peer that was not killed, as the invariants see it at the end of a run.
+struct Survivor {
+  std::string name;   // how a violation names it: "peer 3"
+  std::string error;  // what it threw, if anything (then the other checks skip it)
+  std::uint64_t steps = 0;
+  const std::map<std::string, double>* metrics = nullptr;  // its algorithm's, may be null
+};
+
+// The invariants of a run under faults, as violations (empty: all kept): every survivor ended
+// without an error and took all `totalSteps` steps; every final model is finite; with gosgd
+// (`gossipWeights`) the survivors agree on the weight the dead took with them
+// (gosgd.dead_weight), and their weights (gosgd.alpha) plus it make at most 1 (weight is never
+// created, restarts included).
+std::vector<std::string> survivorViolations(std::span<const Survivor> survivors,
+                                            std::span<const runtime::Snapshot> finals,
+                                            std::uint64_t totalSteps, bool gossipWeights);
 
 }  // namespace gossamer::engine::sim

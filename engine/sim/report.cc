@@ -65,35 +65,17 @@ void World::evaluate(bool final) {
 }
 
 void World::checkInvariants(SimResult& r) {
-  std::optional<double> deadWeight;
-  double mass = 0;
-  for (const SimPeerResult& p : r.peers) {
-    if (!p.error.empty())
-      r.violations.push_back({r.virtualSeconds, fmt::format("peer {} failed: {}", p.id, p.error)});
-    if (!p.alive) continue;
-    if (p.steps != shared_.totalSteps)
-      r.violations.push_back({r.virtualSeconds, fmt::format("peer {} took {} of the {} steps", p.id,
-                                                            p.steps, shared_.totalSteps)});
-    if (const auto it = p.metrics.find("gosgd.alpha"); it != p.metrics.end()) mass += it->second;
-    if (const auto it = p.metrics.find("gosgd.dead_weight"); it != p.metrics.end()) {
-      if (deadWeight && *deadWeight != it->second)
-        r.violations.push_back(
-            {r.virtualSeconds, fmt::format("the survivors disagree on the weight of the dead: "
-                                           "{} and {}",
-                                           *deadWeight, it->second)});
-      deadWeight = it->second;
-    }
-  }
-  if (shared_.algorithm == "gosgd" && mass + deadWeight.value_or(0) > 1 + 1e-6)
-    r.violations.push_back(
-        {r.virtualSeconds, fmt::format("the survivors' gossip weights sum to {}, plus {} taken "
-                                       "by the dead: > 1",
-                                       mass, deadWeight.value_or(0))});
-  for (const runtime::Snapshot& s : r.finals) {
-    if (!std::all_of(s.params.begin(), s.params.end(), [](float v) { return std::isfinite(v); }))
-      r.violations.push_back(
-          {r.virtualSeconds, fmt::format("peer {}'s final model is not finite", s.peer)});
-  }
+  // The peers that were not killed: the live ones, and those whose fiber threw.
+  std::vector<Survivor> survivors;
+  for (const SimPeerResult& p : r.peers)
+    if (p.alive || !p.error.empty())
+      survivors.push_back({.name = fmt::format("peer {}", p.id),
+                           .error = p.error,
+                           .steps = p.steps,
+                           .metrics = &p.metrics});
+  for (std::string& what :
+       survivorViolations(survivors, r.finals, shared_.totalSteps, shared_.algorithm == "gosgd"))
+    r.violations.push_back({r.virtualSeconds, std::move(what)});
   if (config_.invariant) {
     if (std::optional<std::string> broken = config_.invariant(r.finals))
       r.violations.push_back({r.virtualSeconds, *broken});

@@ -202,8 +202,10 @@ TEST_CASE("gosgd compressed: reaches the convex optimum's neighbourhood with eve
 // float32, differences at the codec's share.
 TEST_CASE("gosgd compressed: a difference costs the codec's share of a float32 model") {
   test::Watchdog watchdog(180s);
+  // Retransmissions after 0.3 x --comm-timeout: on a loaded host acks late by more than the
+  // default 0.05 made float32 resends (counted, but beyond the codec's share of the bytes).
   checkBytes(
-      "gosgd", {{"p", "0.5"}},
+      "gosgd", {{"p", "0.5"}, {"retransmit", "0.3"}},
       [](const auto& r) { return total(r, "gosgd.sent") + total(r, "gosgd.retransmits"); },
       [](const auto& r) {
         return total(r, "gosgd.anchors") + total(r, "gosgd.retransmits") +
