@@ -407,7 +407,7 @@ void addSimulateCommand(CLI::App& app) {
       ->capture_default_str();
   command->add_option("--step-time", o->stepMs, "milliseconds of compute per step (virtual)")
       ->capture_default_str();
-  command->add_option("--model", o->model, "softmax or mlp")->capture_default_str();
+  command->add_option("--model", o->model, "model: softmax, mlp, lenet or cnn")->capture_default_str();
   command->add_option("--hidden", o->hidden, "hidden widths of the MLP")
       ->delimiter(',')
       ->capture_default_str();
