@@ -193,8 +193,8 @@ std::string header(const Matrix& matrix, const std::string& command) {
       "Every experiment runs the unchanged algorithms on simulated peers in virtual time "
       "(engine/sim/world.h): each trains {} on {} with {} (lr {}, {} schedule), batch {} per "
       "peer, for {} steps of {} ms of compute each, over the network profile's links; every "
-      "time below is virtual. Membership changes are simulated view changes with SWIM's timing, "
-      "not the SWIM protocol itself. The consensus model (the average of the peers' models) is "
+      "time below is virtual. Membership is the SWIM protocol of real peers, its frames on "
+      "the same simulated links. The consensus model (the average of the peers' models) is "
       "evaluated on {} test samples every {} virtual seconds and on the whole test set at the "
       "end. Target accuracy: {:.0f}%. Speed-up: allreduce-sgd's time to target on the same "
       "network, peers and split divided by the experiment's. Utilization: virtual time in "
@@ -209,12 +209,15 @@ void appendDetails(const fs::path& dir, const std::vector<Measured>& runs) {
   std::ofstream md(dir / "report.md", std::ios::app);
   md << "\n## Simulation details\n\n";
   md << "| experiment | topology | spectral gap | virtual s | events | frames | dropped | "
-        "faults | violations |\n|---|---|---:|---:|---:|---:|---:|---:|---:|\n";
+        "SWIM frames | SWIM MB | faults | violations |\n"
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
   for (const Measured& m : runs) {
     const engine::sim::SimResult& r = m.result;
-    md << fmt::format("| {} | {} | {:.4f} | {:.3f} | {} | {} | {} | {} | {} |\n",
+    md << fmt::format("| {} | {} | {:.4f} | {:.3f} | {} | {} | {} | {} | {:.3f} | {} | {} |\n",
                       m.outcome.experiment.name(), r.topology, r.spectralGap, r.virtualSeconds,
-                      r.events, r.messages, r.dropped, r.faultLog.size(), r.violations.size());
+                      r.events, r.messages, r.dropped, r.membershipMessages,
+                      static_cast<double>(r.membershipBytes) / 1e6, r.faultLog.size(),
+                      r.violations.size());
   }
   for (const Measured& m : runs) {
     const engine::sim::SimResult& r = m.result;

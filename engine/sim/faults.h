@@ -46,9 +46,11 @@ struct Survivor {
 
 // The invariants of a run under faults, as violations (empty: all kept): every survivor ended
 // without an error and took all `totalSteps` steps; every final model is finite; with gosgd
-// (`gossipWeights`) the survivors agree on the weight the dead took with them
-// (gosgd.dead_weight), and their weights (gosgd.alpha) plus it make at most 1 (weight is never
-// created, restarts included).
+// (`gossipWeights`) the survivors that settled (no gosgd.unsettled: they heard every member of
+// their view settle, the premise of gosgd's agreement) agree on the weight the dead took with
+// them (gosgd.dead_weight), and their weights (gosgd.alpha) plus it make at most 1 (weight is
+// never created, restarts included). A survivor that did not settle was usually dropped by the
+// others near the end (a false failure) and counted dead by them: its weight is in theirs.
 std::vector<std::string> survivorViolations(std::span<const Survivor> survivors,
                                             std::span<const runtime::Snapshot> finals,
                                             std::uint64_t totalSteps, bool gossipWeights);

@@ -5,6 +5,7 @@
 //   report.cc    World's evaluations, invariants, and the result as text
 //   sim_peer.cc  one life of a peer (SimPeer) on its fiber, and its inbox
 //   context.cc   the PeerContext and ServiceContext its algorithm sees (context.h)
+//   membership.cc  a life's SWIM protocol in virtual time (SimMembership), its control links
 #pragma once
 
 #include <chrono>
@@ -15,6 +16,7 @@
 #include <memory>
 #include <queue>
 #include <random>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -24,6 +26,7 @@
 #include "engine/sim/fiber.h"
 #include "engine/sim/world.h"
 #include "engine/train/learner.h"
+#include "net/membership/protocol.h"
 
 namespace gossamer::engine::sim::detail {
 
@@ -119,8 +122,39 @@ struct Shared {
   std::unique_ptr<topology::Topology> topology;
   std::string algorithm;
   std::uint64_t totalSteps = 0;
-  Duration detectDelay{};  // a failure until the others' views drop it
-  Duration joinDelay{};    // a join until every view has it
+  // The run's SWIM options, stretched for the profile's longest round trip as a real peer's are.
+  net::membership::Options swim;
+};
+
+// Where peer `id` listens in the simulated world ("sim:<id>").
+net::Endpoint addressOf(PeerId id);
+
+// The Environment of one life's membership protocol: virtual time, the world's event queue as
+// its timers, and the pair's control link (a LinkSchedule apart from the data link's, as a
+// mesh's control channel is a link of its own) for its frames. Lives as long as its SimPeer.
+class SimMembership final : public net::membership::Environment {
+ public:
+  explicit SimMembership(SimPeer& peer) : peer_(peer) {}
+
+  Clock::time_point now() const override;
+  // Virtual milliseconds: a later life of the same id outbids an earlier one, as with the wall
+  // clock, and the run stays replayable.
+  std::uint64_t firstIncarnation() const override;
+  std::uint64_t selfId() const override;
+  net::Endpoint selfAddress() const override;
+  TimerId at(Clock::time_point when, std::function<void()> action) override;
+  void cancel(TimerId timer) override { pending_.erase(timer); }
+  void send(const net::Endpoint& to, net::wire::MembershipMessage message,
+            std::chrono::milliseconds connectTimeout,
+            std::function<void(std::error_code)> done) override;
+  void open(const net::Endpoint& to, std::chrono::milliseconds timeout,
+            std::function<void(net::LinkOutcome)> done) override;
+  void disconnect(const net::Endpoint&) override {}  // links are not modelled
+
+ private:
+  SimPeer& peer_;
+  TimerId next_ = 0;
+  std::set<TimerId> pending_;
 };
 
 class SimContext;
@@ -143,6 +177,8 @@ class SimPeer {
 
   // Deliveries and state changes elsewhere: resume a blocked fiber so it looks again.
   void poke();
+  // Its membership protocol delivered an event: the view follows, and the fiber looks again.
+  void viewChanged();
 
   World& world;
   const PeerId id;
@@ -161,9 +197,10 @@ class SimPeer {
   double stepFactor = 1;  // a straggler's
   std::string error;
 
-  // The membership view (what isMember reads) and the roster the compute side adopted.
+  // The membership view (what isMember reads: its protocol's, updated at each of its events)
+  // and the roster the compute side adopted.
   std::vector<PeerId> view;
-  std::uint64_t viewEpoch = 1;
+  std::uint64_t viewEpoch = 0;
   std::vector<PeerId> members;
   std::uint64_t epoch = 0;
   std::shared_ptr<const topology::Graph> graph;
@@ -181,6 +218,8 @@ class SimPeer {
   std::unique_ptr<SimContext> context;
   std::unique_ptr<SimServe> serveContext;
   std::unique_ptr<Fiber> fiber;
+  SimMembership membershipEnvironment{*this};
+  std::unique_ptr<net::membership::Protocol> membership;
 
  private:
   void body();
@@ -214,8 +253,16 @@ class World {
   void resume(SimPeer& peer);
   // The peers whose fibers wait, looked at again (a peer finished or left a view).
   void pokeAll();
-  // The others' views drop `peer` after SWIM's detection time (a kill, or a peer that failed).
-  void detectFailure(const SimPeer& peer);
+  // The membership frame `message` from `from` to whoever listens at `to`, on their control link
+  // (partitions and loss apply; nothing arrives at a dead life). `done` gets the send's outcome
+  // when it leaves: refused when nobody lives at `to`.
+  void sendMembership(SimPeer& from, const net::Endpoint& to, net::wire::MembershipMessage message,
+                      std::function<void(std::error_code)> done);
+  // A control link to `to` for `from`'s protocol: open after a round trip when a life is there
+  // and not partitioned away; refused after a round trip when none is; Errc::partitioned at
+  // `timeout` across a partition.
+  void openMembership(SimPeer& from, const net::Endpoint& to, Duration timeout,
+                      std::function<void(net::LinkOutcome)> done);
   // When `peer`'s change of phase reaches `observer` (the link's one-way latency, no earlier
   // than the last frame between them): the runtime's finished and released marks.
   bool phaseSeen(const SimPeer& peer, const SimPeer& observer, Phase phase) const;
@@ -240,10 +287,11 @@ class World {
   void applyFault(const Fault& fault);
   void startLife(PeerId id, bool late);
   void kill(SimPeer& peer);
-  // Changes views: `change` applied to each live peer's view that `who` selects; every view
-  // changed gets a new epoch.
-  void changeViews(const std::function<bool(const SimPeer&)>& who,
-                   const std::function<void(std::vector<PeerId>&)>& change);
+  // Makes the membership protocol of a new life: an initial peer starts in the formed cluster
+  // of the initial peers; a late one joins through them as seeds.
+  void startMembership(SimPeer& peer);
+  // The one-way delay of the pair's link without jitter or queueing (open's round trip).
+  Duration latency(PeerId a, PeerId b) const;
   std::vector<PeerId> liveIds() const;
   void evaluate(bool final);
   runtime::EvalPoint point(std::span<const runtime::Snapshot> snapshots, std::size_t samples,
@@ -261,6 +309,7 @@ class World {
   std::map<PeerId, std::unique_ptr<SimPeer>> slots_;  // the current life of every id
   std::vector<std::unique_ptr<SimPeer>> past_;        // ended lives (killed), freed at the end
   std::map<std::pair<PeerId, PeerId>, LinkState> links_;
+  std::map<std::pair<PeerId, PeerId>, LinkState> controlLinks_;
   std::map<PeerId, std::pair<TimePoint, double>> loss_;  // until, rate
   std::map<PeerId, TimePoint> partitions_;               // until
   std::map<std::size_t, std::vector<std::vector<std::size_t>>> shards_;

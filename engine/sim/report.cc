@@ -98,6 +98,7 @@ std::string format(const SimResult& r) {
       r.consensus.meanPeerAccuracy, r.consensus.peers);
   out += fmt::format("virtual seconds {:.6f}, events {}, frames {}, dropped {}\n", r.virtualSeconds,
                      r.events, r.messages, r.dropped);
+  out += fmt::format("membership frames {}, bytes {}\n", r.membershipMessages, r.membershipBytes);
   for (const std::string& f : r.faultLog) out += "fault " + f + "\n";
   for (const SimPeerResult& p : r.peers)
     out += fmt::format("peer {} steps {} {} bytes {} wait {:.6f}{}\n", p.id, p.steps,

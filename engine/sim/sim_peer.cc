@@ -119,13 +119,20 @@ void SimPeer::body() {
     phase = Phase::dead;
     serveOpen = false;
     log::get("sim")->warn("peer {} failed: {}", id, e.what());
-    world.detectFailure(*this);
+    membership->stop();
   }
 }
 
 void SimPeer::run() {
   const Shared& s = world.shared();
   const runtime::TrainingConfig& t = s.config.training;
+  if (late) {
+    // As the runtime's start: admitted by a seed, and someone else in the view to learn from.
+    const bool admitted =
+        block([this] { return membership->joined() && view.size() > 1; }, world.now() + t.startTimeout);
+    GOSSAMER_ENFORCE(admitted, "peer {} joined no one within {} ms (every seed dead or cut off)",
+                     id, t.startTimeout.count());
+  }
   adoptView();
   if (late) {
     algorithm->join(*context);

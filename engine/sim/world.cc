@@ -48,10 +48,7 @@ World::World(const SimConfig& config, const Registry& registry,
         static_cast<std::uint64_t>(std::ceil(t.epochs * static_cast<double>(perPass)));
   }
   const std::chrono::microseconds roundTrip = config.network.maxRoundTrip();
-  const net::membership::Options swim = config.membership.forRoundTrip(roundTrip);
-  shared_.detectDelay = std::chrono::duration_cast<Duration>(swim.probeInterval +
-                                                             swim.suspicionTimeout(config.peers));
-  shared_.joinDelay = std::chrono::duration_cast<Duration>(swim.probeInterval + roundTrip);
+  shared_.swim = config.membership.forRoundTrip(roundTrip);
   markDelay_ = std::chrono::duration_cast<Duration>(roundTrip / 2);
 }
 
@@ -107,22 +104,6 @@ std::vector<PeerId> World::liveIds() const {
   return ids;
 }
 
-void World::changeViews(const std::function<bool(const SimPeer&)>& who,
-                        const std::function<void(std::vector<PeerId>&)>& change) {
-  for (auto& [id, p] : slots_) {
-    if (p->phase == Phase::dead || !who(*p)) continue;
-    std::vector<PeerId> before = p->view;
-    change(p->view);
-    std::sort(p->view.begin(), p->view.end());
-    p->view.erase(std::unique(p->view.begin(), p->view.end()), p->view.end());
-    if (p->view != before) ++p->viewEpoch;
-  }
-  std::vector<SimPeer*> waiting;
-  for (auto& [id, p] : slots_)
-    if (p->waiting) waiting.push_back(p.get());
-  for (SimPeer* p : waiting) p->poke();
-}
-
 void World::startLife(PeerId id, bool late) {
   std::size_t life = 0;
   if (auto it = slots_.find(id); it != slots_.end()) {
@@ -132,18 +113,8 @@ void World::startLife(PeerId id, bool late) {
   auto peer = std::make_unique<SimPeer>(*this, id, life, late);
   SimPeer& p = *peer;
   slots_[id] = std::move(peer);
-  // It learns the members from its seed: every live peer, itself included.
-  p.view = liveIds();
+  startMembership(p);
   p.start();
-  if (late) {
-    // The others see it after the join's dissemination.
-    at(now_ + shared_.joinDelay, [this, id, life] {
-      SimPeer* q = current(id);
-      if (q == nullptr || q->life != life || q->phase == Phase::dead) return;
-      changeViews([id](const SimPeer& other) { return other.id != id; },
-                  [id](std::vector<PeerId>& v) { v.push_back(id); });
-    });
-  }
   at(now_, [this, id, life] {
     if (SimPeer* q = current(id); q != nullptr && q->life == life) resume(*q);
   });
@@ -159,19 +130,7 @@ void World::kill(SimPeer& peer) {
     peer.fiber->resume();
     inFiber_ = false;
   }
-  detectFailure(peer);
-}
-
-void World::detectFailure(const SimPeer& peer) {
-  const PeerId id = peer.id;
-  const std::size_t life = peer.life;
-  at(now_ + shared_.detectDelay, [this, id, life] {
-    SimPeer* q = current(id);
-    // Back already (a restart): SWIM's "rejoined"; the views keep it.
-    if (q != nullptr && q->life != life && q->phase != Phase::dead) return;
-    changeViews([id](const SimPeer& other) { return other.id != id; },
-                [id](std::vector<PeerId>& v) { std::erase(v, id); });
-  });
+  peer.membership->stop();  // silently, as a process killed: the others' probes find out
 }
 
 void World::applyFault(const Fault& fault) {
@@ -216,27 +175,9 @@ void World::applyFault(const Fault& fault) {
     case FaultKind::join:
       break;
     case FaultKind::partition: {
+      // Frames between it and the others are dropped; SWIM on each side declares the other
+      // failed, and its reconnect rounds merge the views again after the partition heals.
       partitions_[target] = now_ + length;
-      if (length > shared_.detectDelay) {
-        // Each side declares the other failed; after the partition heals, push-pull merges the
-        // views again.
-        const std::size_t life = peer.life;
-        at(now_ + shared_.detectDelay, [this, target, life] {
-          SimPeer* q = current(target);
-          if (q == nullptr || q->life != life || q->phase == Phase::dead) return;
-          changeViews([target](const SimPeer& other) { return other.id != target; },
-                      [target](std::vector<PeerId>& v) { std::erase(v, target); });
-          changeViews([target](const SimPeer& other) { return other.id == target; },
-                      [target](std::vector<PeerId>& v) { v = {target}; });
-        });
-        at(now_ + length + shared_.joinDelay, [this, target, life] {
-          SimPeer* q = current(target);
-          if (q == nullptr || q->life != life || q->phase == Phase::dead) return;
-          const std::vector<PeerId> live = liveIds();
-          changeViews([](const SimPeer&) { return true; },
-                      [&live](std::vector<PeerId>& v) { v = live; });
-        });
-      }
       break;
     }
     case FaultKind::loss:
@@ -265,9 +206,8 @@ SimResult World::run() {
     const PeerId id = nextId_++;
     slots_[id] = std::make_unique<SimPeer>(*this, id, 0, false);
   }
-  const std::vector<PeerId> all = liveIds();
+  for (auto& [id, p] : slots_) startMembership(*p);
   for (auto& [id, p] : slots_) {
-    p->view = all;
     p->start();
     SimPeer* peer = p.get();
     at(now_, [this, peer] { resume(*peer); });

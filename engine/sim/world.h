@@ -24,14 +24,18 @@
 //               its payload bytes plus kFrameHeaderBytes and 8 bytes per scalar and integer.
 //               Sends never block (no back-pressure from the staging pools). Compression
 //               (--compress) is not simulated: payloads travel as float32.
-//   membership  SIMULATED VIEW CHANGES, NOT the SWIM protocol of net/membership: no probe or
-//               gossip message is exchanged. A failure (kill, or a partition that lasts long
-//               enough) is noticed by the others after the SWIM detection time of the run's
-//               membership options stretched for the profile's round trip (probe interval +
-//               suspicion timeout for the view's size, membership::Options); a join (or a healed
-//               partition) enters every view after one probe interval plus the longest round
-//               trip. Every peer of the same side of a change sees it at the same virtual time;
-//               each adopts it at its next step boundary (setup() again), as the runtime does.
+//   membership  the SWIM protocol of real peers (net/membership/protocol.h), unchanged: each life
+//               runs its own Protocol with virtual time for its clock and timers (the event
+//               queue) and its frames on the pair's control link, a LinkSchedule apart from the
+//               data link's (a mesh's control channel is a link of its own), so probes, acks,
+//               gossip and push-pull see the profile's latency, jitter, loss and partitions. The
+//               initial peers start as a formed cluster (each knows all of them, as the runtime's
+//               start waits for); a late peer (a join, a restart) joins through the initial
+//               peers as seeds, a dead seed refusing after a round trip. A kill stops its
+//               protocol silently; the survivors' probes find out. Each life's view is its
+//               protocol's (events set it); the compute side adopts it at its next step boundary
+//               (setup() again), as the runtime does. Opening a link takes one round trip;
+//               links are otherwise not modelled (no connection set-up on a first frame).
 //   runtime     the runtime's rules that algorithms rely on: all peers start together; a gather
 //               ends early for a peer that left the view or finished training (or, in finish(),
 //               released the others), as seen after the profile's longest one-way delay (the
@@ -81,8 +85,8 @@ struct SimConfig {
   // progress are not used.
   runtime::TrainingConfig training;
   net::shaped::NetworkProfile network;
-  // The SWIM options whose timing the simulated view changes follow (stretched for the
-  // profile's longest round trip, as a real peer does).
+  // The SWIM options of every life (stretched for the profile's longest round trip, as a real
+  // peer does).
   net::membership::Options membership;
   std::vector<Fault> faults;
   double evalSeconds = 0;  // virtual seconds between consensus evaluations; 0: only at the end
@@ -96,6 +100,9 @@ struct SimConfig {
   // Extra invariants, checked on the finals at the end; each returns a violation or nullopt.
   std::function<std::optional<std::string>(std::span<const runtime::Snapshot> finals)> invariant;
   std::function<void(const runtime::EvalPoint&)> onEval;
+  // Every membership event of every life: who saw it (`observer`), at which virtual second
+  // since the start.
+  std::function<void(PeerId observer, double at, const net::membership::Event&)> onMembership;
 };
 
 // The bytes a frame adds to its payloads (and 8 per scalar and integer): a dpsgd model message
@@ -131,6 +138,8 @@ struct SimResult {
   std::uint64_t events = 0;
   std::uint64_t messages = 0;  // frames sent
   std::uint64_t dropped = 0;   // of those, lost (datagram loss, partitions, dead receivers)
+  std::uint64_t membershipMessages = 0;  // SWIM frames sent (to live lives)
+  std::uint64_t membershipBytes = 0;     // their bytes as on a real link
 };
 
 // Runs the world to its end. Throws gossamer::Error on a bad configuration (unknown names, a

@@ -1,95 +1,21 @@
 #include "net/membership/membership.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <map>
-#include <mutex>
-#include <optional>
-#include <random>
-#include <set>
+#include <memory>
 #include <utility>
-#include <variant>
 
 #include <asio/co_spawn.hpp>
-#include <asio/detached.hpp>
 #include <asio/steady_timer.hpp>
 
 #include "engine/base/enforce.h"
-#include "engine/base/log.h"
-#include "net/errors.h"
 #include "net/link_support.h"
+#include "net/membership/protocol.h"
 
 namespace gossamer::net::membership {
-namespace {
 
-using Clock = std::chrono::steady_clock;
-using detail::kUseTuple;
 using std::chrono::milliseconds;
-
-int rank(MemberState state) {
-  switch (state) {
-    case MemberState::alive:
-      return 0;
-    case MemberState::suspect:
-      return 1;
-    case MemberState::dead:
-      return 2;
-    case MemberState::left:
-      return 3;
-  }
-  return 0;
-}
-
-bool isLive(MemberState state) {
-  return state == MemberState::alive || state == MemberState::suspect;
-}
-
-MemberState fromWire(wire::MemberState state) {
-  switch (state) {
-    case wire::MemberState::alive:
-      return MemberState::alive;
-    case wire::MemberState::suspect:
-      return MemberState::suspect;
-    case wire::MemberState::dead:
-      return MemberState::dead;
-    case wire::MemberState::left:
-      return MemberState::left;
-  }
-  return MemberState::dead;
-}
-
-wire::MemberState toWire(MemberState state) {
-  switch (state) {
-    case MemberState::alive:
-      return wire::MemberState::alive;
-    case MemberState::suspect:
-      return wire::MemberState::suspect;
-    case MemberState::dead:
-      return wire::MemberState::dead;
-    case MemberState::left:
-      return wire::MemberState::left;
-  }
-  return wire::MemberState::dead;
-}
-
-wire::MemberUpdate toUpdate(const Member& m) {
-  return wire::MemberUpdate{m.id, m.address, m.incarnation, toWire(m.state)};
-}
-
-// Whether a rumour (incarnation, state) about a member supersedes what this peer holds.
-bool supersedes(std::uint64_t incarnation, MemberState state, const Member& current) {
-  if (incarnation != current.incarnation) return incarnation > current.incarnation;
-  return rank(state) > rank(current.state);
-}
-
-// How a rumour entered: piggybacked or gossiped (taken as said), or inside a whole table of
-// another peer (a join reply or push-pull), whose `dead` claims are only taken as suspicion, as
-// memberlist does: after a partition each side's table calls the other side dead, and a live
-// member must get the chance to refute that rather than be declared failed at once.
-enum class Source { rumour, table };
-
-}  // namespace
 
 const char* name(MemberState state) {
   switch (state) {
@@ -184,712 +110,118 @@ const Member* View::find(std::uint64_t id) const {
 
 namespace {
 
-// An outstanding probe: the Ack of `target` with our sequence number ends it.
-struct AckWaiter {
-  AckWaiter(asio::io_context& io, std::uint64_t targetId) : target(targetId), timer(io) {}
-  std::uint64_t target;
-  bool acked = false;
-  asio::steady_timer timer;
-};
-
-// The protocol state of one peer. Lives in a shared_ptr so that its coroutines outlive the
-// Service object; everything runs on the io thread except what view()/joined() read.
-class Core final : public std::enable_shared_from_this<Core> {
+// The protocol's world on a Mesh and its io_context: steady timers, the mesh's membership
+// channel, the wall clock for incarnations.
+class MeshEnvironment final : public Environment {
  public:
-  Core(asio::io_context& io, Mesh& mesh, Config config)
-      : io_(io),
-        mesh_(mesh),
-        config_(std::move(config)),
-        options_(config_.options),
-        rng_(config_.seed),
-        probeTimer_(io),
-        gossipTimer_(io),
-        pushPullTimer_(io),
-        tickTimer_(io),
-        joinTimer_(io),
-        logger_(log::get("membership")) {
-    GOSSAMER_ENFORCE(options_.probeInterval.count() > 0 && options_.probeTimeout.count() > 0,
-                     "membership probe interval and timeout must be positive");
-    GOSSAMER_ENFORCE(options_.probeTimeout <= options_.probeInterval,
-                     "membership probe timeout ({} ms) must not exceed the probe interval ({} ms)",
-                     options_.probeTimeout.count(), options_.probeInterval.count());
+  MeshEnvironment(asio::io_context& io, Mesh& mesh)
+      : io_(io), mesh_(mesh), timers_(std::make_shared<Timers>()) {}
+  ~MeshEnvironment() override {
+    for (auto& [id, timer] : timers_->pending) timer->cancel();
   }
 
-  void onEvent(std::function<void(const Event&)> handler) { handler_ = std::move(handler); }
+  Clock::time_point now() const override { return Clock::now(); }
+  std::uint64_t firstIncarnation() const override {
+    // The wall clock in milliseconds: a restarted process with the same identity outbids its
+    // earlier life at once, and the seeds tell the two apart.
+    return static_cast<std::uint64_t>(std::chrono::duration_cast<milliseconds>(
+                                          std::chrono::system_clock::now().time_since_epoch())
+                                          .count());
+  }
+  std::uint64_t selfId() const override { return mesh_.selfId(); }
+  Endpoint selfAddress() const override { return mesh_.localEndpoint(); }
 
-  void attach() {
-    std::weak_ptr<Core> weak = shared_from_this();
-    mesh_.onMembership([weak](const Remote& from, wire::MembershipMessage message) {
-      if (const auto self = weak.lock()) self->handle(from, std::move(message));
+  TimerId at(Clock::time_point when, std::function<void()> action) override {
+    const TimerId id = ++timers_->next;
+    auto timer = std::make_unique<asio::steady_timer>(io_, when);
+    timer->async_wait([weak = std::weak_ptr<Timers>(timers_), id,
+                       action = std::move(action)](std::error_code) {
+      // A cancelled timer may have expired already (its handler queued): the table decides.
+      const auto timers = weak.lock();
+      if (!timers || timers->pending.erase(id) == 0) return;
+      action();
     });
+    timers_->pending.emplace(id, std::move(timer));
+    return id;
+  }
+  void cancel(TimerId timer) override {
+    const auto it = timers_->pending.find(timer);
+    if (it == timers_->pending.end()) return;
+    it->second->cancel();
+    timers_->pending.erase(it);
   }
 
-  void start() {
-    GOSSAMER_ENFORCE(!started_, "membership service started twice");
-    started_ = true;
-    running_ = true;
-    // The first incarnation comes from the clock (milliseconds): a restarted process with the
-    // same identity outbids its earlier life at once, and the seeds tell the two apart.
-    const auto now = std::chrono::duration_cast<milliseconds>(
-        std::chrono::system_clock::now().time_since_epoch());
-    self_ = Member{mesh_.selfId(), mesh_.localEndpoint(), static_cast<std::uint64_t>(now.count()),
-                   MemberState::alive};
-    std::erase(config_.seeds, self_.address);
-    refreshView();
-    const auto self = shared_from_this();
-    if (config_.seeds.empty())
-      becomeJoined();
-    else
-      asio::co_spawn(io_, joinLoop(self), asio::detached);
-    asio::co_spawn(io_, probeLoop(self), asio::detached);
-    asio::co_spawn(io_, tickLoop(self), asio::detached);
-    if (options_.gossipInterval.count() > 0) asio::co_spawn(io_, gossipLoop(self), asio::detached);
-    asio::co_spawn(io_, pushPullLoop(self), asio::detached);
+  void send(const Endpoint& to, wire::MembershipMessage message, milliseconds connectTimeout,
+            std::function<void(std::error_code)> done) override {
+    asio::co_spawn(io_, mesh_.sendMembership(to, std::move(message), connectTimeout),
+                   [done = std::move(done)](std::exception_ptr, std::error_code error) {
+                     if (done) done(error);
+                   });
   }
-
-  void stop() {
-    if (!running_) return;
-    running_ = false;
-    for (asio::steady_timer* t :
-         {&probeTimer_, &gossipTimer_, &pushPullTimer_, &tickTimer_, &joinTimer_})
-      t->cancel();
-    for (auto& [sequence, waiter] : waiters_) waiter->timer.cancel();
-    waiters_.clear();
+  void open(const Endpoint& to, milliseconds timeout,
+            std::function<void(LinkOutcome)> done) override {
+    asio::co_spawn(io_, mesh_.open(to, Channel::control, timeout),
+                   [done = std::move(done)](std::exception_ptr failure, LinkOutcome link) {
+                     if (failure) link.error = std::make_error_code(std::errc::io_error);
+                     done(std::move(link));
+                   });
   }
-
-  static asio::awaitable<void> leave(std::shared_ptr<Core> self, milliseconds timeout) {
-    if (!self->running_) co_return;
-    self->leaving_ = true;
-    self->self_.state = MemberState::left;
-    const wire::Leave message{self->self_.id, self->self_.incarnation};
-    // Everyone we know hears it directly; the first of them to hear also gossips it on.
-    auto pending = std::make_shared<std::size_t>(0);
-    auto done = std::make_shared<asio::steady_timer>(self->io_, Clock::now() + timeout);
-    for (const auto& [id, record] : self->members_) {
-      if (!isLive(record.member.state)) continue;
-      ++*pending;
-      asio::co_spawn(self->io_, self->mesh_.sendMembership(record.member.address, message, timeout),
-                     [pending, done](std::exception_ptr, std::error_code) {
-                       if (--*pending == 0) done->cancel();
-                     });
-    }
-    if (*pending > 0) co_await done->async_wait(kUseTuple);
-    self->logger_->debug("left the cluster (incarnation {})", self->self_.incarnation);
-    self->stop();
-  }
-
-  View view() const {
-    std::lock_guard lock(viewMutex_);
-    return view_;
-  }
-  bool joined() const { return joined_.load(); }
-
-  std::vector<SeedFailure> seedFailures() const {
-    std::vector<SeedFailure> out;
-    for (const Endpoint& seed : config_.seeds) {
-      const auto it = seedFailures_.find(seed);
-      out.push_back(it != seedFailures_.end() ? it->second : SeedFailure{seed, {}, {}});
-    }
-    return out;
-  }
+  void disconnect(const Endpoint& to) override { mesh_.disconnect(to); }
 
  private:
-  // ---- message handling ----------------------------------------------------------------------
-
-  void handle(const Remote& from, wire::MembershipMessage message) {
-    if (!running_) return;
-    std::visit([&](auto& m) { on(from, m); }, message);
-  }
-
-  void on(const Remote& from, wire::JoinRequest& request) {
-    if (request.peerId == self_.id) {
-      send(from.listen,
-           wire::JoinReply{false, fmt::format("peer id {:016x} is the seed's own", self_.id), {}});
-      return;
-    }
-    becomeJoined();  // an unjoined peer that admits another forms a cluster with it
-    // A live member asks to join again only from a new life (a restarted process: its incarnation
-    // starts from the clock, above its earlier life's; a retry of the same life repeats the
-    // same one). The earlier life is over: record it failed before the new one rejoins, so that
-    // everyone drops its links and its round state even before the failure detector would.
-    if (const auto it = members_.find(request.peerId);
-        it != members_.end() && isLive(it->second.member.state) &&
-        request.incarnation > it->second.member.incarnation) {
-      const Member& earlier = it->second.member;
-      apply(wire::MemberUpdate{earlier.id, earlier.address, earlier.incarnation,
-                               wire::MemberState::dead},
-            Source::rumour);
-    }
-    apply(wire::MemberUpdate{request.peerId, request.address, request.incarnation,
-                             wire::MemberState::alive},
-          Source::rumour);
-    send(from.listen, wire::JoinReply{true, "", table()});
-  }
-
-  void on(const Remote& from, wire::JoinReply& reply) {
-    if (!reply.accepted) {
-      logger_->warn("seed {} refused to admit this peer: {}", from.listen.str(), reply.reason);
-      if (joining_ && !joined_) {
-        noteFailure(*joining_, Errc::joinRefused, reply.reason);
-        joining_.reset();  // answered
-      }
-      joinTimer_.cancel();
-      return;
-    }
-    const bool first = !joined_;
-    becomeJoined();
-    merge(reply.members, Source::table);
-    if (first)
-      logger_->info("joined through {} ({} members)", from.listen.str(), view().members.size());
-    joinTimer_.cancel();
-  }
-
-  void on(const Remote& from, wire::Ping& ping) {
-    merge(ping.updates, Source::rumour);
-    send(from.listen, wire::Ack{self_.id, ping.sequence, piggyback()}, options_.probeTimeout);
-  }
-
-  void on(const Remote& from, wire::PingReq& request) {
-    merge(request.updates, Source::rumour);
-    asio::co_spawn(io_,
-                   relayProbe(shared_from_this(), from.listen, request.sequence, request.target,
-                              request.targetAddress),
-                   asio::detached);
-  }
-
-  void on(const Remote&, wire::Ack& ack) {
-    merge(ack.updates, Source::rumour);
-    const auto it = waiters_.find(ack.sequence);
-    if (it == waiters_.end() || it->second->target != ack.sender) return;
-    it->second->acked = true;
-    it->second->timer.cancel();
-  }
-
-  void on(const Remote&, wire::Gossip& gossip) { merge(gossip.updates, Source::rumour); }
-
-  void on(const Remote& from, wire::Leave& leave) {
-    const auto it = members_.find(leave.peerId);
-    const Endpoint address = it != members_.end() ? it->second.member.address : from.listen;
-    apply(wire::MemberUpdate{leave.peerId, address, leave.incarnation, wire::MemberState::left},
-          Source::rumour);
-  }
-
-  void on(const Remote& from, wire::PushPull& pushPull) {
-    merge(pushPull.members, Source::table);
-    if (!pushPull.reply) send(from.listen, wire::PushPull{self_.id, true, table()});
-  }
-
-  // ---- the member table --------------------------------------------------------------------
-
-  struct Record {
-    Member member;
-    Clock::time_point since;  // when the current state began here
-    // Suspect: the members that suspect this incarnation (the first and its confirmations).
-    std::set<std::uint64_t> accusers;
-  };
-
-  void merge(const std::vector<wire::MemberUpdate>& updates, Source source) {
-    for (const wire::MemberUpdate& update : updates) apply(update, source);
-  }
-
-  void apply(wire::MemberUpdate update, Source source) {
-    MemberState state = fromWire(update.state);
-    if (update.peerId == self_.id) {
-      aboutSelf(update.incarnation, state);
-      return;
-    }
-    const Clock::time_point now = Clock::now();
-    auto it = members_.find(update.peerId);
-    if (it == members_.end()) {
-      // A stranger: remember it; a dead or left one only as a tombstone, without an event.
-      Record record{Member{update.peerId, update.address, update.incarnation, state}, now};
-      members_.emplace(update.peerId, record);
-      enqueue(update);
-      if (isLive(state)) {
-        addToProbeOrder(update.peerId);
-        deliver(EventKind::joined, record.member);
-      }
-      return;
-    }
-    Member& member = it->second.member;
-    if (source == Source::table && state == MemberState::dead && isLive(member.state))
-      state = MemberState::suspect;
-    if (state == MemberState::suspect && member.state == MemberState::suspect &&
-        update.incarnation == member.incarnation) {
-      // Another accuser of the same suspicion: a confirmation (shortens the timeout), passed on.
-      if (it->second.accusers.insert(update.accuser).second) enqueue(update);
-      return;
-    }
-    if (!supersedes(update.incarnation, state, member)) return;
-    MemberState old = member.state;
-    if (isLive(old) && isLive(state) && !update.address.host.empty() &&
-        update.address != member.address) {
-      // The member came back at another address (restarted): its earlier life failed.
-      member.state = old = MemberState::dead;
-      deliver(EventKind::failed, member);
-      mesh_.disconnect(member.address);
-    }
-    member.incarnation = update.incarnation;
-    member.state = state;
-    if (!update.address.host.empty()) member.address = update.address;
-    if (old != state) it->second.since = now;
-    it->second.accusers.clear();
-    wire::MemberUpdate passed = toUpdate(member);
-    if (state == MemberState::suspect) {
-      it->second.accusers.insert(update.accuser);
-      passed.accuser = update.accuser;
-    }
-    enqueue(passed);
-    if (!isLive(old) && isLive(state)) {
-      addToProbeOrder(member.id);
-      deliver(EventKind::rejoined, member);
-    } else if (isLive(old) && state == MemberState::dead) {
-      deliver(EventKind::failed, member);
-      mesh_.disconnect(member.address);
-    } else if (isLive(old) && state == MemberState::left) {
-      deliver(EventKind::left, member);
-      mesh_.disconnect(member.address);
-    } else {
-      refreshView();  // alive <-> suspect, or a new incarnation
-    }
-  }
-
-  // A rumour about this peer: refute suspicion or death by outbidding its incarnation.
-  void aboutSelf(std::uint64_t incarnation, MemberState state) {
-    if (leaving_) return;
-    if (state == MemberState::alive) {
-      // Our own alive from an earlier life of this identity: continue above it.
-      self_.incarnation = std::max(self_.incarnation, incarnation);
-      return;
-    }
-    if (incarnation < self_.incarnation) return;
-    self_.incarnation = incarnation + 1;
-    logger_->debug("refuting '{}' about this peer: now incarnation {}", name(state),
-                   self_.incarnation);
-    enqueue(toUpdate(self_));
-    refreshView();
-  }
-
-  void becomeJoined() {
-    if (joined_) return;
-    joined_ = true;
-    deliver(EventKind::joined, self_);
-  }
-
-  void deliver(EventKind kind, const Member& member) {
-    ++epoch_;
-    refreshView();
-    logger_->debug("epoch {}: {:016x} at {} {}", epoch_, member.id, member.address.str(),
-                   name(kind));
-    if (handler_) handler_(Event{kind, member, epoch_});
-  }
-
-  void refreshView() {
-    View view;
-    view.epoch = epoch_;
-    view.members.push_back(self_);
-    for (const auto& [id, record] : members_) {
-      if (isLive(record.member.state)) view.members.push_back(record.member);
-    }
-    std::sort(view.members.begin(), view.members.end(),
-              [](const Member& a, const Member& b) { return a.id < b.id; });
-    std::lock_guard lock(viewMutex_);
-    view_ = std::move(view);
-  }
-
-  std::vector<wire::MemberUpdate> table() const {
-    std::vector<wire::MemberUpdate> out;
-    out.reserve(members_.size() + 1);
-    out.push_back(toUpdate(self_));
-    for (const auto& [id, record] : members_) out.push_back(toUpdate(record.member));
-    return out;
-  }
-
-  std::vector<const Member*> liveMembers() const {
-    std::vector<const Member*> out;
-    for (const auto& [id, record] : members_) {
-      if (isLive(record.member.state)) out.push_back(&record.member);
-    }
-    return out;
-  }
-
-  std::size_t clusterSize() const { return liveMembers().size() + 1; }
-
-  // ---- dissemination -----------------------------------------------------------------------
-
-  void enqueue(const wire::MemberUpdate& update) {
-    std::erase_if(broadcasts_,
-                  [&](const Broadcast& b) { return b.update.peerId == update.peerId; });
-    broadcasts_.push_back(Broadcast{update, 0});
-  }
-
-  // Up to maxPiggybackUpdates pending updates, least sent (then newest) first; each goes out
-  // about retransmitMultiplier x log10(N+1) times in all.
-  std::vector<wire::MemberUpdate> piggyback() {
-    const auto limit = static_cast<std::size_t>(
-        std::max(1.0, std::ceil(options_.retransmitMultiplier *
-                                std::log10(static_cast<double>(clusterSize()) + 1.0))));
-    std::stable_sort(
-        broadcasts_.begin(), broadcasts_.end(),
-        [](const Broadcast& a, const Broadcast& b) { return a.transmits < b.transmits; });
-    std::vector<wire::MemberUpdate> out;
-    for (Broadcast& b : broadcasts_) {
-      if (out.size() >= options_.maxPiggybackUpdates) break;
-      out.push_back(b.update);
-      ++b.transmits;
-    }
-    std::erase_if(broadcasts_, [&](const Broadcast& b) { return b.transmits >= limit; });
-    return out;
-  }
-
-  void send(const Endpoint& to, wire::MembershipMessage message) {
-    send(to, std::move(message), options_.connectTimeout);
-  }
-  void send(const Endpoint& to, wire::MembershipMessage message, milliseconds connectTimeout) {
-    if (!running_) return;
-    asio::co_spawn(io_, mesh_.sendMembership(to, std::move(message), connectTimeout),
-                   asio::detached);
-  }
-
-  // ---- probing -----------------------------------------------------------------------------
-
-  void addToProbeOrder(std::uint64_t id) {
-    // At a random place after the cursor, so that a newcomer is probed within this round.
-    std::uniform_int_distribution<std::size_t> at(probeCursor_, probeOrder_.size());
-    probeOrder_.insert(probeOrder_.begin() + static_cast<std::ptrdiff_t>(at(rng_)), id);
-  }
-
-  // The next live member to probe, round-robin over an order reshuffled every round.
-  const Member* nextProbeTarget() {
-    for (int pass = 0; pass < 2; ++pass) {
-      while (probeCursor_ < probeOrder_.size()) {
-        const auto it = members_.find(probeOrder_[probeCursor_++]);
-        if (it != members_.end() && isLive(it->second.member.state)) return &it->second.member;
-      }
-      probeOrder_.clear();
-      for (const Member* m : liveMembers()) probeOrder_.push_back(m->id);
-      std::shuffle(probeOrder_.begin(), probeOrder_.end(), rng_);
-      probeCursor_ = 0;
-    }
-    return nullptr;
-  }
-
-  std::shared_ptr<AckWaiter> expectAck(std::uint64_t sequence, std::uint64_t target) {
-    auto waiter = std::make_shared<AckWaiter>(io_, target);
-    waiters_[sequence] = waiter;
-    return waiter;
-  }
-
-  // Waits until the ack arrived or `deadline`; true if it did.
-  static asio::awaitable<bool> awaitAck(std::shared_ptr<AckWaiter> waiter,
-                                        Clock::time_point deadline) {
-    if (!waiter->acked) {
-      waiter->timer.expires_at(deadline);
-      co_await waiter->timer.async_wait(kUseTuple);
-    }
-    co_return waiter->acked;
-  }
-
-  static asio::awaitable<void> probe(std::shared_ptr<Core> self, Member target) {
-    const Clock::time_point start = Clock::now();
-    const Options& o = self->options_;
-    const std::uint64_t sequence = ++self->sequence_;
-    auto waiter = self->expectAck(sequence, target.id);
-    self->send(target.address, wire::Ping{self->self_.id, sequence, self->piggyback()},
-               o.probeTimeout);
-    bool acked = co_await awaitAck(waiter, start + o.probeTimeout);
-    if (!acked && self->running_) {
-      std::vector<const Member*> helpers;
-      for (const Member* m : self->liveMembers()) {
-        if (m->id != target.id) helpers.push_back(m);
-      }
-      std::shuffle(helpers.begin(), helpers.end(), self->rng_);
-      helpers.resize(std::min(helpers.size(), o.indirectProbes));
-      for (const Member* helper : helpers) {
-        self->send(
-            helper->address,
-            wire::PingReq{self->self_.id, sequence, target.id, target.address, self->piggyback()},
-            o.probeTimeout);
-      }
-      acked = co_await awaitAck(waiter, start + o.probeInterval);
-    }
-    self->waiters_.erase(sequence);
-    if (!acked && self->running_) self->suspect(target.id);
-  }
-
-  // Probes `targetId` for a member that asked us to (PingReq) and relays the Ack.
-  static asio::awaitable<void> relayProbe(std::shared_ptr<Core> self, Endpoint requester,
-                                          std::uint64_t requestSequence, std::uint64_t targetId,
-                                          Endpoint targetAddress) {
-    if (!self->running_) co_return;
-    const std::uint64_t sequence = ++self->sequence_;
-    auto waiter = self->expectAck(sequence, targetId);
-    self->send(targetAddress, wire::Ping{self->self_.id, sequence, self->piggyback()},
-               self->options_.probeTimeout);
-    const bool acked = co_await awaitAck(waiter, Clock::now() + self->options_.probeTimeout);
-    self->waiters_.erase(sequence);
-    if (acked && self->running_)
-      self->send(requester, wire::Ack{targetId, requestSequence, self->piggyback()},
-                 self->options_.probeTimeout);
-  }
-
-  void suspect(std::uint64_t id) {
-    const auto it = members_.find(id);
-    // A member already suspect is suspected again by this one: a confirmation (see Lifeguard).
-    if (it == members_.end() || !isLive(it->second.member.state)) return;
-    Member rumour = it->second.member;
-    rumour.state = MemberState::suspect;
-    wire::MemberUpdate update = toUpdate(rumour);
-    update.accuser = self_.id;
-    apply(update, Source::rumour);
-    // Tell the suspect itself, so that a live one refutes at once.
-    send(rumour.address, wire::Gossip{self_.id, {update}}, options_.probeTimeout);
-  }
-
-  // Declares suspects whose timeout ran out dead, and forgets old tombstones.
-  void expire() {
-    const Clock::time_point now = Clock::now();
-    std::vector<Member> expired;
-    for (const auto& [id, record] : members_) {
-      if (record.member.state != MemberState::suspect) continue;
-      const std::size_t confirmations = record.accusers.empty() ? 0 : record.accusers.size() - 1;
-      if (now - record.since >= options_.suspicionTimeout(clusterSize(), confirmations))
-        expired.push_back(record.member);
-    }
-    for (Member m : expired) {
-      m.state = MemberState::dead;
-      apply(toUpdate(m), Source::rumour);
-    }
-    std::erase_if(members_, [&](const auto& entry) {
-      return !isLive(entry.second.member.state) &&
-             now - entry.second.since > options_.tombstoneRetention;
-    });
-  }
-
-  // ---- the loops ---------------------------------------------------------------------------
-
-  static asio::awaitable<void> probeLoop(std::shared_ptr<Core> self) {
-    while (self->running_) {
-      const Clock::time_point start = Clock::now();
-      if (const Member* target = self->nextProbeTarget()) co_await probe(self, *target);
-      if (!self->running_) co_return;
-      self->probeTimer_.expires_at(start + self->options_.probeInterval);
-      co_await self->probeTimer_.async_wait(kUseTuple);
-    }
-  }
-
-  static asio::awaitable<void> tickLoop(std::shared_ptr<Core> self) {
-    const milliseconds period = std::max(milliseconds(5), self->options_.probeInterval / 10);
-    while (self->running_) {
-      self->expire();
-      self->tickTimer_.expires_after(period);
-      co_await self->tickTimer_.async_wait(kUseTuple);
-    }
-  }
-
-  static asio::awaitable<void> gossipLoop(std::shared_ptr<Core> self) {
-    while (self->running_) {
-      self->gossipTimer_.expires_after(self->options_.gossipInterval);
-      co_await self->gossipTimer_.async_wait(kUseTuple);
-      if (!self->running_ || self->broadcasts_.empty()) continue;
-      std::vector<const Member*> targets = self->liveMembers();
-      std::shuffle(targets.begin(), targets.end(), self->rng_);
-      targets.resize(std::min(targets.size(), self->options_.gossipFanout));
-      for (const Member* target : targets) {
-        std::vector<wire::MemberUpdate> updates = self->piggyback();
-        if (updates.empty()) break;
-        self->send(target->address, wire::Gossip{self->self_.id, std::move(updates)});
-      }
-    }
-  }
-
-  static asio::awaitable<void> pushPullLoop(std::shared_ptr<Core> self) {
-    for (std::uint64_t round = 0; self->running_; ++round) {
-      const double scale = std::max(1.0, static_cast<double>(self->clusterSize()) / 8.0);
-      self->pushPullTimer_.expires_after(
-          std::chrono::duration_cast<milliseconds>(self->options_.pushPullInterval * scale));
-      co_await self->pushPullTimer_.async_wait(kUseTuple);
-      if (!self->running_ || !self->joined_) continue;
-      const std::optional<Endpoint> target = self->pushPullTarget(round % 2 == 1);
-      if (!target) continue;
-      if (self->isSeed(*target) && self->seedIds_.count(*target) == 0) {
-        // A seed never reached (a host name, say): who answers there first; it may be this peer.
-        const LinkOutcome link =
-            co_await self->mesh_.open(*target, Channel::control, self->options_.connectTimeout);
-        if (!self->running_ || !link.ok() || self->learnSeed(*target, link)) continue;
-      }
-      self->send(*target, wire::PushPull{self->self_.id, false, self->table()});
-    }
-  }
-
-  // A random live member; or, for a reconnect round, a random member believed failed or a seed
-  // not in the view (falling back to a live member when there is none).
-  std::optional<Endpoint> pushPullTarget(bool reconnect) {
-    std::vector<Endpoint> candidates;
-    if (reconnect) {
-      for (const auto& [id, record] : members_) {
-        if (record.member.state == MemberState::dead) candidates.push_back(record.member.address);
-      }
-      for (const Endpoint& seed : config_.seeds) {
-        const auto id = seedIds_.find(seed);
-        const bool known = std::any_of(members_.begin(), members_.end(), [&](const auto& entry) {
-          const Member& m = entry.second.member;
-          return isLive(m.state) &&
-                 (m.address == seed || (id != seedIds_.end() && m.id == id->second));
-        });
-        if (!known) candidates.push_back(seed);
-      }
-    }
-    if (candidates.empty()) {
-      for (const Member* m : liveMembers()) candidates.push_back(m->address);
-    }
-    if (candidates.empty()) return std::nullopt;
-    std::uniform_int_distribution<std::size_t> pick(0, candidates.size() - 1);
-    return candidates[pick(rng_)];
-  }
-
-  bool isSeed(const Endpoint& to) const {
-    return std::find(config_.seeds.begin(), config_.seeds.end(), to) != config_.seeds.end();
-  }
-
-  // Records who the handshake on an open link to `seed` authenticated. A seed that turns out to be
-  // this peer under another name (a host name or another of its addresses; its own advertised
-  // address was dropped at start) is dropped from the seed list: returns true then. This peer is
-  // the one with its id that advertises its address; another process with its id elsewhere is a
-  // twin, which the seed's join reply refuses as before.
-  bool learnSeed(const Endpoint& seed, const LinkOutcome& link) {
-    if (link.remote.peerId != self_.id || link.remote.listen != self_.address) {
-      seedIds_[seed] = link.remote.peerId;
-      return false;
-    }
-    logger_->debug("seed {} is this peer itself; dropping it from the seed list", seed.str());
-    std::erase(config_.seeds, seed);
-    seedFailures_.erase(seed);
-    mesh_.disconnect(seed);
-    return true;
-  }
-
-  // A failed join attempt through `seed`, remembered until the next one replaces it.
-  void noteFailure(const Endpoint& seed, std::error_code error, std::string reason) {
-    seedFailures_[seed] = SeedFailure{seed, error, std::move(reason)};
-  }
-
-  static asio::awaitable<void> joinLoop(std::shared_ptr<Core> self) {
-    const Options& o = self->options_;
-    milliseconds backoff = o.joinBackoffInitial;
-    std::map<Endpoint, int> failures;
-    while (self->running_ && !self->joined_) {
-      const std::vector<Endpoint> seeds = self->config_.seeds;  // learnSeed may drop one
-      for (const Endpoint& seed : seeds) {
-        if (!self->running_ || self->joined_) co_return;
-        // The link first, for the reason of a refused handshake; then the request on it.
-        const LinkOutcome link =
-            co_await self->mesh_.open(seed, Channel::control, o.connectTimeout);
-        if (!self->running_ || self->joined_) co_return;
-        if (link.ok() && self->learnSeed(seed, link)) {
-          if (self->config_.seeds.empty()) {  // it was its only seed: the first member, as at start
-            self->becomeJoined();
-            co_return;
-          }
-          continue;
-        }
-        std::error_code error = link.error;
-        if (!error) {
-          // (A named message: GCC 12 destroys an aggregate temporary inside co_await twice.)
-          wire::MembershipMessage request =
-              wire::JoinRequest{self->self_.id, self->self_.address, self->self_.incarnation};
-          error = co_await self->mesh_.sendMembership(seed, std::move(request), o.connectTimeout);
-          if (!self->running_ || self->joined_) co_return;
-        }
-        if (error) {
-          self->noteFailure(seed, error, link.reason);
-          // The first failure of each seed is a warning; the retries are not worth one each.
-          if (failures[seed]++ == 0) {
-            if (isRefusal(error))
-              self->logger_->warn("seed {} refused this peer ({}); will retry", seed.str(),
-                                  link.reason.empty() ? error.message() : link.reason);
-            else
-              self->logger_->warn("seed {} is unreachable ({}); skipping it, will retry",
-                                  seed.str(), error.message());
-          }
-          continue;
-        }
-        self->joining_ = seed;
-        self->joinTimer_.expires_after(o.connectTimeout);
-        co_await self->joinTimer_.async_wait(kUseTuple);  // cancelled by the reply
-        if (!self->running_ || self->joined_) co_return;
-        if (self->joining_) {  // no reply, neither admitted nor refused
-          self->noteFailure(
-              seed, asio::error::timed_out,
-              fmt::format("no reply to the join request within {} ms", o.connectTimeout.count()));
-          self->joining_.reset();
-        }
-      }
-      if (!self->running_ || self->joined_) co_return;
-      self->logger_->debug("no seed admitted this peer yet; retrying in {} ms", backoff.count());
-      self->joinTimer_.expires_after(backoff);
-      co_await self->joinTimer_.async_wait(kUseTuple);
-      backoff = std::min(backoff * 2, o.joinBackoffMax);
-    }
-  }
-
-  struct Broadcast {
-    wire::MemberUpdate update;
-    std::size_t transmits = 0;
+  struct Timers {
+    TimerId next = 0;
+    std::map<TimerId, std::unique_ptr<asio::steady_timer>> pending;
   };
 
   asio::io_context& io_;
   Mesh& mesh_;
-  Config config_;
-  const Options options_;
-  std::mt19937_64 rng_;
-  std::function<void(const Event&)> handler_;
-
-  bool started_ = false;
-  bool running_ = false;
-  bool leaving_ = false;
-  std::atomic<bool> joined_{false};
-  Member self_;
-  std::map<std::uint64_t, Record> members_;  // every other member we know of, tombstones too
-  std::uint64_t epoch_ = 0;
-  std::vector<Broadcast> broadcasts_;
-  std::vector<std::uint64_t> probeOrder_;
-  std::size_t probeCursor_ = 0;
-  std::uint64_t sequence_ = 0;
-  std::map<std::uint64_t, std::shared_ptr<AckWaiter>> waiters_;
-  std::optional<Endpoint> joining_;  // the seed whose reply to a join request is awaited
-  std::map<Endpoint, SeedFailure> seedFailures_;  // at most one per seed
-  std::map<Endpoint, std::uint64_t> seedIds_;     // who answered at a seed (learnSeed)
-
-  asio::steady_timer probeTimer_, gossipTimer_, pushPullTimer_, tickTimer_, joinTimer_;
-  std::shared_ptr<spdlog::logger> logger_;
-
-  mutable std::mutex viewMutex_;
-  View view_;
+  std::shared_ptr<Timers> timers_;
 };
 
 class ServiceImpl final : public Service {
  public:
   ServiceImpl(asio::io_context& io, Mesh& mesh, Config config)
-      : mesh_(mesh), core_(std::make_shared<Core>(io, mesh, std::move(config))) {
-    core_->attach();
+      : io_(io), mesh_(mesh), environment_(io, mesh), protocol_(environment_, std::move(config)) {
+    // The handler outlives nothing: the mesh drops it when the service goes (below).
+    mesh_.onMembership([this](const Remote& from, wire::MembershipMessage message) {
+      protocol_.handle(from, std::move(message));
+    });
   }
-  ~ServiceImpl() override { core_->stop(); }
+  ~ServiceImpl() override {
+    protocol_.stop();
+    mesh_.onMembership(nullptr);
+  }
 
-  void start() override { core_->start(); }
-  asio::awaitable<void> leave(milliseconds timeout) override { return Core::leave(core_, timeout); }
-  void stop() override { core_->stop(); }
-  View view() const override { return core_->view(); }
-  bool joined() const override { return core_->joined(); }
+  void start() override { protocol_.start(); }
+  asio::awaitable<void> leave(milliseconds timeout) override {
+    struct Wait {
+      bool over = false;
+      asio::steady_timer timer;
+    };
+    // The protocol reports by its timeout; the timer's own is a backstop one second later.
+    auto wait = std::make_shared<Wait>(Wait{false, asio::steady_timer(
+                                                       io_, timeout + std::chrono::seconds(1))});
+    protocol_.leave(timeout, [wait] {
+      wait->over = true;
+      wait->timer.cancel();
+    });
+    if (!wait->over) co_await wait->timer.async_wait(detail::kUseTuple);
+  }
+  void stop() override { protocol_.stop(); }
+  View view() const override { return protocol_.view(); }
+  bool joined() const override { return protocol_.joined(); }
   Traffic traffic() const override { return mesh_.counters(net::Traffic::membership); }
-  std::vector<SeedFailure> seedFailures() const override { return core_->seedFailures(); }
+  std::vector<SeedFailure> seedFailures() const override { return protocol_.seedFailures(); }
   void onEvent(std::function<void(const Event&)> handler) override {
-    core_->onEvent(std::move(handler));
+    protocol_.onEvent(std::move(handler));
   }
 
  private:
+  asio::io_context& io_;
   Mesh& mesh_;
-  std::shared_ptr<Core> core_;
+  MeshEnvironment environment_;
+  Protocol protocol_;
 };
 
 }  // namespace

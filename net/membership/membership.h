@@ -137,6 +137,11 @@ struct Config {
   std::vector<Endpoint> seeds;
   Options options;
   std::uint64_t seed = 1;  // probe order, indirect-probe and gossip choices
+  // Members known from the start, as if a seed's join reply had listed them: a cluster formed
+  // before this service started (the simulator's initial peers). They are in the view from the
+  // first event (this peer's `joined`, at once) on, without events of their own; the seeds then
+  // serve the reconnect rounds only.
+  std::vector<Member> members;
 };
 
 // Membership frames and bytes this peer sent and received (from its mesh's counters).

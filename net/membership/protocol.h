@@ -1,0 +1,88 @@
+// The SWIM protocol of membership.h as a state machine without I/O of its own: it reads the time,
+// sets timers, sends and opens links only through an Environment. makeService (membership.cc)
+// runs it on a Mesh and an io_context; the simulator (engine/sim) runs the same code in virtual
+// time over simulated links, so that what it simulates is this protocol, not a model of it.
+//
+// Threading: a Protocol and its Environment live on one thread (the io thread, or the
+// simulator's). Every call into the Protocol, and every callback the Environment makes, happens
+// there; view(), joined() are also safe from other threads.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <system_error>
+#include <vector>
+
+#include "net/membership/membership.h"
+#include "net/mesh/mesh.h"
+#include "net/wire/codec.h"
+
+namespace gossamer::net::membership {
+
+// What the protocol needs from the world it runs in. Callbacks are never made from inside the
+// call that asked for them (always later, from the environment's own loop).
+class Environment {
+ public:
+  using Clock = std::chrono::steady_clock;
+  using TimerId = std::uint64_t;
+
+  virtual ~Environment() = default;
+
+  virtual Clock::time_point now() const = 0;
+  // The first incarnation of a life of this peer: above any an earlier life of the same identity
+  // reached in practice (the real one reads the wall clock in milliseconds).
+  virtual std::uint64_t firstIncarnation() const = 0;
+  virtual std::uint64_t selfId() const = 0;
+  virtual Endpoint selfAddress() const = 0;
+
+  // Runs `action` at `when` (at once, later, when that has passed) unless cancel()ed before.
+  virtual TimerId at(Clock::time_point when, std::function<void()> action) = 0;
+  // Idempotent; an unknown or fired id is ignored.
+  virtual void cancel(TimerId timer) = 0;
+
+  // Sends `message` to the member listening at `to`, opening a control link within
+  // `connectTimeout` when there is none. `done` (may be empty) gets the outcome of the send: an
+  // error when no link could be opened or the link broke, not whether the message arrived.
+  virtual void send(const Endpoint& to, wire::MembershipMessage message,
+                    std::chrono::milliseconds connectTimeout,
+                    std::function<void(std::error_code)> done) = 0;
+  // Opens (or finds) the control link to `to`; `done` gets the outcome and who answered there.
+  virtual void open(const Endpoint& to, std::chrono::milliseconds timeout,
+                    std::function<void(LinkOutcome)> done) = 0;
+  // Closes the links to `to` (a member that failed or left).
+  virtual void disconnect(const Endpoint& to) = 0;
+};
+
+class Core;
+
+// One peer's SWIM protocol (membership.h states it). Not copyable; destroying it stops it.
+class Protocol {
+ public:
+  // `environment` must outlive the protocol. Throws gossamer::Error on invalid options.
+  Protocol(Environment& environment, Config config);
+  ~Protocol();
+  Protocol(const Protocol&) = delete;
+  Protocol& operator=(const Protocol&) = delete;
+
+  // Set before start(). Called in order, for every event.
+  void onEvent(std::function<void(const Event&)> handler);
+  // Service::start.
+  void start();
+  // A membership message that arrived from `from`.
+  void handle(const Remote& from, wire::MembershipMessage message);
+  // Service::leave: `done` runs once the announcements went out, or at `timeout`; then stopped.
+  void leave(std::chrono::milliseconds timeout, std::function<void()> done);
+  // Service::stop: at once, silently; every pending timer and callback comes to nothing.
+  void stop();
+
+  View view() const;
+  bool joined() const;
+  std::vector<SeedFailure> seedFailures() const;
+
+ private:
+  std::shared_ptr<Core> core_;
+};
+
+}  // namespace gossamer::net::membership
