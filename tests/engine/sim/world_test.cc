@@ -70,13 +70,16 @@ TEST_CASE("sim: fibers run one at a time, in the order they are resumed") {
   CHECK(order == std::vector<int>{1, 2, 3});
 }
 
-TEST_CASE("sim: Clock::now reads virtual time inside the world and steady time outside") {
+TEST_CASE("sim: Clock::now and wallNow read virtual time inside the world, the host's outside") {
   const Clock::time_point virtualNow{std::chrono::hours(1)};
+  const std::chrono::system_clock::time_point virtualWall{std::chrono::hours(1)};
   {
     VirtualClockScope scope(&virtualNow);
     CHECK(Clock::now() == virtualNow);
+    CHECK(Clock::wallNow() == virtualWall);
   }
   CHECK(Clock::now() != virtualNow);
+  CHECK(Clock::wallNow() > virtualWall + std::chrono::hours(24 * 365));
 }
 
 TEST_CASE("sim: virtual time of a run without messages is steps x step time") {
