@@ -24,9 +24,10 @@ bool contains(const std::vector<PeerId>& ids, PeerId id) {
   return std::find(ids.begin(), ids.end(), id) != ids.end();
 }
 
-// This life's number: the wall clock in ns when it began (never 0).
+// This life's number: the wall clock in ns when it began (never 0; in a simulated world, the
+// virtual time).
 std::uint64_t newLife() {
-  const auto now = std::chrono::system_clock::now().time_since_epoch();
+  const auto now = Clock::wallNow().time_since_epoch();
   return std::max<std::uint64_t>(
       1, static_cast<std::uint64_t>(
              std::chrono::duration_cast<std::chrono::nanoseconds>(now).count()));

@@ -147,10 +147,11 @@
 // weight from the transfers it receives (sending nothing until then, see "Weight 0").
 //
 // Lives and the weight of the dead. Every Gosgd instance is one LIFE of its peer, numbered by the
-// wall clock (ns) when it was made: a peer restarted with the same identity is a later life. Every
-// message carries a header: the sender's life, the life of the addressee as the sender knows it
-// (0: none yet), and the sender's REPORT, (seq, alpha_i) at sending (seq counts the messages of
-// that life). Transfer ids, dedup state, estimates and acks belong to one life of each side, so:
+// wall clock (ns, engine::Clock::wallNow: virtual time in a simulated world) when it was made: a
+// peer restarted with the same identity is a later life. Every message carries a header: the
+// sender's life, the life of the addressee as the sender knows it (0: none yet), and the sender's
+// REPORT, (seq, alpha_i) at sending (seq counts the messages of that life). Transfer ids, dedup
+// state, estimates and acks belong to one life of each side, so:
 //   - a message of an earlier life of its sender than one already heard is stale: dropped
 //     ("gosgd.stale");
 //   - a message of a later life means the sender restarted: its earlier life ended (as below),

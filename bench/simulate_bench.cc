@@ -13,10 +13,11 @@
 // exits with status 1 after writing its report.
 //
 // Without --config, one experiment from the flags; with it, the matrix of the file (the format of
-// `convergence --print-config`), the flags --faults, --fault-kinds, --fault-window and
-// --max-virtual-seconds applying to every experiment. Several --config files run one after the
-// other, each into a folder of --out named after its file, with an index in --out/report.md;
-// report_sha256 is then the hash of their reports one after the other.
+// `convergence --print-config`), the flags --faults, --fault-kinds, --fault-window,
+// --checkpoint-every and --max-virtual-seconds applying to every experiment (--compress and
+// --error-feedback are then the file's, as for `convergence`). Several --config files run one
+// after the other, each into a folder of --out named after its file, with an index in
+// --out/report.md; report_sha256 is then the hash of their reports one after the other.
 #include <chrono>
 #include <cmath>
 #include <fstream>
@@ -64,9 +65,12 @@ struct SimulateOptions {
   double target = 0.8;
   double commTimeout = 30;
   std::uint64_t seed = 1;
+  std::string compress = "none";
+  std::string errorFeedback = "on";
   std::size_t faults = 0;
   std::vector<std::string> faultKinds;
   double faultWindow = 0;
+  std::int64_t checkpointEvery = 25;  // the chaos benchmark's peers'
   double maxVirtualSeconds = 0;
   std::vector<std::string> configPaths;
   std::string out = "simulate-report";
@@ -94,6 +98,8 @@ Matrix matrixOf(const SimulateOptions& o) {
   r.seed = o.seed;
   r.commTimeout = o.commTimeout;
   r.stepTime = o.stepMs;
+  r.compress = o.compress;
+  r.errorFeedback = o.errorFeedback;
   m.algorithms = {o.algorithm};
   m.topologies = {o.topology};
   m.networks = {o.network};
@@ -133,9 +139,6 @@ struct Measured {
 
 engine::sim::SimConfig simConfig(const RunSettings& run, const Experiment& e,
                                  const SimulateOptions& o) {
-  GOSSAMER_ENFORCE(e.compress == "none",
-                   "the simulator sends payloads as float32: compression ({}) is not simulated",
-                   e.compress);
   const engine::runtime::ClusterConfig cluster = clusterConfig(run, e);
   engine::sim::SimConfig c;
   c.peers = e.peers;
@@ -145,6 +148,7 @@ engine::sim::SimConfig simConfig(const RunSettings& run, const Experiment& e,
   c.evalSeconds = run.evalSeconds;
   c.evalSamples = run.evalSamples;
   c.maxVirtualSeconds = o.maxVirtualSeconds;
+  c.training.checkpointEvery = o.checkpointEvery;
   if (o.faults > 0) {
     std::vector<engine::sim::FaultKind> kinds;
     for (const std::string& k : o.faultKinds) kinds.push_back(*engine::sim::faultKindNamed(k));
@@ -245,12 +249,15 @@ std::string commandLine(const SimulateOptions& o, bool withOut) {
     if (o.dataset != "fashion-mnist") line += " --dataset " + o.dataset;
     if (o.trainSamples > 0) line += fmt::format(" --train-samples {}", o.trainSamples);
     if (o.testSamples > 0) line += fmt::format(" --test-samples {}", o.testSamples);
+    if (o.compress != "none")
+      line += fmt::format(" --compress {} --error-feedback {}", o.compress, o.errorFeedback);
   }
   if (o.faults > 0) {
     line += fmt::format(" --faults {}", o.faults);
     if (!o.faultKinds.empty())
       line += fmt::format(" --fault-kinds {}", fmt::join(o.faultKinds, ","));
     if (o.faultWindow > 0) line += fmt::format(" --fault-window {}", o.faultWindow);
+    line += fmt::format(" --checkpoint-every {}", o.checkpointEvery);
   }
   if (o.maxVirtualSeconds > 0)
     line += fmt::format(" --max-virtual-seconds {}", o.maxVirtualSeconds);
@@ -433,6 +440,16 @@ void addSimulateCommand(CLI::App& app) {
   command->add_option("--seed", o->seed, "seed of everything (model, data, links, faults)")
       ->capture_default_str();
   command
+      ->add_option("--compress", o->compress,
+                   "codec of the payloads an algorithm lets travel compressed: none, fp16, bf16, "
+                   "int8[:BLOCK], int4[:BLOCK], topk:FRACTION[:sampled] or randk:FRACTION")
+      ->capture_default_str();
+  command
+      ->add_option("--error-feedback", o->errorFeedback,
+                   "keep what compression leaves out and send it later (on) or drop it (off)")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
+  command
       ->add_option("--faults", o->faults,
                    "faults drawn from the seed, as the chaos benchmark draws them (0: none)")
       ->capture_default_str();
@@ -444,6 +461,12 @@ void addSimulateCommand(CLI::App& app) {
       ->check(CLI::IsMember({"kill", "restart", "join", "partition", "loss", "straggler"}));
   command->add_option("--fault-window", o->faultWindow,
                       "virtual seconds the faults are spread over (default: steps x step time)");
+  command
+      ->add_option("--checkpoint-every", o->checkpointEvery,
+                   "steps between a peer's checkpoints, kept in memory: a restarted peer resumes "
+                   "from its last one, as the chaos benchmark's (0: none, it joins late)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   command->add_option("--max-virtual-seconds", o->maxVirtualSeconds,
                       "a run still going then is a violation (a deadlock; default: 100 x the "
                       "compute time + 600 s)");

@@ -47,9 +47,9 @@ class Optimizer;
 
 using PeerId = std::uint64_t;
 // The clock of algorithms and the runtime: std::chrono::steady_clock, except on a thread that
-// runs a simulated world (engine/sim/), where now() reads the world's virtual time. Time points
-// and durations are steady_clock's, so waits on condition variables and sleeps take them as
-// before; only now() differs, and algorithms need no change to run in virtual time.
+// runs a simulated world (engine/sim/), where now() (and wallNow()) read the world's virtual
+// time. Time points and durations are steady_clock's, so waits on condition variables and sleeps
+// take them as before; only now() differs, and algorithms need no change to run in virtual time.
 struct Clock {
   using duration = std::chrono::steady_clock::duration;
   using rep = duration::rep;
@@ -59,6 +59,17 @@ struct Clock {
   static time_point now() noexcept {
     if (const time_point* simulated = virtualNow_) return *simulated;
     return std::chrono::steady_clock::now();
+  }
+  // The wall clock (std::chrono::system_clock), for what must order across the processes and
+  // restarts of a peer (gosgd's lives). In a simulated world: the virtual time as a time since
+  // the epoch, so that nothing of the host reaches a simulated run and a later virtual instant is
+  // a later wall instant.
+  static std::chrono::system_clock::time_point wallNow() noexcept {
+    if (const time_point* simulated = virtualNow_)
+      return std::chrono::system_clock::time_point(
+          std::chrono::duration_cast<std::chrono::system_clock::duration>(
+              simulated->time_since_epoch()));
+    return std::chrono::system_clock::now();
   }
 
  private:

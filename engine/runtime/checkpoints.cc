@@ -32,8 +32,9 @@ bool PeerCheckpoints::dueAfter(std::uint64_t step) const {
   return enabled() && every_ > 0 && step % static_cast<std::uint64_t>(every_) == 0;
 }
 
-void PeerCheckpoints::save(const train::Learner& learner, const Algorithm& algorithm,
-                           std::uint64_t step, std::uint64_t totalSteps) const {
+train::Checkpoint PeerCheckpoints::capture(const train::Learner& learner,
+                                           const Algorithm& algorithm, std::uint64_t step,
+                                           std::uint64_t totalSteps) {
   train::Checkpoint c = learner.checkpoint();
   AlgorithmState state;
   algorithm.saveState(state);
@@ -43,7 +44,12 @@ void PeerCheckpoints::save(const train::Learner& learner, const Algorithm& algor
   c.meta["algorithm"] = algorithm.name();
   c.meta["runtime.step"] = std::to_string(step);
   c.meta["runtime.total_steps"] = std::to_string(totalSteps);
-  train::saveCheckpoint(path_, c);
+  return c;
+}
+
+void PeerCheckpoints::save(const train::Learner& learner, const Algorithm& algorithm,
+                           std::uint64_t step, std::uint64_t totalSteps) const {
+  train::saveCheckpoint(path_, capture(learner, algorithm, step, totalSteps));
 }
 
 train::Checkpoint PeerCheckpoints::load(const Model& model, const Algorithm& algorithm) const {

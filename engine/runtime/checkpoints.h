@@ -27,14 +27,18 @@ class PeerCheckpoints {
   // by the caller).
   bool dueAfter(std::uint64_t step) const;
 
-  // Writes the checkpoint atomically.
+  // What a checkpoint holds after `step` steps of `totalSteps`: the learner's part, the
+  // algorithm's state (saveState) and the runtime's step, in memory (the simulator keeps it so).
+  static train::Checkpoint capture(const train::Learner& learner, const Algorithm& algorithm,
+                                   std::uint64_t step, std::uint64_t totalSteps);
+  // Writes capture() atomically.
   void save(const train::Learner& learner, const Algorithm& algorithm, std::uint64_t step,
             std::uint64_t totalSteps) const;
   // --resume: the checkpoint of this peer, checked against `model` and `algorithm`. Throws
   // gossamer::Error naming the file and the mismatch.
   train::Checkpoint load(const Model& model, const Algorithm& algorithm) const;
-  // Puts a loaded checkpoint into `learner` and `algorithm`; returns the step to go on from. The
-  // place in the data is restored only when it fits the learner's current shard.
+  // Puts a loaded (or captured) checkpoint into `learner` and `algorithm`; returns the step to go
+  // on from. The place in the data is restored only when it fits the learner's current shard.
   static std::uint64_t restore(const train::Checkpoint& checkpoint, train::Learner& learner,
                                Algorithm& algorithm);
 

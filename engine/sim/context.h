@@ -43,7 +43,7 @@ class SimContext final : public PeerContext {
   Clock::duration commTimeout() const override {
     return p_.world.shared().config.training.commTimeout;
   }
-  const PayloadCompression& compression() const override { return compression_; }
+  const PayloadCompression& compression() const override { return p_.codec->compression(); }
 
   std::optional<Incoming> pullModel(PeerId from, Clock::duration timeout) override;
   void adoptStep(std::uint64_t step) override { p_.step = step; }
@@ -59,7 +59,6 @@ class SimContext final : public PeerContext {
 
  private:
   SimPeer& p_;
-  PayloadCompression compression_;
 };
 
 class SimServe final : public ServiceContext {

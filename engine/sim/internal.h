@@ -23,8 +23,10 @@
 
 #include "engine/algorithm.h"
 #include "engine/runtime/consensus.h"
+#include "engine/runtime/payload_codec.h"
 #include "engine/sim/fiber.h"
 #include "engine/sim/world.h"
+#include "engine/train/checkpoint.h"
 #include "engine/train/learner.h"
 #include "net/membership/protocol.h"
 
@@ -51,7 +53,8 @@ inline Duration fromSeconds(double s) {
 // Not a std::exception, so that nothing but the fiber's entry catches it.
 struct Killed {};
 
-// A message on the wire: one copy of the payloads, shared by every recipient.
+// A message on the wire: one copy of the payloads as every recipient decodes them (float32, lossy
+// where they travelled compressed), shared by all of them.
 struct Wire {
   PeerId from = 0;
   std::uint32_t kind = 0;
@@ -60,8 +63,8 @@ struct Wire {
   std::vector<double> scalars;
   std::vector<std::uint64_t> integers;
   std::vector<std::vector<float>> payloads;
-  std::size_t bytes = 0;
-  bool serve = false;  // to serve(), else to the inbox
+  std::size_t bytes = 0;  // on the wire: the header and the payloads as they travel
+  bool serve = false;     // to serve(), else to the inbox
   // Sent while its sender was training: the sender's finished mark follows it on the link, so a
   // receiver counts the sender as finished only once it has arrived.
   bool beforeFinish = false;
@@ -196,6 +199,7 @@ class SimPeer {
   Duration computeTime{};
   double stepFactor = 1;  // a straggler's
   std::string error;
+  std::uint64_t startStep = 0;  // the step this life began training at
 
   // The membership view (what isMember reads: its protocol's, updated at each of its events)
   // and the roster the compute side adopted.
@@ -214,6 +218,8 @@ class SimPeer {
   SimTags tags;
   std::mt19937_64 rng;
   std::unique_ptr<train::Learner> learner;
+  // The runtime's codec of this life's payloads (seeded as a real peer's: the run seed ^ its id).
+  std::unique_ptr<runtime::PayloadCodec> codec;
   std::unique_ptr<Algorithm> algorithm;
   std::unique_ptr<SimContext> context;
   std::unique_ptr<SimServe> serveContext;
@@ -270,6 +276,15 @@ class World {
   std::shared_ptr<const topology::Graph> graph(const std::vector<PeerId>& members,
                                                std::uint64_t step);
   bool inFiber() const { return inFiber_; }
+  // The last checkpoint of each peer id (TrainingConfig::checkpointEvery), kept in memory as a
+  // real peer keeps it in its file; null when it has none.
+  void keepCheckpoint(PeerId id, train::Checkpoint checkpoint) {
+    checkpoints_[id] = std::move(checkpoint);
+  }
+  const train::Checkpoint* checkpointOf(PeerId id) const {
+    const auto it = checkpoints_.find(id);
+    return it == checkpoints_.end() ? nullptr : &it->second;
+  }
 
  private:
   struct Event {
@@ -312,6 +327,7 @@ class World {
   std::map<std::pair<PeerId, PeerId>, LinkState> controlLinks_;
   std::map<PeerId, std::pair<TimePoint, double>> loss_;  // until, rate
   std::map<PeerId, TimePoint> partitions_;               // until
+  std::map<PeerId, train::Checkpoint> checkpoints_;
   std::map<std::size_t, std::vector<std::vector<std::size_t>>> shards_;
   std::deque<std::pair<std::pair<std::uint64_t, std::vector<PeerId>>,
                        std::shared_ptr<const topology::Graph>>>

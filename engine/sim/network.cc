@@ -3,6 +3,7 @@
 // serve() at its virtual arrival; the runtime's finished and released marks travel the same way.
 #include <algorithm>
 
+#include "engine/base/enforce.h"
 #include "engine/base/log.h"
 #include "engine/sim/context.h"
 
@@ -50,6 +51,11 @@ bool World::partitioned(PeerId a, PeerId b) const {
 
 void World::send(SimPeer& from, std::span<const PeerId> to, const Message& message, bool serve,
                  bool checkView) {
+  if (to.empty()) return;  // nothing encoded, as by the runtime's Messenger
+  // The payloads as the runtime sends them: encoded where the message marks them compressible and
+  // the run has a codec (residuals and `sent` spans updated), else float32. serve()'s replies,
+  // which the runtime encodes on its io thread's CPU Compute, encode the same with the one here.
+  const runtime::WirePayloads encoded = from.codec->encode(message);
   auto wire = std::make_shared<Wire>();
   wire->from = from.id;
   wire->kind = message.kind;
@@ -60,9 +66,19 @@ void World::send(SimPeer& from, std::span<const PeerId> to, const Message& messa
   wire->serve = serve;
   wire->beforeFinish = from.phase == Phase::training;
   std::size_t bytes = kFrameHeaderBytes + 8 * (message.scalars.size() + message.integers.size());
-  for (std::span<const float> p : message.payloads) {
-    wire->payloads.emplace_back(p.begin(), p.end());
-    bytes += p.size() * sizeof(float);
+  for (std::size_t i = 0; i < message.payloads.size(); ++i) {
+    // Decoded once for every recipient, by the code a receiver runs (all decode the same bytes).
+    const net::wire::PayloadDescriptor& descriptor = encoded.descriptors[i];
+    const std::span<const std::byte> sent = encoded.bytes.spans[i];
+    net::Payload payload(std::span<std::byte>(const_cast<std::byte*>(sent.data()), sent.size()),
+                         nullptr);  // read only
+    const runtime::DecodedPayload decoded = from.codec->decode(descriptor, payload);
+    GOSSAMER_ENFORCE(decoded.error.empty(), "peer {}: its own payload {} was refused: {}", from.id,
+                     i, decoded.error);
+    wire->payloads.emplace_back(decoded.data.begin(), decoded.data.end());
+    bytes +=
+        sent.size() +
+        (descriptor.encoding.codec == net::wire::PayloadEncoding::Codec::none ? 0 : kEncodingBytes);
   }
   wire->bytes = bytes;
   std::shared_ptr<const Wire> frozen = std::move(wire);

@@ -101,7 +101,8 @@ std::string format(const SimResult& r) {
   out += fmt::format("membership frames {}, bytes {}\n", r.membershipMessages, r.membershipBytes);
   for (const std::string& f : r.faultLog) out += "fault " + f + "\n";
   for (const SimPeerResult& p : r.peers)
-    out += fmt::format("peer {} steps {} {} bytes {} wait {:.6f}{}\n", p.id, p.steps,
+    out += fmt::format("peer {} steps {}{} {} bytes {} wait {:.6f}{}\n", p.id, p.steps,
+                       p.startStep > 0 ? fmt::format(" (from {})", p.startStep) : "",
                        p.alive ? (p.finished ? "finished" : "unfinished") : "dead", p.bytesSent,
                        p.commWaitSeconds, p.error.empty() ? "" : " error: " + p.error);
   for (const Violation& v : r.violations)

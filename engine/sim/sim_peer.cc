@@ -4,8 +4,10 @@
 
 #include "engine/base/enforce.h"
 #include "engine/base/log.h"
+#include "engine/runtime/checkpoints.h"
 #include "engine/sim/context.h"
 #include "engine/train/schedule.h"
+#include "net/limits.h"
 
 namespace gossamer::engine::sim::detail {
 
@@ -45,7 +47,12 @@ SimPeer::SimPeer(World& w, PeerId peerId, std::size_t lifeNumber, bool joinsLate
       late(joinsLate),
       rng(w.shared().config.training.seed * 0x9e3779b97f4a7c15ull ^ peerId) {
   const Shared& s = w.shared();
-  algorithm = s.registry.algorithms.get(s.algorithm).make(s.config.training.algorithmOptions);
+  const runtime::TrainingConfig& t = s.config.training;
+  // Decoded payloads get memory of their own (the simulator has no receive slots).
+  codec = std::make_unique<runtime::PayloadCodec>(
+      *s.compute, *s.compute, t.compression, t.seed ^ peerId,
+      [](std::size_t) { return net::Payload(); }, net::Limits{}.maxFrameBytes);
+  algorithm = s.registry.algorithms.get(s.algorithm).make(t.algorithmOptions);
   context = std::make_unique<SimContext>(*this);
   serveContext = std::make_unique<SimServe>(*this);
 }
@@ -134,7 +141,22 @@ void SimPeer::run() {
                      id, t.startTimeout.count());
   }
   adoptView();
-  if (late) {
+  if (const train::Checkpoint* saved = late ? world.checkpointOf(id) : nullptr) {
+    // A restart from its checkpoint, as a resumed peer starts (runtime::Peer's startFrom): the
+    // learner and the algorithm's state restored; when others are training, it goes on from
+    // their step if that is later, and drops what the others counted as lost with it.
+    step = runtime::PeerCheckpoints::restore(*saved, *learner, *algorithm);
+    std::optional<std::uint64_t> clusterStep;
+    for (PeerId other : view) {
+      const SimPeer* p = world.current(other);
+      if (other != id && p != nullptr && p->phase == Phase::training)
+        clusterStep = std::max(clusterStep.value_or(0), p->step);
+    }
+    if (clusterStep) {
+      step = std::max(step, *clusterStep);
+      algorithm->resumedLate(*context);
+    }
+  } else if (late) {
     algorithm->join(*context);
   } else if (t.initialParams) {
     const std::vector<float> initial = t.initialParams(shardRank, learner->params().size());
@@ -142,6 +164,7 @@ void SimPeer::run() {
                         "initialParams returned the wrong size");
     s.compute->upload(learner->params(), std::span<const float>(initial));
   }
+  startStep = step;
   algorithm->setup(*context);
   serveOpen = true;
   while (step < s.totalSteps) {
@@ -155,6 +178,11 @@ void SimPeer::run() {
         train::scheduledRate(t.optimizer.lr, t.schedule, step, s.totalSteps));
     algorithm->step(*context);
     ++step;
+    // The runtime's checkpointIfDue (a real peer writes it to its file; the last one, at the
+    // end, matters to no restart here: only a peer in training is killed).
+    if (t.checkpointEvery > 0 && step % static_cast<std::uint64_t>(t.checkpointEvery) == 0)
+      world.keepCheckpoint(
+          id, runtime::PeerCheckpoints::capture(*learner, *algorithm, step, s.totalSteps));
   }
   phase = Phase::finished;
   finishedAt = world.now();

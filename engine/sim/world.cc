@@ -151,7 +151,12 @@ void World::applyFault(const Fault& fault) {
   if (fault.kind == FaultKind::restart) {
     for (const auto& [id, p] : slots_) {
       if (p->phase != Phase::dead || !p->killed) continue;
-      result_.faultLog.push_back(fmt::format("{:.3f} s: {} -> peer {}", t, describe(fault), id));
+      const train::Checkpoint* saved = checkpointOf(id);
+      result_.faultLog.push_back(fmt::format(
+          "{:.3f} s: {} -> peer {} {}", t, describe(fault), id,
+          saved != nullptr
+              ? fmt::format("from its checkpoint of step {}", saved->metaInt("runtime.step"))
+              : std::string("without a checkpoint (a late joiner)")));
       startLife(id, true);
       return;
     }
@@ -262,6 +267,7 @@ SimResult World::run() {
     SimPeerResult r;
     r.id = id;
     r.steps = p->step;
+    r.startStep = p->startStep;
     r.alive = p->phase != Phase::dead;
     r.finished = p->phase == Phase::released;
     r.bytesSent = p->bytesSent;

@@ -20,10 +20,14 @@
 //   network     each ordered pair of peers is one net::shaped::LinkSchedule of the profile's link
 //               between their sites (peer i at site i % sites, as in a local cluster): the same
 //               serialization, latency, jitter, stream/datagram loss and in-order delivery
-//               arithmetic as the shaped transport, seeded per pair from the run seed. A frame is
-//               its payload bytes plus kFrameHeaderBytes and 8 bytes per scalar and integer.
-//               Sends never block (no back-pressure from the staging pools). Compression
-//               (--compress) is not simulated: payloads travel as float32.
+//               arithmetic as the shaped transport, seeded per pair from the run seed. Payloads
+//               travel as on the real wire: the runtime's PayloadCodec (payload_codec.h) encodes
+//               those a message marks compressible with the run's codec (--compress; error
+//               feedback updating the residuals, decoded values written to the `sent` spans,
+//               random-k seeded from the run seed and the peer's id), and receivers read what it
+//               decodes. A frame is its payload bytes as sent (encoded or float32) plus
+//               kFrameHeaderBytes, 8 bytes per scalar and integer and kEncodingBytes per encoded
+//               payload. Sends never block (no back-pressure from the staging pools).
 //   membership  the SWIM protocol of real peers (net/membership/protocol.h), unchanged: each life
 //               runs its own Protocol with virtual time for its clock and timers (the event
 //               queue) and its frames on the pair's control link, a LinkSchedule apart from the
@@ -46,14 +50,22 @@
 //   faults      the chaos benchmark's kinds and rules, drawn from a seed (drawFaults): kill (the
 //               fiber is unwound at once and never steps again; skipped unless more than half
 //               the peers, and at least 3, would remain), restart (the first killed peer comes
-//               back as a late joiner through Algorithm::join; the chaos benchmark restarts it
-//               from its checkpoint, which the simulator does not keep), join of a new peer (up
-//               to twice the starting peers), partition of one peer from all others (frames
-//               dropped both ways), loss added to one peer's links, a straggler.
+//               back: from its last checkpoint when it has one, as the chaos benchmark's
+//               restarted peer, else as a late joiner through Algorithm::join), join of a new
+//               peer (up to twice the starting peers), partition of one peer from all others
+//               (frames dropped both ways), loss added to one peer's links, a straggler.
+//   checkpoints every checkpointEvery steps a peer's checkpoint (runtime::PeerCheckpoints::capture:
+//               learner, optimizer state, place in the data, the algorithm's saveState, the step)
+//               replaces its last one, in memory; a restart restores it as a resumed peer
+//               (PeerCheckpoints::restore) and goes on from the step of the peers in training
+//               when that is later, calling Algorithm::resumedLate, as runtime::Peer does.
+//               Algorithms that number lives by the wall clock (gosgd) read virtual time
+//               (Clock::wallNow), so a restart is a later life and nothing of the host leaks.
 //
 // Memory: the datasets are shared (one DatasetPair), every peer holds one Learner (params,
-// grads, optimizer state, one batch) and its algorithm's buffers; messages in flight hold one
-// copy of their payloads shared by all their recipients.
+// grads, optimizer state, one batch), its algorithm's buffers, its codec's scratch (the encoded
+// size of one message) and, with checkpointEvery, its last checkpoint; messages in flight hold
+// one copy of their decoded payloads shared by all their recipients.
 //
 // Threading: simulate() runs everything on the calling thread and returns when the run ends.
 #pragma once
@@ -80,9 +92,10 @@ namespace gossamer::engine::sim {
 struct SimConfig {
   std::size_t peers = 4;
   // Model, algorithm and options, topology, optimizer and schedule, batch, steps (maxSteps, else
-  // epochs), split, seed, commTimeout, finishTimeout, minStepTime (the step time) and
-  // initialParams as for a real peer. Device, compression, checkpoints, metrics files and
-  // progress are not used.
+  // epochs), split, seed, commTimeout, finishTimeout, minStepTime (the step time),
+  // initialParams, compression and checkpointEvery (checkpoints kept in memory, whatever the
+  // checkpoint file or directory) as for a real peer. Device, resume, metrics files and progress
+  // are not used.
   runtime::TrainingConfig training;
   net::shaped::NetworkProfile network;
   // The SWIM options of every life (stretched for the profile's longest round trip, as a real
@@ -106,12 +119,18 @@ struct SimConfig {
 };
 
 // The bytes a frame adds to its payloads (and 8 per scalar and integer): a dpsgd model message
-// on the real transport is its payload plus 136 bytes (measured with `convergence`).
+// on the real transport is its payload plus 136 bytes (measured with `convergence`; the size of
+// its Cap'n Proto header, net/messages.capnp's Envelope).
 inline constexpr std::size_t kFrameHeaderBytes = 136;
+// What an encoded payload's descriptor adds to the header: its PayloadEncoding (two words).
+inline constexpr std::size_t kEncodingBytes = 16;
 
 struct SimPeerResult {
   PeerId id = 0;
   std::uint64_t steps = 0;
+  // The step its last life began training at: 0, a joiner's adopted step, or a restart's
+  // checkpoint step (the others' step when later).
+  std::uint64_t startStep = 0;
   bool alive = true;      // its last life was not killed
   bool finished = false;  // it ran finish()
   std::uint64_t bytesSent = 0;

@@ -1,7 +1,7 @@
 // gossamer-bench simulate as a user runs it: the same seed gives the same report (its SHA-256 in
 // --json, faults included), a broken invariant prints the seed and the command that replays it
 // (and the replay breaks the same way), and a config file's matrix gives one row per experiment
-// (several files, one folder each).
+// (several files, one folder each); --compress and --error-feedback are the flags of convergence.
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -130,6 +130,38 @@ TEST_CASE("bench simulate: a config file's matrix gives one row per experiment")
   CHECK(fs::exists(fs::path(both) / "gossamer-simulate-second" / "report.md"));
   CHECK(read(fs::path(both) / "report.md").find("gossamer-simulate-second/report.md") !=
         std::string::npos);
+}
+
+// summary.csv's bytes_per_peer of a run with one experiment.
+double bytesPerPeer(const std::string& out) {
+  std::istringstream summary(read(fs::path(out) / "summary.csv"));
+  std::string header, row, name, value;
+  std::getline(summary, header);
+  std::getline(summary, row);
+  std::istringstream names(header), values(row);
+  while (std::getline(names, name, ',') && std::getline(values, value, ','))
+    if (name == "bytes_per_peer") return std::stod(value);
+  FAIL("no bytes_per_peer in " << out);
+  return 0;
+}
+
+// The flags of `convergence` and gossamer-peer: the experiment is named after its codec, and its
+// payloads travel encoded; a codec that does not exist is refused with its name.
+TEST_CASE("bench simulate: --compress and --error-feedback as convergence's") {
+  const std::string args = "--peers 4 --algorithm dpsgd --topology ring --steps 10 --seed 2";
+  const std::string plain = outDir("plain"), int8 = outDir("int8");
+  const test::ProcessResult a = test::runCommand(simulate(args + " --out " + plain), 120);
+  const test::ProcessResult b =
+      test::runCommand(simulate(args + " --compress int8 --error-feedback off --out " + int8), 120);
+  INFO(b.output);
+  REQUIRE(a.exitCode == 0);
+  REQUIRE(b.exitCode == 0);
+  CHECK(b.output.find("dpsgd/ring/geo/4p/iid/300ms/int8:256:") != std::string::npos);
+  CHECK(bytesPerPeer(int8) < bytesPerPeer(plain) / 2);
+  const test::ProcessResult bad =
+      test::runCommand(simulate(args + " --compress int9 --out " + outDir("bad")), 120);
+  CHECK(bad.exitCode != 0);
+  CHECK(bad.output.find("int9") != std::string::npos);
 }
 
 }  // namespace
