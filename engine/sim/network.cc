@@ -83,7 +83,12 @@ void World::send(SimPeer& from, std::span<const PeerId> to, const Message& messa
   wire->bytes = bytes;
   std::shared_ptr<const Wire> frozen = std::move(wire);
   for (PeerId target : to) {
-    if (target == from.id) continue;
+    if (target == from.id) {
+      // To self: handed over as if it had arrived (the runtime's Messenger does so), no link.
+      if (frozen->beforeFinish) ++from.inflightFrom[from.id];
+      at(now_, [this, frozen, target, life = from.life] { deliver(frozen, target, life); });
+      continue;
+    }
     if (checkView && !std::binary_search(from.view.begin(), from.view.end(), target)) {
       log::get("sim")->debug("peer {}: send to {} outside its view skipped", from.id, target);
       continue;
