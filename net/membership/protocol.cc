@@ -118,14 +118,16 @@ class Core final : public std::enable_shared_from_this<Core> {
                    MemberState::alive};
     std::erase(config_.seeds, self_.address);
     const Clock::time_point now = env_.now();
+    const bool formed = !config_.members.empty();
     for (const Member& m : config_.members) {
       if (m.id == self_.id || !isLive(m.state)) continue;
       members_.emplace(m.id, Record{m, now, {}});
       probeOrder_.push_back(m.id);
     }
     std::shuffle(probeOrder_.begin(), probeOrder_.end(), rng_);
+    config_.members = {};  // in the table now
     refreshView();
-    if (config_.seeds.empty() || !config_.members.empty())
+    if (config_.seeds.empty() || formed)
       becomeJoined();  // the first member, or one of a formed cluster (its seeds for reconnects)
     else
       joinRound(options_.joinBackoffInitial);
@@ -740,12 +742,14 @@ class Core final : public std::enable_shared_from_this<Core> {
   // joined.
   void joinRound(milliseconds backoff) {
     if (joined_) return;
-    joinThrough(config_.seeds, 0, backoff);  // a copy: learnSeed may drop one
+    // A copy, shared by the pass: learnSeed may drop one from the list meanwhile.
+    joinThrough(std::make_shared<const std::vector<Endpoint>>(config_.seeds), 0, backoff);
   }
 
-  void joinThrough(std::vector<Endpoint> seeds, std::size_t index, milliseconds backoff) {
+  void joinThrough(std::shared_ptr<const std::vector<Endpoint>> seeds, std::size_t index,
+                   milliseconds backoff) {
     if (joined_) return;
-    if (index == seeds.size()) {
+    if (index == seeds->size()) {
       logger_->debug("no seed admitted this peer yet; retrying in {} ms", backoff.count());
       joinTimer_ = after(env_.now() + backoff, [this, backoff] {
         joinTimer_ = 0;
@@ -753,7 +757,7 @@ class Core final : public std::enable_shared_from_this<Core> {
       });
       return;
     }
-    const Endpoint seed = seeds[index];
+    const Endpoint seed = (*seeds)[index];
     auto next = [this, seeds, index, backoff] { joinThrough(seeds, index + 1, backoff); };
     // The link first, for the reason of a refused handshake; then the request on it.
     env_.open(seed, options_.connectTimeout,

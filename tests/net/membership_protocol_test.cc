@@ -1,0 +1,199 @@
+// The SWIM Protocol (net/membership/protocol.h) driven by hand through a fake Environment: manual
+// time, a timer queue, and a record of every send. The contracts the Service and the simulator
+// rely on: events and replies, callbacks never made from inside the call that asked, and
+// nothing at all after stop().
+#include "net/membership/protocol.h"
+
+#include <map>
+#include <variant>
+#include <vector>
+
+#include <doctest/doctest.h>
+
+namespace gossamer::net::membership {
+namespace {
+
+using namespace std::chrono_literals;
+
+class FakeEnvironment final : public Environment {
+ public:
+  struct Sent {
+    Endpoint to;
+    wire::MembershipMessage message;
+  };
+
+  Clock::time_point now() const override { return now_; }
+  std::uint64_t firstIncarnation() const override { return 1000; }
+  std::uint64_t selfId() const override { return 1; }
+  Endpoint selfAddress() const override { return Endpoint{"fake", 1}; }
+  TimerId at(Clock::time_point when, std::function<void()> action) override {
+    timers_.emplace(std::pair{when, ++next_}, std::move(action));
+    return next_;
+  }
+  void cancel(TimerId timer) override {
+    std::erase_if(timers_, [&](const auto& entry) { return entry.first.second == timer; });
+  }
+  void send(const Endpoint& to, wire::MembershipMessage message, std::chrono::milliseconds,
+            std::function<void(std::error_code)> done) override {
+    sent.push_back({to, std::move(message)});
+    if (done) at(now_, [done] { done({}); });
+  }
+  void open(const Endpoint& to, std::chrono::milliseconds,
+            std::function<void(LinkOutcome)> done) override {
+    at(now_, [to, done] { done(LinkOutcome{{}, "", Remote{to.port, to}}); });
+  }
+  void disconnect(const Endpoint&) override {}
+
+  // Runs every timer due by `until`, in time order; time ends at `until`.
+  void runUntil(Clock::time_point until) {
+    while (!timers_.empty() && timers_.begin()->first.first <= until) {
+      auto node = timers_.extract(timers_.begin());
+      now_ = node.key().first;
+      node.mapped()();
+    }
+    now_ = until;
+  }
+  void advance(Clock::duration by) { runUntil(now_ + by); }
+  std::size_t pendingTimers() const { return timers_.size(); }
+
+  std::vector<Sent> sent;
+
+ private:
+  Clock::time_point now_{std::chrono::hours(1)};
+  TimerId next_ = 0;
+  std::map<std::pair<Clock::time_point, TimerId>, std::function<void()>> timers_;
+};
+
+template <typename T>
+std::vector<T> sentOf(const FakeEnvironment& env) {
+  std::vector<T> out;
+  for (const auto& s : env.sent)
+    if (const T* m = std::get_if<T>(&s.message)) out.push_back(*m);
+  return out;
+}
+
+Member member(std::uint64_t id) {
+  return Member{id, Endpoint{"fake", static_cast<std::uint16_t>(id)}, 1000, MemberState::alive};
+}
+
+TEST_CASE("membership protocol: the first member is joined at once and answers a ping") {
+  FakeEnvironment env;
+  Protocol protocol(env, Config{});
+  std::vector<Event> events;
+  protocol.onEvent([&](const Event& e) { events.push_back(e); });
+  protocol.start();
+  REQUIRE(events.size() == 1);
+  CHECK(events[0].kind == EventKind::joined);
+  CHECK(events[0].member.id == 1);
+  CHECK(events[0].epoch == 1);
+  CHECK(protocol.joined());
+  CHECK(protocol.view().ids() == std::vector<std::uint64_t>{1});
+  protocol.handle(Remote{2, Endpoint{"fake", 2}}, wire::Ping{2, 77, {}});
+  const auto acks = sentOf<wire::Ack>(env);
+  REQUIRE(acks.size() == 1);
+  CHECK(acks[0].sender == 1);
+  CHECK(acks[0].sequence == 77);
+  CHECK(env.sent.back().to == Endpoint{"fake", 2});
+}
+
+TEST_CASE("membership protocol: an unanswered member is probed, then indirectly, then suspected") {
+  FakeEnvironment env;
+  Config config;
+  config.members = {member(1), member(2), member(3)};
+  const Options o = config.options;
+  Protocol protocol(env, config);
+  std::vector<Event> events;
+  protocol.onEvent([&](const Event& e) { events.push_back(e); });
+  protocol.start();
+  CHECK(protocol.view().ids() == std::vector<std::uint64_t>{1, 2, 3});
+  REQUIRE(events.size() == 1);  // its own joined; the formed cluster's members have none
+  // The first probe goes out at start; nothing answers.
+  const auto pings = sentOf<wire::Ping>(env);
+  REQUIRE(pings.size() == 1);
+  const std::uint64_t target = env.sent[0].to.port;
+  env.advance(o.probeTimeout - 1ms);
+  CHECK(sentOf<wire::PingReq>(env).empty());
+  env.advance(1ms);
+  // After the probe timeout: the one other member is asked to probe it.
+  const auto requests = sentOf<wire::PingReq>(env);
+  REQUIRE(requests.size() == 1);
+  CHECK(requests[0].target == target);
+  // At the end of the period it is suspect (still in the view) and told so itself.
+  env.advance(o.probeInterval - o.probeTimeout - 1ms);
+  CHECK(protocol.view().find(target)->state == MemberState::alive);
+  env.advance(1ms);
+  CHECK(protocol.view().find(target)->state == MemberState::suspect);
+  const auto gossip = sentOf<wire::Gossip>(env);
+  REQUIRE_FALSE(gossip.empty());
+  CHECK(gossip[0].updates[0].peerId == target);
+  CHECK(gossip[0].updates[0].state == wire::MemberState::suspect);
+}
+
+TEST_CASE("membership protocol: an ack ends the probe early; a late ack for it is ignored") {
+  FakeEnvironment env;
+  Config config;
+  config.members = {member(1), member(2)};
+  const Options o = config.options;
+  Protocol protocol(env, config);
+  protocol.start();
+  const auto pings = sentOf<wire::Ping>(env);
+  REQUIRE(pings.size() == 1);
+  env.advance(10ms);
+  protocol.handle(Remote{2, Endpoint{"fake", 2}}, wire::Ack{2, pings[0].sequence, {}});
+  protocol.handle(Remote{2, Endpoint{"fake", 2}}, wire::Ack{2, pings[0].sequence, {}});
+  env.advance(o.probeInterval * 3 / 2);
+  CHECK(sentOf<wire::PingReq>(env).empty());
+  CHECK(protocol.view().find(2)->state == MemberState::alive);
+  CHECK(sentOf<wire::Ping>(env).size() == 2);  // the next period's probe, at start + T
+}
+
+TEST_CASE("membership protocol: leave tells every member, reports once, and then nothing runs") {
+  FakeEnvironment env;
+  Config config;
+  config.members = {member(1), member(2), member(3)};
+  Protocol protocol(env, config);
+  protocol.start();
+  env.sent.clear();
+  int done = 0;
+  protocol.leave(1s, [&] { ++done; });
+  CHECK(done == 0);  // never from inside the call
+  CHECK(sentOf<wire::Leave>(env).size() == 2);
+  env.advance(1ms);
+  CHECK(done == 1);
+  // Stopped: messages are ignored and no timer sends anything any more.
+  env.sent.clear();
+  protocol.handle(Remote{2, Endpoint{"fake", 2}}, wire::Ping{2, 5, {}});
+  env.advance(60s);
+  CHECK(env.sent.empty());
+  CHECK(done == 1);
+}
+
+TEST_CASE("membership protocol: stop() leaves nothing that acts; a destroyed protocol neither") {
+  FakeEnvironment env;
+  Config config;
+  config.members = {member(1), member(2), member(3)};
+  {
+    Protocol protocol(env, config);
+    std::size_t events = 0;
+    protocol.onEvent([&](const Event&) { ++events; });
+    protocol.start();
+    env.advance(10ms);
+    protocol.stop();
+    env.sent.clear();
+    env.advance(120s);
+    CHECK(env.sent.empty());
+    CHECK(events == 1);
+    CHECK(env.pendingTimers() == 0);  // stop() cancelled them
+  }
+  // A protocol destroyed with timers pending: they fire into nothing.
+  {
+    Protocol protocol(env, config);
+    protocol.start();
+  }
+  env.sent.clear();
+  env.advance(120s);
+  CHECK(env.sent.empty());
+}
+
+}  // namespace
+}  // namespace gossamer::net::membership
