@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <thread>
 
 #include <doctest/doctest.h>
 
@@ -253,18 +252,22 @@ TEST_CASE("dpsgd: a peer killed mid-run does not stall its neighbours") {
   auto config = test::algorithmCluster("dpsgd", 4, steps, 0.05);
   config.peer.training.minStepTime = 1ms;  // the kill lands mid-run
   config.peer.training.commTimeout = 5s;
-  std::thread killer;
+  // Killed from the cluster's monitoring thread (onEval, every ~20 ms), which also destroys the
+  // peers at the end: a thread of its own could still be inside kill() then.
+  engine::runtime::Peer* victim = nullptr;
   std::atomic<std::uint64_t> killedAt{0};
   config.onStart = [&](std::vector<engine::runtime::Peer*>& peers) {
-    engine::runtime::Peer* victim = peers.back();  // id 4: the ring neighbour of ids 1 and 3
-    killer = std::thread([victim, &killedAt] {
-      test::waitUntil(20s, [&] { return victim->status().step >= 200; });
-      killedAt = victim->status().step;
-      victim->kill();
-    });
+    victim = peers.back();  // id 4: the ring neighbour of ids 1 and 3
+  };
+  config.evalEvery = 0;
+  config.evalInterval = 20ms;
+  config.evalSamples = 10;
+  config.onEval = [&](const engine::runtime::EvalPoint&) {
+    if (killedAt.load() > 0 || victim->status().step < 200) return;
+    killedAt = victim->status().step;
+    victim->kill();
   };
   const auto result = run(config);
-  killer.join();
   INFO("killed at step " << killedAt.load());
   CHECK(killedAt.load() >= 200);
   CHECK(result.peers[3].steps < steps);
