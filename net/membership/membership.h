@@ -41,6 +41,9 @@
 // the same identity coming back (event `rejoined`); a peer that restarts with its old identity
 // learns its tombstone from the member list it joins with and refutes it that way.
 //
+// The protocol itself is a state machine without I/O (protocol.h's Protocol, also run by the
+// simulator in virtual time); makeService runs it on a Mesh and its io_context.
+//
 // Threading: a Service lives on its Mesh's io_context (the peer's io thread): make, start, leave,
 // stop and destroy it there. view(), joined(), traffic() and epoch() are thread-safe. Events are
 // delivered on the io thread, in order.
