@@ -192,7 +192,10 @@ TEST_CASE("ad-psgd: a peer that leaves completes its exchanges: no exchange is h
   // The leaver's final model is the one it left with: with it, the sum is the initial one.
   const std::vector<float> oracle = test::averageOfDistinct(peers, result.finals[0].params.size());
   CHECK(test::maxAbsDiff(test::meanOf(result.finals), oracle) < 1e-5);
-  CHECK(test::maxAbsDiff(result.finals[leaver].params, oracle) > 1e-2);
+  // The premise: it left far from the average, so that a half-applied exchange would move the
+  // sum by far more than 1e-5. Usually 0.1-0.5; 0.0093 once, when a loaded host delayed the
+  // leave until the models had nearly mixed (still 900x the tolerance).
+  CHECK(test::maxAbsDiff(result.finals[leaver].params, oracle) > 1e-3);
   // The survivors went on exchanging without it (the roles recomputed over five).
   CHECK(metric(result.peers[0], "ad-psgd.merged") > 0);
 }
