@@ -73,6 +73,7 @@ class Protocol {
   // A membership message that arrived from `from`.
   void handle(const Remote& from, wire::MembershipMessage message);
   // Service::leave: `done` runs once the announcements went out, or at `timeout`; then stopped.
+  // Not running (never started, or stopped): `done` runs at once, inside the call.
   void leave(std::chrono::milliseconds timeout, std::function<void()> done);
   // Service::stop: at once, silently; every pending timer and callback comes to nothing.
   void stop();
