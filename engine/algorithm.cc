@@ -5,9 +5,9 @@
 #include <cstring>
 
 #include "engine/base/enforce.h"
-#include "kernels/compute.h"
 #include "engine/base/log.h"
 #include "engine/train/optimizer.h"
+#include "kernels/compute.h"
 
 namespace gossamer::engine {
 
@@ -109,9 +109,10 @@ namespace {
 bool refuseOutlier(const Incoming& message, double norm, double ownNorm, const NormBound& bound,
                    Metrics& metrics, const std::string& who, const char* what) {
   log::get("algorithms")
-      ->warn("{}: refused an outlier of kind {} from peer {:016x}: {} {:.4g} exceeds {} x {:.4g} "
-             "(--max-norm-ratio)",
-             who, message.kind, message.from, what, norm, bound.ratio, ownNorm);
+      ->warn(
+          "{}: refused an outlier of kind {} from peer {:016x}: {} {:.4g} exceeds {} x {:.4g} "
+          "(--max-norm-ratio)",
+          who, message.kind, message.from, what, norm, bound.ratio, ownNorm);
   metrics.add(who + ".outliers", 1);
   return false;
 }
@@ -193,6 +194,19 @@ void Algorithm::join(PeerContext& ctx) {
   }
   log::get("peer")->warn("peer {:016x}: no member sent its model; starting from the initial one",
                          ctx.self());
+}
+
+GatherResult GatherResult::of(std::span<const PeerId> from,
+                              std::vector<std::optional<Incoming>>& got) {
+  GatherResult result;
+  for (std::size_t i = 0; i < from.size(); ++i) {
+    if (got[i]) {
+      result.messages.push_back(std::move(*got[i]));
+    } else {
+      result.missing.push_back(from[i]);
+    }
+  }
+  return result;
 }
 
 }  // namespace gossamer::engine

@@ -176,6 +176,9 @@ struct GatherResult {
   std::vector<Incoming> messages;
   std::vector<PeerId> missing;
   bool complete() const { return missing.empty(); }
+  // What a gather from `from` returns when got[i] holds what came from from[i] (empty: nothing):
+  // the messages in the order of `from`, the others missing. Moves out of `got`.
+  static GatherResult of(std::span<const PeerId> from, std::vector<std::optional<Incoming>>& got);
 };
 
 // Tags that match replies to requests and messages to rounds.

@@ -118,15 +118,7 @@ GatherResult gather(MessageQueue& queue, std::span<const PeerId> from, std::uint
       break;
     }
   }
-  GatherResult result;
-  for (std::size_t i = 0; i < from.size(); ++i) {
-    if (got[i]) {
-      result.messages.push_back(std::move(*got[i]));
-    } else {
-      result.missing.push_back(from[i]);
-    }
-  }
-  return result;
+  return GatherResult::of(from, got);
 }
 
 }  // namespace gossamer::engine::runtime

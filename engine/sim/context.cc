@@ -66,15 +66,7 @@ GatherResult SimContext::gatherFrom(std::span<const PeerId> from, std::uint64_t 
       if (!got[i] && !given[i]) got[i] = p_.inbox.take(from[i], tag);
   }
   p_.commWait += world.now() - start;
-  GatherResult result;
-  for (std::size_t i = 0; i < from.size(); ++i) {
-    if (got[i]) {
-      result.messages.push_back(std::move(*got[i]));
-    } else {
-      result.missing.push_back(from[i]);
-    }
-  }
-  return result;
+  return GatherResult::of(from, got);
 }
 
 }  // namespace gossamer::engine::sim::detail

@@ -92,7 +92,8 @@ std::vector<std::string> survivorViolations(std::span<const Survivor> survivors,
     if (s.metrics == nullptr) continue;
     // A survivor that did not settle (it waited in vain for members that had dropped it: a
     // false failure near the end) holds no final record; the others may count it dead.
-    if (const auto it = s.metrics->find("gosgd.unsettled"); it != s.metrics->end() && it->second > 0)
+    if (const auto it = s.metrics->find("gosgd.unsettled");
+        it != s.metrics->end() && it->second > 0)
       continue;
     if (const auto it = s.metrics->find("gosgd.alpha"); it != s.metrics->end()) mass += it->second;
     // Every settled survivor holds the same record of the weight the ended lives took with them.

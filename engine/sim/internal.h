@@ -56,12 +56,7 @@ struct Killed {};
 // A message on the wire: one copy of the payloads as every recipient decodes them (float32, lossy
 // where they travelled compressed), shared by all of them.
 struct Wire {
-  PeerId from = 0;
-  std::uint32_t kind = 0;
-  std::uint64_t step = 0;
-  std::uint64_t tag = 0;
-  std::vector<double> scalars;
-  std::vector<std::uint64_t> integers;
+  Incoming header;  // from, kind, step, tag, scalars, integers; no payloads (those are below)
   std::vector<std::vector<float>> payloads;
   std::size_t bytes = 0;  // on the wire: the header and the payloads as they travel
   bool serve = false;     // to serve(), else to the inbox

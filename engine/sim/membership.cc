@@ -73,7 +73,8 @@ void SimMembership::open(const net::Endpoint& to, std::chrono::milliseconds time
   peer_.world.openMembership(peer_, to, timeout, std::move(done));
 }
 
-// ---- the world's side ----------------------------------------------------------------------------
+// ---- the world's side
+// ----------------------------------------------------------------------------
 
 void SimPeer::viewChanged() {
   const net::membership::View v = membership->view();
@@ -97,14 +98,13 @@ void World::startMembership(SimPeer& peer) {
     // each starts with all of them in its table, at the incarnation they all start with.
     const auto incarnation = peer.membershipEnvironment.firstIncarnation();
     for (PeerId id = 1; id <= config_.peers; ++id)
-      config.members.push_back(net::membership::Member{
-          id, addressOf(id), incarnation, net::membership::MemberState::alive});
+      config.members.push_back(net::membership::Member{id, addressOf(id), incarnation,
+                                                       net::membership::MemberState::alive});
   }
   peer.membership =
       std::make_unique<net::membership::Protocol>(peer.membershipEnvironment, std::move(config));
   peer.membership->onEvent([this, &peer](const net::membership::Event& event) {
-    if (config_.onMembership)
-      config_.onMembership(peer.id, Seconds(now_ - kStart).count(), event);
+    if (config_.onMembership) config_.onMembership(peer.id, Seconds(now_ - kStart).count(), event);
     peer.viewChanged();
   });
   peer.membership->start();
@@ -125,8 +125,7 @@ void World::sendMembership(SimPeer& from, const net::Endpoint& to,
     return report(std::move(done), now_ + 2 * (target == 0 ? Duration{} : latency(from.id, target)),
                   std::make_error_code(std::errc::connection_refused));
   }
-  const std::size_t bytes =
-      net::wire::encodeMembership(message).size() + kMembershipFramingBytes;
+  const std::size_t bytes = net::wire::encodeMembership(message).size() + kMembershipFramingBytes;
   ++result_.membershipMessages;
   result_.membershipBytes += bytes;
   if (partitioned(from.id, target)) {

@@ -11,13 +11,7 @@ namespace gossamer::engine::sim::detail {
 namespace {
 
 Incoming incomingOf(const std::shared_ptr<const Wire>& wire) {
-  Incoming in;
-  in.from = wire->from;
-  in.kind = wire->kind;
-  in.step = wire->step;
-  in.tag = wire->tag;
-  in.scalars = wire->scalars;
-  in.integers = wire->integers;
+  Incoming in = wire->header;
   for (const std::vector<float>& p : wire->payloads) in.addPayload(std::span<const float>(p), wire);
   return in;
 }
@@ -57,12 +51,12 @@ void World::send(SimPeer& from, std::span<const PeerId> to, const Message& messa
   // which the runtime encodes on its io thread's CPU Compute, encode the same with the one here.
   const runtime::WirePayloads encoded = from.codec->encode(message);
   auto wire = std::make_shared<Wire>();
-  wire->from = from.id;
-  wire->kind = message.kind;
-  wire->step = message.step;
-  wire->tag = message.tag;
-  wire->scalars = message.scalars;
-  wire->integers = message.integers;
+  wire->header.from = from.id;
+  wire->header.kind = message.kind;
+  wire->header.step = message.step;
+  wire->header.tag = message.tag;
+  wire->header.scalars = message.scalars;
+  wire->header.integers = message.integers;
   wire->serve = serve;
   wire->beforeFinish = from.phase == Phase::training;
   std::size_t bytes = kFrameHeaderBytes + 8 * (message.scalars.size() + message.integers.size());
@@ -126,18 +120,18 @@ void World::deliver(const std::shared_ptr<const Wire>& wire, PeerId to, std::siz
     ++result_.dropped;  // sent to a life that has ended
     return;
   }
-  if (auto it = peer->inflightFrom.find(wire->from);
+  if (auto it = peer->inflightFrom.find(wire->header.from);
       wire->beforeFinish && it != peer->inflightFrom.end() && it->second > 0)
     --it->second;
-  if (peer->phase == Phase::dead || partitioned(wire->from, to)) {
+  if (peer->phase == Phase::dead || partitioned(wire->header.from, to)) {
     ++result_.dropped;
     return;
   }
-  if (wire->kind == kPullKind) {
+  if (wire->header.kind == kPullKind) {
     // The runtime's model pull: answered with the params and step as they are now.
-    Message reply{.kind = kPullReplyKind, .step = peer->step, .tag = wire->tag};
+    Message reply{.kind = kPullReplyKind, .step = peer->step, .tag = wire->header.tag};
     if (peer->learner) reply.payloads = {peer->learner->params()};
-    send(*peer, std::span<const PeerId>(&wire->from, 1), reply, false, false);
+    send(*peer, std::span<const PeerId>(&wire->header.from, 1), reply, false, false);
     return;
   }
   if (wire->serve) {
@@ -145,7 +139,7 @@ void World::deliver(const std::shared_ptr<const Wire>& wire, PeerId to, std::siz
       // Held back until setup in the runtime; here it comes again shortly (rare: a joiner).
       at(now_ + std::chrono::milliseconds(1), [this, wire, to, life] {
         if (SimPeer* p = current(to); p != nullptr && p->life == life && wire->beforeFinish)
-          ++p->inflightFrom[wire->from];
+          ++p->inflightFrom[wire->header.from];
         deliver(wire, to, life);
       });
       return;
@@ -154,7 +148,8 @@ void World::deliver(const std::shared_ptr<const Wire>& wire, PeerId to, std::siz
       peer->algorithm->serve(*peer->serveContext, incomingOf(wire));
     } catch (const std::exception& e) {
       log::get("sim")->error("peer {}: {}::serve failed on a message of kind {} from {}: {}", to,
-                             peer->algorithm->name(), wire->kind, wire->from, e.what());
+                             peer->algorithm->name(), wire->header.kind, wire->header.from,
+                             e.what());
     }
     peer->poke();
     return;

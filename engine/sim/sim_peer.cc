@@ -135,8 +135,8 @@ void SimPeer::run() {
   const runtime::TrainingConfig& t = s.config.training;
   if (late) {
     // As the runtime's start: admitted by a seed, and someone else in the view to learn from.
-    const bool admitted =
-        block([this] { return membership->joined() && view.size() > 1; }, world.now() + t.startTimeout);
+    const bool admitted = block([this] { return membership->joined() && view.size() > 1; },
+                                world.now() + t.startTimeout);
     GOSSAMER_ENFORCE(admitted, "peer {} joined no one within {} ms (every seed dead or cut off)",
                      id, t.startTimeout.count());
   }

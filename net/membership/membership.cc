@@ -82,12 +82,13 @@ milliseconds Options::suspicionTimeout(std::size_t members) const {
 
 milliseconds Options::suspicionTimeout(std::size_t members, std::size_t confirmations) const {
   const milliseconds min = suspicionTimeout(members);
-  const auto max = milliseconds(static_cast<std::int64_t>(
-      std::max(1.0, suspicionMaxMultiple) * static_cast<double>(min.count())));
-  const double expected = static_cast<double>(
-      std::min<std::size_t>(indirectProbes, members > 2 ? members - 2 : 0));
+  const auto max = milliseconds(static_cast<std::int64_t>(std::max(1.0, suspicionMaxMultiple) *
+                                                          static_cast<double>(min.count())));
+  const double expected =
+      static_cast<double>(std::min<std::size_t>(indirectProbes, members > 2 ? members - 2 : 0));
   if (expected < 1) return min;
-  const double shrink = std::log(static_cast<double>(confirmations) + 1.0) / std::log(expected + 1.0);
+  const double shrink =
+      std::log(static_cast<double>(confirmations) + 1.0) / std::log(expected + 1.0);
   const double timeout =
       static_cast<double>(max.count()) - static_cast<double>((max - min).count()) * shrink;
   return std::max(min, milliseconds(static_cast<std::int64_t>(timeout)));
@@ -134,13 +135,13 @@ class MeshEnvironment final : public Environment {
   TimerId at(Clock::time_point when, std::function<void()> action) override {
     const TimerId id = ++timers_->next;
     auto timer = std::make_unique<asio::steady_timer>(io_, when);
-    timer->async_wait([weak = std::weak_ptr<Timers>(timers_), id,
-                       action = std::move(action)](std::error_code) {
-      // A cancelled timer may have expired already (its handler queued): the table decides.
-      const auto timers = weak.lock();
-      if (!timers || timers->pending.erase(id) == 0) return;
-      action();
-    });
+    timer->async_wait(
+        [weak = std::weak_ptr<Timers>(timers_), id, action = std::move(action)](std::error_code) {
+          // A cancelled timer may have expired already (its handler queued): the table decides.
+          const auto timers = weak.lock();
+          if (!timers || timers->pending.erase(id) == 0) return;
+          action();
+        });
     timers_->pending.emplace(id, std::move(timer));
     return id;
   }
@@ -200,8 +201,8 @@ class ServiceImpl final : public Service {
       asio::steady_timer timer;
     };
     // The protocol reports by its timeout; the timer's own is a backstop one second later.
-    auto wait = std::make_shared<Wait>(Wait{false, asio::steady_timer(
-                                                       io_, timeout + std::chrono::seconds(1))});
+    auto wait = std::make_shared<Wait>(
+        Wait{false, asio::steady_timer(io_, timeout + std::chrono::seconds(1))});
     protocol_.leave(timeout, [wait] {
       wait->over = true;
       wait->timer.cancel();

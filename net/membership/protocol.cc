@@ -114,8 +114,7 @@ class Core final : public std::enable_shared_from_this<Core> {
     GOSSAMER_ENFORCE(!started_, "membership service started twice");
     started_ = true;
     running_ = true;
-    self_ = Member{env_.selfId(), env_.selfAddress(), env_.firstIncarnation(),
-                   MemberState::alive};
+    self_ = Member{env_.selfId(), env_.selfAddress(), env_.firstIncarnation(), MemberState::alive};
     std::erase(config_.seeds, self_.address);
     const Clock::time_point now = env_.now();
     const bool formed = !config_.members.empty();
@@ -549,9 +548,8 @@ class Core final : public std::enable_shared_from_this<Core> {
       after(start + options_.probeInterval, [this] { probeTick(); });
       return;
     }
-    probe(*target, start, [this, start] {
-      after(start + options_.probeInterval, [this] { probeTick(); });
-    });
+    probe(*target, start,
+          [this, start] { after(start + options_.probeInterval, [this] { probeTick(); }); });
   }
 
   void probe(const Member& target, Clock::time_point start, std::function<void()> done) {
@@ -588,13 +586,11 @@ class Core final : public std::enable_shared_from_this<Core> {
     const std::uint64_t sequence = ++sequence_;
     waiters_[sequence] = AckWaiter{targetId};
     send(targetAddress, wire::Ping{self_.id, sequence, piggyback()}, options_.probeTimeout);
-    awaitAck(sequence, env_.now() + options_.probeTimeout,
-             [=, this](bool acked) {
-               waiters_.erase(sequence);
-               if (acked)
-                 send(requester, wire::Ack{targetId, requestSequence, piggyback()},
-                      options_.probeTimeout);
-             });
+    awaitAck(sequence, env_.now() + options_.probeTimeout, [=, this](bool acked) {
+      waiters_.erase(sequence);
+      if (acked)
+        send(requester, wire::Ack{targetId, requestSequence, piggyback()}, options_.probeTimeout);
+    });
   }
 
   void suspect(std::uint64_t id) {
@@ -659,8 +655,7 @@ class Core final : public std::enable_shared_from_this<Core> {
 
   void schedulePushPull(std::uint64_t round) {
     const double scale = std::max(1.0, static_cast<double>(clusterSize()) / 8.0);
-    after(env_.now() +
-              std::chrono::duration_cast<milliseconds>(options_.pushPullInterval * scale),
+    after(env_.now() + std::chrono::duration_cast<milliseconds>(options_.pushPullInterval * scale),
           [this, round] {
             pushPull(round);
             schedulePushPull(round + 1);
@@ -674,8 +669,7 @@ class Core final : public std::enable_shared_from_this<Core> {
     if (isSeed(*target) && seedIds_.count(*target) == 0) {
       // A seed never reached (a host name, say): who answers there first; it may be this peer.
       const Endpoint seed = *target;
-      env_.open(seed, options_.connectTimeout,
-                guarded<LinkOutcome>([this, seed](LinkOutcome link) {
+      env_.open(seed, options_.connectTimeout, guarded<LinkOutcome>([this, seed](LinkOutcome link) {
                   if (!link.ok() || learnSeed(seed, link)) return;
                   send(seed, wire::PushPull{self_.id, false, table()});
                 }));

@@ -2,13 +2,13 @@
 // time, a timer queue, and a record of every send. The contracts the Service and the simulator
 // rely on: events and replies, callbacks never made from inside the call that asked, and
 // nothing at all after stop().
-#include "net/membership/protocol.h"
-
 #include <map>
 #include <variant>
 #include <vector>
 
 #include <doctest/doctest.h>
+
+#include "net/membership/protocol.h"
 
 namespace gossamer::net::membership {
 namespace {

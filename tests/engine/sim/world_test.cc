@@ -5,8 +5,8 @@
 
 #include <cmath>
 #include <map>
-#include <tuple>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <doctest/doctest.h>
@@ -225,8 +225,9 @@ TEST_CASE("sim: the survivors' invariants: agreement on the dead among those tha
   CHECK(check({{"peer 1", "", 10, &a}, {"peer 2", "", 10, &b}}).empty());
   // A settled survivor with another record breaks the agreement; an unsettled one does not
   // (the others dropped it near the end: its weight is in their record of the dead).
-  CHECK(check({{"peer 1", "", 10, &a}, {"peer 2", "", 10, &b}, {"peer 3", "", 10, &other}})
-            .size() == 1);
+  CHECK(
+      check({{"peer 1", "", 10, &a}, {"peer 2", "", 10, &b}, {"peer 3", "", 10, &other}}).size() ==
+      1);
   CHECK(check({{"peer 1", "", 10, &a}, {"peer 2", "", 10, &b}, {"peer 3", "", 10, &unsettled}})
             .empty());
   // Weight created: 0.5 + 0.5 + 0.25 > 1.
@@ -274,7 +275,8 @@ struct EventLog {
   }
 };
 
-TEST_CASE("sim: membership is the SWIM protocol: a kill is detected by every survivor in its bounds") {
+TEST_CASE(
+    "sim: membership is the SWIM protocol: a kill is detected by every survivor in its bounds") {
   using net::membership::EventKind;
   const Registry registry = algorithms::makeRegistry();
   SimConfig c = baseConfig(8, "gosgd", 200);
@@ -337,7 +339,8 @@ TEST_CASE("sim: membership is the SWIM protocol: a partition splits the views, w
   for (const SimPeerResult& p : r.peers) CHECK(p.finished);
 }
 
-TEST_CASE("sim: membership is the SWIM protocol: a joiner is admitted by a seed, then known to all") {
+TEST_CASE(
+    "sim: membership is the SWIM protocol: a joiner is admitted by a seed, then known to all") {
   using net::membership::EventKind;
   const Registry registry = algorithms::makeRegistry();
   SimConfig c = baseConfig(6, "dpsgd", 100);
