@@ -36,6 +36,7 @@
 #include "engine/base/enforce.h"
 #include "engine/base/json.h"
 #include "engine/base/log.h"
+#include "engine/base/process_memory.h"
 #include "engine/runtime/cluster.h"
 #include "engine/train/progress.h"
 #include "net/shaped/profile.h"
@@ -69,6 +70,8 @@ double singlePeerSamplesPerSecond(const RunSettings& run, const Experiment& e,
   alone.options.clear();
   engine::runtime::ClusterConfig config = clusterConfig(run, alone);
   config.peer.training.maxSteps = steps;
+  config.evalEvery = 0;  // only its speed counts
+  config.evalInterval = {};
   const ClusterResult result = engine::runtime::runLocalCluster(config, registry, std::move(data));
   return result.peers.front().samplesPerSecond;
 }
@@ -85,17 +88,11 @@ Outcome runExperiment(const RunSettings& run, const Experiment& e, const engine:
   };
   bool stopped = false;
   config.stopRequested = [&] {
+    onProgress(std::min(1.0, elapsed() / run.maxSeconds));
     if (elapsed() > run.maxSeconds) stopped = true;
     return stopped;
   };
-  config.onEval = [&](const EvalPoint& p) {
-    onProgress(std::min(1.0, elapsed() / run.maxSeconds));
-    if (std::isnan(outcome.timeToTarget) && p.consensus.accuracy >= run.target) {
-      outcome.timeToTarget = p.wallSeconds;
-      outcome.stepsToTarget = p.meanStep;
-      outcome.bytesToTarget = p.bytesSentPerPeer;
-    }
-  };
+  resetPeakRss();  // this experiment's own peak
   try {
     const ClusterResult result =
         engine::runtime::runLocalCluster(config, registry, std::move(data));
@@ -104,6 +101,12 @@ Outcome runExperiment(const RunSettings& run, const Experiment& e, const engine:
     outcome.utilization = outcome.final.utilization;
     outcome.topology = result.peers.front().topology;
     outcome.stoppedEarly = stopped;
+    for (const engine::runtime::PeerResult& r : result.peers) {
+      outcome.peakBytesPerPeer = std::max(outcome.peakBytesPerPeer, r.peakBytes);
+      outcome.modelBytes = std::max(outcome.modelBytes, r.modelBytes());
+    }
+    outcome.peakRssBytes = peakRssBytes();
+    readTargets(outcome, run);
   } catch (const std::exception& error) {
     outcome.error = error.what();
   }
@@ -140,14 +143,20 @@ std::string reportHeader(const RunSettings& run, const std::string& command) {
       "Every experiment trains {} on {} with {} (lr {}, {} schedule), batch {} per peer, "
       "for {} passes of the cluster over the training set or {} s of wall time, whichever "
       "comes first; the consensus model (the average of the peers' models) is evaluated on "
-      "{} test samples every {} s and on the whole test set at the end. Target accuracy: "
-      "{:.0f}%. Speed-up: allreduce-sgd's time to target on the same network, peers and "
-      "split divided by the experiment's (\">x\": allreduce-sgd did not reach the target in "
-      "its run, so at least x). Utilization: time in compute (gradients, optimizer, the emulated "
-      "step time) over wall time. Scalability (seed 002): the cluster's training samples per "
-      "second over N times those of one peer alone with the same model and step time.\n\n",
+      "{} test samples {}, and on the whole test set at the end. Target accuracy: "
+      "{:.0f}%. Speed-up: {}'s time to target on the same network, peers and "
+      "split divided by the experiment's (\">x\": {} did not reach the target in "
+      "its run, so at least x). Comm wait: the time each peer's compute thread waited on the "
+      "others (gathers, requests, pulls, inbox waits, send back-pressure, the finish barrier) "
+      "over its training and finish time. Utilization: time in compute (gradients, optimizer, "
+      "the emulated step time) over the same time. Scalability (seed 002): the cluster's "
+      "training samples per second over N times those of one peer alone with the same model "
+      "and step time. Peak memory / model: the largest peer's tracked allocations at their "
+      "peak (model, gradients, activations, optimizer and algorithm buffers, staging and "
+      "receive pools) over the model's bytes.\n\n",
       modelDescription(run), run.dataset, run.optimizer, run.lr, run.schedule, run.batch,
-      run.epochs, run.maxSeconds, run.evalSamples, run.evalSeconds, 100 * run.target);
+      run.epochs, run.maxSeconds, run.evalSamples, evaluationNote(run), 100 * run.target,
+      run.baseline, run.baseline);
   return md;
 }
 
@@ -158,15 +167,20 @@ std::vector<Outcome> runBlock(const Matrix& matrix, const fs::path& dir,
   const std::vector<Experiment> experiments = matrix.experiments();
   fs::create_directories(dir);
   { std::ofstream(dir / "experiments.conf") << formatMatrix(matrix); }
+  { std::ofstream(dir / "command.txt") << command << "\n"; }
   const auto data = loadData(matrix.run, registry);
   std::vector<std::string> splits;
   for (const Split& s : matrix.splits) splits.push_back(s.name());
   fmt::print(
       "convergence: {} experiments ({} x {} x {} x {} peers x {}), up to {:.0f} s each; baseline: "
-      "allreduce-sgd on the same network; results in {}\n",
+      "{} on the same network; results in {}\n",
       experiments.size(), fmt::join(matrix.algorithms, "/"), fmt::join(matrix.topologies, "/"),
       fmt::join(matrix.networks, "/"), fmt::join(matrix.peers, "/"), fmt::join(splits, "/"),
-      matrix.run.maxSeconds, dir.string());
+      matrix.run.maxSeconds, matrix.run.baseline, dir.string());
+  if (std::find(matrix.algorithms.begin(), matrix.algorithms.end(), matrix.run.baseline) ==
+      matrix.algorithms.end())
+    log::get("bench")->warn("the baseline {} is not among the algorithms: no speed-ups",
+                            matrix.run.baseline);
   std::fflush(stdout);
 
   engine::train::Progress progress(static_cast<std::int64_t>(experiments.size() * 1000), !json);
@@ -251,22 +265,30 @@ void runConvergence(const ConvergenceOptions& o, const std::string& command) {
     for (const Outcome& out : outcomes) {
       const Experiment& e = out.experiment;
       const bool ok = out.error.empty();
-      rows.push_back(JsonObject()
-                         .add("algorithm", e.algorithm)
-                         .add("network", e.network)
-                         .add("peers", static_cast<std::uint64_t>(e.peers))
-                         .add("step_time_ms", e.stepTime)
-                         .add("compress", e.compress)
-                         .add("split", e.split.name())
-                         .add("time_to_target_s", out.timeToTarget)
-                         .add("speedup_vs_allreduce", out.speedup)
-                         .add("scalability", out.scalability)
-                         .add("utilization", out.utilization)
-                         .add("final_accuracy", ok ? out.final.consensus.accuracy : kNaN)
-                         .add("bytes_per_peer", ok ? out.final.bytesSentPerPeer : kNaN)
-                         .add("bytes_to_target", out.bytesToTarget)
-                         .add("bytes_ratio_vs_allreduce", out.bytesRatio)
-                         .str());
+      rows.push_back(
+          JsonObject()
+              .add("algorithm", e.algorithm)
+              .add("network", e.network)
+              .add("peers", static_cast<std::uint64_t>(e.peers))
+              .add("step_time_ms", e.stepTime)
+              .add("compress", e.compress)
+              .add("split", e.split.name())
+              .add("time_to_target_s", out.timeToTarget)
+              .add("steps_to_target", out.stepsToTarget)
+              .add("time_to_target_loss_s", out.timeToTargetLoss)
+              .add("baseline", out.baseline)
+              .add("speedup_vs_baseline", out.speedup)
+              .add("scalability", out.scalability)
+              .add("utilization", out.utilization)
+              .add("comm_wait_fraction", ok ? out.final.commWaitFraction : kNaN)
+              .add("final_accuracy", ok ? out.final.consensus.accuracy : kNaN)
+              .add("bytes_per_peer", ok ? out.final.bytesSentPerPeer : kNaN)
+              .add("bytes_to_target", out.bytesToTarget)
+              .add("bytes_ratio_vs_baseline", out.bytesRatio)
+              .add("peak_bytes_per_peer", static_cast<std::uint64_t>(out.peakBytesPerPeer))
+              .add("peak_memory_vs_model", out.peakMemoryVsModel())
+              .add("peak_rss_bytes", static_cast<std::uint64_t>(out.peakRssBytes))
+              .str());
     }
     fmt::print("{{\"experiments\": [{}]}}\n", fmt::join(rows, ", "));
   }

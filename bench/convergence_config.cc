@@ -34,8 +34,12 @@ Split parseSplit(const std::string& text, const std::string& where) {
 }  // namespace
 
 void RunSettings::validate() const {
-  GOSSAMER_ENFORCE(batch > 0 && epochs > 0 && maxSeconds > 0 && evalSeconds > 0,
-                   "batch, epochs, max-seconds and eval-seconds must be positive");
+  GOSSAMER_ENFORCE(batch > 0 && epochs > 0 && maxSeconds > 0,
+                   "batch, epochs and max-seconds must be positive");
+  GOSSAMER_ENFORCE(evalSeconds >= 0 && (evalEverySteps > 0 || evalSeconds > 0),
+                   "set eval-every-steps (evaluation points) or eval-seconds (by wall time)");
+  GOSSAMER_ENFORCE(targetLoss >= 0, "target-loss must not be negative, not {}", targetLoss);
+  GOSSAMER_ENFORCE(!baseline.empty(), "baseline names an algorithm of the matrix");
   GOSSAMER_ENFORCE(target > 0 && target <= 1, "target must be a fraction in (0, 1], not {}",
                    target);
   GOSSAMER_ENFORCE(transport == "inproc" || transport == "tcp",
@@ -117,7 +121,7 @@ std::vector<Block> presetBlocks(const std::string& name) {
     slow.run.stepTime = 300;
     slow.run.epochs = 0.5;
     slow.run.target = 0.80;
-    slow.run.evalSeconds = 5;
+    slow.run.evalEverySteps = 1;  // a step is 300 ms: time to target exact to the step
     slow.run.maxSeconds = 180;
     return {{"fast-steps", m}, {"geo-300ms", slow}};
   }
@@ -134,7 +138,7 @@ std::vector<Block> presetBlocks(const std::string& name) {
     m.run.epochs = 0.2;
     m.run.lr = 0.02;
     m.run.target = 0.75;
-    m.run.evalSeconds = 10;
+    m.run.evalEverySteps = 5;
     m.run.maxSeconds = 300;
     return {{"seed002", m}};
   }

@@ -43,9 +43,18 @@ struct RunSettings {
   double epochs = 3;        // passes of the whole cluster over the training set
   std::uint64_t steps = 0;  // > 0: every peer takes this many steps instead
   double maxSeconds = 120;  // wall-clock budget of one experiment (training stops then)
-  double evalSeconds = 2;   // a consensus evaluation this often
+  // The consensus is evaluated at the evaluation points, every this many steps of every peer
+  // (engine/runtime/eval_points.h: time to a target exact to the point)...
+  std::uint64_t evalEverySteps = 25;
+  // ... or, when this is above 0, instead every this many seconds of wall time, at whatever step
+  // each peer is then (coarse: a time to a target resolves to these seconds).
+  double evalSeconds = 0;
   std::size_t evalSamples = 2000;
-  double target = 0.85;  // consensus accuracy that "time to target" refers to
+  double target = 0.85;   // consensus accuracy that "time to target" refers to
+  double targetLoss = 0;  // consensus test loss that "time to target loss" refers to; 0: none
+  // The algorithm the speed-ups and byte ratios compare with (same network, peers, split and
+  // step time).
+  std::string baseline = "allreduce-sgd";
   std::uint64_t seed = 1;
   std::string transport = "inproc";  // the local cluster's transport under the emulated network
   double commTimeout = 30;           // seconds: deadline of synchronous waits
@@ -67,9 +76,15 @@ struct RunSettings {
     b("epochs", epochs, "passes of the cluster over the training set");
     b("steps", steps, "steps of every peer instead of epochs (0: by epochs)");
     b("max-seconds", maxSeconds, "wall-clock budget of one experiment");
-    b("eval-seconds", evalSeconds, "seconds between consensus evaluations");
+    b("eval-every-steps", evalEverySteps,
+      "steps between the evaluation points: every peer's model at exactly that step");
+    b("eval-seconds", evalSeconds,
+      "instead of evaluation points: seconds between consensus evaluations (coarse; 0: points)");
     b("eval-samples", evalSamples, "test samples per periodic evaluation (the final one uses all)");
     b("target", target, "consensus accuracy of the time-to-target figures");
+    b("target-loss", targetLoss,
+      "consensus test loss of the time-to-target-loss figures (0: none)");
+    b("baseline", baseline, "the algorithm speed-ups and byte ratios compare with");
     b("seed", seed, "seed of initialisation, shards and shuffling");
     b("transport", transport, "inproc or tcp (127.0.0.1) under the emulated network");
     b("comm-timeout", commTimeout, "seconds: deadline of synchronous waits");
@@ -96,7 +111,7 @@ struct Experiment {
   std::string network;
   std::size_t peers = 4;
   Split split;
-  double stepTime = 0;  // milliseconds of emulated compute per step
+  double stepTime = 0;            // milliseconds of emulated compute per step
   std::string compress = "none";  // the codec, in its canonical text
   engine::OptionValues options;
   // "gosgd/default/geo/4p/iid" (and "/300ms" with a step time, "/int8:256" with a codec): unique

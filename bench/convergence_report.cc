@@ -34,7 +34,13 @@ engine::runtime::ClusterConfig clusterConfig(const RunSettings& run, const Exper
   engine::runtime::ClusterConfig c;
   c.peers = e.peers;
   c.progress = false;
-  c.evalInterval = std::chrono::milliseconds(static_cast<std::int64_t>(run.evalSeconds * 1000));
+  if (run.evalSeconds > 0) {
+    c.evalInterval = std::chrono::milliseconds(static_cast<std::int64_t>(run.evalSeconds * 1000));
+  } else {
+    c.evalEvery = static_cast<std::int64_t>(run.evalEverySteps);
+    // Off the clock: the evaluations wait for the end and take no CPU from the peers.
+    c.evaluateAfterRun = true;
+  }
   c.evalSamples = run.evalSamples;
   c.peer.network.transport = run.transport;
   // Loopback inside one process: the runs measure the algorithms, and the recorded figures were
@@ -63,11 +69,40 @@ engine::runtime::ClusterConfig clusterConfig(const RunSettings& run, const Exper
   return c;
 }
 
+void readTargets(Outcome& o, const RunSettings& run) {
+  for (const engine::runtime::EvalPoint& p : o.curve) {
+    if (std::isnan(o.timeToTarget) && p.consensus.accuracy >= run.target) {
+      o.timeToTarget = p.wallSeconds;
+      o.stepsToTarget = p.meanStep;
+      o.bytesToTarget = p.bytesSentPerPeer;
+    }
+    if (run.targetLoss > 0 && std::isnan(o.timeToTargetLoss) && p.consensus.peers > 0 &&
+        p.consensus.loss <= run.targetLoss) {
+      o.timeToTargetLoss = p.wallSeconds;
+      o.stepsToTargetLoss = p.meanStep;
+    }
+  }
+}
+
+std::string evaluationNote(const RunSettings& run) {
+  if (run.evalSeconds > 0)
+    return fmt::format(
+        "every {} s of wall time, at whatever step each peer had reached then (times to the "
+        "targets resolve to {} s)",
+        run.evalSeconds, run.evalSeconds);
+  return fmt::format(
+      "at the evaluation points: every peer's model at exactly its step {0}, {1}, ..., their "
+      "average evaluated after the run (off the clock), a point's time the slowest peer's "
+      "training wall time at that step (times to the targets exact to {0} step{2})",
+      run.evalEverySteps, 2 * run.evalEverySteps, run.evalEverySteps == 1 ? "" : "s");
+}
+
 void computeSpeedups(std::vector<Outcome>& outcomes, const RunSettings& run) {
   for (Outcome& o : outcomes) {
+    o.baseline = run.baseline;
     auto baselineWith = [&](const std::string& codec) {
       return std::find_if(outcomes.begin(), outcomes.end(), [&](const Outcome& b) {
-        return b.experiment.algorithm == "allreduce-sgd" && b.experiment.compress == codec &&
+        return b.experiment.algorithm == run.baseline && b.experiment.compress == codec &&
                b.experiment.network == o.experiment.network &&
                b.experiment.peers == o.experiment.peers &&
                b.experiment.split.name() == o.experiment.split.name() &&
@@ -88,7 +123,6 @@ void computeSpeedups(std::vector<Outcome>& outcomes, const RunSettings& run) {
       o.speedupNote = fmt::format(">{:.1f}x", o.speedup);
     }
   }
-  (void)run;
 }
 
 void writePoints(const fs::path& dir, const std::vector<Outcome>& outcomes) {
@@ -142,23 +176,29 @@ void writeSummary(const fs::path& dir, const std::vector<Outcome>& outcomes,
   std::ofstream csv(dir / "summary.csv");
   csv << "experiment,algorithm,topology,network,peers,split,time_to_target_s,steps_to_target,"
          "bytes_to_target,final_accuracy,final_min_peer_accuracy,final_distance,wall_s,steps,"
-         "bytes_per_peer,comm_wait_fraction,speedup_vs_allreduce,stopped_early,error,step_time_ms,"
-         "scalability,utilization\n";
+         "bytes_per_peer,comm_wait_fraction,speedup_vs_baseline,stopped_early,error,step_time_ms,"
+         "scalability,utilization,compress,options,time_to_target_loss_s,steps_to_target_loss,"
+         "peak_bytes_per_peer,peak_memory_vs_model,peak_rss_bytes,baseline,eval_every_steps,"
+         "eval_seconds\n";
   for (const Outcome& o : outcomes) {
     const Experiment& e = o.experiment;
+    std::vector<std::string> options;
+    for (const auto& [key, value] : e.options) options.push_back(fmt::format("{} {}", key, value));
     csv << fmt::format(
         "{},{},{},{},{},{},{},{},{},{:.5f},{:.5f},{:.6g},{:.3f},{},{:.0f},{:.5f},{},{},\"{}\",{},{}"
-        ",{}"
-        "\n",
+        ",{},{},\"{}\",{},{},{},{},{},{},{},{}\n",
         e.name(), e.algorithm, o.topology, e.network, e.peers, e.split.name(),
         orDash(o.timeToTarget, "{:.3f}"), orDash(o.stepsToTarget, "{:.1f}"),
         orDash(o.bytesToTarget, "{:.0f}"), o.final.consensus.accuracy,
         o.final.consensus.minPeerAccuracy, o.final.consensus.distance, o.final.wallSeconds,
         o.final.maxStep, o.final.bytesSentPerPeer, o.final.commWaitFraction,
         orDash(o.speedup, "{:.3f}"), o.stoppedEarly ? 1 : 0, o.error, e.stepTime,
-        orDash(o.scalability, "{:.4f}"), orDash(o.utilization, "{:.4f}"));
+        orDash(o.scalability, "{:.4f}"), orDash(o.utilization, "{:.4f}"), e.compress,
+        fmt::join(options, ", "), orDash(o.timeToTargetLoss, "{:.3f}"),
+        orDash(o.stepsToTargetLoss, "{:.1f}"), o.peakBytesPerPeer,
+        orDash(o.peakMemoryVsModel(), "{:.3f}"), o.peakRssBytes, run.baseline, run.evalEverySteps,
+        run.evalSeconds);
   }
-  (void)run;
 }
 
 void writeReport(const fs::path& dir, const std::vector<Outcome>& outcomes, const Matrix& matrix,
@@ -179,18 +219,18 @@ void writeReport(const fs::path& dir, const std::vector<Outcome>& outcomes, cons
       md << fmt::format(
           "| algorithm | topology | time to {0:.0f}% | steps to {0:.0f}% | final accuracy | "
           "min peer | bytes/peer | bytes to {0:.0f}% | comm wait | utilization | scalability | "
-          "speed-up vs allreduce-sgd |\n",
-          100 * run.target);
-      md << "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+          "peak memory / model | speed-up vs {1} |\n",
+          100 * run.target, run.baseline);
+      md << "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
     }
     if (!o.error.empty()) {
-      md << fmt::format("| {} | {} | failed: {} | | | | | | | | | |\n", e.label(), e.topology,
+      md << fmt::format("| {} | {} | failed: {} | | | | | | | | | | |\n", e.label(), e.topology,
                         o.error);
       continue;
     }
     md << fmt::format(
         "| {} | {} | {} | {} | {:.2f}%{} | {:.2f}% | {:.1f} MB | {} | {:.1f}% | {} | "
-        "{} | {} |\n",
+        "{} | {} | {} |\n",
         e.label(), o.topology, orDash(o.timeToTarget, "{:.1f} s"),
         orDash(o.stepsToTarget, "{:.0f}"), 100 * o.final.consensus.accuracy,
         o.stoppedEarly
@@ -199,7 +239,7 @@ void writeReport(const fs::path& dir, const std::vector<Outcome>& outcomes, cons
         100 * o.final.consensus.minPeerAccuracy, o.final.bytesSentPerPeer / 1e6,
         orDash(o.bytesToTarget / 1e6, "{:.1f} MB"), 100 * o.final.commWaitFraction,
         orDash(100 * o.utilization, "{:.0f}%"), orDash(o.scalability, "{:.3f}"),
-        o.speedupNote.empty() ? "-" : o.speedupNote);
+        orDash(o.peakMemoryVsModel(), "{:.1f}x"), o.speedupNote.empty() ? "-" : o.speedupNote);
   }
   if (!figures.empty()) {
     md << "\n## Figures\n\n";

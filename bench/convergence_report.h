@@ -26,15 +26,30 @@ struct Outcome {
   std::string topology;  // the topology's full name, as the runtime built it
   std::string error;     // empty on success
   std::vector<engine::runtime::EvalPoint> curve;
-  double timeToTarget = kNaN;  // first evaluation at or above the target
+  // The first evaluation at or above the target accuracy (readTargets): its training wall time,
+  // mean step and bytes per peer.
+  double timeToTarget = kNaN;
   double stepsToTarget = kNaN;
   double bytesToTarget = kNaN;
-  // allreduce-sgd's bytes to the target (float32 when in the matrix) over this experiment's.
+  // The first at or below the target loss (RunSettings::targetLoss).
+  double timeToTargetLoss = kNaN;
+  double stepsToTargetLoss = kNaN;
+  // The baseline's bytes to the target (float32 when in the matrix) over this experiment's.
   double bytesRatio = kNaN;
   engine::runtime::EvalPoint final;
   bool stoppedEarly = false;  // the wall-clock budget ended it
-  double speedup = kNaN;      // allreduce-sgd's time to target / this one's
+  std::string baseline;       // the algorithm it is compared with (RunSettings::baseline)
+  double speedup = kNaN;      // the baseline's time to target / this one's
   std::string speedupNote;    // ">x" when the baseline never reached the target
+  // Memory: the largest peer's tracked peak (runtime::PeerResult::peakBytes), the model's bytes,
+  // and the process's peak resident memory during the experiment (0: not measured).
+  std::size_t peakBytesPerPeer = 0;
+  std::size_t modelBytes = 0;
+  std::size_t peakRssBytes = 0;
+  double peakMemoryVsModel() const {
+    return modelBytes > 0 ? static_cast<double>(peakBytesPerPeer) / static_cast<double>(modelBytes)
+                          : kNaN;
+  }
   // Seed 002's scalability: the cluster's training samples per second over N peers' worth of a
   // single peer's (same model, batch and step time, no exchange); 1 is perfect scaling.
   double scalability = kNaN;
@@ -50,9 +65,15 @@ engine::runtime::ClusterConfig clusterConfig(const RunSettings& run, const Exper
 // "an MLP with hidden layers 256-256", or the model's name.
 std::string modelDescription(const RunSettings& run);
 
-// Speed-up of every experiment against allreduce-sgd on the same network, peers, split and step
-// time: float32 allreduce-sgd when the matrix has it, else allreduce-sgd with the same codec. The
-// same baseline's bytes to the target over the experiment's give bytesRatio.
+// The times, steps and bytes to the targets, read from the curve: the first evaluation that
+// reaches each (at the evaluation points, exact to the point).
+void readTargets(Outcome& outcome, const RunSettings& run);
+// How the experiments are evaluated, for the reports: "at every peer's steps 25, 50, ...
+// (evaluation points: times to the targets exact to 25 steps)" or the wall-clock spacing.
+std::string evaluationNote(const RunSettings& run);
+// Speed-up of every experiment against the baseline (RunSettings::baseline) on the same network,
+// peers, split and step time: the float32 baseline when the matrix has it, else the baseline with
+// the same codec. The same baseline's bytes to the target over the experiment's give bytesRatio.
 void computeSpeedups(std::vector<Outcome>& outcomes, const RunSettings& run);
 // points.csv and points.jsonl: every evaluation of every experiment.
 void writePoints(const fs::path& dir, const std::vector<Outcome>& outcomes);

@@ -6,7 +6,8 @@ gossamer (gossamer.torch, algorithm gosgd by default) and once with DDP over glo
 evaluates its model on the whole test set every --eval-every steps with its clock stopped; the
 time to the target accuracy is rank 0's training time until the first evaluation at or above it.
 The gossamer run also measures the binding's own overhead: the time in gossamer's step outside
-its network waits and outside the torch optimizer it calls, as a fraction of the step.
+its waits on the others (the runtime's comm wait: every gather, request, pull, inbox wait and
+send back-pressure) and outside the torch optimizer it calls, as a fraction of the step.
 
     PYTHONPATH=build/python python3 bench/pytorch_ddp_bench.py [--target 0.85] [--json FILE]
 """
@@ -125,8 +126,11 @@ def worker(args):
     out = {"rank": rank, "steps": step, "trained_s": trained, "reached_s": reached,
            "accuracy": accuracy, "curve": curve, "step_ms": 1000 * trained / max(step, 1)}
     if args.worker == "gossamer":
+        # The runtime's own account of every wait on the others in its steps (gathers, requests,
+        # pulls, the algorithm's inbox waits, send back-pressure): read before finish(), whose
+        # barrier waits are outside the steps timed here.
+        wait = peer.status()["comm_wait_seconds"]
         result = peer.finish()
-        wait = result["comm_wait_seconds"]
         out.update(comm_wait_s=wait, update_s=timed["update"], in_step_s=in_step,
                    overhead=(in_step - timed["update"] - wait) / max(trained, 1e-9),
                    bytes_sent=result["bytes_sent"])

@@ -61,6 +61,7 @@ struct SimulateOptions {
   double lr = 0.05;
   std::string schedule = "constant";
   double evalSeconds = 10;
+  std::uint64_t evalEverySteps = 0;  // > 0: evaluation points instead of evalSeconds
   std::size_t evalSamples = 2000;
   double target = 0.8;
   double commTimeout = 30;
@@ -92,7 +93,8 @@ Matrix matrixOf(const SimulateOptions& o) {
   r.schedule = o.schedule;
   r.batch = o.batch;
   r.steps = o.steps;
-  r.evalSeconds = o.evalSeconds;
+  r.evalSeconds = o.evalEverySteps > 0 ? 0 : o.evalSeconds;
+  r.evalEverySteps = o.evalEverySteps;
   r.evalSamples = o.evalSamples;
   r.target = o.target;
   r.seed = o.seed;
@@ -145,7 +147,9 @@ engine::sim::SimConfig simConfig(const RunSettings& run, const Experiment& e,
   c.training = cluster.peer.training;
   c.network = cluster.peer.network.profile.value_or(net::shaped::NetworkProfile::lan());
   c.membership = cluster.peer.network.membership;
+  // As in a real run: points unless evaluations by time are asked for (simulated seconds).
   c.evalSeconds = run.evalSeconds;
+  c.evalEverySteps = run.evalSeconds > 0 ? 0 : run.evalEverySteps;
   c.evalSamples = run.evalSamples;
   c.maxVirtualSeconds = o.maxVirtualSeconds;
   c.training.checkpointEvery = o.checkpointEvery;
@@ -174,14 +178,7 @@ Measured runOne(const RunSettings& run, const Experiment& e, const SimulateOptio
     out.final = m.result.curve.back();
     out.topology = m.result.topology;
     out.utilization = out.final.utilization;
-    for (const engine::runtime::EvalPoint& p : out.curve) {
-      if (p.consensus.accuracy >= run.target) {
-        out.timeToTarget = p.wallSeconds;
-        out.stepsToTarget = p.meanStep;
-        out.bytesToTarget = p.bytesSentPerPeer;
-        break;
-      }
-    }
+    readTargets(out, run);
   } catch (const std::exception& error) {
     m.outcome.error = error.what();
   }
@@ -199,12 +196,16 @@ std::string header(const Matrix& matrix, const std::string& command) {
       "peer, for {} steps of {} ms of compute each, over the network profile's links; every "
       "time below is virtual. Membership is the SWIM protocol of real peers, its frames on "
       "the same simulated links. The consensus model (the average of the peers' models) is "
-      "evaluated on {} test samples every {} virtual seconds and on the whole test set at the "
-      "end. Target accuracy: {:.0f}%. Speed-up: allreduce-sgd's time to target on the same "
+      "evaluated on {} test samples {} and on the whole test set at the "
+      "end. Target accuracy: {:.0f}%. Speed-up: {}'s time to target on the same "
       "network, peers and split divided by the experiment's. Utilization: virtual time in "
       "compute over virtual time. Seed {}: the same seed gives this report byte for byte.\n\n",
       modelDescription(run), run.dataset, run.optimizer, run.lr, run.schedule, run.batch, run.steps,
-      run.stepTime, run.evalSamples, run.evalSeconds, 100 * run.target, run.seed);
+      run.stepTime, run.evalSamples,
+      run.evalSeconds > 0 ? fmt::format("every {} virtual seconds", run.evalSeconds)
+                          : fmt::format("at every peer's steps {}, {}, ... (evaluation points)",
+                                        run.evalEverySteps, 2 * run.evalEverySteps),
+      100 * run.target, run.baseline, run.seed);
   return md;
 }
 
@@ -417,7 +418,8 @@ void addSimulateCommand(CLI::App& app) {
       ->capture_default_str();
   command->add_option("--step-time", o->stepMs, "milliseconds of compute per step (virtual)")
       ->capture_default_str();
-  command->add_option("--model", o->model, "model: softmax, mlp, lenet or cnn")->capture_default_str();
+  command->add_option("--model", o->model, "model: softmax, mlp, lenet or cnn")
+      ->capture_default_str();
   command->add_option("--hidden", o->hidden, "hidden widths of the MLP")
       ->delimiter(',')
       ->capture_default_str();
@@ -430,6 +432,11 @@ void addSimulateCommand(CLI::App& app) {
   command->add_option("--lr", o->lr, "learning rate")->capture_default_str();
   command->add_option("--schedule", o->schedule, "constant or cosine")->capture_default_str();
   command->add_option("--eval-seconds", o->evalSeconds, "virtual seconds between evaluations")
+      ->capture_default_str();
+  command
+      ->add_option("--eval-every-steps", o->evalEverySteps,
+                   "instead of --eval-seconds: evaluation points, every peer's model at "
+                   "exactly every this many steps (0: none)")
       ->capture_default_str();
   command->add_option("--eval-samples", o->evalSamples, "test samples per periodic evaluation")
       ->capture_default_str();

@@ -3,6 +3,7 @@
 #include "engine/builtin.h"
 
 #include <cmath>
+#include <mutex>
 #include <numeric>
 #include <tuple>
 
@@ -18,11 +19,11 @@
 #if GOSSAMER_HAVE_CUDA
 #include "kernels/cuda/cuda_compute.h"
 #endif
-#include "net/limits.h"
-#include "net/transport.h"
 #include "net/ibverbs/ibverbs_transport.h"  // its Options; the transport itself when built
 #include "net/inproc/inproc_transport.h"
+#include "net/limits.h"
 #include "net/tcp/tcp_transport.h"
+#include "net/transport.h"
 
 namespace gossamer::engine {
 namespace {
@@ -47,8 +48,8 @@ std::size_t imageSide(const ModelConfig& config, const std::string& model) {
 }
 
 void addModels(Registry& registry) {
-  using ConvPreset = models::ConvNetOptions (*)(std::size_t, std::size_t, std::size_t,
-                                                std::size_t, std::size_t);
+  using ConvPreset =
+      models::ConvNetOptions (*)(std::size_t, std::size_t, std::size_t, std::size_t, std::size_t);
   const std::tuple<const char*, const char*, ConvPreset> convNets[] = {
       {"cnn",
        "2 conv layers 32@3x3 and 64@3x3, each with 2x2 max pooling, dense 128 (--hidden is "
@@ -59,13 +60,13 @@ void addModels(Registry& registry) {
        "ignored)",
        &models::lenetOptions}};
   for (const auto& [name, description, preset] : convNets) {
-    registry.models.add(name, description,
-                        [name = std::string(name), preset](kernels::Compute& compute,
-                                                           const ModelConfig& config) {
-                          const std::size_t side = imageSide(config, name);
-                          return std::make_unique<models::ConvNet>(
-                              compute, preset(1, side, side, config.classes, config.maxBatch));
-                        });
+    registry.models.add(
+        name, description,
+        [name = std::string(name), preset](kernels::Compute& compute, const ModelConfig& config) {
+          const std::size_t side = imageSide(config, name);
+          return std::make_unique<models::ConvNet>(
+              compute, preset(1, side, side, config.classes, config.maxBatch));
+        });
   }
   registry.models.add("mlp", "multi-layer perceptron, ReLU hidden layers of --hidden widths",
                       [](kernels::Compute& compute, const ModelConfig& config) {
@@ -92,23 +93,24 @@ void addDatasets(Registry& registry) {
             firstSamples(data::loadFashionMnist(dir, data::Split::kTrain), config.trainSamples),
             firstSamples(data::loadFashionMnist(dir, data::Split::kTest), config.testSamples)};
       });
-  registry.datasets.add(
-      "synthetic", "Gaussian class clusters, 64 features, 10 classes (no files needed)",
-      [](const DatasetConfig& config) {
-        data::SyntheticOptions options{.count = config.trainSamples == 0 ? 20000 : config.trainSamples,
-                                       .features = 64,
-                                       .classes = 10,
-                                       .separation = 3.0,
-                                       .noise = 1.0,
-                                       .distributionSeed = config.seed,
-                                       .sampleSeed = config.seed + 1};
-        DatasetPair pair;
-        pair.train = data::makeSynthetic(options);
-        options.count = config.testSamples == 0 ? 5000 : config.testSamples;
-        options.sampleSeed = config.seed + 2;
-        pair.test = data::makeSynthetic(options);
-        return pair;
-      });
+  registry.datasets.add("synthetic",
+                        "Gaussian class clusters, 64 features, 10 classes (no files needed)",
+                        [](const DatasetConfig& config) {
+                          data::SyntheticOptions options{
+                              .count = config.trainSamples == 0 ? 20000 : config.trainSamples,
+                              .features = 64,
+                              .classes = 10,
+                              .separation = 3.0,
+                              .noise = 1.0,
+                              .distributionSeed = config.seed,
+                              .sampleSeed = config.seed + 1};
+                          DatasetPair pair;
+                          pair.train = data::makeSynthetic(options);
+                          options.count = config.testSamples == 0 ? 5000 : config.testSamples;
+                          options.sampleSeed = config.seed + 2;
+                          pair.test = data::makeSynthetic(options);
+                          return pair;
+                        });
 }
 
 void addTopologies(Registry& registry) {
@@ -206,18 +208,26 @@ bool cudaUsable(std::string* reason) {
 
 std::unique_ptr<kernels::Compute> makeCompute(DeviceChoice choice, std::string* fallbackReason) {
   if (fallbackReason != nullptr) fallbackReason->clear();
+  std::string reason;
   if (choice != DeviceChoice::kCpu) {
-    std::string reason;
     if (cudaUsable(&reason)) {
 #if GOSSAMER_HAVE_CUDA
       return kernels::cuda::makeCompute();
 #endif
     }
     GOSSAMER_ENFORCE(choice != DeviceChoice::kCuda, "--device cuda: no usable GPU: {}", reason);
-    log::get("kernels")->info("no usable GPU ({}); computing on the CPU", reason);
     if (fallbackReason != nullptr) *fallbackReason = reason;
   }
-  return kernels::cpu::makeCompute({.blasThreads = 1});
+  auto compute = kernels::cpu::makeCompute({.blasThreads = 1});
+  // Facts about the process (the GPU, the BLAS), not the peer: said once, however many peers
+  // the process runs.
+  static std::once_flag said;
+  std::call_once(said, [&] {
+    log::get("kernels")->info("{}computing on the {}",
+                              reason.empty() ? "" : fmt::format("no usable GPU ({}); ", reason),
+                              compute->describe());
+  });
+  return compute;
 }
 
 net::DeviceMemory deviceMemoryOf(kernels::Compute& compute) {

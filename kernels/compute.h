@@ -26,6 +26,7 @@
 #include "engine/base/enforce.h"
 #include "kernels/codec.h"
 #include "kernels/conv_math.h"
+#include "kernels/memory_meter.h"
 
 namespace gossamer::kernels {
 
@@ -36,12 +37,16 @@ const char* deviceName(Device device);
 class Compute;
 
 // Owning, move-only buffer of `T` in a Compute's memory. Freed through the Compute that made it,
-// which must outlive the buffer.
+// which must outlive the buffer; counted, while it lives, by the meter the Compute had when it
+// made it (Compute::setMemoryMeter), which must outlive it too.
 template <typename T>
 class Buffer {
  public:
   Buffer() = default;
-  Buffer(Compute* owner, T* data, std::size_t size) : owner_(owner), data_(data), size_(size) {}
+  Buffer(Compute* owner, T* data, std::size_t size, MemoryMeter* meter = nullptr)
+      : owner_(owner), meter_(meter), data_(data), size_(size) {
+    if (meter_ != nullptr) meter_->allocated(size_ * sizeof(T));
+  }
   Buffer(Buffer&& other) noexcept { *this = std::move(other); }
   Buffer& operator=(Buffer&& other) noexcept;
   Buffer(const Buffer&) = delete;
@@ -60,6 +65,7 @@ class Buffer {
 
  private:
   Compute* owner_ = nullptr;
+  MemoryMeter* meter_ = nullptr;
   T* data_ = nullptr;
   std::size_t size_ = 0;
 };
@@ -105,8 +111,12 @@ class Compute {
   template <typename T>
   Buffer<T> allocate(std::size_t count) {
     GOSSAMER_ENFORCE_LE(count, SIZE_MAX / sizeof(T), "allocation size overflows");
-    return Buffer<T>(this, static_cast<T*>(allocateBytes(count * sizeof(T))), count);
+    return Buffer<T>(this, static_cast<T*>(allocateBytes(count * sizeof(T))), count, memoryMeter());
   }
+  // Where this Compute's Buffers are counted from now on (null: nowhere, the default). The
+  // meter must outlive every Buffer made while it is set.
+  virtual void setMemoryMeter(MemoryMeter* /*meter*/) {}
+  virtual MemoryMeter* memoryMeter() const { return nullptr; }
   // Raw allocation in device memory; contents are unspecified. Throws on exhaustion.
   virtual void* allocateBytes(std::size_t bytes) = 0;
   virtual void freeBytes(void* pointer) = 0;
@@ -191,8 +201,8 @@ class Compute {
   // checkEncoded: decode checks the lengths (throwing gossamer::Error on a mismatch; a sparse
   // payload's count is taken from its length) but trusts the contents. payload and out must be
   // disjoint.
-  virtual void decode(const Codec& codec, std::span<const std::byte> payload,
-                      std::span<float> out, DecodeMode mode) = 0;
+  virtual void decode(const Codec& codec, std::span<const std::byte> payload, std::span<float> out,
+                      DecodeMode mode) = 0;
 
   // ---- dense algebra and NN ops for the built-in models ----
   // C[m x n] = alpha * op(A) * op(B) + beta * C, row-major; op(A) is m x k, op(B) is k x n.
@@ -255,8 +265,7 @@ class Compute {
   // dInput (overwritten) = dOutput routed back to the positions argmax recorded; an input that
   // is the maximum of several (overlapping) windows gets the sum of their gradients.
   virtual void maxPool2dBackward(const Pool2dShape& shape, std::span<const float> dOutput,
-                                 std::span<const std::int32_t> argmax,
-                                 std::span<float> dInput) = 0;
+                                 std::span<const std::int32_t> argmax, std::span<float> dInput) = 0;
 };
 
 // ---- inline definitions ----
@@ -266,6 +275,7 @@ Buffer<T>& Buffer<T>::operator=(Buffer&& other) noexcept {
   if (this != &other) {
     reset();
     owner_ = std::exchange(other.owner_, nullptr);
+    meter_ = std::exchange(other.meter_, nullptr);
     data_ = std::exchange(other.data_, nullptr);
     size_ = std::exchange(other.size_, 0);
   }
@@ -275,7 +285,9 @@ Buffer<T>& Buffer<T>::operator=(Buffer&& other) noexcept {
 template <typename T>
 void Buffer<T>::reset() {
   if (owner_ != nullptr && data_ != nullptr) owner_->freeBytes(data_);
+  if (meter_ != nullptr) meter_->freed(size_ * sizeof(T));
   owner_ = nullptr;
+  meter_ = nullptr;
   data_ = nullptr;
   size_ = 0;
 }

@@ -6,17 +6,17 @@
 // Threads and the GIL: every call that may wait on the network (constructing a peer, start, step,
 // finish, kill) releases the GIL; the caller's callbacks (gradients, update, evaluate) take it
 // back while they run, on the thread that called step() or finish().
-#include <pybind11/functional.h>
-#include <pybind11/numpy.h>
-#include <pybind11/pybind11.h>
-#include <pybind11/stl.h>
-
 #include <chrono>
 #include <cmath>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include <pybind11/functional.h>
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include "algorithms/builtin.h"
 #include "engine/base/enforce.h"
@@ -73,14 +73,16 @@ PeerConfig peerConfig(const py::dict& o) {
     const std::string mixing = v->cast<std::string>();
     GOSSAMER_ENFORCE(mixing == "metropolis" || mixing == "uniform",
                      "mixing must be 'metropolis' or 'uniform', not '{}'", mixing);
-    t.topologyOptions.mixing = mixing == "uniform" ? topology::Mixing::kUniform
-                                                   : topology::Mixing::kMetropolisHastings;
+    t.topologyOptions.mixing =
+        mixing == "uniform" ? topology::Mixing::kUniform : topology::Mixing::kMetropolisHastings;
   }
-  if (auto v = get("optimizer")) t.optimizer.kind = engine::train::parseOptimizerKind(v->cast<std::string>());
+  if (auto v = get("optimizer"))
+    t.optimizer.kind = engine::train::parseOptimizerKind(v->cast<std::string>());
   if (auto v = get("lr")) t.optimizer.lr = v->cast<float>();
   if (auto v = get("momentum")) t.optimizer.momentum = v->cast<float>();
   if (auto v = get("weight_decay")) t.optimizer.weightDecay = v->cast<float>();
-  if (auto v = get("lr_schedule")) t.schedule.kind = engine::train::parseLrSchedule(v->cast<std::string>());
+  if (auto v = get("lr_schedule"))
+    t.schedule.kind = engine::train::parseLrSchedule(v->cast<std::string>());
   if (auto v = get("steps")) {
     const auto steps = v->cast<std::int64_t>();
     GOSSAMER_ENFORCE(steps > 0, "steps must be at least 1, not {}", steps);
@@ -118,15 +120,17 @@ PeerConfig peerConfig(const py::dict& o) {
   if (auto v = get("peer_id")) n.peerId = v->cast<std::uint64_t>();
   if (auto v = get("cluster_id")) n.clusterId = v->cast<std::string>();
   if (auto v = get("secret")) {
-    const std::string bytes = py::isinstance<py::bytes>(*v) ? v->cast<py::bytes>().cast<std::string>()
-                                                            : v->cast<std::string>();
+    const std::string bytes = py::isinstance<py::bytes>(*v)
+                                  ? v->cast<py::bytes>().cast<std::string>()
+                                  : v->cast<std::string>();
     GOSSAMER_ENFORCE(!bytes.empty(), "the secret must not be empty");
     for (char ch : bytes) n.secret.push_back(static_cast<std::byte>(ch));
   }
   if (auto v = get("secret_file")) n.secret = net::wire::readSecretFile(v->cast<std::string>());
   if (auto v = get("insecure_plaintext"))
     if (v->cast<bool>()) n.security = engine::runtime::NetworkConfig::Security::plaintext;
-  if (auto v = get("membership")) n.membership = net::membership::Options::named(v->cast<std::string>());
+  if (auto v = get("membership"))
+    n.membership = net::membership::Options::named(v->cast<std::string>());
   return c;
 }
 
@@ -156,6 +160,7 @@ py::dict resultDict(const engine::runtime::PeerResult& r) {
   d["samples"] = r.samples;
   d["epochs"] = r.epochs;
   d["wall_seconds"] = r.wallSeconds;
+  d["finish_seconds"] = r.finishSeconds;
   d["samples_per_second"] = r.samplesPerSecond;
   d["train_loss"] = r.trainLoss;
   d["test_accuracy"] = r.testAccuracy;
@@ -165,6 +170,11 @@ py::dict resultDict(const engine::runtime::PeerResult& r) {
   d["comm_wait_seconds"] = r.commWaitSeconds;
   d["comm_wait_fraction"] = r.commWaitFraction;
   d["compute_seconds"] = r.computeSeconds;
+  d["utilization"] = r.utilization;
+  d["peak_bytes"] = r.peakBytes;
+  d["peak_memory_vs_model"] =
+      r.parameters > 0 ? static_cast<double>(r.peakBytes) / static_cast<double>(r.modelBytes())
+                       : 0.0;
   d["stopped"] = r.stopped;
   d["metrics"] = r.metrics;
   if (r.consensus) {
@@ -188,7 +198,8 @@ class PyPeer {
  public:
   // `layout`: (name, shape) per tensor, in order; `evaluate(params, samples)` returns
   // (correct, samples, loss_sum) or None for no evaluations.
-  PyPeer(const PeerConfig& config, const std::vector<std::pair<std::string, std::vector<std::size_t>>>& layout,
+  PyPeer(const PeerConfig& config,
+         const std::vector<std::pair<std::string, std::vector<std::size_t>>>& layout,
          py::object evaluate, std::uint64_t stepsPerEpoch) {
     engine::runtime::ExternalModel model;
     for (const auto& [name, shape] : layout) {
@@ -276,12 +287,13 @@ class PyPeer {
 class PyLocalConfigs {
  public:
   explicit PyLocalConfigs(const py::dict& options)
-      : configs_([&] {
-          PeerConfig base = peerConfig(options);
-          if (!options.contains("transport")) base.network.transport = "inproc";
-          return base;
-        }(),
-                 registry()) {}
+      : configs_(
+            [&] {
+              PeerConfig base = peerConfig(options);
+              if (!options.contains("transport")) base.network.transport = "inproc";
+              return base;
+            }(),
+            registry()) {}
   PeerConfig make(std::size_t index, std::optional<std::string> seed) const {
     return configs_.make(index, seed ? std::optional(net::Endpoint::parse(*seed)) : std::nullopt);
   }
@@ -310,9 +322,9 @@ PYBIND11_MODULE(_gossamer, m) {
       py::dict options;
       for (const engine::OptionInfo& o : spec.options)
         options[py::str(o.name)] = py::make_tuple(o.defaultValue, o.help);
-      out[py::str(name)] = py::dict(py::arg("description") = spec.description,
-                                    py::arg("topology") = spec.defaultTopology,
-                                    py::arg("options") = options);
+      out[py::str(name)] =
+          py::dict(py::arg("description") = spec.description,
+                   py::arg("topology") = spec.defaultTopology, py::arg("options") = options);
     }
     return out;
   });
@@ -322,13 +334,14 @@ PYBIND11_MODULE(_gossamer, m) {
 
   py::class_<PyLocalConfigs>(m, "_LocalConfigs")
       .def(py::init<const py::dict&>())
-      .def("make", [](const PyLocalConfigs& c, std::size_t index, std::optional<std::string> seed,
-                      py::list layout, py::object evaluate, std::uint64_t stepsPerEpoch) {
-        return std::make_unique<PyPeer>(
-            c.make(index, seed),
-            layout.cast<std::vector<std::pair<std::string, std::vector<std::size_t>>>>(),
-            std::move(evaluate), stepsPerEpoch);
-      })
+      .def("make",
+           [](const PyLocalConfigs& c, std::size_t index, std::optional<std::string> seed,
+              py::list layout, py::object evaluate, std::uint64_t stepsPerEpoch) {
+             return std::make_unique<PyPeer>(
+                 c.make(index, seed),
+                 layout.cast<std::vector<std::pair<std::string, std::vector<std::size_t>>>>(),
+                 std::move(evaluate), stepsPerEpoch);
+           })
       .def("listening", &PyLocalConfigs::listening);
 
   py::class_<PyPeer>(m, "_Peer")
@@ -346,14 +359,11 @@ PYBIND11_MODULE(_gossamer, m) {
       .def("kill", &PyPeer::kill)
       .def("request_stop", [](PyPeer& p) { p.peer().requestStop(); })
       .def("request_leave", [](PyPeer& p) { p.peer().requestLeave(); })
-      .def_property_readonly("params",
-                             [](py::object self) {
-                               return view(self.cast<PyPeer&>().peer().params(), self);
-                             })
-      .def_property_readonly("grads",
-                             [](py::object self) {
-                               return view(self.cast<PyPeer&>().peer().grads(), self);
-                             })
+      .def_property_readonly(
+          "params",
+          [](py::object self) { return view(self.cast<PyPeer&>().peer().params(), self); })
+      .def_property_readonly(
+          "grads", [](py::object self) { return view(self.cast<PyPeer&>().peer().grads(), self); })
       .def_property_readonly("id", [](PyPeer& p) { return p.peer().id(); })
       .def_property_readonly("endpoint", [](PyPeer& p) { return p.peer().endpoint().str(); })
       .def_property_readonly("shard",
@@ -386,6 +396,10 @@ PYBIND11_MODULE(_gossamer, m) {
         d["comm_wait_seconds"] = s.commWaitSeconds;
         d["compute_seconds"] = s.computeSeconds;
         d["train_seconds"] = s.trainSeconds;
+        // As of the last step, taken together (their ratios hold).
+        d["last_step"] = py::dict(py::arg("train_seconds") = s.lastStep.trainSeconds,
+                                  py::arg("comm_wait_seconds") = s.lastStep.commWaitSeconds,
+                                  py::arg("compute_seconds") = s.lastStep.computeSeconds);
         d["training"] = s.training;
         d["finished"] = s.finished;
         return d;

@@ -1,7 +1,5 @@
 #include "engine/runtime/cluster.h"
 
-#include "engine/runtime/network.h"
-
 #include <algorithm>
 #include <atomic>
 #include <exception>
@@ -14,6 +12,7 @@
 
 #include "engine/base/enforce.h"
 #include "engine/base/log.h"
+#include "engine/runtime/network.h"
 #include "engine/train/progress.h"
 #include "net/shaped/shaped_transport.h"
 
@@ -34,8 +33,11 @@ EvalPoint measure(const std::vector<std::unique_ptr<Peer>>& peers, std::size_t b
     point.maxStep = std::max(point.maxStep, s.step);
     point.meanStep += static_cast<double>(s.step) / static_cast<double>(peers.size());
     bytes += static_cast<double>(s.bytesSent);
-    wait += s.trainSeconds > 0 ? s.commWaitSeconds / s.trainSeconds : 0;
-    compute += s.trainSeconds > 0 ? std::min(1.0, s.computeSeconds / s.trainSeconds) : 0;
+    const StepFigures& f = s.lastStep;
+    if (f.trainSeconds > 0) {
+      wait += f.commWaitSeconds / f.trainSeconds;
+      compute += f.computeSeconds / f.trainSeconds;
+    }
   }
   const auto n = static_cast<double>(peers.size());
   point.samples = static_cast<std::int64_t>(point.meanStep * static_cast<double>(batch) * n);
@@ -92,6 +94,11 @@ ClusterResult runLocalCluster(const ClusterConfig& config, const Registry& regis
   base.training.finalConsensus = false;  // the cluster evaluates once, below
   base.training.finalLocalEval = false;
   base.training.progress = false;
+  auto board = std::make_shared<EvalPointBoard>();
+  if (config.evalEvery > 0) {
+    base.training.evalPoints = {.everySteps = static_cast<std::uint64_t>(config.evalEvery)};
+    base.training.onEvalPoint = [board](PointSample sample) { board->add(std::move(sample)); };
+  }
   LocalPeerConfigs configs(base, registry);
 
   std::vector<std::unique_ptr<Peer>> peers;
@@ -110,7 +117,7 @@ ClusterResult runLocalCluster(const ClusterConfig& config, const Registry& regis
   ClusterResult result;
   result.peers.resize(config.peers);
   std::vector<std::exception_ptr> errors(config.peers);  // read after the threads are joined
-  std::atomic<bool> anyError{false};                      // what the monitor reads before
+  std::atomic<bool> anyError{false};                     // what the monitor reads before
   std::vector<std::thread> threads;
   for (std::size_t i = 0; i < config.peers; ++i) {
     threads.emplace_back([&, i] {
@@ -140,13 +147,40 @@ ClusterResult runLocalCluster(const ClusterConfig& config, const Registry& regis
     return out;
   };
 
-  // Monitor: progress and periodic consensus evaluations, until every peer's loop is over.
+  // The evaluation points every peer has passed, or will not pass: it ended early (killed, left,
+  // failed), unless the whole cluster was stopped, which leaves the points after the stop
+  // incomplete (a consensus of some of the peers would not be the cluster's).
+  std::vector<PeerId> ids;
+  for (const auto& peer : peers) ids.push_back(peer->id());
+  bool stopping = false;
+  const auto owes = [&](PeerId id, std::uint64_t step) {
+    const auto it = std::find(ids.begin(), ids.end(), id);
+    const PeerStatus s = peers[static_cast<std::size_t>(it - ids.begin())]->status();
+    return stopping || (!s.loopEnded && s.step < step);
+  };
+  double lastAccuracy = -1;
+  std::vector<AveragedPoint> deferred;  // evaluateAfterRun: the points, averaged, in order
+  const auto evaluate = [&](AveragedPoint averaged) {
+    EvalPoint point = evaluateAveraged(std::move(averaged), evaluator, config.evalSamples);
+    lastAccuracy = point.consensus.accuracy;
+    result.curve.push_back(point);
+    if (config.onEval) config.onEval(point);
+  };
+  const auto evaluatePoints = [&] {
+    for (std::vector<PointSample>& samples : board->takeComplete(ids, owes)) {
+      AveragedPoint averaged = averagePoint(std::move(samples));
+      if (config.evaluateAfterRun) {
+        deferred.push_back(std::move(averaged));
+      } else {
+        evaluate(std::move(averaged));
+      }
+    }
+  };
+
+  // Monitor: progress and the evaluations, until every peer's loop is over.
   Clock::time_point start{};
   bool started = false;
-  std::uint64_t nextEval =
-      config.evalEvery > 0 ? static_cast<std::uint64_t>(config.evalEvery) : UINT64_MAX;
   std::unique_ptr<train::Progress> progress;
-  double lastAccuracy = -1;
   Clock::time_point lastEvalAt{};
   for (;;) {
     const bool allDone = std::all_of(peers.begin(), peers.end(), [](const auto& p) {
@@ -155,6 +189,7 @@ ClusterResult runLocalCluster(const ClusterConfig& config, const Registry& regis
     });
     if (allDone || anyError) break;
     if (config.stopRequested && config.stopRequested()) {
+      stopping = true;
       for (const auto& p : peers) p->requestStop();
     }
     if (!started) {
@@ -170,11 +205,11 @@ ClusterResult runLocalCluster(const ClusterConfig& config, const Registry& regis
         continue;
       }
     }
+    evaluatePoints();
     EvalPoint point = measure(peers, base.training.batch, start);
-    const bool stepsDue = point.minStep >= nextEval;
     const bool timeDue =
         config.evalInterval.count() > 0 && Clock::now() - lastEvalAt >= config.evalInterval;
-    if ((stepsDue || timeDue) && point.minStep < peers[0]->status().totalSteps) {
+    if (timeDue && point.minStep < peers[0]->status().totalSteps) {
       lastEvalAt = Clock::now();
       const std::vector<Snapshot> taken = snapshots(base.training.commTimeout);
       point = measure(peers, base.training.batch, start);
@@ -182,7 +217,6 @@ ClusterResult runLocalCluster(const ClusterConfig& config, const Registry& regis
       lastAccuracy = point.consensus.accuracy;
       result.curve.push_back(point);
       if (config.onEval) config.onEval(point);
-      while (nextEval <= point.minStep) nextEval += static_cast<std::uint64_t>(config.evalEvery);
     }
     double loss = 0;
     for (const auto& p : peers) loss += p->status().loss / static_cast<double>(peers.size());
@@ -195,8 +229,12 @@ ClusterResult runLocalCluster(const ClusterConfig& config, const Registry& regis
   }
   if (progress) progress->finish();
 
-  // Every peer's final model is published before its barrier; evaluate them before anyone is gone.
-  std::vector<Snapshot> finals = snapshots(base.training.finishTimeout);
+  // Every peer's final model is published before its barrier; evaluate them before anyone is gone
+  // (a peer that failed publishes none: the run is over with its error, nothing to wait for).
+  std::vector<Snapshot> finals =
+      anyError ? std::vector<Snapshot>{} : snapshots(base.training.finishTimeout);
+  evaluatePoints();  // the points passed last (every loop is over: none is owed any more)
+  for (AveragedPoint& averaged : deferred) evaluate(std::move(averaged));
   for (std::thread& t : threads) t.join();
   for (std::size_t i = 0; i < errors.size(); ++i) {
     if (errors[i]) {
@@ -210,12 +248,15 @@ ClusterResult runLocalCluster(const ClusterConfig& config, const Registry& regis
   for (const PeerResult& r : result.peers)
     result.wallSeconds = std::max(result.wallSeconds, r.wallSeconds);
   result.consensus = evaluator.evaluate(finals, 0, true);
+  // The whole run: the loops and the finish, each peer's fractions over its own time.
   EvalPoint last = measure(peers, base.training.batch, start);
   last.wallSeconds = result.wallSeconds;
   last.consensus = result.consensus;
-  last.utilization = 0;
-  for (const PeerResult& r : result.peers)
+  last.commWaitFraction = last.utilization = 0;
+  for (const PeerResult& r : result.peers) {
+    last.commWaitFraction += r.commWaitFraction / static_cast<double>(result.peers.size());
     last.utilization += r.utilization / static_cast<double>(result.peers.size());
+  }
   result.curve.push_back(last);
   if (config.onEval) config.onEval(last);
   result.finals = std::move(finals);

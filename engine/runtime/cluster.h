@@ -4,9 +4,13 @@
 // `geo` spreads them round-robin over its sites), and join by seeds like separate processes do:
 // peer 1 starts the cluster, the others name it as their seed.
 //
-// While they train, the cluster draws one progress view and, every `evalEvery` steps (of the
-// slowest peer), takes a snapshot of every peer's params at its next step boundary and evaluates
-// the consensus model (their average) on the test set: one EvalPoint of the convergence curve.
+// While they train, the cluster draws one progress view and evaluates the consensus model (the
+// average of the peers' models) on the test set: at the evaluation points every `evalEvery`
+// steps, exactly (eval_points.h: each peer copies its model as it completes step evalEvery,
+// 2 evalEvery, ...; the point's time is the slowest peer's training wall time there), and, when
+// `evalInterval` is set, also every so often by wall time at the peers' next step boundaries (a
+// live view, for monitoring and fault injection). Each evaluation is one EvalPoint of the
+// convergence curve.
 #pragma once
 
 #include <chrono>
@@ -20,28 +24,22 @@
 
 namespace gossamer::engine::runtime {
 
-// One point of a run's convergence curve.
-struct EvalPoint {
-  double wallSeconds = 0;     // since training started
-  std::uint64_t minStep = 0;  // steps of the slowest and fastest peers
-  std::uint64_t maxStep = 0;
-  double meanStep = 0;
-  std::int64_t samples = 0;     // all peers, so far (mean step x batch x peers)
-  double bytesSentPerPeer = 0;  // algorithm traffic, mean over peers
-  double commWaitFraction = 0;  // mean over peers
-  double utilization = 0;       // time in compute / time in the training loop, mean over peers
-  ConsensusResult consensus;
-};
-
 struct ClusterConfig {
   PeerConfig peer;  // the template: transport, profile, training (minPeers is set)
   std::size_t peers = 4;
-  std::int64_t evalEvery = 0;  // steps between consensus evaluations (0: only at the end)
-  // Or by wall time: a consensus evaluation at least this often (0: by steps only).
+  // Steps between the evaluation points (0: none; see the header comment).
+  std::int64_t evalEvery = 0;
+  // Also by wall time: a consensus evaluation at least this often, at the peers' next step
+  // boundaries, not at a common step (0: none).
   std::chrono::milliseconds evalInterval{0};
   std::size_t evalSamples = 2000;
-  bool progress = true;                          // one progress view for the cluster on stdout
-  std::function<void(const EvalPoint&)> onEval;  // called on the monitoring thread
+  // Evaluate the points once training is over (their models averaged as they complete, one model
+  // a point kept): the evaluations then take no CPU from the peers, which matters on a machine
+  // with fewer cores than peers; onEval gets them at the end. Else as they complete.
+  bool evaluateAfterRun = false;
+  bool progress = true;  // one progress view for the cluster on stdout
+  // Called on the monitoring thread with each evaluation, in the order of the curve.
+  std::function<void(const EvalPoint&)> onEval;
   // Called once every peer exists, before training starts (for fault injection in tests).
   std::function<void(std::vector<Peer*>&)> onStart;
   // Polled by the monitoring thread; once true, every peer stops at its next step boundary.
@@ -52,14 +50,17 @@ struct ClusterResult {
   std::vector<PeerResult> peers;  // in peer order (ids 1..N)
   ConsensusResult consensus;      // final, whole test set, per-peer accuracies included
   double wallSeconds = 0;         // the slowest peer's training loop
-  std::vector<EvalPoint> curve;   // periodic evaluations, then the final one
-  std::vector<Snapshot> finals;   // every peer's final params, in peer order
+  // The evaluations while training (the points in order; polled ones where they came), then
+  // the final one.
+  std::vector<EvalPoint> curve;
+  std::vector<Snapshot> finals;  // every peer's final params, in peer order
 };
 
 // The configurations of a local cluster's peers, made from one template: one transport maker
-// for all (inproc peers share its hub), a fresh random secret unless one is set, and the endpoint -> index map
-// the shaped transport needs. Peer `index` (0-based) gets id index + 1 and profile index `index`;
-// peers may be added while the others run (the chaos benchmark's joins and restarts). Thread-safe.
+// for all (inproc peers share its hub), a fresh random secret unless one is set, and the endpoint
+// -> index map the shaped transport needs. Peer `index` (0-based) gets id index + 1 and profile
+// index `index`; peers may be added while the others run (the chaos benchmark's joins and
+// restarts). Thread-safe.
 class LocalPeerConfigs {
  public:
   LocalPeerConfigs(PeerConfig base, const Registry& registry);

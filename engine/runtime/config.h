@@ -17,6 +17,7 @@
 #include "engine/data/sharding.h"
 #include "engine/options.h"
 #include "engine/registry.h"
+#include "engine/runtime/eval_points.h"
 #include "engine/train/optimizer.h"
 #include "engine/train/schedule.h"
 #include "net/endpoint.h"
@@ -109,6 +110,11 @@ struct TrainingConfig {
   static constexpr std::int64_t kEachEpoch = -1;
   std::int64_t evalEvery = 0;
   std::size_t evalSamples = 2000;  // 0: the whole test set
+  // Evaluation points of the cluster (eval_points.h): as it passes each, this peer hands
+  // onEvalPoint a copy of its model and its figures, off its clock. Set by whoever evaluates the
+  // points (a local cluster's monitor); no sink: no points.
+  EvalSchedule evalPoints;
+  PointSink onEvalPoint;
   // Replaces the seeded initial model (the same on every peer) with initialParams(rank, count),
   // host values for the peer of that rank among the members: for tests and experiments of
   // consensus, whose oracle is the average of distinct initial models.

@@ -35,11 +35,9 @@ ConsensusEvaluator::ConsensusEvaluator(
 
 ConsensusEvaluator::~ConsensusEvaluator() = default;
 
-ConsensusResult ConsensusEvaluator::evaluate(std::span<const Snapshot> snapshots,
-                                             std::size_t samples, bool perPeer) {
-  ConsensusResult result;
-  result.peers = snapshots.size();
-  if (snapshots.empty()) return result;
+std::vector<float> averageModels(std::span<const Snapshot> snapshots, double* distance) {
+  if (distance != nullptr) *distance = 0;
+  if (snapshots.empty()) return {};
   const std::size_t n = snapshots.front().params.size();
   std::vector<double> sum(n, 0.0);
   for (const Snapshot& s : snapshots) {
@@ -49,14 +47,30 @@ ConsensusResult ConsensusEvaluator::evaluate(std::span<const Snapshot> snapshots
   std::vector<float> mean(n);
   const double count = static_cast<double>(snapshots.size());
   for (std::size_t i = 0; i < n; ++i) mean[i] = static_cast<float>(sum[i] / count);
-  for (const Snapshot& s : snapshots) {
-    double distance = 0;
-    for (std::size_t i = 0; i < n; ++i) {
-      const double d = static_cast<double>(s.params[i]) - mean[i];
-      distance += d * d;
+  if (distance != nullptr) {
+    for (const Snapshot& s : snapshots) {
+      double d2 = 0;
+      for (std::size_t i = 0; i < n; ++i) {
+        const double d = static_cast<double>(s.params[i]) - mean[i];
+        d2 += d * d;
+      }
+      *distance += d2 / count;
     }
-    result.distance += distance / count;
   }
+  return mean;
+}
+
+EvalResult ConsensusEvaluator::evaluateModel(std::span<const float> params, std::size_t samples) {
+  return impl_->run(params, samples);
+}
+
+ConsensusResult ConsensusEvaluator::evaluate(std::span<const Snapshot> snapshots,
+                                             std::size_t samples, bool perPeer) {
+  ConsensusResult result;
+  result.peers = snapshots.size();
+  if (snapshots.empty()) return result;
+  const double count = static_cast<double>(snapshots.size());
+  const std::vector<float> mean = averageModels(snapshots, &result.distance);
   const EvalResult consensus = impl_->run(mean, samples);
   result.accuracy = consensus.accuracy();
   result.loss = consensus.meanLoss();

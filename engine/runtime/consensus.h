@@ -22,6 +22,10 @@ struct ConsensusResult {
   double meanPeerAccuracy = 0;
 };
 
+// The average of `snapshots`' params (float64 sums) and, in `distance` when given, the mean over
+// them of ||w_i - mean||^2. Throws gossamer::Error when they are of different sizes.
+std::vector<float> averageModels(std::span<const Snapshot> snapshots, double* distance = nullptr);
+
 class ConsensusEvaluator {
  public:
   ConsensusEvaluator(const Registry& registry, const std::string& model, ModelConfig config,
@@ -34,6 +38,8 @@ class ConsensusEvaluator {
   // Throws gossamer::Error when the snapshots are of different sizes.
   ConsensusResult evaluate(std::span<const Snapshot> snapshots, std::size_t samples = 0,
                            bool perPeer = true);
+  // One model (host params) on the first `samples` test samples (0: all).
+  EvalResult evaluateModel(std::span<const float> params, std::size_t samples = 0);
 
  private:
   struct Impl;

@@ -6,8 +6,17 @@
 
 namespace gossamer::engine::runtime {
 
+bool TimedInbox::wait(std::optional<std::uint32_t> kind, Clock::time_point deadline) {
+  const Clock::time_point start = Clock::now();
+  const bool queued = queue_.wait(kind, deadline);
+  status_.addCommWait(Clock::now() - start);
+  return queued;
+}
+
 ComputeContext::ComputeContext(ComputeParts parts)
-    : p_(parts), rng_(parts.config.seed * 0x9e3779b97f4a7c15ull ^ parts.self) {}
+    : p_(parts),
+      inbox_(parts.inbox, parts.status),
+      rng_(parts.config.seed * 0x9e3779b97f4a7c15ull ^ parts.self) {}
 
 void ComputeContext::sendOn(std::span<const PeerId> to, const Message& message, Route route,
                             Clock::duration wait) {
@@ -69,13 +78,12 @@ GatherResult ComputeContext::gather(std::span<const PeerId> from, std::uint64_t 
 GatherResult ComputeContext::gatherFrom(std::span<const PeerId> from, std::uint64_t tag,
                                         Clock::duration timeout, bool whileStepping) {
   const Clock::time_point start = Clock::now();
-  GatherResult result =
-      runtime::gather(p_.inbox, from, tag, start + timeout, [&](PeerId peer) {
-        if (peer == p_.self) return false;
-        if (!p_.network.isMember(peer)) return true;
-        if (!whileStepping) return false;
-        return p_.roster.finishing ? p_.control.hasReleased(peer) : p_.control.hasFinished(peer);
-      });
+  GatherResult result = runtime::gather(p_.inbox, from, tag, start + timeout, [&](PeerId peer) {
+    if (peer == p_.self) return false;
+    if (!p_.network.isMember(peer)) return true;
+    if (!whileStepping) return false;
+    return p_.roster.finishing ? p_.control.hasReleased(peer) : p_.control.hasFinished(peer);
+  });
   p_.status.addCommWait(Clock::now() - start);
   return result;
 }
@@ -114,9 +122,9 @@ void ServeGate::serve(const Incoming& request) {
   try {
     algorithm_.serve(context_, request);
   } catch (const std::exception& e) {
-    log::get("peer")->error("peer {:016x}: {}::serve failed on a message of kind {} from {:016x}: {}",
-                            context_.self(), algorithm_.name(), request.kind, request.from,
-                            e.what());
+    log::get("peer")->error(
+        "peer {:016x}: {}::serve failed on a message of kind {} from {:016x}: {}", context_.self(),
+        algorithm_.name(), request.kind, request.from, e.what());
   }
 }
 

@@ -48,6 +48,22 @@ struct ComputeParts {
   MetricsMap& metrics;
 };
 
+// The inbox as an algorithm sees it: the peer's queue, its waits counted as communication time.
+class TimedInbox final : public Inbox {
+ public:
+  TimedInbox(MessageQueue& queue, LoopStatus& status) : queue_(queue), status_(status) {}
+  std::vector<Incoming> drain(std::optional<std::uint32_t> kind) override {
+    return queue_.drain(kind);
+  }
+  std::size_t discardBefore(std::uint64_t step) override { return queue_.discardBefore(step); }
+  std::size_t size() const override { return queue_.size(); }
+  bool wait(std::optional<std::uint32_t> kind, Clock::time_point deadline) override;
+
+ private:
+  MessageQueue& queue_;
+  LoopStatus& status_;
+};
+
 class ComputeContext final : public PeerContext {
  public:
   explicit ComputeContext(ComputeParts parts);
@@ -78,7 +94,7 @@ class ComputeContext final : public PeerContext {
                                   Clock::duration timeout) override;
   GatherResult gather(std::span<const PeerId> from, std::uint64_t tag,
                       Clock::duration timeout) override;
-  Inbox& inbox() override { return p_.inbox; }
+  Inbox& inbox() override { return inbox_; }
   Tags& tags() override { return tags_; }
   DeviceView upload(std::span<const float> host) override { return p_.staging.upload(host); }
   Clock::duration commTimeout() const override { return p_.config.commTimeout; }
@@ -99,10 +115,11 @@ class ComputeContext final : public PeerContext {
   // messages its compute thread sends) it will send nothing more: it finished training (or, in
   // finish(), released the others). Replies from serve() come from its io thread, which serves
   // until it leaves: request() waits for those while it is a member.
-  GatherResult gatherFrom(std::span<const PeerId> from, std::uint64_t tag,
-                          Clock::duration timeout, bool whileStepping);
+  GatherResult gatherFrom(std::span<const PeerId> from, std::uint64_t tag, Clock::duration timeout,
+                          bool whileStepping);
 
   ComputeParts p_;
+  TimedInbox inbox_;
   const LocalStep* local_ = nullptr;
   TagSource tags_;
   std::mt19937_64 rng_;

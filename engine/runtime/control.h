@@ -81,7 +81,7 @@ class ClusterControl {
   bool hasReleased(PeerId peer) const;
 
   // `from`'s params at its next step boundary (payload 0, the step in `step`), or nullopt when
-  // none came within `timeout` (or `from` left). Counts the wait in `status`.
+  // none came within `timeout` (or `from` left).
   std::optional<Incoming> pullModel(PeerId from, Clock::duration timeout);
   // The same from several peers at once (the final consensus).
   GatherResult pullModels(const std::vector<PeerId>& from, Clock::duration timeout);
@@ -94,8 +94,7 @@ class ClusterControl {
  private:
   void request(const std::vector<PeerId>& to, const control::Message& message, std::uint64_t tag);
   // The status of each of `peers` that answers within `timeout`.
-  std::vector<control::Status> askStatus(const std::vector<PeerId>& peers,
-                                         Clock::duration timeout);
+  std::vector<control::Status> askStatus(const std::vector<PeerId>& peers, Clock::duration timeout);
   std::vector<PeerId> others() const;
 
   PeerNetwork& network_;
@@ -109,7 +108,7 @@ class ClusterControl {
   std::vector<PeerId> startMembers_;
   std::map<PeerId, unsigned> finishedMarks_;  // bit c: the mark of channel c came
   std::map<PeerId, unsigned> releasedMarks_;  // the same for the released marks
-  std::uint64_t statusTag_ = 0;  // of the status request in flight
+  std::uint64_t statusTag_ = 0;               // of the status request in flight
   std::map<PeerId, control::Status> statuses_;
   std::uint64_t wakeups_ = 0;  // counts wake(): a wait returns when the view may have changed
   bool stopped_ = false;

@@ -5,23 +5,27 @@
 namespace gossamer::engine::runtime {
 
 std::shared_ptr<HostBufferPool> HostBufferPool::make(std::size_t slots, std::size_t slotBytes,
-                                                     Allocate allocate, Free free) {
-  return std::make_shared<HostBufferPool>(slots, slotBytes, std::move(allocate), std::move(free));
+                                                     Allocate allocate, Free free,
+                                                     kernels::MemoryMeter* meter) {
+  return std::make_shared<HostBufferPool>(slots, slotBytes, std::move(allocate), std::move(free),
+                                          meter);
 }
 
 HostBufferPool::HostBufferPool(std::size_t slots, std::size_t slotBytes, Allocate allocate,
-                               Free free)
-    : slotBytes_(slotBytes), allocate_(std::move(allocate)), free_(std::move(free)) {
+                               Free free, kernels::MemoryMeter* meter)
+    : slotBytes_(slotBytes), allocate_(std::move(allocate)), free_(std::move(free)), meter_(meter) {
   GOSSAMER_ENFORCE(slots > 0 && slotBytes > 0, "a host buffer pool needs slots ({}) and bytes ({})",
                    slots, slotBytes);
   for (std::size_t i = 0; i < slots; ++i) {
     all_.push_back(static_cast<std::byte*>(allocate_(slotBytes)));
     free_slots_.push_back(all_.back());
+    if (meter_ != nullptr) meter_->allocated(slotBytes);
   }
 }
 
 HostBufferPool::~HostBufferPool() {
   for (std::byte* data : all_) free_(data);
+  if (meter_ != nullptr) meter_->freed(all_.size() * slotBytes_);
 }
 
 std::shared_ptr<HostBuffer> HostBufferPool::take(std::size_t bytes) {
@@ -34,22 +38,24 @@ std::shared_ptr<HostBuffer> HostBufferPool::take(std::size_t bytes) {
   } else {
     if (oversizeOut_) return nullptr;
     data = static_cast<std::byte*>(allocate_(bytes));
+    if (meter_ != nullptr) meter_->allocated(bytes);
     oversizeOut_ = true;
     oversize = true;
   }
   // The buffer keeps the pool alive, so it can be released after the pool's owner let go.
   std::shared_ptr<HostBufferPool> self = shared_from_this();
   return std::shared_ptr<HostBuffer>(new HostBuffer(data, bytes), [self, oversize](HostBuffer* b) {
-    self->give(b->data(), oversize);
+    self->give(b->data(), b->size(), oversize);
     delete b;
   });
 }
 
-void HostBufferPool::give(std::byte* data, bool oversize) {
+void HostBufferPool::give(std::byte* data, std::size_t bytes, bool oversize) {
   {
     std::lock_guard lock(mutex_);
     if (oversize) {
       free_(data);
+      if (meter_ != nullptr) meter_->freed(bytes);
       oversizeOut_ = false;
     } else {
       free_slots_.push_back(data);

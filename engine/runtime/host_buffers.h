@@ -18,6 +18,8 @@
 #include <span>
 #include <vector>
 
+#include "kernels/memory_meter.h"
+
 namespace gossamer::engine::runtime {
 
 class HostBuffer {
@@ -38,8 +40,11 @@ class HostBufferPool : public std::enable_shared_from_this<HostBufferPool> {
   using Allocate = std::function<void*(std::size_t)>;
   using Free = std::function<void(void*)>;
 
+  // `meter` (null: none) counts the slots and the oversize buffer while they exist; it must
+  // outlive the pool and its buffers.
   static std::shared_ptr<HostBufferPool> make(std::size_t slots, std::size_t slotBytes,
-                                              Allocate allocate, Free free);
+                                              Allocate allocate, Free free,
+                                              kernels::MemoryMeter* meter = nullptr);
   ~HostBufferPool();
 
   // A buffer of `bytes`, waiting up to `timeout` for room; null on timeout or after close().
@@ -56,15 +61,17 @@ class HostBufferPool : public std::enable_shared_from_this<HostBufferPool> {
   // (Transport::registerMemory) so that RDMA sends and receives need no registration per message.
   std::vector<std::span<std::byte>> slots() const;
 
-  HostBufferPool(std::size_t slots, std::size_t slotBytes, Allocate allocate, Free free);
+  HostBufferPool(std::size_t slots, std::size_t slotBytes, Allocate allocate, Free free,
+                 kernels::MemoryMeter* meter);
 
  private:
   std::shared_ptr<HostBuffer> take(std::size_t bytes);  // with mutex_ held; null if no room
-  void give(std::byte* data, bool oversize);
+  void give(std::byte* data, std::size_t bytes, bool oversize);
 
   const std::size_t slotBytes_;
   Allocate allocate_;
   Free free_;
+  kernels::MemoryMeter* meter_;
   mutable std::mutex mutex_;
   std::condition_variable freed_;
   std::vector<std::byte*> all_;

@@ -2,8 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <deque>
-#include <mutex>
 #include <random>
 
 #include <asio/post.hpp>
@@ -11,25 +9,23 @@
 
 #include "engine/base/enforce.h"
 #include "engine/base/log.h"
-#include "engine/runtime/checkpoints.h"
-#include "engine/runtime/context.h"
-#include "engine/runtime/control.h"
-#include "engine/runtime/messenger.h"
-#include "engine/runtime/network.h"
-#include "engine/runtime/payload_codec.h"
-#include "engine/runtime/peer_state.h"
-#include "engine/runtime/staging.h"
-#include "engine/runtime/training_loop.h"
-#include "kernels/cpu/cpu_compute.h"
-#include "net/limits.h"
+#include "engine/runtime/peer_impl.h"
 
 namespace gossamer::engine::runtime {
-namespace {
 
-const auto& logger() {
+const std::shared_ptr<spdlog::logger>& peerLogger() {
   static const auto l = log::get("peer");
   return l;
 }
+
+std::vector<PeerId> without(std::vector<PeerId> ids, PeerId self) {
+  std::erase(ids, self);
+  return ids;
+}
+
+namespace {
+
+const auto& logger() { return peerLogger(); }
 
 PeerId chooseId(const NetworkConfig& n) {
   if (n.peerId != 0) return n.peerId;
@@ -45,11 +41,6 @@ std::string seedList(const NetworkConfig& n) {
     seeds += seed.str();
   }
   return seeds.empty() ? "none (this peer started the cluster)" : seeds;
-}
-
-std::vector<PeerId> without(std::vector<PeerId> ids, PeerId self) {
-  std::erase(ids, self);
-  return ids;
 }
 
 // The model of an externally driven peer: only the layout of the flat buffers; the caller computes
@@ -87,113 +78,6 @@ std::uint64_t peerIdFor(const net::Endpoint& listen) {
   return hash == 0 ? 1 : hash;
 }
 
-// The parts that talk to other peers, built around the network (engine/runtime/README.md).
-struct Comms {
-  Comms(const NetworkConfig& config, PeerId self, kernels::Compute& compute, Algorithm& algorithm,
-        std::size_t modelBytes, const TrainingConfig& training, const LoopStatus& status,
-        MetricsMap& metrics)
-      : network(config, self),
-        staging(compute, modelBytes,
-                {.sendSlots = training.sendBuffers, .receiveSlots = training.receiveBuffers}),
-        codec(compute, *hostCompute, training.compression, training.seed ^ self,
-              [this](std::size_t bytes) { return staging.receiveSlot(bytes); },
-              net::Limits{}.maxFrameBytes),
-        messenger(network, staging, codec),
-        snapshots(self),
-        control(network, messenger, snapshots, status),
-        serveContext(self, *hostCompute, messenger, metrics, training.normBound),
-        serveGate(algorithm, serveContext) {}
-  // The io thread goes first: no handler may run on parts being destroyed.
-  ~Comms() { network.shutdown(); }
-
-  // serve() runs on the io thread, beside the compute thread's Compute: it gets a CPU one.
-  std::unique_ptr<kernels::Compute> hostCompute = kernels::cpu::makeCompute({.blasThreads = 1});
-  PeerNetwork network;
-  Staging staging;
-  PayloadCodec codec;
-  MessageQueue inbox;
-  Messenger messenger;
-  SnapshotBoard snapshots;
-  ClusterControl control;
-  ServeContext serveContext;
-  ServeGate serveGate;
-};
-
-// What exists while run() trains (compute thread).
-struct Training {
-  std::unique_ptr<train::Learner> learner;
-  Roster roster;
-  std::size_t shardCount = 0, shardRank = 0;
-  std::unique_ptr<ComputeContext> context;
-  std::unique_ptr<TrainingLoop> loop;
-  std::uint64_t stepsPerEpoch = 1;
-  bool cannotJoin = false;  // the join deadline passed before anyone admitted this peer
-};
-
-// Requests from other threads, read at step boundaries.
-struct Requests {
-  std::atomic<bool> stop{false}, leave{false}, killed{false};
-};
-
-struct Peer::Impl final : private LoopDriver {
-  Impl(PeerConfig c, const Registry& r, std::shared_ptr<const DatasetPair> d,
-       std::optional<ExternalModel> e);
-
-  PeerResult run();
-  // run() in its parts, for the externally driven loop as well: start() (false: joined no one),
-  // the loop, finish().
-  bool start();
-  PeerResult finish(const LoopFigures& figures);
-  void kill();
-  LoopDriver& driver() { return *this; }
-
-  // ---- fixed after construction ----
-  PeerConfig config;
-  const Registry& registry;
-  std::shared_ptr<const DatasetPair> data;  // null for an externally driven peer
-  std::optional<ExternalModel> external;
-  PeerId self = 0;
-  std::unique_ptr<kernels::Compute> compute;
-  std::unique_ptr<Model> model;
-  std::unique_ptr<Algorithm> algorithm;
-  std::unique_ptr<topology::Topology> topology;
-  PeerCheckpoints checkpoints;
-  std::optional<train::Checkpoint> resumeFrom;  // --resume: loaded and checked at construction
-  // A peer with seeds that joined no one by then gives up (TrainingConfig::joinTimeout).
-  Clock::time_point joinDeadline = Clock::time_point::max();
-  // ---- shared between threads ----
-  LoopStatus status;
-  MetricsMap metrics;
-  Requests requests;
-  std::mutex eventsMutex;  // leaf
-  std::deque<net::membership::Event> events;  // for takeEvents()
-  std::unique_ptr<Comms> comms;  // last: it stops the io thread before the rest goes
-  // ---- compute thread ----
-  Training training;
-  enum class Phase { constructed, started, finished } phase = Phase::constructed;
-
- private:
-  EvaluateFn evaluation();
-  std::vector<std::size_t> shardOf(std::size_t count, std::size_t rank) const;
-  void takeShard();
-  std::uint64_t totalSteps(const StartPlan& plan) const;
-  void startFrom(const StartPlan& plan);
-  void refreshMembers(bool force);
-  void rebuildGraph();
-  void publishSnapshot(bool final);
-  void finishWithOthers(bool leaving);
-  ConsensusResult pullConsensus();
-  PeerResult cannotJoinResult();
-  void onMembershipEvent(const net::membership::Event& event);
-
-  // LoopDriver
-  double step() override;
-  void afterStep() override;
-  bool stopping() const override;
-  void checkpointIfDue(std::uint64_t step) override;
-  std::uint64_t bytesSent() const override;
-};
-
 // ---- construction ----------------------------------------------------------------------------
 
 Peer::Impl::Impl(PeerConfig c, const Registry& r, std::shared_ptr<const DatasetPair> d,
@@ -219,9 +103,10 @@ Peer::Impl::Impl(PeerConfig c, const Registry& r, std::shared_ptr<const DatasetP
                    "--shard-index {} must be below --shards {}", t.shardIndex, t.shards);
   const AlgorithmSpec& spec = registry.algorithms.get(t.algorithm);
   algorithm = spec.make(t.algorithmOptions);
-  topology = registry.topologies.get(t.topology.empty() ? spec.defaultTopology : t.topology)(
-      t.topologyOptions);
+  topology = registry.topologies.get(t.topology.empty() ? spec.defaultTopology
+                                                        : t.topology)(t.topologyOptions);
   compute = makeCompute(t.device);
+  compute->setMemoryMeter(&memory);
   if (external) {
     model = std::make_unique<LayoutModel>(*compute, external->layout);
     // The buffers exist from the start: the caller lays its tensors out over them.
@@ -240,11 +125,14 @@ Peer::Impl::Impl(PeerConfig c, const Registry& r, std::shared_ptr<const DatasetP
   prepareTransport(config.network, registry);
   comms = std::make_unique<Comms>(config.network, self, *compute, *algorithm,
                                   model->parameterCount() * sizeof(float), t, status, metrics);
+  comms->hostCompute->setMemoryMeter(&memory);
   comms->messenger.setRoutes(Routes{
       .inbox = &comms->inbox,
       .serve = [this](Incoming request) { comms->serveGate.deliver(std::move(request)); },
-      .runtime = [this](Incoming message,
-                        std::vector<std::byte> bytes) { comms->control.onMessage(std::move(message), std::move(bytes)); },
+      .runtime =
+          [this](Incoming message, std::vector<std::byte> bytes) {
+            comms->control.onMessage(std::move(message), std::move(bytes));
+          },
   });
   Messenger& messenger = comms->messenger;
   comms->network.start(
@@ -272,11 +160,7 @@ void Peer::Impl::onMembershipEvent(const net::membership::Event& event) {
                 "peer {:016x}: epoch {}: {:016x} ({}) {}; {} members", self, event.epoch,
                 event.member.id, event.member.address.str(), net::membership::name(event.kind),
                 comms->network.view().members.size());
-  {
-    std::lock_guard lock(eventsMutex);
-    events.push_back(event);
-    if (events.size() > 1024) events.pop_front();
-  }
+  events.add(event);
   comms->inbox.wake();
   comms->control.wake();
 }
@@ -340,7 +224,7 @@ void Peer::Impl::refreshMembers(bool force) {
 std::uint64_t Peer::Impl::totalSteps(const StartPlan& plan) const {
   const TrainingConfig& t = config.training;
   if (plan.totalSteps > 0) return plan.totalSteps;  // the cluster's, already training
-  if (t.maxSteps > 0) return t.maxSteps;  // always, for an externally driven peer
+  if (t.maxSteps > 0) return t.maxSteps;            // always, for an externally driven peer
   // The same on every peer: passes of the whole cluster over the training set.
   const std::size_t shards = std::max(training.shardCount, t.minPeers);
   const std::size_t perPass = (data->train.count() + shards * t.batch - 1) / (shards * t.batch);
@@ -372,7 +256,8 @@ void Peer::Impl::startFrom(const StartPlan& plan) {
 void Peer::Impl::publishSnapshot(bool final) {
   std::vector<float> params(training.learner->params().size());
   compute->download(std::span<float>(params), std::span<const float>(training.learner->params()));
-  const std::vector<Incoming> pulls = comms->snapshots.publish(status.step, std::move(params), final);
+  const std::vector<Incoming> pulls =
+      comms->snapshots.publish(status.step, std::move(params), final);
   if (!pulls.empty()) comms->control.answerPulls(pulls, comms->snapshots.latest());
 }
 
@@ -388,6 +273,20 @@ void Peer::Impl::afterStep() {
   if (comms->snapshots.wanted()) publishSnapshot(false);
   // Training alone (--min-peers 1) while the seeds keep refusing: the join timeout still holds.
   if (Clock::now() >= joinDeadline && !comms->network.joined()) training.cannotJoin = true;
+}
+
+void Peer::Impl::atEvalPoint(std::uint64_t point, const StepFigures& figures) {
+  const PointSink& sink = config.training.onEvalPoint;
+  if (!sink) return;
+  PointSample sample{
+      .point = point,
+      .model = {self, status.step, std::vector<float>(training.learner->params().size())},
+      .figures = figures,
+      .samples = training.learner->samples(),
+      .bytesSent = bytesSent()};
+  compute->download(std::span<float>(sample.model.params),
+                    std::span<const float>(training.learner->params()));
+  sink(std::move(sample));
 }
 
 bool Peer::Impl::stopping() const {
@@ -413,9 +312,12 @@ PeerResult Peer::Impl::run() {
 
 EvaluateFn Peer::Impl::evaluation() {
   if (external) return external->evaluate;
-  auto evaluator = std::make_shared<train::Evaluator>(*compute, *model, data->test);
-  return [evaluator](std::span<const float> params, std::size_t samples) {
-    return evaluator->run(params, samples);
+  // Made at the first evaluation: a peer that never evaluates (a local cluster's, whose monitor
+  // evaluates the consensus) holds no copy of the test set.
+  auto evaluator = std::make_shared<std::unique_ptr<train::Evaluator>>();
+  return [this, evaluator](std::span<const float> params, std::size_t samples) {
+    if (!*evaluator) *evaluator = std::make_unique<train::Evaluator>(*compute, *model, data->test);
+    return (*evaluator)->run(params, samples);
   };
 }
 
@@ -431,16 +333,18 @@ bool Peer::Impl::start() {
   takeShard();
   status.totalSteps = totalSteps(plan);
   rebuildGraph();
-  training.context = std::make_unique<ComputeContext>(ComputeParts{
-      self, t, *compute, *training.learner, roster, comms->network, comms->messenger, comms->inbox,
-      comms->control, comms->staging, status, metrics});
+  training.context = std::make_unique<ComputeContext>(
+      ComputeParts{self, t, *compute, *training.learner, roster, comms->network, comms->messenger,
+                   comms->inbox, comms->control, comms->staging, status, metrics});
   startFrom(plan);
   logger()->info(
       "peer {:016x}: {} with {} on {} (gap {:.3f}); {} members{}; shard {} of {} ({}); "
       "steps {} to {}",
-      self, algorithm->name(), topology->name(), compute->describe(), roster.graph->spectralGap(),
-      roster.members.size(), plan.late ? ", joined late" : "", training.shardRank,
-      training.shardCount,
+      self, algorithm->name(), topology->name(),
+      // The CPU's BLAS is the process's, logged once (engine::makeCompute); a GPU is the peer's.
+      compute->device() == kernels::Device::kCpu ? std::string("cpu") : compute->describe(),
+      roster.graph->spectralGap(), roster.members.size(), plan.late ? ", joined late" : "",
+      training.shardRank, training.shardCount,
       external ? std::string("the caller's data")
                : fmt::format("{} samples", training.learner->sampler().size()),
       status.step.load(), status.totalSteps.load());
@@ -448,125 +352,13 @@ bool Peer::Impl::start() {
   asio::post(comms->network.io(), [this] { comms->serveGate.open(); });
   status.commWaitNs = 0;  // waiting for the others to show up is not communication cost
 
-  training.stepsPerEpoch =
-      !external ? training.learner->sampler().batchesPerEpoch()
-      : external->stepsPerEpoch > 0 ? external->stepsPerEpoch
-                                     : std::max<std::uint64_t>(status.totalSteps, 1);
+  training.stepsPerEpoch = !external ? training.learner->sampler().batchesPerEpoch()
+                           : external->stepsPerEpoch > 0
+                               ? external->stepsPerEpoch
+                               : std::max<std::uint64_t>(status.totalSteps, 1);
   training.loop = std::make_unique<TrainingLoop>(t, self, *training.learner, evaluation(), status,
                                                  training.stepsPerEpoch);
   return true;
-}
-
-PeerResult Peer::Impl::finish(const LoopFigures& figures) {
-  const TrainingConfig& t = config.training;
-  if (training.cannotJoin) return cannotJoinResult();
-  const std::size_t shards = std::max(training.shardCount, t.minPeers);
-  const bool leaving = requests.leave && !requests.killed;
-  finishWithOthers(leaving);
-  if (checkpoints.enabled() && !requests.killed)
-    checkpoints.save(*training.learner, *algorithm, status.step, status.totalSteps);
-  publishSnapshot(true);
-  status.finished = true;
-
-  PeerResult result;
-  result.peer = self;
-  result.algorithm = algorithm->name();
-  result.topology = topology->name();
-  result.peers = shards;
-  result.parameters = model->parameterCount();
-  result.device = compute->describe();
-  result.steps = status.step;
-  result.samples = training.learner->samples();
-  result.epochs = static_cast<double>(status.step) /
-                  static_cast<double>(std::max<std::uint64_t>(training.stepsPerEpoch, 1));
-  result.wallSeconds = figures.wallSeconds;
-  result.samplesPerSecond = figures.samplesPerSecond;
-  result.trainLoss = figures.trainLoss;
-  result.stopped = requests.stop || requests.leave;
-  result.commWaitSeconds = status.commWaitSeconds();
-  EvalResult test;
-  if (t.finalLocalEval && !requests.killed && training.loop->canEvaluate()) {
-    test = training.loop->evaluate(0);
-    result.testAccuracy = test.accuracy();
-    result.testLoss = test.meanLoss();
-  }
-  if (t.finalConsensus && !requests.killed && !leaving && training.loop->canEvaluate())
-    result.consensus = pullConsensus();
-  if (!requests.killed && !leaving) {
-    // Everyone may still be pulling final models: leave once every member is done.
-    comms->control.announce(ClusterControl::Barrier::released,
-                            without(comms->network.members(), self), t.commTimeout);
-    comms->control.await(ClusterControl::Barrier::released, t.finishTimeout);
-  }
-  const net::TrafficCounters traffic = comms->network.traffic(net::Traffic::algorithm);
-  result.bytesSent = traffic.bytesSent;
-  result.bytesReceived = traffic.bytesReceived;
-  result.commWaitFraction =
-      result.wallSeconds > 0 ? result.commWaitSeconds / result.wallSeconds : 0;
-  result.computeSeconds = status.computeSeconds();
-  result.utilization = result.wallSeconds > 0 ? result.computeSeconds / result.wallSeconds : 0;
-  result.metrics = metrics.values();
-  training.loop->logFinal(result.steps, result.wallSeconds, test, result.samplesPerSecond,
-                          result.bytesSent, result.commWaitFraction);
-  return result;
-}
-
-// After the loop: a leaver hands over what must not leave with it; the others wait until every
-// member finished (so that everything sent has arrived), then the algorithm's finish().
-void Peer::Impl::finishWithOthers(bool leaving) {
-  if (requests.killed) return;
-  const TrainingConfig& t = config.training;
-  const std::vector<PeerId> others = without(comms->network.members(), self);
-  if (leaving) {
-    algorithm->leave(*training.context);
-    comms->control.announce(ClusterControl::Barrier::finished, others, t.commTimeout);
-    return;
-  }
-  comms->control.announce(ClusterControl::Barrier::finished, others, t.commTimeout);
-  comms->control.await(ClusterControl::Barrier::finished, t.finishTimeout);
-  training.roster.finishing = true;
-  // The barrier may have ended because a member left the view (a crash): finish() works with the
-  // members as they are now, like a step would (setup() first when they changed; a new epoch with
-  // the same members changes nothing).
-  if (comms->network.members() != training.roster.members) refreshMembers(true);
-  algorithm->finish(*training.context);
-}
-
-// Joined no one by the join deadline: nothing to finish with anyone, only why.
-PeerResult Peer::Impl::cannotJoinResult() {
-  PeerResult result;
-  result.peer = self;
-  result.steps = status.step;
-  result.joinFailure = JoinFailure::of(comms->network.seedFailures(), config.training.joinTimeout);
-  return result;
-}
-
-ConsensusResult Peer::Impl::pullConsensus() {
-  const std::vector<PeerId> everyone = comms->network.members();
-  const Clock::time_point start = Clock::now();
-  GatherResult got = comms->control.pullModels(everyone, config.training.finishTimeout);
-  status.addCommWait(Clock::now() - start);
-  std::vector<Snapshot> snapshots;
-  for (const Incoming& m : got.messages) {
-    if (m.payloadCount() != 1 || m.payload(0).size() != training.learner->params().size()) continue;
-    const std::span<const float> params = m.payload(0);
-    snapshots.push_back(Snapshot{m.from, m.step, std::vector<float>(params.begin(), params.end())});
-  }
-  if (snapshots.size() < everyone.size())
-    logger()->warn("peer {:016x}: {} members sent no final model; the consensus averages {}", self,
-                   everyone.size() - snapshots.size(), snapshots.size());
-  if (!external) {
-    ConsensusEvaluator evaluator(registry, config.training.model, config.training.modelConfig,
-                                 data->test);
-    return evaluator.evaluate(snapshots);
-  }
-  // The caller's evaluation reads the Compute's memory.
-  kernels::Buffer<float> params = compute->allocate<float>(training.learner->params().size());
-  ConsensusEvaluator evaluator([&](std::span<const float> host, std::size_t samples) {
-    compute->upload(params.span(), host);
-    return external->evaluate(params.span(), samples);
-  });
-  return evaluator.evaluate(snapshots);
 }
 
 // ---- Peer ----------------------------------------------------------------------------------
@@ -607,8 +399,7 @@ bool Peer::start() {
 }
 
 bool Peer::step(const LocalStep& local) {
-  GOSSAMER_ENFORCE(impl_->phase == Impl::Phase::started,
-                   "Peer::step() {}",
+  GOSSAMER_ENFORCE(impl_->phase == Impl::Phase::started, "Peer::step() {}",
                    impl_->phase == Impl::Phase::constructed ? "before start()" : "after finish()");
   if (impl_->training.cannotJoin) return false;
   ComputeContext& context = *impl_->training.context;
@@ -621,13 +412,11 @@ bool Peer::step(const LocalStep& local) {
 }
 
 PeerResult Peer::finish() {
-  GOSSAMER_ENFORCE(impl_->phase == Impl::Phase::started,
-                   "Peer::finish() {}",
+  GOSSAMER_ENFORCE(impl_->phase == Impl::Phase::started, "Peer::finish() {}",
                    impl_->phase == Impl::Phase::constructed ? "before start()" : "is called once");
   impl_->phase = Impl::Phase::finished;
-  PeerResult result = impl_->training.loop
-                          ? impl_->finish(impl_->training.loop->end())
-                          : impl_->finish(LoopFigures{});
+  PeerResult result = impl_->training.loop ? impl_->finish(impl_->training.loop->end())
+                                           : impl_->finish(LoopFigures{});
   impl_->comms->network.stop(!impl_->requests.killed);
   return result;
 }
@@ -671,17 +460,14 @@ PeerStatus Peer::status() const {
                     .commWaitSeconds = s.commWaitSeconds(),
                     .computeSeconds = s.computeSeconds(),
                     .trainSeconds = s.trainSeconds,
+                    .lastStep = s.lastStep(),
                     .training = s.training,
+                    .loopEnded = s.loopEnded,
                     .finished = s.finished};
 }
 
 net::membership::View Peer::view() const { return impl_->comms->network.view(); }
 
-std::vector<net::membership::Event> Peer::takeEvents() {
-  std::lock_guard lock(impl_->eventsMutex);
-  std::vector<net::membership::Event> events(impl_->events.begin(), impl_->events.end());
-  impl_->events.clear();
-  return events;
-}
+std::vector<net::membership::Event> Peer::takeEvents() { return impl_->events.take(); }
 
 }  // namespace gossamer::engine::runtime

@@ -80,8 +80,13 @@ struct PeerResult {
   std::string device;  // the Compute it trained on, described
   std::uint64_t steps = 0;
   std::int64_t samples = 0;
-  double epochs = 0;        // passes over this peer's shard
-  double wallSeconds = 0;   // the training loop (steps), without waiting for others at the end
+  double epochs = 0;  // passes over this peer's shard
+  // The training loop (steps) on its clock: without waiting for others at the end, and without
+  // the time spent evaluating (TrainingLoop).
+  double wallSeconds = 0;
+  // The finish after the loop: the finish barrier and the algorithm's finish() (its last
+  // exchanges), or a leaver's handover; the evaluation at the end is not part of it.
+  double finishSeconds = 0;
   double samplesPerSecond = 0;
   double trainLoss = 0;     // mean over the last pass over the shard
   double testAccuracy = 0;  // this peer's own model (finalLocalEval)
@@ -89,11 +94,19 @@ struct PeerResult {
   std::optional<ConsensusResult> consensus;
   std::uint64_t bytesSent = 0;  // algorithm traffic, headers included
   std::uint64_t bytesReceived = 0;
-  double commWaitSeconds = 0;             // blocked in gather, request and send back-pressure
-  double commWaitFraction = 0;            // of wallSeconds
-  double computeSeconds = 0;  // in the steps' compute (gradients, optimizer, emulated step time)
-  double utilization = 0;     // computeSeconds / wallSeconds: the compute utilization
-  bool stopped = false;                   // requestStop() ended it early
+  // Every wait of the compute thread on others, in the loop and the finish (LoopStatus): sends
+  // waiting for a slot, gathers, requests, pulls, Inbox::wait, the finish barrier.
+  double commWaitSeconds = 0;
+  double commWaitFraction = 0;  // of wallSeconds + finishSeconds: never above 1
+  double computeSeconds = 0;    // in the steps' compute (gradients, optimizer, emulated step time)
+  double utilization = 0;       // computeSeconds / (wallSeconds + finishSeconds)
+  bool stopped = false;         // requestStop() ended it early
+  // The most this peer held at once in the allocations it tracks (kernels/memory_meter.h): the
+  // model, its gradients and activations, the optimizer's and the algorithm's buffers, the
+  // staging and receive pools. Host memory an algorithm keeps in plain vectors (an EASGD center
+  // on the host, say) and the dataset are not in it; the process's peak RSS has everything.
+  std::size_t peakBytes = 0;
+  std::size_t modelBytes() const { return parameters * sizeof(float); }
   std::map<std::string, double> metrics;  // what the algorithm counted
   // Set when this peer joined no one within TrainingConfig::joinTimeout: why (each seed's last
   // failure). Then only `peer` and `steps` (taken alone meanwhile, with --min-peers 1) are set.
@@ -107,10 +120,12 @@ struct PeerStatus {
   double loss = 0;  // exponential moving average of the step losses
   std::uint64_t bytesSent = 0;
   std::uint64_t bytesReceived = 0;
-  double commWaitSeconds = 0;
+  double commWaitSeconds = 0;  // so far, in the loop and the finish
   double computeSeconds = 0;
-  double trainSeconds = 0;
+  double trainSeconds = 0;  // the loop's clock at the last step
+  StepFigures lastStep;     // as of the last step, taken together: ratios of these hold
   bool training = false;
+  bool loopEnded = false;  // its training loop is over (done, stopped, left or killed)
   bool finished = false;
 };
 

@@ -14,17 +14,31 @@
 
 namespace gossamer::engine::runtime {
 
+// The training loop's clock and waits as of the end of one step, taken together so that their
+// ratios hold (the waits and the compute lie within the loop's time: never above 1).
+struct StepFigures {
+  double trainSeconds = 0;  // the loop's time on the clock (evaluations are off it)
+  double commWaitSeconds = 0;
+  double computeSeconds = 0;
+};
+
 // Written by the compute thread, read by any thread (Peer::status, the control protocol).
+//
+// Comm wait is every wait of the compute thread on others while it trains and finishes: sends
+// waiting for a slot, gathers, requests, model pulls, the algorithm's Inbox::wait, and the finish
+// barrier. Waiting for the others to start is not part of it (the clock starts with the loop),
+// nor is the evaluation at the end (the consensus pull, the release barrier).
 struct LoopStatus {
   std::atomic<std::uint64_t> step{0};
   std::atomic<std::uint64_t> totalSteps{0};
   std::atomic<double> loss{0};          // exponential moving average of the step losses
-  std::atomic<double> trainSeconds{0};  // in the training loop so far
+  std::atomic<double> trainSeconds{0};  // the loop's time on the clock so far
   std::atomic<std::int64_t> commWaitNs{0};
   std::atomic<std::int64_t> computeNs{0};   // in the step's compute (gradients, optimizer)
   std::atomic<std::int64_t> stepTimeUs{0};  // emulated compute per step (--step-time)
-  std::atomic<bool> training{false};  // in the training loop
-  std::atomic<bool> finished{false};  // past it, with the final snapshot published
+  std::atomic<bool> training{false};        // in the training loop
+  std::atomic<bool> loopEnded{false};       // the training loop is over (done, stopped or killed)
+  std::atomic<bool> finished{false};        // past it, with the final snapshot published
 
   void addCommWait(Clock::duration d) {
     commWaitNs += std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();
@@ -34,6 +48,22 @@ struct LoopStatus {
     computeNs += std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();
   }
   double computeSeconds() const { return static_cast<double>(computeNs) * 1e-9; }
+
+  // The compute thread, at the end of each step: the figures as they are now, with the loop's
+  // time on the clock.
+  void recordStep(double onClockSeconds) {
+    std::lock_guard lock(stepMutex_);
+    trainSeconds = onClockSeconds;
+    lastStep_ = {onClockSeconds, commWaitSeconds(), computeSeconds()};
+  }
+  StepFigures lastStep() const {
+    std::lock_guard lock(stepMutex_);
+    return lastStep_;
+  }
+
+ private:
+  mutable std::mutex stepMutex_;  // leaf
+  StepFigures lastStep_;
 };
 
 class MetricsMap final : public Metrics {

@@ -127,10 +127,14 @@ Staging::Staging(kernels::Compute& compute, std::size_t slotBytes, StagingSizes 
   const std::size_t bytes = std::max<std::size_t>(slotBytes, sizeof(float));
   auto allocate = [c = &compute](std::size_t n) { return c->allocateHost(n); };
   auto free = [c = &compute](void* p) { c->freeHost(p); };
-  send_ = HostBufferPool::make(std::max<std::size_t>(sizes.sendSlots, 1), bytes, allocate, free);
-  reply_ = HostBufferPool::make(std::max<std::size_t>(sizes.replySlots, 1), bytes, allocate, free);
-  receive_ =
-      HostBufferPool::make(std::max<std::size_t>(sizes.receiveSlots, 1), bytes, allocate, free);
+  // Counted with the Compute's buffers (the peer's memory meter, if it has one).
+  kernels::MemoryMeter* meter = compute.memoryMeter();
+  send_ =
+      HostBufferPool::make(std::max<std::size_t>(sizes.sendSlots, 1), bytes, allocate, free, meter);
+  reply_ = HostBufferPool::make(std::max<std::size_t>(sizes.replySlots, 1), bytes, allocate, free,
+                                meter);
+  receive_ = HostBufferPool::make(std::max<std::size_t>(sizes.receiveSlots, 1), bytes, allocate,
+                                  free, meter);
   if (compute.device() != kernels::Device::kCpu)
     device_ = std::make_unique<DevicePool>(compute, std::max<std::size_t>(sizes.receiveSlots, 1),
                                            bytes / sizeof(float));
@@ -146,7 +150,8 @@ bool Staging::stageFromCompute(const OutgoingBytes& payloads, Clock::duration wa
   const bool hostMemory = compute_.device() == kernels::Device::kCpu;
   std::shared_ptr<HostBuffer> buffer;
   if (bytes > 0 && !(payloads.owner && hostMemory)) {
-    buffer = wait > Clock::duration::zero() ? send_->acquire(bytes, wait) : send_->tryAcquire(bytes);
+    buffer =
+        wait > Clock::duration::zero() ? send_->acquire(bytes, wait) : send_->tryAcquire(bytes);
     if (!buffer) return false;
   }
   flight->bytes = buffer ? inBuffer(payloads, buffer) : inPlace(payloads);

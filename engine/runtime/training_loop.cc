@@ -32,6 +32,17 @@ bool TrainingLoop::evalDue(std::uint64_t step) const {
   return step % every == 0 || step == status_.totalSteps;
 }
 
+double TrainingLoop::onClockSeconds() const {
+  return Seconds(Clock::now() - start_ - offClock_).count();
+}
+
+template <typename Work>
+void TrainingLoop::offClock(Work&& work) {
+  const Clock::time_point begin = Clock::now();
+  work();
+  offClock_ += Clock::now() - begin;
+}
+
 LoopFigures TrainingLoop::run(LoopDriver& driver) {
   begin();
   while (next(driver)) {
@@ -43,7 +54,9 @@ void TrainingLoop::begin() {
   progress_ = std::make_unique<train::Progress>(static_cast<std::int64_t>(status_.totalSteps),
                                                 config_.progress);
   start_ = Clock::now();
+  offClock_ = {};
   startSamples_ = learner_.samples();
+  status_.recordStep(0);
   status_.training = true;
 }
 
@@ -57,9 +70,11 @@ bool TrainingLoop::next(LoopDriver& driver) {
   recentLosses_.push_back(loss);
   if (recentLosses_.size() > stepsPerEpoch_) recentLosses_.pop_front();
   status_.loss = recentLosses_.size() == 1 ? loss : 0.95 * status_.loss + 0.05 * loss;
-  status_.trainSeconds = Seconds(Clock::now() - start_).count();
+  status_.recordStep(onClockSeconds());
   driver.afterStep();
-  if (evalDue(step)) evaluateAndLog(step, driver.bytesSent());
+  if (const std::optional<std::uint64_t> point = config_.evalPoints.pointAfter(step))
+    offClock([&] { driver.atEvalPoint(*point, status_.lastStep()); });
+  if (evalDue(step)) offClock([&] { evaluateAndLog(step, driver.bytesSent()); });
   driver.checkpointIfDue(step);
   const double seconds = std::max(status_.trainSeconds.load(), 1e-9);
   const std::uint64_t sent = driver.bytesSent();
@@ -68,20 +83,20 @@ bool TrainingLoop::next(LoopDriver& driver) {
       fmt::format("loss {:.4f}{} {:.0f} samples/s{}", status_.loss.load(),
                   lastAccuracy_ >= 0 ? fmt::format(" acc {:.1f}%", 100 * lastAccuracy_) : "",
                   static_cast<double>(learner_.samples() - startSamples_) / seconds,
-                  sent > 0 ? fmt::format(" {:.1f} MB sent", static_cast<double>(sent) / 1e6)
-                           : ""));
+                  sent > 0 ? fmt::format(" {:.1f} MB sent", static_cast<double>(sent) / 1e6) : ""));
   return true;
 }
 
 LoopFigures TrainingLoop::end() {
   progress_->finish();
   status_.training = false;
+  status_.loopEnded = true;
   LoopFigures figures;
   figures.stopped = status_.step < status_.totalSteps;
-  figures.wallSeconds = Seconds(Clock::now() - start_).count();
+  figures.wallSeconds = onClockSeconds();
   for (double l : recentLosses_) figures.trainLoss += l / static_cast<double>(recentLosses_.size());
-  figures.samplesPerSecond = static_cast<double>(learner_.samples() - startSamples_) /
-                             std::max(figures.wallSeconds, 1e-9);
+  figures.samplesPerSecond =
+      static_cast<double>(learner_.samples() - startSamples_) / std::max(figures.wallSeconds, 1e-9);
   return figures;
 }
 
@@ -117,7 +132,8 @@ void TrainingLoop::logFinal(std::uint64_t steps, double wallSeconds, const EvalR
       .add("peer", fmt::format("{:016x}", self_))
       .add("steps", steps)
       .add("wall_s", wallSeconds);
-  if (test.samples > 0) record.add("test_loss", test.meanLoss()).add("test_accuracy", test.accuracy());
+  if (test.samples > 0)
+    record.add("test_loss", test.meanLoss()).add("test_accuracy", test.accuracy());
   record.add("samples_per_s", samplesPerSecond)
       .add("bytes_sent", bytesSent)
       .add("comm_wait_fraction", commWaitFraction);

@@ -1,8 +1,13 @@
 // The one training loop of every peer, training alone or in a cluster (a single peer is a
 // cluster of one): per step the learning-rate schedule, the step itself (the peer's driver runs
 // the algorithm), the emulated step time, the loss statistics and the status that any thread
-// reads; every evalEvery steps (and at the last) an evaluation of this peer's model, written to
-// the metrics log and the progress view; checkpoints when due. Compute thread.
+// reads; at the cluster's evaluation points (TrainingConfig::evalPoints) the driver's sample of
+// this peer; every evalEvery steps (and at the last) an evaluation of this peer's model, written
+// to the metrics log and the progress view; checkpoints when due. Compute thread.
+//
+// The loop's clock (trainSeconds, wallSeconds) is its wall time less what it spends evaluating
+// (the samples of the evaluation points and its own evaluations): time to a target read at a step
+// is the time training took to get there, whatever the evaluations cost.
 #pragma once
 
 #include <chrono>
@@ -32,6 +37,9 @@ class LoopDriver {
   virtual double step() = 0;
   // After the step is counted (publish a snapshot someone waits for).
   virtual void afterStep() = 0;
+  // At evaluation point `point` (this peer just completed its step), off the clock: hand the
+  // cluster a copy of the model with `figures`, the loop's as of this step.
+  virtual void atEvalPoint(std::uint64_t /*point*/, const StepFigures& /*figures*/) {}
   // Whether to stop before the next step (a stop or leave request, a kill).
   virtual bool stopping() const = 0;
   virtual void checkpointIfDue(std::uint64_t step) = 0;
@@ -41,7 +49,8 @@ class LoopDriver {
 
 // What the loop measured.
 struct LoopFigures {
-  double wallSeconds = 0;  // the loop itself, without waiting for others before or after
+  double wallSeconds = 0;  // the loop's clock: without waiting for others before or after, and
+                           // without the time spent evaluating
   double trainLoss = 0;    // mean over the last pass over the shard (at most stepsPerEpoch steps)
   double samplesPerSecond = 0;
   bool stopped = false;  // ended before its last step
@@ -77,6 +86,11 @@ class TrainingLoop {
  private:
   void evaluateAndLog(std::uint64_t step, std::uint64_t bytesSent);
   bool evalDue(std::uint64_t step) const;
+  // The loop's time so far on its clock.
+  double onClockSeconds() const;
+  // Runs `work` off the clock.
+  template <typename Work>
+  void offClock(Work&& work);
 
   const TrainingConfig& config_;
   const PeerId self_;
@@ -88,6 +102,7 @@ class TrainingLoop {
   std::unique_ptr<train::Progress> progress_;
   std::deque<double> recentLosses_;  // the last pass over the shard
   Clock::time_point start_;
+  Clock::duration offClock_{};  // spent evaluating since start_
   std::int64_t startSamples_ = 0;
   double lastAccuracy_ = -1;
 };

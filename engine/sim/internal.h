@@ -23,6 +23,7 @@
 
 #include "engine/algorithm.h"
 #include "engine/runtime/consensus.h"
+#include "engine/runtime/eval_points.h"
 #include "engine/runtime/payload_codec.h"
 #include "engine/sim/fiber.h"
 #include "engine/sim/world.h"
@@ -187,7 +188,8 @@ class SimPeer {
   bool waiting = false;
   bool serveOpen = false;
   std::uint64_t blockToken = 0;
-  TimePoint finishedAt{}, releasedAt{};  // when it finished training, and finish()
+  // When it began training (after setup), finished training, and ended finish() or died.
+  TimePoint trainStart{}, finishedAt{}, releasedAt{};
   std::uint64_t step = 0;
   std::uint64_t bytesSent = 0;
   Duration commWait{};
@@ -271,6 +273,9 @@ class World {
   std::shared_ptr<const topology::Graph> graph(const std::vector<PeerId>& members,
                                                std::uint64_t step);
   bool inFiber() const { return inFiber_; }
+  // `peer` completed the step of evaluation point `point`: its sample joins the board, and the
+  // points every peer has passed (or will not) are evaluated.
+  void samplePoint(const SimPeer& peer, std::uint64_t point);
   // The last checkpoint of each peer id (TrainingConfig::checkpointEvery), kept in memory as a
   // real peer keeps it in its file; null when it has none.
   void keepCheckpoint(PeerId id, train::Checkpoint checkpoint) {
@@ -304,6 +309,7 @@ class World {
   Duration latency(PeerId a, PeerId b) const;
   std::vector<PeerId> liveIds() const;
   void evaluate(bool final);
+  void evaluatePoints();
   runtime::EvalPoint point(std::span<const runtime::Snapshot> snapshots, std::size_t samples,
                            bool perPeer);
   double extraLoss(PeerId a, PeerId b) const;
@@ -328,6 +334,7 @@ class World {
                        std::shared_ptr<const topology::Graph>>>
       graphs_;
   runtime::ConsensusEvaluator evaluator_;
+  runtime::EvalPointBoard points_;
   PeerId nextId_ = 1;
   bool inFiber_ = false;
   SimResult result_;

@@ -47,6 +47,34 @@ runtime::EvalPoint World::point(std::span<const runtime::Snapshot> snapshots, st
   return pt;
 }
 
+void World::samplePoint(const SimPeer& peer, std::uint64_t point) {
+  const std::span<const float> params = peer.learner->params();
+  points_.add(runtime::PointSample{
+      .point = point,
+      .model = {peer.id, peer.step, std::vector<float>(params.begin(), params.end())},
+      .figures = {Seconds(now_ - peer.trainStart).count(), Seconds(peer.commWait).count(),
+                  Seconds(peer.computeTime).count()},
+      .samples = peer.learner->samples(),
+      .bytesSent = peer.bytesSent});
+  evaluatePoints();
+}
+
+void World::evaluatePoints() {
+  std::vector<PeerId> ids;
+  for (const auto& [id, p] : slots_) ids.push_back(id);
+  // A life owes a point while it trains short of it; one that died, or began past it, does not.
+  const auto owes = [this](PeerId id, std::uint64_t step) {
+    const SimPeer* p = current(id);
+    return p != nullptr && p->phase == Phase::training && p->step < step;
+  };
+  for (std::vector<runtime::PointSample>& samples : points_.takeComplete(ids, owes)) {
+    runtime::EvalPoint pt = runtime::evaluateAveraged(runtime::averagePoint(std::move(samples)),
+                                                      evaluator_, config_.evalSamples);
+    if (config_.onEval) config_.onEval(pt);
+    result_.curve.push_back(std::move(pt));
+  }
+}
+
 void World::evaluate(bool final) {
   std::vector<runtime::Snapshot> snapshots;
   for (const auto& [id, p] : slots_) {

@@ -167,6 +167,11 @@ void SimPeer::run() {
   startStep = step;
   algorithm->setup(*context);
   serveOpen = true;
+  // As a real peer: the clock of its training starts here, and waiting for the others to show
+  // up (or pulling a model to join) is not part of its waits.
+  trainStart = world.now();
+  commWait = {};
+  const runtime::EvalSchedule points{.everySteps = s.config.evalEverySteps};
   while (step < s.totalSteps) {
     if (epoch != viewEpoch) {
       adoptView();
@@ -178,6 +183,8 @@ void SimPeer::run() {
         train::scheduledRate(t.optimizer.lr, t.schedule, step, s.totalSteps));
     algorithm->step(*context);
     ++step;
+    if (const std::optional<std::uint64_t> point = points.pointAfter(step))
+      world.samplePoint(*this, *point);
     // The runtime's checkpointIfDue (a real peer writes it to its file; the last one, at the
     // end, matters to no restart here: only a peer in training is killed).
     if (t.checkpointEvery > 0 && step % static_cast<std::uint64_t>(t.checkpointEvery) == 0)

@@ -262,6 +262,7 @@ SimResult World::run() {
     const std::vector<PeerId> ids = liveIds();
     if (!ids.empty()) result_.spectralGap = graph(ids, 0)->spectralGap();
   }
+  evaluatePoints();
   evaluate(true);
   for (const auto& [id, p] : slots_) {
     SimPeerResult r;
@@ -272,6 +273,15 @@ SimResult World::run() {
     r.finished = p->phase == Phase::released;
     r.bytesSent = p->bytesSent;
     r.commWaitSeconds = Seconds(p->commWait).count();
+    if (p->trainStart != TimePoint{} && p->phase != Phase::dead) {
+      // A life still training or finishing (a stopped run) ends with the run.
+      const TimePoint trained = p->phase == Phase::training ? now_ : p->finishedAt;
+      const TimePoint ended = p->phase == Phase::released ? p->releasedAt : now_;
+      r.trainSeconds = Seconds(trained - p->trainStart).count();
+      r.finishSeconds = Seconds(ended - trained).count();
+      const double run = r.trainSeconds + r.finishSeconds;
+      r.commWaitFraction = run > 0 ? r.commWaitSeconds / run : 0;
+    }
     r.metrics = p->metrics.values;
     r.error = p->error;
     for (const auto& old : past_)

@@ -102,7 +102,11 @@ struct SimConfig {
   // peer does).
   net::membership::Options membership;
   std::vector<Fault> faults;
-  double evalSeconds = 0;  // virtual seconds between consensus evaluations; 0: only at the end
+  // Evaluation points every this many steps (runtime/eval_points.h): each peer's model as it
+  // completes the step, the point's time the slowest peer's virtual training time there; 0: none.
+  std::uint64_t evalEverySteps = 0;
+  // Also virtual seconds between consensus evaluations of the models as they are then; 0: none.
+  double evalSeconds = 0;
   std::size_t evalSamples = 2000;  // test samples of those (the final one uses all)
   // Test samples of each peer's own final evaluation (min and mean peer accuracy); 0: none.
   std::size_t finalPeerSamples = 1000;
@@ -135,6 +139,12 @@ struct SimPeerResult {
   bool finished = false;  // it ran finish()
   std::uint64_t bytesSent = 0;
   double commWaitSeconds = 0;
+  // Its last life's virtual time in training and in finishing (to the end of its finish()), and
+  // the fraction of both it waited on others, as a real peer's (runtime::PeerResult); 0 for a
+  // life that was killed.
+  double trainSeconds = 0;
+  double finishSeconds = 0;
+  double commWaitFraction = 0;
   std::map<std::string, double> metrics;
   std::string error;  // what its fiber threw, if anything
 };

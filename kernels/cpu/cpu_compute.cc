@@ -45,7 +45,9 @@ constexpr std::size_t kWeightedSumBlock = 1024;
 // overlap of out == x[j], so the aliased call runs the vector loop too. Measured at 16M-64M
 // floats, this beats both a blocked copy and non-temporal stores for k = 2.
 template <std::size_t K>
-[[gnu::always_inline]] inline void weightedSumFixed(float* out, std::span<const WeightedInput> inputs, std::size_t n) {
+[[gnu::always_inline]] inline void weightedSumFixed(float* out,
+                                                    std::span<const WeightedInput> inputs,
+                                                    std::size_t n) {
   std::array<const float*, K> x;
   std::array<float, K> w;
   for (std::size_t j = 0; j < K; ++j) {
@@ -60,7 +62,9 @@ template <std::size_t K>
 }
 
 // The same for any number of inputs: each block accumulates the inputs one after another.
-[[gnu::always_inline]] inline void weightedSumBlocked(float* out, std::span<const WeightedInput> inputs, std::size_t n) {
+[[gnu::always_inline]] inline void weightedSumBlocked(float* out,
+                                                      std::span<const WeightedInput> inputs,
+                                                      std::size_t n) {
   alignas(kAlignment) float block[kWeightedSumBlock];
   for (std::size_t begin = 0; begin < n; begin += kWeightedSumBlock) {
     const std::size_t count = std::min(kWeightedSumBlock, n - begin);
@@ -406,6 +410,8 @@ class CpuCompute final : public Compute {
   explicit CpuCompute(const Options& options) : blasThreads_(options.blasThreads) {}
 
   Device device() const override { return Device::kCpu; }
+  void setMemoryMeter(MemoryMeter* meter) override { meter_ = meter; }
+  MemoryMeter* memoryMeter() const override { return meter_; }
 
   std::string describe() const override {
     // openblas_get_config() is "OpenBLAS 0.3.21 NO_LAPACKE DYNAMIC_ARCH ... Haswell ..."; the
@@ -660,9 +666,9 @@ class CpuCompute final : public Compute {
 
   // ---- convolutional layers: im2col + one sgemm over the whole batch ----
 
-  void conv2d(const Conv2dShape& shape, std::span<const float> input,
-              std::span<const float> weight, std::span<const float> bias,
-              std::span<float> output, std::span<float> workspace) override {
+  void conv2d(const Conv2dShape& shape, std::span<const float> input, std::span<const float> weight,
+              std::span<const float> bias, std::span<float> output,
+              std::span<float> workspace) override {
     if (!checks::conv2d(shape, input, weight, bias, output, workspace)) return;
     const std::size_t patch = shape.patch(), cols = shape.columns();
     std::span<float> columns = workspace.first(patch * cols);
@@ -726,6 +732,7 @@ class CpuCompute final : public Compute {
   }
 
   int blasThreads_;
+  MemoryMeter* meter_ = nullptr;
   CodecScratch codecScratch_;
   std::vector<float> paddedScratch_;
 };

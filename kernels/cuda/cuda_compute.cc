@@ -82,6 +82,8 @@ class CudaCompute final : public Compute {
 
   Device device() const override { return Device::kCuda; }
   std::string describe() const override { return description_; }
+  void setMemoryMeter(MemoryMeter* meter) override { meter_ = meter; }
+  MemoryMeter* memoryMeter() const override { return meter_; }
 
   void* allocateBytes(std::size_t bytes) override;
   // Never throws (it runs in Buffer destructors): a failure is logged.
@@ -134,9 +136,9 @@ class CudaCompute final : public Compute {
   std::size_t countCorrect(std::span<const float> logits, std::span<const std::int32_t> labels,
                            std::size_t classes) override;
 
-  void conv2d(const Conv2dShape& shape, std::span<const float> input,
-              std::span<const float> weight, std::span<const float> bias,
-              std::span<float> output, std::span<float> workspace) override;
+  void conv2d(const Conv2dShape& shape, std::span<const float> input, std::span<const float> weight,
+              std::span<const float> bias, std::span<float> output,
+              std::span<float> workspace) override;
   void conv2dBackwardData(const Conv2dShape& shape, std::span<const float> dOutput,
                           std::span<const float> weight, std::span<float> dInput,
                           std::span<float> workspace) override;
@@ -159,6 +161,7 @@ class CudaCompute final : public Compute {
   void release() noexcept;
 
   int device_;
+  MemoryMeter* meter_ = nullptr;
   int multiprocessors_ = 1;
   std::string description_;
   cudaStream_t stream_ = nullptr;
@@ -461,8 +464,7 @@ std::size_t CudaCompute::encode(const Codec& codec, std::span<const float> input
   }
   switch (codec.kind) {
     case CodecKind::kNone:
-      GOSSAMER_CUDA_CHECK(
-          detail::encodeNone(in, res, static_cast<float*>(payload), n, launch()));
+      GOSSAMER_CUDA_CHECK(detail::encodeNone(in, res, static_cast<float*>(payload), n, launch()));
       break;
     case CodecKind::kFp16:
     case CodecKind::kBf16:
@@ -471,14 +473,13 @@ std::size_t CudaCompute::encode(const Codec& codec, std::span<const float> input
       break;
     case CodecKind::kInt8:
     case CodecKind::kInt4:
-      GOSSAMER_CUDA_CHECK(detail::encodeBlocks(codec.kind == CodecKind::kInt4, in, res, payload,
-                                               n, codec.blockSize, launch()));
+      GOSSAMER_CUDA_CHECK(detail::encodeBlocks(codec.kind == CodecKind::kInt4, in, res, payload, n,
+                                               codec.blockSize, launch()));
       break;
     case CodecKind::kTopK:
       if (codec.selection == TopKSelection::kSampled) {
         const std::size_t m = sampleSize(codec, n);
-        GOSSAMER_CUDA_CHECK(detail::encodeTopKSampled(in, res, payload, n,
-                                                      sparseCount(codec, n), m,
+        GOSSAMER_CUDA_CHECK(detail::encodeTopKSampled(in, res, payload, n, sparseCount(codec, n), m,
                                                       sampledThresholdRank(codec, m), seed,
                                                       launch()));
         std::uint32_t count = 0;
@@ -510,8 +511,8 @@ void CudaCompute::decode(const Codec& codec, std::span<const std::byte> payload,
         GOSSAMER_CUDA_CHECK(
             detail::axpby(out.data(), static_cast<const float*>(p), n, 1.0f, 1.0f, launch()));
       } else {
-        GOSSAMER_CUDA_CHECK(cudaMemcpyAsync(out.data(), p, n * sizeof(float),
-                                            cudaMemcpyDeviceToDevice, stream_));
+        GOSSAMER_CUDA_CHECK(
+            cudaMemcpyAsync(out.data(), p, n * sizeof(float), cudaMemcpyDeviceToDevice, stream_));
       }
       return;
     case CodecKind::kFp16:
@@ -627,12 +628,11 @@ void CudaCompute::conv2d(const Conv2dShape& shape, std::span<const float> input,
   std::span<float> product = workspace.subspan(patch * cols, shape.outChannels * cols);
   activate();
   GOSSAMER_CUDA_CHECK(detail::im2col(shape, input.data(), columns.data(), launch()));
-  gemm(Transpose::kNo, Transpose::kNo, shape.outChannels, cols, patch, 1.0f, weight, columns,
-       0.0f, product);
-  GOSSAMER_CUDA_CHECK(detail::channelMajorToNchw(product.data(),
-                                                 bias.empty() ? nullptr : bias.data(),
-                                                 output.data(), shape.batch, shape.outChannels,
-                                                 shape.outPlane(), launch()));
+  gemm(Transpose::kNo, Transpose::kNo, shape.outChannels, cols, patch, 1.0f, weight, columns, 0.0f,
+       product);
+  GOSSAMER_CUDA_CHECK(detail::channelMajorToNchw(
+      product.data(), bias.empty() ? nullptr : bias.data(), output.data(), shape.batch,
+      shape.outChannels, shape.outPlane(), launch()));
 }
 
 void CudaCompute::conv2dBackwardData(const Conv2dShape& shape, std::span<const float> dOutput,
@@ -679,8 +679,7 @@ void CudaCompute::maxPool2d(const Pool2dShape& shape, std::span<const float> inp
 }
 
 void CudaCompute::maxPool2dBackward(const Pool2dShape& shape, std::span<const float> dOutput,
-                                    std::span<const std::int32_t> argmax,
-                                    std::span<float> dInput) {
+                                    std::span<const std::int32_t> argmax, std::span<float> dInput) {
   if (!checks::maxPool2dBackward(shape, dOutput, argmax, dInput)) return;
   activate();
   GOSSAMER_CUDA_CHECK(

@@ -31,7 +31,7 @@ using std::chrono::microseconds;
 // Jitter: 1% of the one-way latency (0.05 ms within a site). Bandwidth: what one TCP flow with
 // an 8 MiB window reaches, window / RTT, rounded down to 50 Mbit/s and capped at 1 Gbit/s;
 // within a site 0.5 ms one-way and 5 Gbit/s, the AWS single-flow limit outside a cluster
-// placement group. No loss. The README has the same table.
+// placement group. No loss. net/README.md has the same table.
 struct GeoPair {
   const char* from;
   const char* to;

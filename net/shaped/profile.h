@@ -7,7 +7,7 @@
 //   wan  one site; every pair 25 ms one-way, 1 Gbit/s.
 //   geo  four sites (tokyo, london, oregon, ohio) with one-way latencies of half the published
 //        AWS inter-region RTTs; the matrix, its source and the bandwidth model are in profile.cc
-//        and in the README ("Networks and security").
+//        and in net/README.md ("Networks and security").
 //
 // Text format of a custom profile (NetworkProfile::parse / load); '#' starts a comment, fields
 // are separated by blanks:

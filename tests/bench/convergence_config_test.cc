@@ -1,7 +1,9 @@
 // gossamer-bench convergence's experiment files: the step-time list and the seed002 preset, as a
 // user writes and reads them (--print-config), and a bad value named with its file and line.
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 
 #include <doctest/doctest.h>
@@ -78,7 +80,42 @@ TEST_CASE("bench convergence: codecs are a [run] setting and a [matrix] list, na
   const std::string json = test::lastLine(ran.output);
   CHECK(json.find("\"compress\":\"none\"") != std::string::npos);
   CHECK(json.find("\"compress\":\"int8:256\"") != std::string::npos);
-  CHECK(json.find("\"bytes_ratio_vs_allreduce\"") != std::string::npos);
+  CHECK(json.find("\"bytes_ratio_vs_baseline\"") != std::string::npos);
+}
+
+// Evaluation points: every evaluation but the final one is the consensus at exactly a multiple
+// of eval-every-steps; the baseline is a setting, and compared with itself it is 1x.
+TEST_CASE("bench convergence: evaluation points are exact steps; the baseline is a setting") {
+  const std::string run = writeConfig(
+      "gossamer-points-run.conf",
+      "[run]\ndataset = synthetic\nmodel = softmax\nsteps = 30\ntarget = 0.3\ntarget-loss = 5\n"
+      "eval-every-steps = 7\nbaseline = gosgd\n[matrix]\nalgorithms = gosgd, dpsgd\n");
+  const std::filesystem::path out = std::filesystem::temp_directory_path() / "gossamer-points";
+  const test::ProcessResult ran =
+      test::runCommand(bench("--config " + run + " --out " + out.string() + " --json"), 120);
+  INFO(ran.output);
+  REQUIRE(ran.exitCode == 0);
+  const std::string json = test::lastLine(ran.output);
+  CHECK(json.find("\"baseline\":\"gosgd\"") != std::string::npos);
+  // The first experiment is gosgd: against itself.
+  CHECK(test::jsonNumber(json, "speedup_vs_baseline") == 1);
+  CHECK(json.find("\"time_to_target_loss_s\":") != std::string::npos);
+  CHECK(json.find("\"peak_memory_vs_model\":") != std::string::npos);
+  std::ifstream points(out / "points.jsonl");
+  int evaluations = 0;
+  for (std::string line; std::getline(points, line);) {
+    if (line.find("\"final\":true") != std::string::npos) continue;
+    ++evaluations;
+    const double minStep = test::jsonNumber(line, "min_step");
+    CHECK(minStep == test::jsonNumber(line, "max_step"));
+    CHECK(std::fmod(minStep, 7) == 0);
+  }
+  CHECK(evaluations == 2 * 4);  // steps 7, 14, 21, 28 of each experiment
+  std::ifstream report(out / "report.md");
+  std::stringstream text;
+  text << report.rdbuf();
+  CHECK(text.str().find("exact to 7 steps") != std::string::npos);
+  CHECK(text.str().find("speed-up vs gosgd") != std::string::npos);
 }
 
 TEST_CASE("bench convergence: the full preset has every algorithm and a geo block at 300 ms") {

@@ -1,14 +1,12 @@
 // The gossamer-peer binary end to end: a --json run, and clear errors for bad input.
-#include <doctest/doctest.h>
-
-
-#include <string>
-
 #include <algorithm>
 #include <fstream>
 #include <regex>
 #include <sstream>
+#include <string>
 #include <vector>
+
+#include <doctest/doctest.h>
 
 #include "engine/builtin.h"
 #include "tests/engine/peer_processes.h"
@@ -27,8 +25,8 @@ TEST_CASE("peer cli: --json prints one JSON result object as the last stdout lin
   const std::string last = test::lastLine(r.output);
   INFO(r.output);
   CHECK(last.front() == '{');
-  for (const char* key : {"\"test_accuracy\":", "\"test_loss\":", "\"steps\":126", "\"wall_s\":",
-                          "\"samples_per_s\":"}) {
+  for (const char* key : {"\"test_accuracy\":", "\"test_loss\":", "\"steps\":126",
+                          "\"wall_s\":", "\"samples_per_s\":"}) {
     CHECK(last.find(key) != std::string::npos);
   }
   CHECK(test::jsonNumber(last, "test_accuracy") > 0.5);
@@ -50,7 +48,8 @@ TEST_CASE("peer cli: bad flags and bad input fail with a clear message, the sent
   check("--model resnet --dataset synthetic", "unknown model 'resnet'");
   check("--dataset fashion-mnist --data-dir /nonexistent/fmnist", "dataset-fashion-mnist");
   check("--dataset synthetic --resume", "--resume needs --checkpoint");
-  check("--dataset synthetic --shards 2 --shard-index 2", "--shard-index 2 must be below --shards 2");
+  check("--dataset synthetic --shards 2 --shard-index 2",
+        "--shard-index 2 must be below --shards 2");
   check("--dataset synthetic --resume --checkpoint /nonexistent/ckpt", "/nonexistent/ckpt");
   check("--device tpu", "--device");
   check("--join-timeout -1", "--join-timeout: '-1' is not a number of seconds (0 or more)");
@@ -68,7 +67,7 @@ TEST_CASE("peer cli: the source location of an error goes to the debug log") {
   CHECK(r.exitCode != 0);
   CHECK(r.output.find("--resume needs --checkpoint") != std::string::npos);
   CHECK(r.output.find("that error was raised at") != std::string::npos);
-  CHECK(r.output.find("peer_main.cc:") != std::string::npos);
+  CHECK(r.output.find("peer_config.cc:") != std::string::npos);  // where the check is
 }
 
 TEST_CASE("peer cli: --device cuda fails at start where no GPU is usable; auto falls back") {
@@ -101,10 +100,14 @@ TEST_CASE("peer cli: a single peer runs the cluster's training loop, metrics and
   const std::string single = (scratch.dir / "single.jsonl").string();
   const std::string cluster = (scratch.dir / "cluster.jsonl").string();
   const std::string checkpoint = (scratch.dir / "single.ckpt").string();
-  REQUIRE(test::runCommand(peer(data + "--epochs 2 --metrics " + single + " --checkpoint " +
-                                checkpoint)).exitCode == 0);
-  REQUIRE(test::runCommand(peer(data + "--epochs 2 --local 2 --algorithm gosgd --eval-every 63 "
-                                "--metrics " + cluster)).exitCode == 0);
+  REQUIRE(test::runCommand(
+              peer(data + "--epochs 2 --metrics " + single + " --checkpoint " + checkpoint))
+              .exitCode == 0);
+  REQUIRE(test::runCommand(peer(data +
+                                "--epochs 2 --local 2 --algorithm gosgd --eval-every 63 "
+                                "--metrics " +
+                                cluster))
+              .exitCode == 0);
   // The keys of the first evaluation event in a metrics file.
   auto evalKeys = [](const std::string& path) {
     std::ifstream in(path);
@@ -146,6 +149,16 @@ TEST_CASE("peer cli: --step-time paces the steps and --json reports the compute 
   CHECK(test::jsonNumber(json, "wall_s") >= steps * 0.010);
   CHECK(test::jsonNumber(json, "utilization") > 0.5);
   CHECK(test::jsonNumber(json, "utilization") <= 1.0);
+  // The waits and the time they are a fraction of: the loop and the finish.
+  CHECK(test::jsonNumber(json, "comm_wait_fraction") <= 1.0);
+  CHECK(test::jsonNumber(json, "finish_s") > 0);
+  // Memory: the largest peer's tracked peak, against the model, and the process's.
+  // (the synthetic dataset's 64 features and 10 classes through a hidden layer of 8).
+  const double modelBytes = 4.0 * ((64 * 8 + 8) + (8 * 10 + 10));
+  CHECK(test::jsonNumber(json, "peak_bytes_per_peer") >= 2 * modelBytes);  // params and grads
+  CHECK(test::jsonNumber(json, "peak_memory_vs_model") ==
+        doctest::Approx(test::jsonNumber(json, "peak_bytes_per_peer") / modelBytes));
+  CHECK(test::jsonNumber(json, "peak_rss_bytes") >= test::jsonNumber(json, "peak_bytes_per_peer"));
 }
 
 }  // namespace

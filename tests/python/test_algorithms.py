@@ -62,6 +62,10 @@ def test_algorithm_reaches_the_optimum_from_python(algorithm, watchdog):
     for _, result in finals:
         assert result["steps"] == 300 and result["algorithm"] == algorithm
         assert result["bytes_sent"] > 0
+        # Every wait on the others, over the loop and the finish: a fraction, never above 1.
+        assert 0 <= result["comm_wait_fraction"] <= 1
+        assert result["finish_seconds"] > 0
+        assert result["peak_bytes"] >= 2 * 4 * PEERS * BLOCK  # params and grads at least
     # Each peer alone would reach 1/4 of the target (error 0.75 for their average).
     assert relative_error(models) < 0.1, algorithm
 

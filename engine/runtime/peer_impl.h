@@ -1,0 +1,164 @@
+// The parts of runtime::Peer (peer.h) and how they are held: internal to engine/runtime's
+// peer.cc (construction, the start, the loop's driver, the public calls) and peer_finish.cc (the
+// finish, the consensus, the result).
+#pragma once
+
+#include <atomic>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+#include "engine/base/log.h"
+#include "engine/runtime/checkpoints.h"
+#include "engine/runtime/context.h"
+#include "engine/runtime/control.h"
+#include "engine/runtime/messenger.h"
+#include "engine/runtime/network.h"
+#include "engine/runtime/payload_codec.h"
+#include "engine/runtime/peer.h"
+#include "engine/runtime/peer_state.h"
+#include "engine/runtime/staging.h"
+#include "engine/runtime/training_loop.h"
+#include "kernels/cpu/cpu_compute.h"
+#include "kernels/memory_meter.h"
+#include "net/limits.h"
+
+namespace gossamer::engine::runtime {
+
+// The parts that talk to other peers, built around the network (engine/runtime/README.md).
+struct Comms {
+  Comms(const NetworkConfig& config, PeerId self, kernels::Compute& compute, Algorithm& algorithm,
+        std::size_t modelBytes, const TrainingConfig& training, const LoopStatus& status,
+        MetricsMap& metrics)
+      : network(config, self),
+        staging(compute, modelBytes,
+                {.sendSlots = training.sendBuffers, .receiveSlots = training.receiveBuffers}),
+        codec(
+            compute, *hostCompute, training.compression, training.seed ^ self,
+            [this](std::size_t bytes) { return staging.receiveSlot(bytes); },
+            net::Limits{}.maxFrameBytes),
+        messenger(network, staging, codec),
+        snapshots(self),
+        control(network, messenger, snapshots, status),
+        serveContext(self, *hostCompute, messenger, metrics, training.normBound),
+        serveGate(algorithm, serveContext) {}
+  // The io thread goes first: no handler may run on parts being destroyed.
+  ~Comms() { network.shutdown(); }
+
+  // serve() runs on the io thread, beside the compute thread's Compute: it gets a CPU one.
+  std::unique_ptr<kernels::Compute> hostCompute = kernels::cpu::makeCompute({.blasThreads = 1});
+  PeerNetwork network;
+  Staging staging;
+  PayloadCodec codec;
+  MessageQueue inbox;
+  Messenger messenger;
+  SnapshotBoard snapshots;
+  ClusterControl control;
+  ServeContext serveContext;
+  ServeGate serveGate;
+};
+
+// What exists while run() trains (compute thread).
+struct Training {
+  std::unique_ptr<train::Learner> learner;
+  Roster roster;
+  std::size_t shardCount = 0, shardRank = 0;
+  std::unique_ptr<ComputeContext> context;
+  std::unique_ptr<TrainingLoop> loop;
+  std::uint64_t stepsPerEpoch = 1;
+  bool cannotJoin = false;  // the join deadline passed before anyone admitted this peer
+};
+
+// Requests from other threads, read at step boundaries.
+struct Requests {
+  std::atomic<bool> stop{false}, leave{false}, killed{false};
+};
+
+// The membership events a peer saw, the last 1024 of them, for takeEvents(). Any thread.
+class EventLog {
+ public:
+  void add(const net::membership::Event& event) {
+    std::lock_guard lock(mutex_);
+    events_.push_back(event);
+    if (events_.size() > 1024) events_.pop_front();
+  }
+  std::vector<net::membership::Event> take() {
+    std::lock_guard lock(mutex_);
+    std::vector<net::membership::Event> out(events_.begin(), events_.end());
+    events_.clear();
+    return out;
+  }
+
+ private:
+  std::mutex mutex_;  // leaf
+  std::deque<net::membership::Event> events_;
+};
+
+struct Peer::Impl final : private LoopDriver {
+  Impl(PeerConfig c, const Registry& r, std::shared_ptr<const DatasetPair> d,
+       std::optional<ExternalModel> e);
+
+  PeerResult run();
+  // run() in its parts, for the externally driven loop as well: start() (false: joined no one),
+  // the loop, finish().
+  bool start();
+  PeerResult finish(const LoopFigures& figures);
+  void kill();
+  LoopDriver& driver() { return *this; }
+
+  // ---- fixed after construction ----
+  PeerConfig config;
+  const Registry& registry;
+  std::shared_ptr<const DatasetPair> data;  // null for an externally driven peer
+  std::optional<ExternalModel> external;
+  PeerId self = 0;
+  // What the peer's buffers and staging pools hold (before everything it counts: it outlives it).
+  kernels::MemoryMeter memory;
+  std::unique_ptr<kernels::Compute> compute;
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Algorithm> algorithm;
+  std::unique_ptr<topology::Topology> topology;
+  PeerCheckpoints checkpoints;
+  std::optional<train::Checkpoint> resumeFrom;  // --resume: loaded and checked at construction
+  // A peer with seeds that joined no one by then gives up (TrainingConfig::joinTimeout).
+  Clock::time_point joinDeadline = Clock::time_point::max();
+  // ---- shared between threads ----
+  LoopStatus status;
+  MetricsMap metrics;
+  Requests requests;
+  EventLog events;               // for takeEvents()
+  std::unique_ptr<Comms> comms;  // last: it stops the io thread before the rest goes
+  // ---- compute thread ----
+  Training training;
+  enum class Phase { constructed, started, finished } phase = Phase::constructed;
+
+ private:
+  EvaluateFn evaluation();
+  std::vector<std::size_t> shardOf(std::size_t count, std::size_t rank) const;
+  void takeShard();
+  std::uint64_t totalSteps(const StartPlan& plan) const;
+  void startFrom(const StartPlan& plan);
+  void refreshMembers(bool force);
+  void rebuildGraph();
+  void publishSnapshot(bool final);
+  void finishWithOthers(bool leaving);
+  ConsensusResult pullConsensus();
+  PeerResult cannotJoinResult();
+  void onMembershipEvent(const net::membership::Event& event);
+
+  // LoopDriver
+  double step() override;
+  void afterStep() override;
+  void atEvalPoint(std::uint64_t point, const StepFigures& figures) override;
+  bool stopping() const override;
+  void checkpointIfDue(std::uint64_t step) override;
+  std::uint64_t bytesSent() const override;
+};
+
+// The peer's logger, and `ids` without `self`.
+const std::shared_ptr<spdlog::logger>& peerLogger();
+std::vector<PeerId> without(std::vector<PeerId> ids, PeerId self);
+
+}  // namespace gossamer::engine::runtime
