@@ -213,7 +213,7 @@ def main():
             ratios.append(g["reached_s"] / d["reached_s"])
             print("  time to target, gossamer / DDP: %.2f" % ratios[-1])
         overheads = [r["overhead"] for r in runs["gossamer"]["ranks"]]
-        print("  gossamer binding overhead (in its step, outside network waits and the torch "
+        print("  gossamer binding overhead (in its step, outside its waits on the others and the torch "
               "optimizer): %.2f%% of the step (max over ranks %.2f%%)"
               % (100 * sum(overheads) / len(overheads), 100 * max(overheads)), flush=True)
     if len(ratios) > 1:

@@ -160,16 +160,18 @@ def seed002(rows):
 
 
 def latency(rows):
-    header = ["algorithm", "options", "lan: time to 80%", "geo: time to 80%", "geo / lan",
-              "geo: steps to 80%", "geo: utilization", "geo: comm wait", "geo: final accuracy"]
+    header = ["algorithm", "options", "steps to 80%: lan / geo", "lan: time to 80%",
+              "geo: time to 80%", "geo / lan", "geo: utilization", "geo: comm wait",
+              "geo: final accuracy"]
     body = []
     for algorithm in dict.fromkeys(r["algorithm"] for r in rows):
         lan = one(rows, algorithm=algorithm, network="lan")
         geo = one(rows, algorithm=algorithm, network="geo")
         ratio = number(geo, "time_to_target_s") / number(lan, "time_to_target_s")
-        body.append([algorithm, options(geo), seconds(lan), seconds(geo), fmt(ratio, "%.2fx"),
-                     fmt(number(geo, "steps_to_target"), "%.0f"),
-                     percent(geo, "utilization", "%.0f%%"),
+        steps = "%s / %s" % (fmt(number(lan, "steps_to_target"), "%.0f"),
+                             fmt(number(geo, "steps_to_target"), "%.0f"))
+        body.append([algorithm, options(geo), steps, seconds(lan), seconds(geo),
+                     fmt(ratio, "%.2fx"), percent(geo, "utilization", "%.0f%%"),
                      percent(geo, "comm_wait_fraction", "%.1f%%"),
                      final_accuracy(geo)])
     return markdown(header, body, "llrrrrrrr")
@@ -189,7 +191,8 @@ def full_fast_steps(rows):
 
 def compression(rows):
     codecs = ["none", "int8:256", "int4:256", "topk:0.01"]
-    header = ["algorithm", "float32", "int8", "int4", "top-k 1%", "int8: bytes", "top-k 1%: bytes"]
+    header = ["algorithm", "accuracy: float32", "int8", "int4", "top-k 1%",
+              "bytes against float32: int8", "top-k 1%"]
     body = []
     for algorithm in dict.fromkeys(r["algorithm"] for r in rows):
         by = {codec(r): r for r in rows if r["algorithm"] == algorithm}

@@ -147,16 +147,17 @@ ClusterResult runLocalCluster(const ClusterConfig& config, const Registry& regis
     return out;
   };
 
-  // The evaluation points every peer has passed, or will not pass: it ended early (killed, left,
-  // failed), unless the whole cluster was stopped, which leaves the points after the stop
-  // incomplete (a consensus of some of the peers would not be the cluster's).
+  // The evaluation points every peer has passed, or will not pass: its loop ended (it finished,
+  // having passed every point, or it was killed, left or failed), unless the whole cluster was
+  // stopped, which leaves the points after the stop incomplete (a consensus of some of the peers
+  // would not be the cluster's). A peer whose loop runs owes every point it has not sampled: it
+  // samples each as it passes it (its step count is not enough: it moves before the sample).
   std::vector<PeerId> ids;
   for (const auto& peer : peers) ids.push_back(peer->id());
   bool stopping = false;
-  const auto owes = [&](PeerId id, std::uint64_t step) {
+  const auto owes = [&](PeerId id, std::uint64_t) {
     const auto it = std::find(ids.begin(), ids.end(), id);
-    const PeerStatus s = peers[static_cast<std::size_t>(it - ids.begin())]->status();
-    return stopping || (!s.loopEnded && s.step < step);
+    return stopping || !peers[static_cast<std::size_t>(it - ids.begin())]->status().loopEnded;
   };
   double lastAccuracy = -1;
   std::vector<AveragedPoint> deferred;  // evaluateAfterRun: the points, averaged, in order
