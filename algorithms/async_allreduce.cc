@@ -54,6 +54,9 @@ struct AsyncAllReduce::Round {
 
 namespace {
 
+// How often a wait looks whether a member of its round is done sending (PeerContext::doneSending).
+constexpr engine::Clock::duration kDoneCheck = std::chrono::milliseconds(50);
+
 std::size_t piecesOf(std::size_t size, std::size_t n, std::size_t chunk, std::size_t pieces) {
   return ringPieces(ringSlice(size, n, chunk).count, pieces);
 }
@@ -159,10 +162,9 @@ void AsyncAllReduce::begin(engine::PeerContext& ctx, std::uint64_t round,
                               .payloads = {ref.sent->span().subspan(s.offset, s.count)},
                               .owner = ref.sent};
       if (ref.compressed)
-        message.compressible = {{.payload = 0,
-                                 .residual = residual.empty()
-                                                 ? residual
-                                                 : residual.subspan(s.offset, s.count)}};
+        message.compressible = {
+            {.payload = 0,
+             .residual = residual.empty() ? residual : residual.subspan(s.offset, s.count)}};
       ctx.send(ref.members[chunk], message);
     }
   }
@@ -205,8 +207,8 @@ void AsyncAllReduce::handle(engine::PeerContext& ctx, Round& r, const engine::In
       std::find(r.members.begin(), r.members.end(), message.from) - r.members.begin());
   if (sender >= n) return;  // not a member of this round: ignore
   // From itself only its reduced pieces, when they travel compressed (see "Compression").
-  if (sender == r.rank && !(r.compressed && message.integers.size() >= kIntegers &&
-                            message.integers[1] == kReduced))
+  if (sender == r.rank &&
+      !(r.compressed && message.integers.size() >= kIntegers && message.integers[1] == kReduced))
     return;
   if (message.integers.size() < kIntegers || message.integers[0] != r.fingerprint) {
     fail(ctx, r, RingOutcome::kMismatch);
@@ -241,7 +243,8 @@ void AsyncAllReduce::handle(engine::PeerContext& ctx, Round& r, const engine::In
   kernels::Compute& compute = ctx.compute();
   const std::span<float> out = r.result->span().subspan(s.offset, s.count);
   // A contribution and a mean stand for one input, a sum for n: each against this peer's own.
-  const double share = contribution || options_.op == ReduceOp::kMean ? 1.0 : static_cast<double>(n);
+  const double share =
+      contribution || options_.op == ReduceOp::kMean ? 1.0 : static_cast<double>(n);
   if (sender != r.rank && ctx.normBound().enabled() &&
       !engine::acceptNearOwn(compute, message, ctx.upload(message.payload(0)),
                              r.sent->span().subspan(s.offset, s.count), ctx.normBound(),
@@ -262,6 +265,16 @@ void AsyncAllReduce::handle(engine::PeerContext& ctx, Round& r, const engine::In
     --r.missingPieces;
   }
   completeIfDone(r);
+}
+
+bool AsyncAllReduce::owes(const Round& r, std::size_t sender) const {
+  if (sender == r.rank) return false;
+  const std::size_t n = r.n();
+  for (std::size_t k = 0; k < piecesOf(r.size, n, r.rank, options_.pieces); ++k)
+    if (!r.contributed[sender * options_.pieces + k]) return true;  // to this peer's chunk
+  for (std::size_t k = 0; k < piecesOf(r.size, n, sender, options_.pieces); ++k)
+    if (!r.gathered[sender * options_.pieces + k]) return true;  // its reduced chunk
+  return false;
 }
 
 void AsyncAllReduce::completeIfDone(Round& r) {
@@ -288,10 +301,10 @@ void AsyncAllReduce::sendReduced(engine::PeerContext& ctx, Round& r, std::size_t
                           .payloads = {out},
                           .owner = r.result};
   if (r.compressed)
-    message.compressible = {
-        {.payload = 0,
-         .residual = r.feedback ? r.feedback->reduced.span().subspan(s.offset, s.count)
-                                : std::span<float>()}};
+    message.compressible = {{.payload = 0,
+                             .residual = r.feedback
+                                             ? r.feedback->reduced.span().subspan(s.offset, s.count)
+                                             : std::span<float>()}};
   ctx.send(recipients, message);
 }
 
@@ -315,12 +328,29 @@ void AsyncAllReduce::fail(engine::PeerContext& ctx, Round& r, RingOutcome why) {
 RingOutcome AsyncAllReduce::wait(engine::PeerContext& ctx, std::uint64_t round,
                                  engine::Clock::time_point deadline) {
   Round& r = find(round);
-  poll(ctx);
-  while (r.status == RoundStatus::kPending) {
-    // False at the deadline or when the peer shuts down: either way nothing more will come.
-    const bool queued = ctx.inbox().wait(options_.kind, deadline);
+  for (;;) {
+    // Asked before the poll: what a member that is done sent is queued by then. Such a member
+    // sends this round nothing more, so a round still short of its part after the poll never
+    // completes.
+    std::vector<std::size_t> done;
+    for (std::size_t i = 0; i < r.n(); ++i)
+      if (ctx.doneSending(r.members[i])) done.push_back(i);
     poll(ctx);
-    if (!queued) fail(ctx, r, RingOutcome::kMissing);
+    if (r.status != RoundStatus::kPending) break;
+    if (std::any_of(done.begin(), done.end(), [&](std::size_t i) { return owes(r, i); })) {
+      fail(ctx, r, RingOutcome::kMissing);
+      break;
+    }
+    // In slices: a member finishing (or leaving) queues nothing to wake the wait. A slice that
+    // ends early without a message: the peer is shutting down, nothing more will come.
+    const engine::Clock::time_point now = engine::Clock::now();
+    const engine::Clock::time_point slice = std::min(deadline, now + kDoneCheck);
+    if (now >= deadline ||
+        (!ctx.inbox().wait(options_.kind, slice) && engine::Clock::now() < slice)) {
+      poll(ctx);
+      fail(ctx, r, RingOutcome::kMissing);
+      break;
+    }
   }
   return r.status == RoundStatus::kComplete ? RingOutcome::kComplete : r.why;
 }

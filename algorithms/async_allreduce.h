@@ -155,6 +155,9 @@ class AsyncAllReduce {
   void fail(engine::PeerContext& ctx, Round& r, RingOutcome why);
   void sendReduced(engine::PeerContext& ctx, Round& r, std::size_t piece);
   void completeIfDone(Round& r);
+  // Whether the round still waits for something from the member of rank `sender`: its
+  // contribution to this peer's chunk, or a piece of its reduced chunk.
+  bool owes(const Round& r, std::size_t sender) const;
 
   AsyncAllReduceOptions options_;
   std::map<std::uint64_t, std::unique_ptr<Round>> rounds_;

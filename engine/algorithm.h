@@ -1,8 +1,8 @@
-// The public C++ API for decentralized optimizers (algorithms/README.md has the built-in ones). An Algorithm sees only a
-// PeerContext: who it is, the membership and the topology built on it, the Compute with the flat
-// params and grads, messages to and from other peers, and a few services (tags, rng, metrics).
-// It never sees Asio, Cap'n Proto or a transport. See algorithms/ for the built-ins and
-// examples/custom_algorithm/ for a complete user-written one.
+// The public C++ API for decentralized optimizers (algorithms/README.md has the built-in ones). An
+// Algorithm sees only a PeerContext: who it is, the membership and the topology built on it, the
+// Compute with the flat params and grads, messages to and from other peers, and a few services
+// (tags, rng, metrics). It never sees Asio, Cap'n Proto or a transport. See algorithms/ for the
+// built-ins and examples/custom_algorithm/ for a complete user-written one.
 //
 // Threads. Everything but serve() runs on the peer's COMPUTE thread, which owns params, grads and
 // the Compute: setup(), step() and its hooks, finish(). serve() runs on the peer's IO thread,
@@ -115,10 +115,10 @@ struct Compressible {
 // What an algorithm sends. Payloads are spans of the Compute's memory (params, grads, or a buffer
 // of the algorithm's own) or of host memory; they are staged when send/request/notify returns.
 struct Message {
-  std::uint32_t kind = 0;  // < kMaxAlgorithmKind
-  std::uint64_t step = 0;  // by convention, the sender's step (or round)
-  std::uint64_t tag = 0;   // matched by gather(); requests get a fresh one
-  std::vector<double> scalars;         // real numbers (weights, losses)
+  std::uint32_t kind = 0;               // < kMaxAlgorithmKind
+  std::uint64_t step = 0;               // by convention, the sender's step (or round)
+  std::uint64_t tag = 0;                // matched by gather(); requests get a fresh one
+  std::vector<double> scalars;          // real numbers (weights, losses)
   std::vector<std::uint64_t> integers;  // exact integers (peer ids, transfer ids, fingerprints)
   std::vector<std::span<const float>> payloads;
   // Set when the payloads stay unchanged for as long as `owner` lives (the sender will not write
@@ -326,6 +326,12 @@ class PeerContext {
   virtual GatherResult gather(std::span<const PeerId> from, std::uint64_t tag,
                               Clock::duration timeout) = 0;
   virtual Inbox& inbox() = 0;
+  // True once `peer` will send nothing more to this peer in the current phase and everything it
+  // sent before is in the inbox: it left the view, or it finished training (in finish(): it
+  // released the others). gather() ends early for such a peer; an algorithm that waits in the
+  // inbox itself (Inbox::wait) asks this to stop waiting for a peer that is done. False for
+  // this peer itself.
+  virtual bool doneSending(PeerId /*peer*/) const { return false; }
   virtual Tags& tags() = 0;
   // A device view of a received payload (see DeviceView).
   virtual DeviceView upload(std::span<const float> host) = 0;

@@ -75,14 +75,18 @@ GatherResult ComputeContext::gather(std::span<const PeerId> from, std::uint64_t 
   return gatherFrom(from, tag, timeout, true);
 }
 
+bool ComputeContext::doneSending(PeerId peer) const {
+  if (peer == p_.self) return false;
+  if (!p_.network.isMember(peer)) return true;
+  return p_.roster.finishing ? p_.control.hasReleased(peer) : p_.control.hasFinished(peer);
+}
+
 GatherResult ComputeContext::gatherFrom(std::span<const PeerId> from, std::uint64_t tag,
                                         Clock::duration timeout, bool whileStepping) {
   const Clock::time_point start = Clock::now();
   GatherResult result = runtime::gather(p_.inbox, from, tag, start + timeout, [&](PeerId peer) {
-    if (peer == p_.self) return false;
-    if (!p_.network.isMember(peer)) return true;
-    if (!whileStepping) return false;
-    return p_.roster.finishing ? p_.control.hasReleased(peer) : p_.control.hasFinished(peer);
+    if (whileStepping) return doneSending(peer);
+    return peer != p_.self && !p_.network.isMember(peer);
   });
   p_.status.addCommWait(Clock::now() - start);
   return result;

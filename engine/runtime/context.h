@@ -95,6 +95,7 @@ class ComputeContext final : public PeerContext {
   GatherResult gather(std::span<const PeerId> from, std::uint64_t tag,
                       Clock::duration timeout) override;
   Inbox& inbox() override { return inbox_; }
+  bool doneSending(PeerId peer) const override;
   Tags& tags() override { return tags_; }
   DeviceView upload(std::span<const float> host) override { return p_.staging.upload(host); }
   Clock::duration commTimeout() const override { return p_.config.commTimeout; }

@@ -32,6 +32,15 @@ std::optional<Incoming> SimContext::pullModel(PeerId from, Clock::duration timeo
   return std::move(got.messages.front());
 }
 
+bool SimContext::doneSending(PeerId peer) const {
+  if (peer == p_.id) return false;
+  if (!std::binary_search(p_.view.begin(), p_.view.end(), peer)) return true;
+  const SimPeer* other = p_.world.current(peer);
+  if (other == nullptr || other->phase == Phase::dead) return false;  // until the view drops it
+  const Phase mark = p_.finishing ? Phase::released : Phase::finished;
+  return p_.world.phaseSeen(*other, p_, mark);
+}
+
 GatherResult SimContext::gatherFrom(std::span<const PeerId> from, std::uint64_t tag,
                                     Duration timeout, bool whileStepping) {
   World& world = p_.world;
@@ -40,13 +49,8 @@ GatherResult SimContext::gatherFrom(std::span<const PeerId> from, std::uint64_t 
   std::vector<std::optional<Incoming>> got(from.size());
   std::vector<bool> given(from.size(), false);
   auto gone = [&](PeerId peer) {
-    if (peer == p_.id) return false;
-    if (!std::binary_search(p_.view.begin(), p_.view.end(), peer)) return true;
-    if (!whileStepping) return false;
-    const SimPeer* other = world.current(peer);
-    if (other == nullptr || other->phase == Phase::dead) return false;  // until the view drops it
-    const Phase mark = p_.finishing ? Phase::released : Phase::finished;
-    return world.phaseSeen(*other, p_, mark);
+    if (whileStepping) return doneSending(peer);
+    return peer != p_.id && !std::binary_search(p_.view.begin(), p_.view.end(), peer);
   };
   auto settle = [&] {
     bool done = true;

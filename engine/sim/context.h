@@ -38,6 +38,7 @@ class SimContext final : public PeerContext {
     return gatherFrom(from, tag, timeout, true);
   }
   Inbox& inbox() override { return p_.inbox; }
+  bool doneSending(PeerId peer) const override;
   Tags& tags() override { return p_.tags; }
   DeviceView upload(std::span<const float> host) override { return DeviceView(host, nullptr); }
   Clock::duration commTimeout() const override {

@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <vector>
@@ -122,8 +124,10 @@ inline double maxAbsDiff(std::span<const float> a, std::span<const float> b) {
 
 // The convex oracle: the unique minimiser of mean softmax cross-entropy on smallData()'s training
 // set plus (weightDecay / 2) ||w||^2 (softmax regression; strongly convex for weightDecay > 0),
-// by full-batch gradient descent run to a gradient norm below 1e-7.
-inline std::vector<float> convexOptimum(float weightDecay) {
+// by full-batch gradient descent run to a gradient norm below 1e-7, or until a step leaves w
+// unchanged in float32 (its fixed point: further steps would change nothing), made once per
+// weight decay and process (convexOptimum below).
+inline std::vector<float> computeConvexOptimum(float weightDecay) {
   const engine::DatasetPair& data = *smallData();
   auto compute = kernels::cpu::makeCompute({.blasThreads = 1});
   const std::size_t n = data.train.count();
@@ -138,9 +142,25 @@ inline std::vector<float> convexOptimum(float weightDecay) {
       norm += static_cast<double>(g[i]) * g[i];
     }
     if (std::sqrt(norm) < 1e-7) break;
-    for (std::size_t i = 0; i < w.size(); ++i) w[i] -= 0.5f * g[i];
+    bool moved = false;
+    for (std::size_t i = 0; i < w.size(); ++i) {
+      const float next = w[i] - 0.5f * g[i];
+      moved = moved || next != w[i];
+      w[i] = next;
+    }
+    if (!moved) break;
   }
   return w;
+}
+
+// computeConvexOptimum(weightDecay), computed once per process. Thread-safe.
+inline const std::vector<float>& convexOptimum(float weightDecay) {
+  static std::mutex mutex;
+  static std::map<float, std::vector<float>> made;
+  std::lock_guard lock(mutex);
+  auto it = made.find(weightDecay);
+  if (it == made.end()) it = made.emplace(weightDecay, computeConvexOptimum(weightDecay)).first;
+  return it->second;
 }
 
 // ||a - b|| / ||b||.

@@ -2,7 +2,8 @@
 // start several rounds of rank-dependent values at once, collect them out of order and compare
 // them with the closed-form sum and mean, for n in {1, 2, 3, 5} and sizes that n does not divide;
 // a member that starts late; a member that never starts (the round fails within its deadline
-// everywhere); a message of another view (refused, the round fails everywhere).
+// everywhere, and at once when that member finished training); a message of another view
+// (refused, the round fails everywhere).
 #include "algorithms/async_allreduce.h"
 
 #include <algorithm>
@@ -46,6 +47,8 @@ enum class Behaviour {
   kAllCases,   // every asyncCases() case, rounds 1..3 started at once, waited for in reverse
   kLateRank0,  // one round; rank 0 starts it 300 ms after the others
   kAbsent2,    // one round; rank 2 never starts it, the others wait 300 ms at most
+  kFinished2,  // one round; rank 2 never starts it and trains its step, the others wait 20 s at
+               // most
   kForged,     // one round; rank 1 first sends rank 0 a message of another view
 };
 
@@ -66,15 +69,18 @@ class AsyncCheck final : public engine::Algorithm {
       return;
     }
     AsyncAllReduce reduce({.kind = 1, .op = ReduceOp::kSum, .pieces = 2, .who = "async-check"});
-    if (behaviour_ == Behaviour::kAbsent2 && rank_ == 2) return;
+    const bool absent = behaviour_ == Behaviour::kAbsent2 || behaviour_ == Behaviour::kFinished2;
+    if (absent && rank_ == 2) return;
     if (behaviour_ == Behaviour::kLateRank0 && rank_ == 0) std::this_thread::sleep_for(300ms);
     if (behaviour_ == Behaviour::kForged && rank_ == 1)
       ctx.send(ctx.members()[0], engine::Message{.kind = 1, .step = 7, .integers = {0, 0, 0, 0}});
     std::vector<float> input(1000, 1.0f);
     const engine::Clock::time_point start = engine::Clock::now();
     reduce.start(ctx, 7, input);
-    const RingOutcome outcome =
-        reduce.wait(ctx, 7, start + (behaviour_ == Behaviour::kAbsent2 ? 300ms : 10s));
+    const RingOutcome outcome = reduce.wait(ctx, 7,
+                                            start + (behaviour_ == Behaviour::kAbsent2     ? 300ms
+                                                     : behaviour_ == Behaviour::kFinished2 ? 20s
+                                                                                           : 10s));
     ctx.metrics().set("async.seconds",
                       std::chrono::duration<double>(engine::Clock::now() - start).count());
     ctx.metrics().set("async.outcome", static_cast<double>(outcome));
@@ -176,10 +182,13 @@ TEST_CASE("async-allreduce: the messages of a member that starts late are kept u
   }
 }
 
-TEST_CASE("async-allreduce: a member that never starts the round fails it within the deadline") {
+// A 4-peer run whose rank 2 behaves as `behaviour`: ranks 0, 1 and 3 fail the round (missing or
+// aborted) within 5 s, whatever the deadline (`commTimeout`).
+void checkRoundFailsFastWithoutRank2(Behaviour behaviour, std::chrono::seconds commTimeout) {
   test::Watchdog watchdog(60s);
-  const engine::Registry registry = asyncRegistry(Behaviour::kAbsent2);
+  const engine::Registry registry = asyncRegistry(behaviour);
   auto config = test::algorithmCluster("async-check", 4, 1);
+  config.peer.training.commTimeout = commTimeout;
   const auto result = engine::runtime::runLocalCluster(config, registry, test::smallData());
   for (std::size_t rank : {0, 1, 3}) {
     CAPTURE(rank);
@@ -189,6 +198,16 @@ TEST_CASE("async-allreduce: a member that never starts the round fails it within
            outcome == static_cast<double>(RingOutcome::kAborted)));
     CHECK(metrics.at("async.seconds") < 5.0);
   }
+}
+
+TEST_CASE("async-allreduce: a member that never starts the round fails it within the deadline") {
+  checkRoundFailsFastWithoutRank2(Behaviour::kAbsent2, 10s);  // algorithmCluster's deadline
+}
+
+// A member that finished training sends nothing more: the round ends when its finished marks
+// come (PeerContext::doneSending), not at the 30 s deadline.
+TEST_CASE("async-allreduce: a round short of a member that finished training ends at once") {
+  checkRoundFailsFastWithoutRank2(Behaviour::kFinished2, 30s);
 }
 
 TEST_CASE("async-allreduce: a message of another view is refused and fails the round everywhere") {

@@ -71,13 +71,12 @@ class ForwardingContext : public engine::PeerContext {
     return inner_.gather(from, tag, timeout);
   }
   engine::Inbox& inbox() override { return inner_.inbox(); }
+  bool doneSending(engine::PeerId peer) const override { return inner_.doneSending(peer); }
   engine::Tags& tags() override { return inner_.tags(); }
   engine::DeviceView upload(std::span<const float> host) override { return inner_.upload(host); }
   engine::Clock::duration commTimeout() const override { return inner_.commTimeout(); }
   engine::NormBound normBound() const override { return inner_.normBound(); }
-  const engine::PayloadCompression& compression() const override {
-    return inner_.compression();
-  }
+  const engine::PayloadCompression& compression() const override { return inner_.compression(); }
 
   std::optional<engine::Incoming> pullModel(engine::PeerId from,
                                             engine::Clock::duration timeout) override {
