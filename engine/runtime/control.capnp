@@ -16,14 +16,22 @@ struct Control {
     released @3 :Mark;       # the sender has what it needs from the others: they may leave
     pullModel @4 :Void;      # "send me your params at your next step boundary"
     model @5 :Void;          # the answer: the params as the payload, their step in the envelope
+    statusRequestOf @6 :StatusRequest;  # statusRequest naming the asker's life (sent instead)
   }
+}
+
+struct StatusRequest {
+  # The asker's incarnation when the membership admitted this life of it: a restarted process
+  # starts above any incarnation of its earlier lives, so a peer that started training with an
+  # earlier life tells the restart from an initial member that was slow to start.
+  life @0 :UInt64;
 }
 
 struct Status {
   training @0 :Bool;
   step @1 :UInt64;
   totalSteps @2 :UInt64;
-  expected @3 :Bool;  # the asker is one of the members the answerer started training with
+  expected @3 :Bool;  # the asker (that life of it) is a member the answerer started training with
   members @4 :UInt32; # how many members the answerer's view holds now
 }
 

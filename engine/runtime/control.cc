@@ -20,14 +20,10 @@ bool hasBothMarks(const std::map<PeerId, unsigned>& marks, PeerId peer) {
   return it != marks.end() && it->second == kBothMarks;
 }
 
-bool contains(const std::vector<PeerId>& ids, PeerId id) {
-  return std::find(ids.begin(), ids.end(), id) != ids.end();
-}
-
 }  // namespace
 
-ClusterControl::ClusterControl(PeerNetwork& network, Messenger& messenger,
-                               SnapshotBoard& snapshots, const LoopStatus& status)
+ClusterControl::ClusterControl(PeerNetwork& network, Messenger& messenger, SnapshotBoard& snapshots,
+                               const LoopStatus& status)
     : network_(network), messenger_(messenger), snapshots_(snapshots), status_(status) {}
 
 std::vector<PeerId> ClusterControl::others() const {
@@ -53,16 +49,18 @@ void ClusterControl::onMessage(Incoming message, std::vector<std::byte> bytes) {
     return;
   }
   const PeerId from = message.from;
-  if (std::holds_alternative<control::StatusRequest>(decoded)) {
+  if (const auto* request = std::get_if<control::StatusRequest>(&decoded)) {
     control::Status status{status_.training, status_.step, status_.totalSteps, false,
                            static_cast<std::uint32_t>(network_.members().size())};
     {
       std::lock_guard lock(mutex_);
-      status.expected = contains(startMembers_, from);
+      const auto started = startLives_.find(from);
+      status.expected =
+          started != startLives_.end() && (request->life == 0 || request->life <= started->second);
     }
-    messenger_.sendFromHost(
-        std::span<const PeerId>(&from, 1), Message{.tag = message.tag},
-        Envelope{.route = Route::runtime, .control = control::encode(status)}, true, {});
+    messenger_.sendFromHost(std::span<const PeerId>(&from, 1), Message{.tag = message.tag},
+                            Envelope{.route = Route::runtime, .control = control::encode(status)},
+                            true, {});
   } else if (auto* status = std::get_if<control::Status>(&decoded)) {
     {
       std::lock_guard lock(mutex_);
@@ -172,8 +170,8 @@ StartPlan ClusterControl::awaitStart(std::size_t minPeers, bool resumed, Clock::
                      members.size(), minPeers, duration_cast<seconds>(timeout).count(), seeds, why);
     }
     std::unique_lock lock(mutex_);
-    if (stopped_) GOSSAMER_THROW("peer {:016x} was stopped before training started",
-                                 network_.self());
+    if (stopped_)
+      GOSSAMER_THROW("peer {:016x} was stopped before training started", network_.self());
     // Wake on a membership change (wake()) or poll: a peer's status can change unannounced.
     changed_.wait_for(lock, milliseconds(200), [&] { return stopped_ || wakeups_ != seen; });
   }
@@ -187,7 +185,7 @@ std::vector<control::Status> ClusterControl::askStatus(const std::vector<PeerId>
     statusTag_ = tag;
     statuses_.clear();
   }
-  request(peers, control::StatusRequest{}, tag);
+  request(peers, control::StatusRequest{network_.life()}, tag);
   std::unique_lock lock(mutex_);
   changed_.wait_for(lock, timeout, [&] {
     return stopped_ || std::all_of(peers.begin(), peers.end(), [&](PeerId peer) {
@@ -200,9 +198,15 @@ std::vector<control::Status> ClusterControl::askStatus(const std::vector<PeerId>
   return out;
 }
 
-void ClusterControl::startedWith(std::vector<PeerId> members) {
+void ClusterControl::startedWith(const std::vector<PeerId>& members) {
+  const net::membership::View view = network_.view();
+  std::map<PeerId, std::uint64_t> lives;
+  for (const PeerId member : members) {
+    const net::membership::Member* known = view.find(member);
+    lives[member] = known ? known->incarnation : 0;  // not in the view: no life of it expected
+  }
   std::lock_guard lock(mutex_);
-  startMembers_ = std::move(members);
+  startLives_ = std::move(lives);
 }
 
 void ClusterControl::announce(Barrier barrier, const std::vector<PeerId>& to,
@@ -214,11 +218,10 @@ void ClusterControl::announce(Barrier barrier, const std::vector<PeerId>& to,
     const control::Message what = barrier == Barrier::released
                                       ? control::Message{control::Released{index}}
                                       : control::Message{control::Finished{index}};
-    messenger_.send(to, mark,
-                    Envelope{.route = Route::runtime,
-                             .control = control::encode(what),
-                             .channel = channel},
-                    wait);
+    messenger_.send(
+        to, mark,
+        Envelope{.route = Route::runtime, .control = control::encode(what), .channel = channel},
+        wait);
   }
 }
 
@@ -244,10 +247,10 @@ bool ClusterControl::await(Barrier barrier, Clock::duration timeout) {
     return true;
   });
   if (!all)
-    log::get("peer")->warn("peer {:016x}: not every member {} within {} s; going on",
-                           network_.self(),
-                           barrier == Barrier::released ? "released the others" : "finished training",
-                           duration_cast<seconds>(timeout).count());
+    log::get("peer")->warn(
+        "peer {:016x}: not every member {} within {} s; going on", network_.self(),
+        barrier == Barrier::released ? "released the others" : "finished training",
+        duration_cast<seconds>(timeout).count());
   return all;
 }
 

@@ -68,8 +68,9 @@ class ClusterControl {
   // when stopped.
   StartPlan awaitStart(std::size_t minPeers, bool resumed, Clock::duration timeout,
                        Clock::time_point joinDeadline, const std::string& seeds);
-  // The members this peer starts training with (answers `expected` to them).
-  void startedWith(std::vector<PeerId> members);
+  // The members this peer starts training with (answers `expected` to them, in the lives it
+  // sees now, not to a later life of one: a restarted member joins late like a newcomer).
+  void startedWith(const std::vector<PeerId>& members);
 
   // The end-of-run barriers.
   enum class Barrier { finished, released };
@@ -105,7 +106,9 @@ class ClusterControl {
   TagSource tags_;
   mutable std::mutex mutex_;
   std::condition_variable changed_;
-  std::vector<PeerId> startMembers_;
+  // The members this peer started training with, each with its incarnation in this peer's view
+  // then: a later life of one (a restart) asks with a higher incarnation and joins late.
+  std::map<PeerId, std::uint64_t> startLives_;
   std::map<PeerId, unsigned> finishedMarks_;  // bit c: the mark of channel c came
   std::map<PeerId, unsigned> releasedMarks_;  // the same for the released marks
   std::uint64_t statusTag_ = 0;               // of the status request in flight

@@ -21,6 +21,8 @@ Message toMessage(s::Control::Reader r) {
   switch (r.which()) {
     case s::Control::STATUS_REQUEST:
       return StatusRequest{};
+    case s::Control::STATUS_REQUEST_OF:
+      return StatusRequest{r.getStatusRequestOf().getLife()};
     case s::Control::STATUS: {
       auto status = r.getStatus();
       return Status{status.getTraining(), status.getStep(), status.getTotalSteps(),
@@ -50,7 +52,7 @@ std::vector<std::byte> encode(const Message& message) {
   capnp::MallocMessageBuilder builder(16);
   auto root = builder.initRoot<s::Control>();
   std::visit(Overloaded{
-                 [&](const StatusRequest&) { root.setStatusRequest(); },
+                 [&](const StatusRequest& v) { root.initStatusRequestOf().setLife(v.life); },
                  [&](const Status& v) {
                    auto status = root.initStatus();
                    status.setTraining(v.training);

@@ -11,7 +11,9 @@
 
 namespace gossamer::engine::runtime::control {
 
+// `life`: the asker's incarnation when it was admitted (0: not said, an older peer).
 struct StatusRequest {
+  std::uint64_t life = 0;
   friend bool operator==(const StatusRequest&, const StatusRequest&) = default;
 };
 struct Status {

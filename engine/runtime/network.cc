@@ -129,17 +129,19 @@ std::error_code PeerNetwork::startOnIo(Handlers& handlers, net::wire::ModelFinge
       n.profile ? n.membership.forRoundTrip(n.profile->maxRoundTrip()) : n.membership;
   membership_ = net::membership::makeService(
       io_, *mesh_, net::membership::Config{n.seeds, membershipOptions, seed ^ self_});
-  membership_->onEvent([this, changed = std::move(handlers.membershipChanged)](
-                           const net::membership::Event& event) {
-    {
-      std::lock_guard lock(viewMutex_);
-      view_ = membership_->view();
-    }
-    epoch_ = event.epoch;
-    if (event.kind == net::membership::EventKind::joined && event.member.id == self_)
-      joined_ = true;
-    changed(event);
-  });
+  membership_->onEvent(
+      [this, changed = std::move(handlers.membershipChanged)](const net::membership::Event& event) {
+        {
+          std::lock_guard lock(viewMutex_);
+          view_ = membership_->view();
+        }
+        epoch_ = event.epoch;
+        if (event.kind == net::membership::EventKind::joined && event.member.id == self_) {
+          life_ = event.member.incarnation;
+          joined_ = true;
+        }
+        changed(event);
+      });
   if (const std::error_code e = mesh_->listen(n.listen)) return e;
   endpoint_ = mesh_->localEndpoint();
   membership_->start();

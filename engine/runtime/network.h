@@ -26,8 +26,8 @@
 
 #include "engine/algorithm.h"
 #include "engine/runtime/config.h"
-#include "net/mesh/mesh.h"
 #include "net/membership/membership.h"
+#include "net/mesh/mesh.h"
 
 namespace gossamer::engine::runtime {
 
@@ -50,7 +50,7 @@ class PeerNetwork {
     net::EnvelopeTarget target;  // where an envelope's payloads land
     net::EnvelopeHandler envelope;
     std::function<void(const net::membership::Event&)> membershipChanged;  // after the view
-    std::function<void(net::Transport&)> registerMemory;  // once, before listening
+    std::function<void(net::Transport&)> registerMemory;                   // once, before listening
     net::DeviceMemory deviceMemory;  // where payloads may live besides the host (a CUDA peer's)
   };
 
@@ -85,6 +85,8 @@ class PeerNetwork {
   // Whether the membership admitted this peer, or it started the cluster (no seeds): true from
   // its own `joined` event on, never false again (losing the cluster later does not undo it).
   bool joined() const { return joined_; }
+  // This life's incarnation when the membership admitted it (its own `joined` event); 0 before.
+  std::uint64_t life() const { return life_; }
   // Where `peer` listens: its member address, or for a peer that wrote to us before its
   // membership reached us, the address it authenticated with (a reply must still find it).
   std::optional<net::Endpoint> addressOf(PeerId peer) const;
@@ -121,6 +123,7 @@ class PeerNetwork {
   std::map<PeerId, net::Endpoint> heardFrom_;
   std::atomic<std::uint64_t> epoch_{0};
   std::atomic<bool> joined_{false};
+  std::atomic<std::uint64_t> life_{0};
   std::once_flag stopped_;
 };
 

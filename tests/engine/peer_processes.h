@@ -62,23 +62,13 @@ class PeerProcesses {
   explicit PeerProcesses(std::string common) : common_(std::move(common)) {}
 
   // Starts peer `id` (1-based) with `extra` flags; the first peer started is the seed.
-  void start(std::size_t id, const std::string& extra = "") {
-    if (peers_.size() < id) peers_.resize(id);
-    std::string args = "--listen 127.0.0.1:0 --peer-id " + std::to_string(id) + " --secret-file " +
-                       scratch_.secret + " --metrics " + metricsPath(id) +
-                       " --eval-every 10 --eval-samples 200 --json " + common_ + " " + extra;
-    if (!seed_.empty()) args += " --seeds " + seed_;
-    peers_[id - 1] = std::make_unique<ChildProcess>(
-        peerCommand(args),
-        (scratch_.dir / ("peer" + std::to_string(id) + "-" + std::to_string(starts_++) + ".log"))
-            .string());
-    if (seed_.empty()) {
-      int port = 0;
-      if (!waitUntil(std::chrono::seconds(30),
-                     [&] { return (port = listeningPort(peers_[id - 1]->output())) != 0; }))
-        throw std::runtime_error("the first peer did not listen: " + peers_[id - 1]->output());
-      seed_ = "127.0.0.1:" + std::to_string(port);
-    }
+  void start(std::size_t id, const std::string& extra = "") { startAt(id, 0, extra); }
+
+  // Starts peer `id` again (its process has ended) at the address its last life listened on.
+  void restart(std::size_t id, const std::string& extra = "") {
+    const int port = listeningPort(peers_[id - 1]->output());
+    if (port == 0) throw std::runtime_error("peer did not listen: " + peers_[id - 1]->output());
+    startAt(id, port, extra);
   }
 
   // The last step peer `id` reported (0 before its first evaluation).
@@ -102,6 +92,27 @@ class PeerProcesses {
   const std::filesystem::path& dir() const { return scratch_.dir; }
 
  private:
+  // Peer `id` listening on 127.0.0.1:`port` (0: any); the first peer started is the seed.
+  void startAt(std::size_t id, int port, const std::string& extra) {
+    if (peers_.size() < id) peers_.resize(id);
+    std::string args = "--listen 127.0.0.1:" + std::to_string(port) + " --peer-id " +
+                       std::to_string(id) + " --secret-file " + scratch_.secret + " --metrics " +
+                       metricsPath(id) + " --eval-every 10 --eval-samples 200 --json " + common_ +
+                       " " + extra;
+    if (!seed_.empty()) args += " --seeds " + seed_;
+    peers_[id - 1] = std::make_unique<ChildProcess>(
+        peerCommand(args),
+        (scratch_.dir / ("peer" + std::to_string(id) + "-" + std::to_string(starts_++) + ".log"))
+            .string());
+    if (seed_.empty()) {
+      int seedPort = 0;
+      if (!waitUntil(std::chrono::seconds(30),
+                     [&] { return (seedPort = listeningPort(peers_[id - 1]->output())) != 0; }))
+        throw std::runtime_error("the first peer did not listen: " + peers_[id - 1]->output());
+      seed_ = "127.0.0.1:" + std::to_string(seedPort);
+    }
+  }
+
   std::string metricsPath(std::size_t id) const {
     return (scratch_.dir / ("peer" + std::to_string(id) + ".metrics.jsonl")).string();
   }

@@ -81,6 +81,7 @@ TEST_CASE("runtime parts: a join failure names the cause its seeds share, else e
 TEST_CASE("runtime parts: every control message survives encode and decode") {
   const std::vector<control::Message> messages = {
       control::StatusRequest{},
+      control::StatusRequest{.life = 1'764'000'000'123},
       control::Status{.training = true,
                       .step = 1ull << 40,
                       .totalSteps = 123456789,
@@ -108,8 +109,8 @@ TEST_CASE("runtime parts: malformed control bytes are refused as values, never t
   for (std::size_t cut = 0; cut < good.size(); ++cut)  // every truncation
     CHECK(control::decode(std::span(good).first(cut), out));
   // A mark on a channel that does not exist.
-  for (const control::Message& bad : {control::Message{control::Finished{2}},
-                                      control::Message{control::Released{7}}})
+  for (const control::Message& bad :
+       {control::Message{control::Finished{2}}, control::Message{control::Released{7}}})
     CHECK(control::decode(control::encode(bad), out) == net::Errc::malformedMessage);
   // Garbage and a segment table claiming more than the bytes hold.
   std::vector<std::byte> garbage(64, std::byte{0xff});
@@ -133,7 +134,8 @@ TEST_CASE("runtime parts: a peer has finished or released only when both of its 
   PeerNetwork network(config, 1);
   auto compute = kernels::cpu::makeCompute({.blasThreads = 1});
   Staging staging(*compute, 16, {});
-  PayloadCodec codec(*compute, *compute, {}, 1, [](std::size_t) { return net::Payload(); }, 1024);
+  PayloadCodec codec(
+      *compute, *compute, {}, 1, [](std::size_t) { return net::Payload(); }, 1024);
   Messenger messenger(network, staging, codec);
   SnapshotBoard snapshots(1);
   LoopStatus status;
@@ -172,8 +174,7 @@ TEST_CASE("runtime parts: gather takes one message per peer by tag, in the order
   queue.push(from(3, 7));  // another round's: stays queued
   queue.push(from(3, 9));
   const std::vector<PeerId> peers = {3, 2};
-  const GatherResult got =
-      gather(queue, peers, 9, Clock::now() + 1s, [](PeerId) { return false; });
+  const GatherResult got = gather(queue, peers, 9, Clock::now() + 1s, [](PeerId) { return false; });
   REQUIRE(got.messages.size() == 2);
   CHECK(got.messages[0].from == 3);
   CHECK(got.messages[1].from == 2);
@@ -241,8 +242,7 @@ class DeviceLike final : public kernels::Compute {
   void copyToDevice(void* d, const void* h, std::size_t n) override { std::memcpy(d, h, n); }
   void copyToHost(void* h, const void* d, std::size_t n) override { std::memcpy(h, d, n); }
   void synchronize() override {}
-  void copyToHostAsync(void* h, const void* d, std::size_t n,
-                       std::function<void()> done) override {
+  void copyToHostAsync(void* h, const void* d, std::size_t n, std::function<void()> done) override {
     std::memcpy(h, d, n);
     std::lock_guard lock(mutex_);
     pending_.push_back(std::move(done));
@@ -269,7 +269,9 @@ class DeviceLike final : public kernels::Compute {
   void elasticPull(std::span<float> x, std::span<float> c, float a, float b) override {
     cpu_->elasticPull(x, c, a, b);
   }
-  double dot(std::span<const float> x, std::span<const float> y) override { return cpu_->dot(x, y); }
+  double dot(std::span<const float> x, std::span<const float> y) override {
+    return cpu_->dot(x, y);
+  }
   double norm2(std::span<const float> x) override { return cpu_->norm2(x); }
   void sgdStep(std::span<float> w, std::span<const float> g, const kernels::SgdHyper& h) override {
     cpu_->sgdStep(w, g, h);
@@ -286,8 +288,8 @@ class DeviceLike final : public kernels::Compute {
                      std::span<std::byte> out, std::uint64_t seed) override {
     return cpu_->encode(codec, in, res, out, seed);
   }
-  void decode(const kernels::Codec& codec, std::span<const std::byte> payload,
-              std::span<float> out, kernels::DecodeMode mode) override {
+  void decode(const kernels::Codec& codec, std::span<const std::byte> payload, std::span<float> out,
+              kernels::DecodeMode mode) override {
     cpu_->decode(codec, payload, out, mode);
   }
   void gemm(kernels::Transpose ta, kernels::Transpose tb, std::size_t m, std::size_t n,
@@ -353,13 +355,15 @@ TEST_CASE("runtime parts: on the CPU a send with an owner leaves from where it i
   auto params = std::make_shared<std::vector<float>>(64, 1.5f);
   Message owned{.payloads = {std::span<const float>(*params)}, .owner = params};
   std::vector<StagedBytes> sent;
-  REQUIRE(staging.stageFromCompute(owned, 1s, [&](StagedBytes b) { sent.push_back(std::move(b)); }));
+  REQUIRE(
+      staging.stageFromCompute(owned, 1s, [&](StagedBytes b) { sent.push_back(std::move(b)); }));
   REQUIRE(sent.size() == 1);  // at once: nothing was in flight
   CHECK(sent[0].spans[0].data() == reinterpret_cast<const std::byte*>(params->data()));
   CHECK(sent[0].owner == params);  // the transport keeps the params alive while it sends
 
   Message copied{.payloads = {std::span<const float>(*params)}};
-  REQUIRE(staging.stageFromCompute(copied, 1s, [&](StagedBytes b) { sent.push_back(std::move(b)); }));
+  REQUIRE(
+      staging.stageFromCompute(copied, 1s, [&](StagedBytes b) { sent.push_back(std::move(b)); }));
   REQUIRE(sent.size() == 2);
   CHECK(sent[1].spans[0].data() != reinterpret_cast<const std::byte*>(params->data()));
   CHECK(std::memcmp(sent[1].spans[0].data(), params->data(), 64 * sizeof(float)) == 0);
