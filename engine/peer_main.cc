@@ -164,6 +164,10 @@ int runPeer(const PeerOptions& o, const engine::Registry& registry) {
     printError(result.joinFailure->describe());
     return kExitCannotJoin;
   }
+  if (result.clusterDone) {
+    printError("the cluster had trained all its steps when this peer came: nothing to join");
+    return kExitClusterDone;
+  }
   const engine::runtime::ConsensusResult consensus =
       result.consensus.value_or(engine::runtime::ConsensusResult{});
   log::get("engine")->info(
@@ -252,9 +256,9 @@ int main(int argc, char** argv) {
   addAlgorithmOptions(app, options, registry);
   app.footer(
       fmt::format("Exit status: 0 done; 1 failed (the cause in one line on stderr); {} "
-                  "joined no one within --join-timeout (the same); 100 and up: a bad "
-                  "command line.",
-                  kExitCannotJoin) +
+                  "joined no one within --join-timeout (the same); {} came when the cluster "
+                  "had trained all its steps (the same); 100 and up: a bad command line.",
+                  kExitCannotJoin, kExitClusterDone) +
       " Every flag can also be set by an environment variable, GOSSAMER_ and its name in upper "
       "case with dashes and dots as underscores (GOSSAMER_SEEDS, GOSSAMER_JOIN_TIMEOUT, "
       "GOSSAMER_GOSGD_P); the command line wins, then --config, then the environment.");

@@ -22,6 +22,8 @@ using runtime::PeerConfig;
 
 // The exit status of a peer that joined no one within --join-timeout (other failures: 1).
 inline constexpr int kExitCannotJoin = 3;
+// The cluster it came to had trained all its steps (its run was ending): nothing to join.
+inline constexpr int kExitClusterDone = 4;
 
 struct PeerOptions {
   // model, data, local optimizer

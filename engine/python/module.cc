@@ -190,6 +190,7 @@ py::dict resultDict(const engine::runtime::PeerResult& r) {
     d["consensus"] = py::none();
   }
   d["join_failure"] = r.joinFailure ? py::object(py::str(r.joinFailure->describe())) : py::none();
+  d["cluster_done"] = r.clusterDone;
   return d;
 }
 

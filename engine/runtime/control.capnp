@@ -33,6 +33,7 @@ struct Status {
   totalSteps @2 :UInt64;
   expected @3 :Bool;  # the asker (that life of it) is a member the answerer started training with
   members @4 :UInt32; # how many members the answerer's view holds now
+  done @5 :Bool;      # the answerer trained all its steps: the run is ending, nothing to join
 }
 
 # `finished` and `released` are each sent once on each of the two links (control and data),

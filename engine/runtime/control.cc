@@ -50,8 +50,12 @@ void ClusterControl::onMessage(Incoming message, std::vector<std::byte> bytes) {
   }
   const PeerId from = message.from;
   if (const auto* request = std::get_if<control::StatusRequest>(&decoded)) {
-    control::Status status{status_.training, status_.step, status_.totalSteps, false,
-                           static_cast<std::uint32_t>(network_.members().size())};
+    control::Status status{status_.training,
+                           status_.step,
+                           status_.totalSteps,
+                           false,
+                           static_cast<std::uint32_t>(network_.members().size()),
+                           status_.loopEnded && status_.step >= status_.totalSteps};
     {
       std::lock_guard lock(mutex_);
       const auto started = startLives_.find(from);
@@ -136,6 +140,11 @@ StartPlan ClusterControl::awaitStart(std::size_t minPeers, bool resumed, Clock::
     if (!peers.empty()) {
       // Is the cluster already training, and did it count on this peer from the start?
       for (const control::Status& status : askStatus(peers, seconds(1))) {
+        // Every peer trains the same steps: one that trained them all ends the run, for all but
+        // a member it counted on from the start (that one's steps are still to come).
+        if (status.done && !status.expected)
+          return StartPlan{
+              .totalSteps = status.totalSteps, .step = status.step, .clusterDone = true};
         if (!status.training) continue;
         // A peer resumed from its checkpoint was a member, but the others went on without it:
         // it catches up with their step like a newcomer.

@@ -39,12 +39,14 @@ namespace gossamer::engine::runtime {
 
 // How a peer starts: with the others (late false; totalSteps 0: its own count, else the count the
 // cluster already training with it uses), or late, joining a cluster at `step` of `totalSteps`;
-// or not at all, because it joined no one by its join deadline (cannotJoin; nothing else set).
+// or not at all, because it joined no one by its join deadline (cannotJoin; nothing else set) or
+// because the cluster it found has trained all its steps (clusterDone, at `step` of `totalSteps`).
 struct StartPlan {
   bool late = false;
   std::uint64_t totalSteps = 0;
   std::uint64_t step = 0;
   bool cannotJoin = false;
+  bool clusterDone = false;
 };
 
 class ClusterControl {
@@ -62,10 +64,12 @@ class ClusterControl {
   // ---- compute thread ----
   // Waits until training can start (see the header comment): `minPeers` members, or the members
   // an initial member was expected with, or a cluster already training. A peer resumed from a
-  // checkpoint catches up like a newcomer. Returns cannotJoin at `joinDeadline` if this peer has
-  // joined no one by then (Clock::time_point::max(): never). Throws gossamer::Error after
-  // `timeout`, naming how many joined and `seeds` (and why it joined no one, if it did not), or
-  // when stopped.
+  // checkpoint catches up like a newcomer. A cluster any of whose members trained all its steps
+  // is ending: unless that member counted on this peer from the start, the plan says
+  // clusterDone, whatever else answered. Returns cannotJoin at
+  // `joinDeadline` if this peer has joined no one by then (Clock::time_point::max(): never). Throws
+  // gossamer::Error after `timeout`, naming how many joined and `seeds` (and why it joined no one,
+  // if it did not), or when stopped.
   StartPlan awaitStart(std::size_t minPeers, bool resumed, Clock::duration timeout,
                        Clock::time_point joinDeadline, const std::string& seeds);
   // The members this peer starts training with (answers `expected` to them, in the lives it

@@ -25,8 +25,8 @@ Message toMessage(s::Control::Reader r) {
       return StatusRequest{r.getStatusRequestOf().getLife()};
     case s::Control::STATUS: {
       auto status = r.getStatus();
-      return Status{status.getTraining(), status.getStep(), status.getTotalSteps(),
-                    status.getExpected(), status.getMembers()};
+      return Status{status.getTraining(), status.getStep(),    status.getTotalSteps(),
+                    status.getExpected(), status.getMembers(), status.getDone()};
     }
     case s::Control::FINISHED: {
       const std::uint8_t channel = r.getFinished().getChannel();
@@ -60,6 +60,7 @@ std::vector<std::byte> encode(const Message& message) {
                    status.setTotalSteps(v.totalSteps);
                    status.setExpected(v.expected);
                    status.setMembers(v.members);
+                   status.setDone(v.done);
                  },
                  [&](const Finished& v) { root.initFinished().setChannel(v.channel); },
                  [&](const Released& v) { root.initReleased().setChannel(v.channel); },

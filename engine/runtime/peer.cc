@@ -290,7 +290,8 @@ void Peer::Impl::atEvalPoint(std::uint64_t point, const StepFigures& figures) {
 }
 
 bool Peer::Impl::stopping() const {
-  return requests.stop || requests.leave || requests.killed || training.cannotJoin;
+  return requests.stop || requests.leave || requests.killed || training.cannotJoin ||
+         training.clusterDone;
 }
 
 void Peer::Impl::checkpointIfDue(std::uint64_t step) {
@@ -305,7 +306,7 @@ std::uint64_t Peer::Impl::bytesSent() const {
 // ---- run (compute thread) ----------------------------------------------------------------------
 
 PeerResult Peer::Impl::run() {
-  if (!start()) return cannotJoinResult();
+  if (!start()) return notStartedResult();
   const LoopFigures figures = training.loop->run(*this);
   return finish(figures);
 }
@@ -326,6 +327,13 @@ bool Peer::Impl::start() {
   const StartPlan plan = comms->control.awaitStart(
       t.minPeers, resumeFrom.has_value(), t.startTimeout, joinDeadline, seedList(config.network));
   if (plan.cannotJoin) return false;
+  if (plan.clusterDone) {
+    training.clusterDone = true;
+    logger()->info(
+        "peer {:016x}: the cluster has trained all its steps ({} of {}): nothing to join", self,
+        plan.step, plan.totalSteps);
+    return false;
+  }
   Roster& roster = training.roster;
   roster.members = comms->network.members();
   roster.epoch = comms->network.epoch();
@@ -391,7 +399,7 @@ bool Peer::start() {
   GOSSAMER_ENFORCE(impl_->phase == Impl::Phase::constructed, "Peer::start() is called once");
   impl_->phase = Impl::Phase::started;
   if (!impl_->start()) {
-    impl_->training.cannotJoin = true;
+    impl_->training.cannotJoin = !impl_->training.clusterDone;
     return false;
   }
   impl_->training.loop->begin();
@@ -401,7 +409,7 @@ bool Peer::start() {
 bool Peer::step(const LocalStep& local) {
   GOSSAMER_ENFORCE(impl_->phase == Impl::Phase::started, "Peer::step() {}",
                    impl_->phase == Impl::Phase::constructed ? "before start()" : "after finish()");
-  if (impl_->training.cannotJoin) return false;
+  if (impl_->training.cannotJoin || impl_->training.clusterDone) return false;
   ComputeContext& context = *impl_->training.context;
   context.setLocalStep(&local);
   struct Reset {

@@ -111,6 +111,9 @@ struct PeerResult {
   // Set when this peer joined no one within TrainingConfig::joinTimeout: why (each seed's last
   // failure). Then only `peer` and `steps` (taken alone meanwhile, with --min-peers 1) are set.
   std::optional<JoinFailure> joinFailure;
+  // Set when the cluster this peer found had trained all its steps (its run was ending): it
+  // trained nothing and left at once. Then only `peer` and `steps` (0) are set.
+  bool clusterDone = false;
 };
 
 // What any thread may read about a running peer.
@@ -173,7 +176,8 @@ class Peer {
 
   // Trains on the calling thread (see the header comment). Call once. Throws gossamer::Error when
   // too few peers joined in time, or on a bug; returns early (stopped) after requestStop(), and
-  // with `joinFailure` set when it joined no one within the join timeout.
+  // with `joinFailure` set when it joined no one within the join timeout, or `clusterDone` when
+  // the cluster it found had trained all its steps.
   PeerResult run();
 
   // ---- the externally driven loop (compute thread: the caller's) ----

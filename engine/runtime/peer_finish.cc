@@ -8,7 +8,7 @@ namespace gossamer::engine::runtime {
 
 PeerResult Peer::Impl::finish(const LoopFigures& figures) {
   const TrainingConfig& t = config.training;
-  if (training.cannotJoin) return cannotJoinResult();
+  if (training.cannotJoin || training.clusterDone) return notStartedResult();
   const std::size_t shards = std::max(training.shardCount, t.minPeers);
   const bool leaving = requests.leave && !requests.killed;
   const Clock::time_point finishing = Clock::now();
@@ -88,12 +88,16 @@ void Peer::Impl::finishWithOthers(bool leaving) {
   algorithm->finish(*training.context);
 }
 
-// Joined no one by the join deadline: nothing to finish with anyone, only why.
-PeerResult Peer::Impl::cannotJoinResult() {
+PeerResult Peer::Impl::notStartedResult() {
   PeerResult result;
   result.peer = self;
   result.steps = status.step;
-  result.joinFailure = JoinFailure::of(comms->network.seedFailures(), config.training.joinTimeout);
+  result.clusterDone = training.clusterDone;
+  if (training.clusterDone)  // nothing to do with anyone: leave now, holding nobody
+    comms->network.stop(true);
+  else  // joined no one by the join deadline: why
+    result.joinFailure =
+        JoinFailure::of(comms->network.seedFailures(), config.training.joinTimeout);
   return result;
 }
 

@@ -68,7 +68,8 @@ struct Training {
   std::unique_ptr<ComputeContext> context;
   std::unique_ptr<TrainingLoop> loop;
   std::uint64_t stepsPerEpoch = 1;
-  bool cannotJoin = false;  // the join deadline passed before anyone admitted this peer
+  bool cannotJoin = false;   // the join deadline passed before anyone admitted this peer
+  bool clusterDone = false;  // the cluster had trained all its steps when this peer came
 };
 
 // Requests from other threads, read at step boundaries.
@@ -145,7 +146,8 @@ struct Peer::Impl final : private LoopDriver {
   void publishSnapshot(bool final);
   void finishWithOthers(bool leaving);
   ConsensusResult pullConsensus();
-  PeerResult cannotJoinResult();
+  // A peer that did not start (cannotJoin or clusterDone): nothing to finish with anyone.
+  PeerResult notStartedResult();
   void onMembershipEvent(const net::membership::Event& event);
 
   // LoopDriver

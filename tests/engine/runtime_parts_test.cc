@@ -87,6 +87,7 @@ TEST_CASE("runtime parts: every control message survives encode and decode") {
                       .totalSteps = 123456789,
                       .expected = true,
                       .members = 7},
+      control::Status{.step = 400, .totalSteps = 400, .members = 3, .done = true},
       control::Finished{0},
       control::Finished{1},
       control::Released{0},
