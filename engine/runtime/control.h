@@ -1,9 +1,11 @@
 // The peer runtime's own protocol between peers (route `runtime`, messages of control.capnp):
 //
-//   status         "are you training, at which step of how many, and did you start with me?"
+//   status         "are you training, at which step of how many, did you start with me (this
+//                  life of me: a restart is a new life), and have you trained all your steps?"
 //                  A starting peer asks every member: one that the cluster started with waits
 //                  until its view holds all of them (the same member list gives every peer the
-//                  same shards and graph); one that finds the cluster training joins late.
+//                  same shards and graph); one that finds the cluster training joins late; one
+//                  that finds a member done, which did not count on it, has come too late.
 //   finished       "my training loop is over", sent once on each link (control and data) behind
 //                  everything the sender's compute thread sent on it: once both marks are in,
 //                  everything it sent is in the inbox. The finish barrier waits for every live
@@ -66,10 +68,10 @@ class ClusterControl {
   // an initial member was expected with, or a cluster already training. A peer resumed from a
   // checkpoint catches up like a newcomer. A cluster any of whose members trained all its steps
   // is ending: unless that member counted on this peer from the start, the plan says
-  // clusterDone, whatever else answered. Returns cannotJoin at
-  // `joinDeadline` if this peer has joined no one by then (Clock::time_point::max(): never). Throws
-  // gossamer::Error after `timeout`, naming how many joined and `seeds` (and why it joined no one,
-  // if it did not), or when stopped.
+  // clusterDone, whatever else answered. Returns cannotJoin at `joinDeadline` if this peer has
+  // joined no one by then (Clock::time_point::max(): never). Throws gossamer::Error after
+  // `timeout`, naming how many joined and `seeds` (and why it joined no one, if it did not), or
+  // when stopped.
   StartPlan awaitStart(std::size_t minPeers, bool resumed, Clock::duration timeout,
                        Clock::time_point joinDeadline, const std::string& seeds);
   // The members this peer starts training with (answers `expected` to them, in the lives it
