@@ -131,18 +131,19 @@ TEST_CASE("elastic processes: dpsgd: a killed peer restarts from its checkpoint 
   checkRestartFromCheckpoint("dpsgd");
 }
 
-// Peer 3 of 3 is killed at step 100 and started again 2 s later at the same address with the same
-// flags, without --resume: it is a new life of the peer, not the initial member the others
+// Peer 3 of 3 is killed at step 100 and started again `pause` later at the same address with the
+// same flags, without --resume: it is a new life of the peer, not the initial member the others
 // started with, so it joins late at the cluster's step (it does not redo the run from step 0,
-// and the others do not wait for it at step 0), and all three finish.
-void checkRestartWithoutResumeJoinsLate(const std::string& algorithm) {
+// and the others do not wait for it at step 0), and all three finish. After 2 s the others have
+// seen the old life fail; at once they have not (the new life's incarnation replaces it).
+void checkRestartWithoutResumeJoinsLate(const std::string& algorithm, std::chrono::seconds pause) {
   test::Watchdog watchdog(200s);
   test::PeerProcesses peers(commonFlags(algorithm, 3));
   for (std::size_t id = 1; id <= 3; ++id) peers.start(id);
   REQUIRE(peers.waitForStep(3, 100, 90s));
   peers[3].kill(SIGKILL);
   REQUIRE(peers[3].wait(10s) == 128 + SIGKILL);
-  std::this_thread::sleep_for(2s);
+  std::this_thread::sleep_for(pause);
   peers.restart(3);
   for (std::size_t id = 1; id <= 2; ++id) checkFinished(peers, id, 0.7);
   const int code = peers[3].wait(60s);
@@ -154,10 +155,14 @@ void checkRestartWithoutResumeJoinsLate(const std::string& algorithm) {
 }
 
 TEST_CASE("elastic processes: allreduce-sgd: a peer restarted without --resume joins late") {
-  checkRestartWithoutResumeJoinsLate("allreduce-sgd");
+  checkRestartWithoutResumeJoinsLate("allreduce-sgd", 2s);
 }
 TEST_CASE("elastic processes: easgd: a peer restarted without --resume joins late") {
-  checkRestartWithoutResumeJoinsLate("easgd");
+  checkRestartWithoutResumeJoinsLate("easgd", 2s);
+}
+TEST_CASE(
+    "elastic processes: allreduce-sgd: a peer restarted at once, before its failure is seen") {
+  checkRestartWithoutResumeJoinsLate("allreduce-sgd", 0s);
 }
 
 }  // namespace
