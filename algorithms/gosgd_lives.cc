@@ -1,0 +1,165 @@
+// GoSGD's lives (algorithms/gosgd.h): every message stamped with the sender's life and the
+// receiver's as the sender knows it, admission of a message by those stamps, a peer's end of life
+// (dead or restarted) and the mass it held, and the checks a transfer passes before it merges.
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "algorithms/gosgd.h"
+#include "engine/base/log.h"
+
+namespace gossamer::algorithms {
+
+using engine::PeerId;
+
+namespace {
+
+bool contains(const std::vector<PeerId>& ids, PeerId id) {
+  return std::find(ids.begin(), ids.end(), id) != ids.end();
+}
+
+}  // namespace
+
+// ---- Lives -------------------------------------------------------------------------------------
+
+engine::Message Gosgd::stamped(engine::PeerContext& ctx, std::uint32_t kind, PeerId to,
+                               double alpha) {
+  const auto life = lives_.find(to);
+  return engine::Message{.kind = kind,
+                         .step = ctx.step(),
+                         .scalars = {alpha},
+                         .integers = {life_, life == lives_.end() ? 0 : life->second, ++seq_}};
+}
+
+bool Gosgd::admit(engine::PeerContext& ctx, engine::Incoming& m) {
+  if (m.integers.size() < kHeaderIntegers || m.scalars.size() < kHeaderScalars ||
+      m.integers[0] == 0 || !(m.scalars[0] >= 0 && m.scalars[0] <= 1))
+    return refuse(ctx, m, "no valid header (life, addressee's life, seq; a weight in [0, 1])");
+  const std::uint64_t life = m.integers[0], toLife = m.integers[1];
+  const Report report{.seq = m.integers[2], .alpha = m.scalars[0]};
+  m.integers.erase(m.integers.begin(), m.integers.begin() + kHeaderIntegers);
+  m.scalars.erase(m.scalars.begin(), m.scalars.begin() + kHeaderScalars);
+  const auto known = lives_.find(m.from);
+  if (known != lives_.end() && life < known->second) {
+    ctx.metrics().add("gosgd.stale", 1);
+    return false;
+  }
+  if (known != lives_.end() && life > known->second) endLife(ctx, m.from, true);
+  lives_[m.from] = life;
+  if (contains(ctx.members(), m.from) && dead_.erase({m.from, life}) > 0)
+    log::get("algorithms")
+        ->info("gosgd: peer {:016x} is back in the same life (a partition healed)", m.from);
+  Report& latest = reports_[m.from];
+  if (report.seq >= latest.seq) latest = report;
+  if (toLife != 0 && toLife != life_) {
+    // For a previous life of this peer: its ids are not ours, and it may have merged a transfer.
+    ctx.metrics().add("gosgd.to_previous_life", 1);
+    if (m.kind == kTransfer) ctx.send(m.from, stamped(ctx, kAck, m.from));
+    return false;
+  }
+  return true;
+}
+
+void Gosgd::endLife(engine::PeerContext& ctx, PeerId peer, bool restarted) {
+  const auto life = lives_.find(peer);
+  if (life == lives_.end()) return;
+  const Life ended{peer, life->second};
+  if (dead_.count(ended) == 0) {
+    const Report report = reports_[peer];
+    noteDead(ended, report);
+    log::get("algorithms")
+        ->info(
+            "gosgd: peer {:016x}: the life of peer {:016x} ended{} with weight {:.6g} (its "
+            "report {})",
+            ctx.self(), peer, restarted ? " (it restarted)" : "", report.alpha, report.seq);
+    for (PeerId other : ctx.members()) {
+      if (other == ctx.self() || other == peer) continue;
+      engine::Message message = stamped(ctx, kDead, other);
+      message.integers.insert(message.integers.end(), {peer, ended.second, report.seq});
+      message.scalars.push_back(report.alpha);
+      ctx.send(other, message);
+    }
+  }
+  if (!restarted) return;
+  // A new life: nothing of the old one's numbering holds (see "Lives").
+  ctx.metrics().add("gosgd.restarts_seen", 1);
+  loseEscrowTo(ctx, peer);
+  merged_.erase(peer);
+  estimates_.forget(peer);
+  settled_.erase(peer);
+  leavers_.erase(peer);
+  reports_.erase(peer);
+  mergedFrom_.erase(peer);
+  ackedBy_.erase(peer);
+  lives_.erase(life);
+}
+
+void Gosgd::noteDead(const Life& life, const Report& report) {
+  const auto [it, inserted] = dead_.emplace(life, report);
+  if (!inserted && report.seq > it->second.seq) it->second = report;
+}
+
+void Gosgd::readDead(engine::PeerContext& ctx, const engine::Incoming& m) {
+  if (m.integers.size() % 3 != 0 || m.scalars.size() != m.integers.size() / 3) {
+    refuse(ctx, m, "records of ended lives that are not (peer, life, seq) and a weight each");
+    return;
+  }
+  for (std::size_t k = 0; k < m.scalars.size(); ++k) {
+    const Life life{m.integers[3 * k], m.integers[3 * k + 1]};
+    const double alpha = m.scalars[k];
+    if (!(alpha >= 0 && alpha <= 1)) {
+      refuse(ctx, m, fmt::format("an ended life of weight {} (not in [0, 1])", alpha));
+      return;
+    }
+    // Someone took this life for dead (a partition): it is not.
+    if (life.first == ctx.self() && life.second == life_) continue;
+    noteDead(life, {.seq = m.integers[3 * k + 2], .alpha = alpha});
+  }
+}
+
+void Gosgd::appendDead(engine::Message& message) const {
+  for (const auto& [life, report] : dead_) {
+    message.integers.insert(message.integers.end(), {life.first, life.second, report.seq});
+    message.scalars.push_back(report.alpha);
+  }
+}
+
+double Gosgd::deadWeight(const std::vector<PeerId>& members, PeerId self) const {
+  double sum = 0;
+  for (const auto& [life, report] : dead_) {
+    // A member is taken to live the life recorded unless another life of it was heard from.
+    const auto current = lives_.find(life.first);
+    const bool alive = life.first == self
+                           ? life.second == life_
+                           : contains(members, life.first) &&
+                                 (current == lives_.end() || current->second == life.second);
+    if (!alive) sum += report.alpha;
+  }
+  return sum;
+}
+
+bool Gosgd::refuse(engine::PeerContext& ctx, const engine::Incoming& m, const std::string& why) {
+  log::get("algorithms")
+      ->warn("gosgd: refused a message of kind {} from peer {:016x}: {}", m.kind, m.from, why);
+  ctx.metrics().add("gosgd.refused", 1);
+  return false;
+}
+
+bool Gosgd::acceptTransfer(engine::PeerContext& ctx, const engine::Incoming& m) {
+  if (!engine::acceptMessage(m, {.payloads = {ctx.params().size()}, .scalars = 1, .integers = 2},
+                             ctx.metrics(), name()))
+    return false;
+  // {id, floor} (a plain model) or {id, floor, form, number} (a stream of estimates).
+  const std::vector<std::uint64_t>& ints = m.integers;
+  if (ints.size() != 2 &&
+      (ints.size() != 4 || ints[3] == 0 ||
+       (ints[2] != PublicEstimates::kAnchor && ints[2] != PublicEstimates::kDifference)))
+    return refuse(ctx, m,
+                  fmt::format("a transfer with {} integers that are not a model's", ints.size()));
+  // A weight is a share of the cluster's mass of 1.
+  if (m.scalars[0] < 0 || m.scalars[0] > 1)
+    return refuse(ctx, m, fmt::format("a transfer of weight {} (not in [0, 1])", m.scalars[0]));
+  return true;
+}
+
+}  // namespace gossamer::algorithms
