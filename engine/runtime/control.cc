@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include <fmt/format.h>
+
 #include "engine/base/enforce.h"
 #include "engine/base/log.h"
 #include "engine/runtime/join_failure.h"
@@ -19,6 +21,14 @@ bool hasBothMarks(const std::map<PeerId, unsigned>& marks, PeerId peer) {
   const auto it = marks.find(peer);
   return it != marks.end() && it->second == kBothMarks;
 }
+
+control::Message markOf(ClusterControl::Barrier barrier, net::Channel channel) {
+  const auto index = static_cast<std::uint8_t>(channel);
+  return barrier == ClusterControl::Barrier::released ? control::Message{control::Released{index}}
+                                                      : control::Message{control::Finished{index}};
+}
+
+constexpr net::Channel kMarkChannels[] = {net::Channel::control, net::Channel::data};
 
 }  // namespace
 
@@ -111,6 +121,37 @@ void ClusterControl::wake() {
   }
   changed_.notify_all();
   replies_.wake();
+}
+
+void ClusterControl::onViewChanged() {
+  wake();
+  markLateMembers();
+}
+
+void ClusterControl::markLateMembers() {
+  std::map<Barrier, std::vector<PeerId>> late;  // members that missed an announcement
+  {
+    std::lock_guard lock(mutex_);
+    if (announcedTo_.empty()) return;
+    const std::vector<PeerId> members = others();  // the view's lock, inside ours
+    for (auto& [barrier, sent] : announcedTo_) {
+      for (PeerId member : members)
+        if (sent.insert(member).second) late[barrier].push_back(member);
+    }
+  }
+  // Nothing was sent to them before (they were not members): the marks trail nothing.
+  for (const auto& [barrier, to] : late) {
+    log::get("peer")->debug("peer {:016x}: {} member(s) joined after this peer announced {}",
+                            network_.self(), to.size(),
+                            barrier == Barrier::released ? "released" : "finished");
+    for (const net::Channel channel : kMarkChannels)
+      messenger_.sendFromHost(
+          to, Message{.step = status_.step},
+          Envelope{.route = Route::runtime,
+                   .control = control::encode(markOf(barrier, channel)),
+                   .channel = channel},
+          true, {});
+  }
 }
 
 void ClusterControl::stop() {
@@ -220,18 +261,22 @@ void ClusterControl::startedWith(const std::vector<PeerId>& members) {
 
 void ClusterControl::announce(Barrier barrier, const std::vector<PeerId>& to,
                               Clock::duration wait) {
+  {
+    // Recorded first: a member that enters the view from now on gets its marks from
+    // onViewChanged(), one already in it from here.
+    std::lock_guard lock(mutex_);
+    announcedTo_[barrier].insert(to.begin(), to.end());
+  }
   const Message mark{.step = status_.step};
   // One mark per link, each behind everything this thread sent on it.
-  for (const net::Channel channel : {net::Channel::control, net::Channel::data}) {
-    const auto index = static_cast<std::uint8_t>(channel);
-    const control::Message what = barrier == Barrier::released
-                                      ? control::Message{control::Released{index}}
-                                      : control::Message{control::Finished{index}};
-    messenger_.send(
-        to, mark,
-        Envelope{.route = Route::runtime, .control = control::encode(what), .channel = channel},
-        wait);
+  for (const net::Channel channel : kMarkChannels) {
+    messenger_.send(to, mark,
+                    Envelope{.route = Route::runtime,
+                             .control = control::encode(markOf(barrier, channel)),
+                             .channel = channel},
+                    wait);
   }
+  markLateMembers();  // members the caller's list missed
 }
 
 bool ClusterControl::hasFinished(PeerId peer) const {
@@ -245,21 +290,26 @@ bool ClusterControl::hasReleased(PeerId peer) const {
 }
 
 bool ClusterControl::await(Barrier barrier, Clock::duration timeout) {
+  const auto& marks = barrier == Barrier::released ? releasedMarks_ : finishedMarks_;
+  std::vector<PeerId> missing;
   std::unique_lock lock(mutex_);
   const bool all = changed_.wait_for(lock, timeout, [&] {
     if (stopped_) return true;
+    missing.clear();
     for (PeerId peer : network_.members()) {  // the view's lock, inside ours (see the header)
-      if (peer == network_.self()) continue;
-      if (!hasBothMarks(barrier == Barrier::released ? releasedMarks_ : finishedMarks_, peer))
-        return false;
+      if (peer != network_.self() && !hasBothMarks(marks, peer)) missing.push_back(peer);
     }
-    return true;
+    return missing.empty();
   });
-  if (!all)
-    log::get("peer")->warn(
-        "peer {:016x}: not every member {} within {} s; going on", network_.self(),
-        barrier == Barrier::released ? "released the others" : "finished training",
-        duration_cast<seconds>(timeout).count());
+  if (!all) {
+    std::string names;
+    for (PeerId peer : missing) names += fmt::format("{}{:016x}", names.empty() ? "" : ", ", peer);
+    log::get("peer")->warn("peer {:016x}: not every member {} within {} s (waited for {}); going on",
+                           network_.self(),
+                           barrier == Barrier::released ? "released the others"
+                                                        : "finished training",
+                           duration_cast<seconds>(timeout).count(), names);
+  }
   return all;
 }
 

@@ -9,7 +9,9 @@
 //   finished       "my training loop is over", sent once on each link (control and data) behind
 //                  everything the sender's compute thread sent on it: once both marks are in,
 //                  everything it sent is in the inbox. The finish barrier waits for every live
-//                  member's; a gather stops waiting for a peer that finished.
+//                  member's; a gather stops waiting for a peer that finished. A member that
+//                  enters the view after the announcement (a joiner admitted at the last step,
+//                  gossiped here late) gets the marks then: it waits for them like the others.
 //   released       "I have what I need from the others (their final models): they may leave".
 //   pull / model   a copy of the receiver's params at its next step boundary (SnapshotBoard),
 //                  for a joiner and for the final consensus.
@@ -60,6 +62,9 @@ class ClusterControl {
   void onMessage(Incoming message, std::vector<std::byte> control);
   // Any thread: waits re-check their conditions (a membership change).
   void wake();
+  // Io thread, after each change of the view: wake(), and the marks of every barrier this peer
+  // announced go to the members that were not in the view when it did.
+  void onViewChanged();
   // Any thread: every wait ends now and later ones return at once (kill, shutdown).
   void stop();
 
@@ -80,6 +85,7 @@ class ClusterControl {
 
   // The end-of-run barriers.
   enum class Barrier { finished, released };
+  // Sends `barrier`'s marks to `to`, and later to every member that enters the view.
   void announce(Barrier barrier, const std::vector<PeerId>& to, Clock::duration wait);
   // Waits until every live member but this peer has announced `barrier`, or `timeout`; false on
   // timeout (logged).
@@ -103,6 +109,8 @@ class ClusterControl {
   // The status of each of `peers` that answers within `timeout`.
   std::vector<control::Status> askStatus(const std::vector<PeerId>& peers, Clock::duration timeout);
   std::vector<PeerId> others() const;
+  // The marks of every announced barrier to the members that have not had them (any thread).
+  void markLateMembers();
 
   PeerNetwork& network_;
   Messenger& messenger_;
@@ -117,6 +125,9 @@ class ClusterControl {
   std::map<PeerId, std::uint64_t> startLives_;
   std::map<PeerId, unsigned> finishedMarks_;  // bit c: the mark of channel c came
   std::map<PeerId, unsigned> releasedMarks_;  // the same for the released marks
+  // Per barrier this peer announced: whom its marks went to (a member outside it gets them when
+  // it appears in the view).
+  std::map<Barrier, std::set<PeerId>> announcedTo_;
   std::uint64_t statusTag_ = 0;               // of the status request in flight
   std::map<PeerId, control::Status> statuses_;
   std::uint64_t wakeups_ = 0;  // counts wake(): a wait returns when the view may have changed
