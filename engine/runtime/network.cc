@@ -2,7 +2,11 @@
 
 #include <random>
 
+#include <asio/experimental/as_tuple.hpp>
 #include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/use_awaitable.hpp>
 #include <fmt/format.h>
 
 #include "engine/base/enforce.h"
@@ -134,6 +138,10 @@ std::error_code PeerNetwork::startOnIo(Handlers& handlers, net::wire::ModelFinge
         {
           std::lock_guard lock(viewMutex_);
           view_ = membership_->view();
+          // Gone: no reply is owed to it any more (addressOf() no longer finds it).
+          if (event.kind == net::membership::EventKind::failed ||
+              event.kind == net::membership::EventKind::left)
+            heardFrom_.erase(event.member.id);
         }
         epoch_ = event.epoch;
         if (event.kind == net::membership::EventKind::joined && event.member.id == self_) {
@@ -220,8 +228,87 @@ std::vector<net::membership::SeedFailure> PeerNetwork::seedFailures() {
 asio::awaitable<std::error_code> PeerNetwork::send(
     net::Endpoint to, net::Channel channel, std::shared_ptr<const net::EncodedEnvelope> envelope,
     std::vector<std::span<const std::byte>> payloads) {
+  const LinkKey key{to, channel};
+  if (!mesh_) co_return asio::error::operation_aborted;
+  if (!mesh_->hasOpenLink(to, channel) || linkWaits_.count(key) > 0) {
+    if (const std::error_code error = co_await awaitLink(key)) co_return error;
+    if (!mesh_) co_return asio::error::operation_aborted;
+  }
+  // On the open link, never reconnecting: if it broke meanwhile (the peer died), this send fails
+  // at once and the next one queues for a new link (awaitLink) instead of retrying alone.
   co_return co_await mesh_->sendEnvelope(std::move(to), channel, std::move(envelope),
-                                         std::move(payloads), config_.connectTimeout);
+                                         std::move(payloads), std::chrono::milliseconds(0));
+}
+
+asio::awaitable<std::error_code> PeerNetwork::awaitLink(LinkKey key) {
+  std::shared_ptr<LinkWait> wait = linkWaits_[key];
+  const bool first = wait == nullptr;
+  if (first) linkWaits_[key] = wait = std::make_shared<LinkWait>();
+  auto waiter = std::make_shared<LinkWaiter>(io_);
+  wait->queue.push_back(waiter);  // before the attempt starts: it may end at once, inline
+  if (first) {
+    // The attempt holds no payload (the sends waiting for it do).
+    asio::co_spawn(io_, mesh_->open(key.first, key.second, config_.connectTimeout),
+                   [this, key, wait](std::exception_ptr, net::LinkOutcome outcome) {
+                     if (outcome.error) {
+                       endLinkWait(key, wait, outcome.error);
+                     } else {
+                       wait->opened = true;
+                       releaseNext(key, wait);
+                     }
+                   });
+    asio::co_spawn(io_, watchSuspicion(key, wait), asio::detached);
+  }
+  if (!waiter->released)
+    co_await waiter->resume.async_wait(asio::experimental::as_tuple(asio::use_awaitable));
+  // Released in turn (the sends after this one wait until its send has started) or failed.
+  if (!waiter->error) releaseNext(key, wait);
+  co_return waiter->error;
+}
+
+void PeerNetwork::releaseNext(const LinkKey& key, const std::shared_ptr<LinkWait>& wait) {
+  if (wait->queue.empty()) {
+    const auto it = linkWaits_.find(key);
+    if (it != linkWaits_.end() && it->second == wait) linkWaits_.erase(it);
+    return;
+  }
+  const std::shared_ptr<LinkWaiter> next = wait->queue.front();
+  wait->queue.pop_front();
+  next->released = true;
+  next->resume.cancel();
+}
+
+void PeerNetwork::endLinkWait(const LinkKey& key, const std::shared_ptr<LinkWait>& wait,
+                              std::error_code error) {
+  wait->failed = true;
+  for (const std::shared_ptr<LinkWaiter>& waiter : wait->queue) {
+    waiter->error = error;
+    waiter->released = true;
+    waiter->resume.cancel();
+  }
+  wait->queue.clear();
+  const auto it = linkWaits_.find(key);
+  if (it != linkWaits_.end() && it->second == wait) linkWaits_.erase(it);
+}
+
+asio::awaitable<void> PeerNetwork::watchSuspicion(LinkKey key, std::shared_ptr<LinkWait> wait) {
+  asio::steady_timer tick(io_);
+  while (!wait->opened && !wait->failed) {
+    if (suspected(key.first)) {
+      endLinkWait(key, wait, asio::error::host_unreachable);
+      co_return;
+    }
+    tick.expires_after(std::chrono::milliseconds(20));
+    co_await tick.async_wait(asio::experimental::as_tuple(asio::use_awaitable));
+  }
+}
+
+bool PeerNetwork::suspected(const net::Endpoint& address) const {
+  if (!membership_) return false;
+  for (const net::membership::Member& member : membership_->view().members) {
+    if (member.address == address) return member.state != net::membership::MemberState::alive;
+  }
+  return false;  // not a member (yet): a peer that wrote first, owed a reply
 }
 
 }  // namespace gossamer::engine::runtime

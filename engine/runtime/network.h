@@ -10,6 +10,7 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -23,6 +24,7 @@
 #include <asio/awaitable.hpp>
 #include <asio/executor_work_guard.hpp>
 #include <asio/io_context.hpp>
+#include <asio/steady_timer.hpp>
 
 #include "engine/algorithm.h"
 #include "engine/runtime/config.h"
@@ -95,13 +97,39 @@ class PeerNetwork {
   // (net::membership::Service::seedFailures); empty before start().
   std::vector<net::membership::SeedFailure> seedFailures();
 
-  // Io thread: sends an encoded envelope to the peer listening at `to`.
+  // Io thread: sends an encoded envelope to the peer listening at `to`, in the order of the calls.
+  // Without an open link, the sends to `to` queue for one attempt to open it (which holds none of
+  // their bytes) and all fail as soon as the failure detector suspects the member there
+  // (host_unreachable): connecting to a dead peer retries its closed port for connectTimeout, and
+  // the sends to it, each holding a send slot meanwhile, would take every slot of this peer. A
+  // send on a link that breaks fails (the next send opens a new one).
   asio::awaitable<std::error_code> send(net::Endpoint to, net::Channel channel,
                                         std::shared_ptr<const net::EncodedEnvelope> envelope,
                                         std::vector<std::span<const std::byte>> payloads);
 
  private:
   std::unique_ptr<net::Transport> makeTransport(const Handlers& handlers, std::uint64_t seed);
+  // Io thread: whether the member listening at `address` is suspected (or confirmed) failed.
+  bool suspected(const net::Endpoint& address) const;
+  // Io thread: the queue of the sends waiting for this peer's own link to `to` for a channel
+  // (see send()): an attempt to open it, the sends in their order, released one after the other
+  // once it is open (each as the one before it starts sending), or failed together.
+  using LinkKey = std::pair<net::Endpoint, net::Channel>;
+  struct LinkWaiter {
+    explicit LinkWaiter(asio::io_context& io) : resume(io, Clock::time_point::max()) {}
+    asio::steady_timer resume;  // cancelled to resume the send (once it waits)
+    bool released = false;      // set before the cancel: a send released before it waits goes on
+    std::error_code error;
+  };
+  struct LinkWait {
+    std::deque<std::shared_ptr<LinkWaiter>> queue;
+    bool opened = false, failed = false;
+  };
+  asio::awaitable<std::error_code> awaitLink(LinkKey key);
+  void releaseNext(const LinkKey& key, const std::shared_ptr<LinkWait>& wait);
+  void endLinkWait(const LinkKey& key, const std::shared_ptr<LinkWait>& wait,
+                   std::error_code error);
+  asio::awaitable<void> watchSuspicion(LinkKey key, std::shared_ptr<LinkWait> wait);
   // Io thread.
   std::error_code startOnIo(Handlers& handlers, net::wire::ModelFingerprint model,
                             std::uint64_t seed);
@@ -121,6 +149,7 @@ class PeerNetwork {
   std::array<net::TrafficCounters, net::kTrafficKinds> finalTraffic_{};
   net::membership::View view_;
   std::map<PeerId, net::Endpoint> heardFrom_;
+  std::map<LinkKey, std::shared_ptr<LinkWait>> linkWaits_;  // io thread
   std::atomic<std::uint64_t> epoch_{0};
   std::atomic<bool> joined_{false};
   std::atomic<std::uint64_t> life_{0};

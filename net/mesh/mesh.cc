@@ -444,6 +444,11 @@ std::shared_ptr<const EncodedEnvelope> EncodedEnvelope::of(const wire::EnvelopeH
       EncodedEnvelope{wire::encodeEnvelope(header), trafficOf(header)});
 }
 
+bool Mesh::hasOpenLink(const Endpoint& to, Channel channel) const {
+  const auto it = state_->outbound.find({to, channel});
+  return it != state_->outbound.end() && it->second->open;
+}
+
 void Mesh::disconnect(const Endpoint& to) {
   std::vector<std::shared_ptr<LinkEntry>> doomed;
   for (std::size_t c = 0; c < kChannels; ++c) {

@@ -156,6 +156,9 @@ class Mesh final {
                                                 std::vector<std::span<const std::byte>> payloads,
                                                 std::chrono::milliseconds connectTimeout);
 
+  // Whether this peer's own link to the peer at `to` for `channel` is open (a send there needs no
+  // connect).
+  bool hasOpenLink(const Endpoint& to, Channel channel) const;
   // Closes this peer's links to and from the peer at `to` (one that failed or left); later sends
   // reconnect.
   void disconnect(const Endpoint& to);
