@@ -40,6 +40,7 @@ engine::runtime::TrainingConfig trainingConfig(const PeerOptions& o) {
   t.normBound = {o.maxNormRatio};
   t.startTimeout = durationOf(o.startTimeout);
   t.finishTimeout = durationOf(o.finishTimeout);
+  t.stallTimeout = durationOf(o.stallTimeout);
   t.minStepTime = std::chrono::microseconds(static_cast<std::int64_t>(o.minStepTime * 1000));
   t.evalSamples = o.evalSamples;
   t.metricsPath = o.metricsPath;

@@ -319,6 +319,15 @@ void addClusterOptions(CLI::App& app, PeerOptions& o, const engine::Registry& re
       ->check(secondsFlag(false))
       ->capture_default_str()
       ->group(cluster);
+  app.add_option("--stall-timeout", o.stallTimeout,
+                 fmt::format("seconds a step may wait on the others without progress before the "
+                             "peer logs what it waits for and re-checks the view; at twice this "
+                             "it exits with status {} naming the peers it waited for. 0: three "
+                             "--comm-timeout, and at least ten mean steps",
+                             kExitStalled))
+      ->check(secondsFlag(true))
+      ->capture_default_str()
+      ->group(cluster);
   app.add_option("--local", o.local, "run N peers in this process (threads) instead of one")
       ->group(cluster);
   app.add_option("--local-transport", o.localTransport,

@@ -41,9 +41,13 @@ using engine::runtime::PeerConfig;
 using engine::runtime::PeerResult;
 using namespace engine::cli;
 
-// Set by SIGINT/SIGTERM: training ends at the next step boundary and the run finishes normally.
-std::atomic<bool> gStop{false};
-extern "C" void onSignal(int) { gStop = true; }
+// Counts SIGINT/SIGTERM. The first: a peer of a cluster leaves it at its next step (a graceful
+// leave, bounded by kLeaveBound); a local cluster or a single peer ends its training at the next
+// step and finishes normally. A second signal ends the process at once.
+std::atomic<int> gSignals{0};
+extern "C" void onSignal(int signal) {
+  if (gSignals.fetch_add(1) > 0) std::_Exit(128 + signal);
+}
 
 // The one line a failure ends with, on stderr.
 void printError(const std::string& sentence) {
@@ -102,7 +106,7 @@ int runLocalCluster(const PeerOptions& o, const engine::Registry& registry) {
   logger->info("local cluster: {} peers over {} ({} network), {} on {} ({} training samples)",
                o.local, o.localTransport, o.network, o.algorithm, o.model, data->train.count());
   if (o.localTransport == "tcp") logSecurity(o, config.peer.network);
-  config.stopRequested = [] { return gStop.load(); };
+  config.stopRequested = [] { return gSignals.load() > 0; };
   const ClusterResult result = engine::runtime::runLocalCluster(config, registry, data);
   double bytes = 0, wait = 0, finish = 0;
   std::uint64_t steps = 0;
@@ -130,17 +134,35 @@ int runLocalCluster(const PeerOptions& o, const engine::Registry& registry) {
   return 0;
 }
 
-// Runs `peer` on this thread; SIGINT/SIGTERM end its training at the next step boundary.
-PeerResult runStoppable(engine::runtime::Peer& peer) {
+// Runs `peer` on this thread. On SIGINT/SIGTERM a single peer stops at its next step; a peer of
+// a cluster (`leave`) leaves it there, and if run() has not returned kLeaveBound later it is
+// killed (every wait ends at once: the others see a failure, not a leave) and `cut` says so.
+PeerResult runStoppable(engine::runtime::Peer& peer, bool leave, std::atomic<bool>& cut) {
   std::atomic<bool> done{false};
   std::thread stopper([&] {
-    while (!done) {
-      if (gStop) {
-        peer.requestStop();
-        return;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    const auto sleep = [] { std::this_thread::sleep_for(std::chrono::milliseconds(20)); };
+    while (!done && gSignals == 0) sleep();
+    if (done) return;
+    if (!leave) {
+      peer.requestStop();
+      return;
     }
+    log::get("engine")->info("SIGINT/SIGTERM: leaving the cluster at the next step (within {} s)",
+                             kLeaveBound.count());
+    peer.requestLeave();
+    const auto deadline = std::chrono::steady_clock::now() + kLeaveBound;
+    while (!done && std::chrono::steady_clock::now() < deadline) sleep();
+    if (done) return;
+    const engine::runtime::PeerStatus status = peer.status();
+    printError(fmt::format("the leave did not end within {} s (at step {}, waiting for {}); "
+                           "exiting without it",
+                           kLeaveBound.count(), status.step,
+                           status.waitingFor.empty() ? "nothing" : status.waitingFor));
+    cut = true;
+    peer.kill();
+    // Killed, every wait ends; should anything still hold the thread, the process ends anyway.
+    for (int i = 0; i < 50 && !done; ++i) sleep();
+    if (!done) std::_Exit(kExitLeaveCut);
   });
   struct Join {
     std::atomic<bool>& done;
@@ -159,7 +181,13 @@ int runPeer(const PeerOptions& o, const engine::Registry& registry) {
   logSecurity(o, config.network);
   engine::runtime::Peer peer(std::move(config), registry, data);
   log::get("engine")->info("peer {:016x} listening on {}", peer.id(), peer.endpoint().str());
-  const PeerResult result = runStoppable(peer);
+  std::atomic<bool> cut{false};
+  const PeerResult result = runStoppable(peer, true, cut);
+  if (cut) return kExitLeaveCut;  // its line is printed
+  if (result.stalled) {
+    printError(*result.stalled);
+    return kExitStalled;
+  }
   if (result.joinFailure) {
     printError(result.joinFailure->describe());
     return kExitCannotJoin;
@@ -184,6 +212,8 @@ int runPeer(const PeerOptions& o, const engine::Registry& registry) {
     json.add("peer_id", fmt::format("{:016x}", result.peer))
         .add("peer_test_accuracy", result.testAccuracy)
         .add("finish_s", result.finishSeconds)
+        .add("loop_end_unix_s", result.loopEndUnixSeconds)
+        .add("consensus_peers", static_cast<std::uint64_t>(consensus.peers))
         .add("utilization", result.utilization);
     std::cout << addMemory(json, {result}).str() << std::endl;
   }
@@ -216,7 +246,8 @@ int runSingle(const PeerOptions& o, const engine::Registry& registry) {
   PeerConfig config = singleConfig(o);
   const auto data = loadData(o, registry);
   engine::runtime::Peer peer(config, registry, data);
-  const PeerResult result = runStoppable(peer);
+  std::atomic<bool> cut{false};
+  const PeerResult result = runStoppable(peer, false, cut);
   logger->info(
       "done: test accuracy {:.2f}%, test loss {:.4f}, {} steps in {:.1f}s ({:.0f} samples/s)",
       100 * result.testAccuracy, result.testLoss, result.steps, result.wallSeconds,
@@ -255,10 +286,14 @@ int main(int argc, char** argv) {
   addClusterOptions(app, options, registry);
   addAlgorithmOptions(app, options, registry);
   app.footer(
-      fmt::format("Exit status: 0 done; 1 failed (the cause in one line on stderr); {} "
-                  "joined no one within --join-timeout (the same); {} came when the cluster "
-                  "had trained all its steps (the same); 100 and up: a bad command line.",
-                  kExitCannotJoin, kExitClusterDone) +
+      fmt::format("Exit status: 0 done (or left on SIGINT/SIGTERM); 1 failed (the cause in one "
+                  "line on stderr); {} joined no one within --join-timeout (the same); {} came "
+                  "when the cluster had trained all its steps (the same); {} stalled (no step "
+                  "for twice --stall-timeout; the same, naming the peers it waited for); {} the "
+                  "leave on SIGINT/SIGTERM did not end within {} s; 100 and up: a bad command "
+                  "line. A second SIGINT/SIGTERM ends the process at once (128 + the signal).",
+                  kExitCannotJoin, kExitClusterDone, kExitStalled, kExitLeaveCut,
+                  kLeaveBound.count()) +
       " Every flag can also be set by an environment variable, GOSSAMER_ and its name in upper "
       "case with dashes and dots as underscores (GOSSAMER_SEEDS, GOSSAMER_JOIN_TIMEOUT, "
       "GOSSAMER_GOSGD_P); the command line wins, then --config, then the environment.");

@@ -12,6 +12,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "engine/exit_status.h"
 #include "engine/registry.h"
 #include "engine/runtime/config.h"
 #include "topology/topology.h"
@@ -19,11 +20,6 @@
 namespace gossamer::engine::cli {
 
 using runtime::PeerConfig;
-
-// The exit status of a peer that joined no one within --join-timeout (other failures: 1).
-inline constexpr int kExitCannotJoin = 3;
-// The cluster it came to had trained all its steps (its run was ending): nothing to join.
-inline constexpr int kExitClusterDone = 4;
 
 struct PeerOptions {
   // model, data, local optimizer
@@ -89,6 +85,7 @@ struct PeerOptions {
   double startTimeout = 120;
   double joinTimeout = 60;
   double finishTimeout = 60;
+  double stallTimeout = 0;
   std::size_t local = 0;
   std::string localTransport = "inproc";
   std::int64_t clusterEvalEvery = 0;

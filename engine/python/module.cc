@@ -191,6 +191,7 @@ py::dict resultDict(const engine::runtime::PeerResult& r) {
   }
   d["join_failure"] = r.joinFailure ? py::object(py::str(r.joinFailure->describe())) : py::none();
   d["cluster_done"] = r.clusterDone;
+  d["stalled"] = r.stalled ? py::object(py::str(*r.stalled)) : py::none();
   return d;
 }
 
@@ -403,6 +404,7 @@ PYBIND11_MODULE(_gossamer, m) {
                                   py::arg("compute_seconds") = s.lastStep.computeSeconds);
         d["training"] = s.training;
         d["finished"] = s.finished;
+        d["waiting_for"] = s.waitingFor;
         return d;
       });
 }

@@ -105,6 +105,10 @@ struct TrainingConfig {
   // Never once it has joined: a peer that loses the cluster later goes on and rejoins. 0: never.
   std::chrono::milliseconds joinTimeout{0};
   std::chrono::milliseconds finishTimeout{60000};  // for the others to finish
+  // A step that waits on the others this long without progress is a stall (stall_watch.h): the
+  // peer logs what it waits for and re-checks the view; at twice this it gives up
+  // (PeerResult::stalled). 0: three comm timeouts, and at least ten mean steps.
+  std::chrono::milliseconds stallTimeout{0};
   // Steps between evaluations of this peer's own model on evalSamples test samples, logged to
   // the metrics and the progress view; 0: none; kEachEpoch: after every pass over its shard.
   static constexpr std::int64_t kEachEpoch = -1;

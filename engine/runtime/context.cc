@@ -2,11 +2,14 @@
 
 #include <thread>
 
+#include <fmt/format.h>
+
 #include "engine/base/log.h"
 
 namespace gossamer::engine::runtime {
 
 bool TimedInbox::wait(std::optional<std::uint32_t> kind, Clock::time_point deadline) {
+  const WaitBoard::Scope waiting(status_.waits, "a message in the inbox");
   const Clock::time_point start = Clock::now();
   const bool queued = queue_.wait(kind, deadline);
   status_.addCommWait(Clock::now() - start);
@@ -20,6 +23,7 @@ ComputeContext::ComputeContext(ComputeParts parts)
 
 void ComputeContext::sendOn(std::span<const PeerId> to, const Message& message, Route route,
                             Clock::duration wait) {
+  const WaitBoard::Scope waiting(p_.status.waits, "a send slot");
   const Clock::time_point start = Clock::now();
   p_.messenger.send(to, message, Envelope{.route = route}, wait);
   p_.status.addCommWait(Clock::now() - start);  // back-pressure: waiting for a send slot
@@ -83,16 +87,36 @@ bool ComputeContext::doneSending(PeerId peer) const {
 
 GatherResult ComputeContext::gatherFrom(std::span<const PeerId> from, std::uint64_t tag,
                                         Clock::duration timeout, bool whileStepping) {
+  const WaitBoard::Scope waiting(p_.status.waits, whileStepping ? "a gather" : "a reply",
+                                 std::vector<PeerId>(from.begin(), from.end()));
   const Clock::time_point start = Clock::now();
   GatherResult result = runtime::gather(p_.inbox, from, tag, start + timeout, [&](PeerId peer) {
     if (whileStepping) return doneSending(peer);
     return peer != p_.self && !p_.network.isMember(peer);
   });
-  p_.status.addCommWait(Clock::now() - start);
+  const Clock::time_point end = Clock::now();
+  p_.status.addCommWait(end - start);
+  if (!result.complete() && end >= start + timeout) logExpiry(whileStepping, result.missing, end);
   return result;
 }
 
+void ComputeContext::logExpiry(bool gather, const std::vector<PeerId>& missing,
+                               Clock::time_point now) {
+  // On a lossy or partitioned link this can happen every step: one line per 10 s at most.
+  ++expiries_;
+  if (now < lastExpiryLog_ + std::chrono::seconds(10)) return;
+  std::string names;
+  for (PeerId peer : missing) names += fmt::format("{}{:016x}", names.empty() ? "" : ", ", peer);
+  log::get("peer")->warn(
+      "peer {:016x}: step {}: a {} expired without {} ({} wait(s) expired since the last such "
+      "line); going on without them",
+      p_.self, p_.status.step.load(), gather ? "gather" : "request", names, expiries_);
+  expiries_ = 0;
+  lastExpiryLog_ = now;
+}
+
 std::optional<Incoming> ComputeContext::pullModel(PeerId from, Clock::duration timeout) {
+  const WaitBoard::Scope waiting(p_.status.waits, "a model", {from});
   const Clock::time_point start = Clock::now();
   std::optional<Incoming> model = p_.control.pullModel(from, timeout);
   p_.status.addCommWait(Clock::now() - start);

@@ -118,12 +118,17 @@ class ComputeContext final : public PeerContext {
   // until it leaves: request() waits for those while it is a member.
   GatherResult gatherFrom(std::span<const PeerId> from, std::uint64_t tag, Clock::duration timeout,
                           bool whileStepping);
+  // A gather or request that reached its deadline without `missing`: logged, at most one line
+  // every 10 s (with the count since the last).
+  void logExpiry(bool gather, const std::vector<PeerId>& missing, Clock::time_point now);
 
   ComputeParts p_;
   TimedInbox inbox_;
   const LocalStep* local_ = nullptr;
   TagSource tags_;
   std::mt19937_64 rng_;
+  Clock::time_point lastExpiryLog_{};
+  std::uint64_t expiries_ = 0;
 };
 
 // What serve() sees on the io thread.

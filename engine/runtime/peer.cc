@@ -9,6 +9,7 @@
 
 #include "engine/base/enforce.h"
 #include "engine/base/log.h"
+#include "engine/runtime/membership_rules.h"
 #include "engine/runtime/peer_impl.h"
 
 namespace gossamer::engine::runtime {
@@ -155,14 +156,11 @@ Peer::Impl::Impl(PeerConfig c, const Registry& r, std::shared_ptr<const DatasetP
 }
 
 void Peer::Impl::onMembershipEvent(const net::membership::Event& event) {
-  // Changes while training matter to the user; the cluster forming and dissolving less so.
-  logger()->log(status.training ? spdlog::level::info : spdlog::level::debug,
-                "peer {:016x}: epoch {}: {:016x} ({}) {}; {} members", self, event.epoch,
-                event.member.id, event.member.address.str(), net::membership::name(event.kind),
-                comms->network.view().members.size());
+  // Every change, in every phase, with the rule that applies (engine/runtime/README.md).
+  logger()->info(describeChange(self, event, phaseOf(status), comms->network.members().size()));
   events.add(event);
   comms->inbox.wake();
-  comms->control.wake();
+  comms->control.onViewChanged();
 }
 
 void Peer::Impl::kill() {
@@ -366,6 +364,14 @@ bool Peer::Impl::start() {
                                : std::max<std::uint64_t>(status.totalSteps, 1);
   training.loop = std::make_unique<TrainingLoop>(t, self, *training.learner, evaluation(), status,
                                                  training.stepsPerEpoch);
+  training.stallWatch = std::make_unique<StallWatch>(
+      self, status, t.stallTimeout, t.commTimeout,
+      StallWatch::Actions{.recheck =
+                              [this] {
+                                comms->inbox.wake();
+                                comms->control.wake();
+                              },
+                          .giveUp = [this](const std::string&) { kill(); }});
   return true;
 }
 
@@ -471,7 +477,8 @@ PeerStatus Peer::status() const {
                     .lastStep = s.lastStep(),
                     .training = s.training,
                     .loopEnded = s.loopEnded,
-                    .finished = s.finished};
+                    .finished = s.finished,
+                    .waitingFor = describeWait(s.waits.current().value_or(WaitBoard::Wait{}))};
 }
 
 net::membership::View Peer::view() const { return impl_->comms->network.view(); }

@@ -101,6 +101,7 @@ struct PeerResult {
   double computeSeconds = 0;    // in the steps' compute (gradients, optimizer, emulated step time)
   double utilization = 0;       // computeSeconds / (wallSeconds + finishSeconds)
   bool stopped = false;         // requestStop() ended it early
+  double loopEndUnixSeconds = 0;  // when its training loop ended (system clock, Unix epoch)
   // The most this peer held at once in the allocations it tracks (kernels/memory_meter.h): the
   // model, its gradients and activations, the optimizer's and the algorithm's buffers, the
   // staging and receive pools. Host memory an algorithm keeps in plain vectors (an EASGD center
@@ -114,6 +115,9 @@ struct PeerResult {
   // Set when the cluster this peer found had trained all its steps (its run was ending): it
   // trained nothing and left at once. Then only `peer` and `steps` (0) are set.
   bool clusterDone = false;
+  // Set when the peer gave up on a stall (TrainingConfig::stallTimeout): the verdict, naming its
+  // step and the peers it waited for. The rest is as for a peer that was killed.
+  std::optional<std::string> stalled;
 };
 
 // What any thread may read about a running peer.
@@ -130,6 +134,9 @@ struct PeerStatus {
   bool training = false;
   bool loopEnded = false;  // its training loop is over (done, stopped, left or killed)
   bool finished = false;
+  // What the compute thread waits for on the others now ("a gather from 0000000000000002, ..."),
+  // empty when it waits for nothing.
+  std::string waitingFor;
 };
 
 // A model that the caller trains (the externally driven loop, above).

@@ -9,9 +9,12 @@ namespace gossamer::engine::runtime {
 PeerResult Peer::Impl::finish(const LoopFigures& figures) {
   const TrainingConfig& t = config.training;
   if (training.cannotJoin || training.clusterDone) return notStartedResult();
+  if (training.stallWatch) training.stallWatch->stop();  // the loop is over: the waits from here have their own bounds
   const std::size_t shards = std::max(training.shardCount, t.minPeers);
   const bool leaving = requests.leave && !requests.killed;
   const Clock::time_point finishing = Clock::now();
+  const double loopEnd =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   finishWithOthers(leaving);
   const double finishSeconds = std::chrono::duration<double>(Clock::now() - finishing).count();
   if (checkpoints.enabled() && !requests.killed)
@@ -33,9 +36,11 @@ PeerResult Peer::Impl::finish(const LoopFigures& figures) {
                   static_cast<double>(std::max<std::uint64_t>(training.stepsPerEpoch, 1));
   result.wallSeconds = figures.wallSeconds;
   result.finishSeconds = finishSeconds;
+  result.loopEndUnixSeconds = loopEnd;
   result.samplesPerSecond = figures.samplesPerSecond;
   result.trainLoss = figures.trainLoss;
   result.stopped = requests.stop || requests.leave;
+  if (training.stallWatch) result.stalled = training.stallWatch->verdict();
   result.commWaitSeconds = status.commWaitSeconds();
   EvalResult test;
   if (t.finalLocalEval && !requests.killed && training.loop->canEvaluate()) {
@@ -49,6 +54,7 @@ PeerResult Peer::Impl::finish(const LoopFigures& figures) {
     // Everyone may still be pulling final models: leave once every member is done.
     comms->control.announce(ClusterControl::Barrier::released,
                             without(comms->network.members(), self), t.commTimeout);
+    status.released = true;
     comms->control.await(ClusterControl::Barrier::released, t.finishTimeout);
   }
   const net::TrafficCounters traffic = comms->network.traffic(net::Traffic::algorithm);
@@ -74,6 +80,7 @@ void Peer::Impl::finishWithOthers(bool leaving) {
   if (leaving) {
     algorithm->leave(*training.context);
     comms->control.announce(ClusterControl::Barrier::finished, others, t.commTimeout);
+    status.released = true;  // nobody waits for it from here
     return;
   }
   const Clock::time_point start = Clock::now();

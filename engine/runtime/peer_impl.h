@@ -20,6 +20,7 @@
 #include "engine/runtime/peer.h"
 #include "engine/runtime/peer_state.h"
 #include "engine/runtime/staging.h"
+#include "engine/runtime/stall_watch.h"
 #include "engine/runtime/training_loop.h"
 #include "kernels/cpu/cpu_compute.h"
 #include "kernels/memory_meter.h"
@@ -70,6 +71,7 @@ struct Training {
   std::uint64_t stepsPerEpoch = 1;
   bool cannotJoin = false;   // the join deadline passed before anyone admitted this peer
   bool clusterDone = false;  // the cluster had trained all its steps when this peer came
+  std::unique_ptr<StallWatch> stallWatch;  // while the loop runs (its verdict after)
 };
 
 // Requests from other threads, read at step boundaries.

@@ -8,7 +8,9 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "engine/algorithm.h"
 
@@ -20,6 +22,42 @@ struct StepFigures {
   double trainSeconds = 0;  // the loop's time on the clock (evaluations are off it)
   double commWaitSeconds = 0;
   double computeSeconds = 0;
+};
+
+// What the compute thread waits for on the others now, if anything: the stall watch reads it to
+// say what a stalled peer waits for and from whom. The compute thread writes it (a Scope around
+// each wait), any thread reads it.
+class WaitBoard {
+ public:
+  struct Wait {
+    const char* what = "";        // "a gather", "a message in the inbox", ...
+    std::vector<PeerId> from;     // the peers it waits for, when the wait names them
+    Clock::time_point since{};
+  };
+  class Scope {
+   public:
+    Scope(WaitBoard& board, const char* what, std::vector<PeerId> from = {}) : board_(board) {
+      std::lock_guard lock(board_.mutex_);
+      board_.wait_ = Wait{what, std::move(from), Clock::now()};
+    }
+    ~Scope() {
+      std::lock_guard lock(board_.mutex_);
+      board_.wait_.reset();
+    }
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+
+   private:
+    WaitBoard& board_;
+  };
+  std::optional<Wait> current() const {
+    std::lock_guard lock(mutex_);
+    return wait_;
+  }
+
+ private:
+  mutable std::mutex mutex_;  // leaf
+  std::optional<Wait> wait_;
 };
 
 // Written by the compute thread, read by any thread (Peer::status, the control protocol).
@@ -39,6 +77,8 @@ struct LoopStatus {
   std::atomic<bool> training{false};        // in the training loop
   std::atomic<bool> loopEnded{false};       // the training loop is over (done, stopped or killed)
   std::atomic<bool> finished{false};        // past it, with the final snapshot published
+  std::atomic<bool> released{false};       // it released the others: it is leaving
+  WaitBoard waits;                          // what the compute thread waits for now
 
   void addCommWait(Clock::duration d) {
     commWaitNs += std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();

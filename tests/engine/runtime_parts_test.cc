@@ -1,10 +1,13 @@
 // The runtime's parts alone (engine/runtime/README.md): the control codec, the message queue's
 // gather, and staging (sends in place, staging order, pooled device buffers).
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -16,12 +19,14 @@
 #include "engine/runtime/control.h"
 #include "engine/runtime/control_codec.h"
 #include "engine/runtime/join_failure.h"
+#include "engine/runtime/membership_rules.h"
 #include "engine/runtime/message_queue.h"
 #include "engine/runtime/messenger.h"
 #include "engine/runtime/network.h"
 #include "engine/runtime/peer_state.h"
 #include "engine/runtime/snapshots.h"
 #include "engine/runtime/staging.h"
+#include "engine/runtime/stall_watch.h"
 #include "kernels/cpu/cpu_compute.h"
 #include "net/errors.h"
 
@@ -158,6 +163,107 @@ TEST_CASE("runtime parts: a peer has finished or released only when both of its 
   from3.from = 3;
   control.onMessage(from3, std::vector<std::byte>(8, std::byte{0xff}));
   CHECK_FALSE(control.hasFinished(3));
+}
+
+// ---- membership rules --------------------------------------------------------------------------
+
+TEST_CASE("runtime parts: every change of the view in every phase has its rule, and the log names it") {
+  using net::membership::EventKind;
+  LoopStatus status;
+  CHECK(phaseOf(status) == RunPhase::waiting);
+  status.training = true;
+  CHECK(phaseOf(status) == RunPhase::training);
+  status.loopEnded = true;
+  CHECK(phaseOf(status) == RunPhase::finishing);
+  status.released = true;
+  CHECK(phaseOf(status) == RunPhase::released);
+  for (EventKind kind : {EventKind::joined, EventKind::rejoined, EventKind::left, EventKind::failed})
+    for (RunPhase phase :
+         {RunPhase::waiting, RunPhase::training, RunPhase::finishing, RunPhase::released})
+      CHECK(std::string(ruleFor(kind, phase)) != "?");
+  net::membership::Event failed{.kind = EventKind::failed, .member = {.id = 3}, .epoch = 7};
+  const std::string line = describeChange(1, failed, RunPhase::finishing, 2);
+  CHECK(line.find("0000000000000003") != std::string::npos);
+  CHECK(line.find("failed while this peer is finishing") != std::string::npos);
+  CHECK(line.find(ruleFor(EventKind::failed, RunPhase::finishing)) != std::string::npos);
+  CHECK(line.find("; 2 members") != std::string::npos);
+}
+
+// ---- stall watch -------------------------------------------------------------------------------
+
+// A watch over a status the test drives: the timeout, the recheck at it and the verdict at twice
+// it, counted.
+struct WatchedStatus {
+  LoopStatus status;
+  std::atomic<int> rechecks{0}, giveUps{0};
+  std::unique_ptr<StallWatch> watch;
+  explicit WatchedStatus(std::chrono::milliseconds timeout) {
+    status.training = true;
+    status.totalSteps = 100;
+    watch = std::make_unique<StallWatch>(
+        1, status, timeout, 10s,
+        StallWatch::Actions{.recheck = [this] { ++rechecks; },
+                            .giveUp = [this](const std::string&) { ++giveUps; }});
+  }
+};
+
+bool eventually(const std::atomic<int>& count, int value) {
+  const auto deadline = Clock::now() + 10s;
+  while (count < value && Clock::now() < deadline) std::this_thread::sleep_for(5ms);
+  return count >= value;
+}
+
+TEST_CASE("runtime parts: a step that waits on others past the stall timeout is re-checked, then given up") {
+  WatchedStatus s(300ms);
+  s.status.step = 42;
+  const Clock::time_point start = Clock::now();
+  {
+    const WaitBoard::Scope waiting(s.status.waits, "a gather", {2, 3});
+    REQUIRE(eventually(s.rechecks, 1));
+    const Clock::duration atRecheck = Clock::now() - start;
+    CHECK(atRecheck >= 300ms);
+    if (atRecheck < 600ms) CHECK(s.giveUps == 0);  // not before twice the timeout
+    REQUIRE(eventually(s.giveUps, 1));
+    CHECK(Clock::now() - start >= 600ms);
+  }
+  CHECK(s.rechecks == 1);
+  CHECK(s.giveUps == 1);
+  const std::optional<std::string> verdict = s.watch->verdict();
+  REQUIRE(verdict.has_value());
+  CHECK(verdict->find("step 42 of 100") != std::string::npos);
+  CHECK(verdict->find("a gather from 0000000000000002, 0000000000000003") != std::string::npos);
+}
+
+TEST_CASE("runtime parts: steps that progress, compute and time outside a wait are never a stall") {
+  WatchedStatus s(1s);
+  // Waiting, but the step moves on well within the timeout each time.
+  for (int i = 0; i < 8; ++i) {
+    const WaitBoard::Scope waiting(s.status.waits, "a message in the inbox");
+    std::this_thread::sleep_for(100ms);
+    ++s.status.step;
+  }
+  // No step for long, but no wait either (the caller's own time, a slow compute).
+  std::this_thread::sleep_for(2500ms);
+  // A wait after the loop ended (the finish has its own bounds).
+  s.status.loopEnded = true;
+  {
+    const WaitBoard::Scope waiting(s.status.waits, "a gather", {2});
+    std::this_thread::sleep_for(2500ms);
+  }
+  CHECK(s.rechecks == 0);
+  CHECK(s.giveUps == 0);
+  CHECK_FALSE(s.watch->verdict().has_value());
+}
+
+TEST_CASE("runtime parts: the default stall timeout is three comm timeouts, or ten mean steps") {
+  LoopStatus status;
+  StallWatch watch(1, status, 0ms, 2s, {});
+  CHECK(watch.timeout() == 6s);
+  status.step = 10;
+  status.trainSeconds = 10.0;  // 1 s a step
+  CHECK(watch.timeout() == 10s);
+  StallWatch configured(1, status, 1500ms, 2s, {});
+  CHECK(configured.timeout() == 1500ms);
 }
 
 // ---- message queue -----------------------------------------------------------------------------
