@@ -154,10 +154,11 @@ PeerResult runStoppable(engine::runtime::Peer& peer, bool leave, std::atomic<boo
     while (!done && std::chrono::steady_clock::now() < deadline) sleep();
     if (done) return;
     const engine::runtime::PeerStatus status = peer.status();
-    printError(fmt::format("the leave did not end within {} s (at step {}, waiting for {}); "
-                           "exiting without it",
-                           kLeaveBound.count(), status.step,
-                           status.waitingFor.empty() ? "nothing" : status.waitingFor));
+    printError(
+        fmt::format("the leave did not end within {} s (at step {}, waiting for {}); "
+                    "exiting without it",
+                    kLeaveBound.count(), status.step,
+                    status.waitingFor.empty() ? "nothing" : status.waitingFor));
     cut = true;
     peer.kill();
     // Killed, every wait ends; should anything still hold the thread, the process ends anyway.

@@ -145,12 +145,11 @@ void ClusterControl::markLateMembers() {
                             network_.self(), to.size(),
                             barrier == Barrier::released ? "released" : "finished");
     for (const net::Channel channel : kMarkChannels)
-      messenger_.sendFromHost(
-          to, Message{.step = status_.step},
-          Envelope{.route = Route::runtime,
-                   .control = control::encode(markOf(barrier, channel)),
-                   .channel = channel},
-          true, {});
+      messenger_.sendFromHost(to, Message{.step = status_.step},
+                              Envelope{.route = Route::runtime,
+                                       .control = control::encode(markOf(barrier, channel)),
+                                       .channel = channel},
+                              true, {});
   }
 }
 
@@ -304,11 +303,10 @@ bool ClusterControl::await(Barrier barrier, Clock::duration timeout) {
   if (!all) {
     std::string names;
     for (PeerId peer : missing) names += fmt::format("{}{:016x}", names.empty() ? "" : ", ", peer);
-    log::get("peer")->warn("peer {:016x}: not every member {} within {} s (waited for {}); going on",
-                           network_.self(),
-                           barrier == Barrier::released ? "released the others"
-                                                        : "finished training",
-                           duration_cast<seconds>(timeout).count(), names);
+    log::get("peer")->warn(
+        "peer {:016x}: not every member {} within {} s (waited for {}); going on", network_.self(),
+        barrier == Barrier::released ? "released the others" : "finished training",
+        duration_cast<seconds>(timeout).count(), names);
   }
   return all;
 }

@@ -91,11 +91,11 @@ std::string describeChange(PeerId self, const net::membership::Event& event, Run
   if (event.member.id == self)
     return fmt::format("peer {:016x}: view epoch {}: this peer {} ({}); {} members", self,
                        event.epoch, net::membership::name(event.kind), name(phase), members);
-  return fmt::format("peer {:016x}: view epoch {}: {:016x} ({}) {} while this peer is {}: {}; {} "
-                     "members",
-                     self, event.epoch, event.member.id, event.member.address.str(),
-                     net::membership::name(event.kind), name(phase), ruleFor(event.kind, phase),
-                     members);
+  return fmt::format(
+      "peer {:016x}: view epoch {}: {:016x} ({}) {} while this peer is {}: {}; {} "
+      "members",
+      self, event.epoch, event.member.id, event.member.address.str(),
+      net::membership::name(event.kind), name(phase), ruleFor(event.kind, phase), members);
 }
 
 }  // namespace gossamer::engine::runtime

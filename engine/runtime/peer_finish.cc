@@ -9,7 +9,8 @@ namespace gossamer::engine::runtime {
 PeerResult Peer::Impl::finish(const LoopFigures& figures) {
   const TrainingConfig& t = config.training;
   if (training.cannotJoin || training.clusterDone) return notStartedResult();
-  if (training.stallWatch) training.stallWatch->stop();  // the loop is over: the waits from here have their own bounds
+  if (training.stallWatch)
+    training.stallWatch->stop();  // the loop is over: the waits from here have their own bounds
   const std::size_t shards = std::max(training.shardCount, t.minPeers);
   const bool leaving = requests.leave && !requests.killed;
   const Clock::time_point finishing = Clock::now();

@@ -30,8 +30,8 @@ struct StepFigures {
 class WaitBoard {
  public:
   struct Wait {
-    const char* what = "";        // "a gather", "a message in the inbox", ...
-    std::vector<PeerId> from;     // the peers it waits for, when the wait names them
+    const char* what = "";     // "a gather", "a message in the inbox", ...
+    std::vector<PeerId> from;  // the peers it waits for, when the wait names them
     Clock::time_point since{};
   };
   class Scope {
@@ -77,7 +77,7 @@ struct LoopStatus {
   std::atomic<bool> training{false};        // in the training loop
   std::atomic<bool> loopEnded{false};       // the training loop is over (done, stopped or killed)
   std::atomic<bool> finished{false};        // past it, with the final snapshot published
-  std::atomic<bool> released{false};       // it released the others: it is leaving
+  std::atomic<bool> released{false};        // it released the others: it is leaving
   WaitBoard waits;                          // what the compute thread waits for now
 
   void addCommWait(Clock::duration d) {

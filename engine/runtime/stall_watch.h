@@ -31,7 +31,7 @@ std::string describeWait(const WaitBoard::Wait& wait);
 class StallWatch {
  public:
   struct Actions {
-    std::function<void()> recheck;                  // wake every wait
+    std::function<void()> recheck;                   // wake every wait
     std::function<void(const std::string&)> giveUp;  // the verdict; end the peer
   };
   StallWatch(PeerId self, const LoopStatus& status, Clock::duration stallTimeout,

@@ -11,8 +11,8 @@
 //   sends started. Two channels keep small control frames (membership probes, requests) from
 //   queueing behind bulk parameter transfers.
 // - Every link runs a receive loop that decodes each header once (net/wire/codec.h: bounded,
-//   hostile input safe) and hands membership messages and algorithm envelopes to their handlers, tagged
-//   with the sender's identity as its handshake authenticated it. A malformed frame or a
+//   hostile input safe) and hands membership messages and algorithm envelopes to their handlers,
+//   tagged with the sender's identity as its handshake authenticated it. A malformed frame or a
 //   handshake message after the handshake closes the link with a warning; nothing throws.
 // - Envelope payloads land where the envelope target says (the engine's preallocated receive
 //   buffers), else in the link's bounded pool, so a slow consumer slows its senders down.

@@ -28,28 +28,27 @@ struct ControlNode {
       : config(makeConfig(seed)),
         staging(*compute, 64, {}),
         codec(
-            *compute, *compute, {}, id, [this](std::size_t bytes) {
-              return staging.receiveSlot(bytes);
-            },
-            1 << 20),
+            *compute, *compute, {}, id,
+            [this](std::size_t bytes) { return staging.receiveSlot(bytes); }, 1 << 20),
         network(config, id),
         messenger(network, staging, codec),
         snapshots(id),
         control(network, messenger, snapshots, status) {
-    messenger.setRoutes(Routes{
-        .inbox = &inbox,
-        .serve = [](Incoming) {},
-        .runtime = [this](Incoming m, std::vector<std::byte> bytes) {
-          control.onMessage(std::move(m), std::move(bytes));
-        }});
+    messenger.setRoutes(Routes{.inbox = &inbox,
+                               .serve = [](Incoming) {},
+                               .runtime =
+                                   [this](Incoming m, std::vector<std::byte> bytes) {
+                                     control.onMessage(std::move(m), std::move(bytes));
+                                   }});
     network.start(
         PeerNetwork::Handlers{
             .target = [this](const net::Remote&, const net::wire::EnvelopeHeader&, std::size_t,
                              std::size_t size) { return messenger.receiveTarget(size); },
-            .envelope = [this](const net::Remote& from, net::wire::EnvelopeHeader header,
-                               std::vector<net::Payload> payloads) {
-              messenger.onEnvelope(from, std::move(header), std::move(payloads));
-            },
+            .envelope =
+                [this](const net::Remote& from, net::wire::EnvelopeHeader header,
+                       std::vector<net::Payload> payloads) {
+                  messenger.onEnvelope(from, std::move(header), std::move(payloads));
+                },
             .membershipChanged = [this](const net::membership::Event&) { control.onViewChanged(); },
             .registerMemory = [](net::Transport&) {},
             .deviceMemory = {}},

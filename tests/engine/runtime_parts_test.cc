@@ -167,7 +167,8 @@ TEST_CASE("runtime parts: a peer has finished or released only when both of its 
 
 // ---- membership rules --------------------------------------------------------------------------
 
-TEST_CASE("runtime parts: every change of the view in every phase has its rule, and the log names it") {
+TEST_CASE(
+    "runtime parts: every change of the view in every phase has its rule, and the log names it") {
   using net::membership::EventKind;
   LoopStatus status;
   CHECK(phaseOf(status) == RunPhase::waiting);
@@ -177,7 +178,8 @@ TEST_CASE("runtime parts: every change of the view in every phase has its rule, 
   CHECK(phaseOf(status) == RunPhase::finishing);
   status.released = true;
   CHECK(phaseOf(status) == RunPhase::released);
-  for (EventKind kind : {EventKind::joined, EventKind::rejoined, EventKind::left, EventKind::failed})
+  for (EventKind kind :
+       {EventKind::joined, EventKind::rejoined, EventKind::left, EventKind::failed})
     for (RunPhase phase :
          {RunPhase::waiting, RunPhase::training, RunPhase::finishing, RunPhase::released})
       CHECK(std::string(ruleFor(kind, phase)) != "?");
@@ -213,7 +215,9 @@ bool eventually(const std::atomic<int>& count, int value) {
   return count >= value;
 }
 
-TEST_CASE("runtime parts: a step that waits on others past the stall timeout is re-checked, then given up") {
+TEST_CASE(
+    "runtime parts: a step that waits on others past the stall timeout is re-checked, then given "
+    "up") {
   WatchedStatus s(300ms);
   s.status.step = 42;
   const Clock::time_point start = Clock::now();
