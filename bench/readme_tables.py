@@ -260,6 +260,29 @@ def compression_gossip(rows):
     return markdown(CODEC_HEADER, [codec_columns(rows, r) for r in rows], "llrrr")
 
 
+def chaos_processes(rows):
+    """Per algorithm, its seeds' runs together: faults, violations, hangs, the latest exit."""
+    header = ["algorithm", "seeds", "faults (kills)", "invariant violations", "hangs",
+              "latest exit after the last step", "accuracy with faults"]
+    body = []
+    for algorithm in dict.fromkeys(r["algorithm"] for r in rows):
+        runs = [r for r in rows if r["algorithm"] == algorithm]
+        done = [r for r in runs if r["faults"] != "-"]
+        exits = [number(r, "max_exit_after_last_step_s") for r in done]
+        accuracy = [number(r, "accuracy_with_faults") for r in done]
+        body.append([
+            algorithm,
+            ", ".join(r["seed"] for r in runs),
+            "%d (%d)" % (sum(int(r["faults"]) for r in done), sum(int(r["kills"]) for r in done)),
+            str(sum(int(r["invariant_violations"]) for r in done) + len(runs) - len(done)),
+            str(sum(int(r["hangs"]) for r in done)),
+            fmt(max(exits) if exits else math.nan, "%.2f s"),
+            "%s to %s" % (fmt(100 * min(accuracy), "%.2f%%"), fmt(100 * max(accuracy), "%.2f%%"))
+            if accuracy else "-",
+        ])
+    return markdown(header, body, "llrrrrr")
+
+
 # name -> (the folder of the one run it is made from, the function that makes it)
 TABLES = {
     "seed002": ("bench/results/seed002", seed002),
@@ -271,6 +294,7 @@ TABLES = {
     "compression-detail": ("bench/results/compression", compression_detail),
     "compression-wan-geo": ("bench/results/compression/wan-geo", compression_networks),
     "compression-gossip": ("bench/results/compression/gossip", compression_gossip),
+    "chaos-processes": ("bench/results/chaos-processes", chaos_processes),
 }
 
 
