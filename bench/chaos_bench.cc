@@ -120,7 +120,7 @@ void runChaos(const ChaosOptions& o) {
   std::shared_ptr<const engine::DatasetPair> data;
   if (o.processes) {
     peerBinary = findPeerBinary(o.peerBinary);
-  } else {
+  } else if (!o.planOnly) {
     data = std::make_shared<const engine::DatasetPair>(registry.datasets.get(o.dataset)(
         {.trainSamples = o.trainSamples, .testSamples = 0, .seed = o.seed}));
   }
@@ -142,6 +142,7 @@ void runChaos(const ChaosOptions& o) {
         "  planned t={:6.2f}s  {}{}\n", f.at, label(f.kind),
         f.kind == ChaosKind::joinFinishing ? " (when the first peer reaches the last step)" : "");
   }
+  if (o.planOnly) return;
 
   const auto scratch = std::filesystem::temp_directory_path() /
                        fmt::format("gossamer-chaos-{}-{}", ::getpid(), o.seed);
@@ -266,6 +267,8 @@ void addChaosCommand(CLI::App& app) {
       ->check(CLI::Range(0.0, 0.5))
       ->capture_default_str();
   addLossModeOption(*command, options->lossMode, "loss, --loss and the schedule's,");
+  command->add_flag("--plan-only", options->planOnly,
+                    "print the schedule the seed draws (the 'planned' lines) and run nothing");
   command->add_flag("--processes", options->processes,
                     "every peer a gossamer-peer process on 127.0.0.1 (TLS, real TCP, kill -9 a "
                     "real SIGKILL) instead of a thread of this process");

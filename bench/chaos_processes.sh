@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The chaos targets with every peer a process: `gossamer-bench chaos --processes`, 8 peers, every
 # fault kind a process run has (kill, restart, restart-fresh, join, join-finishing, kill-join),
-# seeds 1 to 3 (or $SEEDS), for each algorithm named (default: every built-in decentralized one).
+# for each algorithm named (default: every built-in decentralized one), three seeds: the first
+# from 1 up whose schedule has each of the three moments (restart-fresh after a kill,
+# join-finishing, kill-join; --plan-only shows a schedule without running it), or $SEEDS.
 #
 #   bench/chaos_processes.sh OUT_DIR [ALGORITHM ...]
 #
@@ -23,12 +25,28 @@ if [[ ${#algorithms[@]} -eq 0 ]]; then
               diloco streaming-diloco)
 fi
 bench=${BENCH:-build/bench/gossamer-bench}
-seeds=${SEEDS:-1 2 3}
 [[ -x $bench ]] || { echo "chaos_processes.sh: no $bench (build first: ./run.sh --build-only)" >&2; exit 2; }
 mkdir -p "$out"
 echo "bench/chaos_processes.sh $out ${algorithms[*]}" > "$out/command.txt"
 flags="--processes --peers 8 --kinds kill,restart,restart-fresh,join,join-finishing,kill-join"
 flags+=" --faults 6 --minutes 0.5 --step-ms 50 --hidden 32 --train-samples 6000 --no-baseline --json"
+if [[ -z ${SEEDS:-} ]]; then
+  SEEDS=""
+  for seed in $(seq 1 200); do
+    # shellcheck disable=SC2086  # $flags is a list of flags
+    plan=$("$bench" chaos $flags --seed "$seed" --plan-only)
+    # A restart without resume after a kill (before any, it is skipped), a join during the
+    # finish, a kill with a join.
+    if awk '/kill -9/ { killed = 1 } /restart without resume/ && killed { found = 1 }
+            END { exit !found }' <<< "$plan" &&
+       grep -q "join during the finish" <<< "$plan" && grep -q "kill -9 and a join" <<< "$plan"; then
+      SEEDS+="$seed "
+      [[ $(wc -w <<< "$SEEDS") -eq 3 ]] && break
+    fi
+  done
+fi
+seeds=$SEEDS
+echo "seeds (each schedule has every moment): $seeds" | tee "$out/seeds.txt"
 echo "algorithm,seed,faults,kills,survivors,invariant_violations,hangs,max_exit_after_last_step_s,accuracy_with_faults" \
   > "$out/summary.csv"
 failed=0
@@ -64,6 +82,7 @@ done
   echo "# Chaos with peers as processes"
   echo
   echo "Produced by \`$(cat "$out/command.txt")\`: \`gossamer-bench chaos $flags\` for each"
-  echo "algorithm and seed; each run's output is ALGORITHM-seedS.txt beside this file."
+  echo "algorithm and seed (seeds $seeds); each run's output is ALGORITHM-seedS.txt beside this"
+  echo "file."
 } > "$out/report.md"
 exit $failed

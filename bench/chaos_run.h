@@ -38,6 +38,7 @@ struct ChaosOptions {
   double loss = 0;  // on every link, for the whole faulty run (threads only)
   net::shaped::LossMode lossMode = net::shaped::LossMode::stream;
   bool processes = false;  // every peer a gossamer-peer process (--processes)
+  bool planOnly = false;   // print the schedule of the seed and stop (--plan-only)
   std::string peerBinary;  // empty: the gossamer-peer beside this gossamer-bench
 };
 
