@@ -66,11 +66,12 @@ for line in open(log):
 if result is None:
     print("%s,%s,-,-,-,no result,-,-,-" % (algorithm, seed))
 else:
-    exit_after = result["max_exit_after_last_step_s"]
-    print("%s,%s,%d,%d,%d,%d,%d,%s,%.4f" % (
+    exit_after, accuracy = result["max_exit_after_last_step_s"], result["accuracy_with_faults"]
+    print("%s,%s,%d,%d,%d,%d,%d,%s,%s" % (
         algorithm, seed, result["faults"], result["kills"], result["survivors"],
         result["invariant_violations"], result["hangs"],
-        "-" if exit_after is None else "%.2f" % exit_after, result["accuracy_with_faults"]))
+        "-" if exit_after is None else "%.2f" % exit_after,
+        "-" if accuracy is None else "%.4f" % accuracy))
 PY
 )
     echo "$row" | tee -a "$out/summary.csv"

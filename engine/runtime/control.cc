@@ -177,7 +177,10 @@ StartPlan ClusterControl::awaitStart(std::size_t minPeers, bool resumed, Clock::
     StartPlan plan;
     std::uint64_t expectedTotal = 0;  // the cluster's step count, when it counted on this peer
     std::size_t expectedView = 0;     // members the peers that counted on it see now
-    if (!peers.empty()) {
+    // Not before this peer's own admission: the view may list the others first, and a status
+    // request without this life's incarnation would pass a restart for the life the others
+    // started with (it then trained from step 0 beside them).
+    if (!peers.empty() && network_.joined()) {
       // Is the cluster already training, and did it count on this peer from the start?
       for (const control::Status& status : askStatus(peers, seconds(1))) {
         // Every peer trains the same steps: one that trained them all ends the run, for all but
