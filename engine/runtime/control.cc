@@ -209,7 +209,7 @@ StartPlan ClusterControl::awaitStart(std::size_t minPeers, bool resumed, Clock::
         return plan;
       }
     }
-    if (expectedTotal == 0 && members.size() >= minPeers) return StartPlan{};
+    if (expectedTotal == 0 && members.size() >= minPeers && network_.joined()) return StartPlan{};
     const Clock::time_point now = Clock::now();
     if (now >= joinDeadline && !network_.joined()) return StartPlan{.cannotJoin = true};
     if (now >= deadline) {

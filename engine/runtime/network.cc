@@ -144,7 +144,10 @@ std::error_code PeerNetwork::startOnIo(Handlers& handlers, net::wire::ModelFinge
             heardFrom_.erase(event.member.id);
         }
         epoch_ = event.epoch;
-        if (event.kind == net::membership::EventKind::joined && event.member.id == self_) {
+        // This life admitted: its own first event (`rejoined` where the cluster knew the id).
+        if ((event.kind == net::membership::EventKind::joined ||
+             event.kind == net::membership::EventKind::rejoined) &&
+            event.member.id == self_ && !joined_) {
           life_ = event.member.incarnation;
           joined_ = true;
         }
