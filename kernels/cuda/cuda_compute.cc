@@ -1,5 +1,8 @@
 // CudaCompute: kernels::Compute on one CUDA device. Host side only (g++): shape checks, error
-// reporting, cuBLAS calls and scalar read-back; the device code is in cuda_kernels.cu.
+// reporting, cuBLAS calls and scalar read-back; the device code is in the .cu files (behind
+// cuda_kernels.h). This file: the error checks, the lifetime, memory and copies, the element-wise,
+// optimizer and codec ops, and makeCompute; the GEMM, NN and convolution ops are in
+// cuda_compute_nn.cc (the class is declared in cuda_compute_impl.h).
 #include "kernels/cuda/cuda_compute.h"
 
 #include <algorithm>
@@ -16,15 +19,13 @@
 #include "engine/base/enforce.h"
 #include "engine/base/log.h"
 #include "kernels/compute_checks.h"
+#include "kernels/cuda/cuda_compute_impl.h"
 #include "kernels/cuda/cuda_kernels.h"
 
 namespace gossamer::kernels::cuda {
-namespace {
 
 static_assert(detail::kMaxWeightedInputs == Compute::kMaxWeightedInputs);
 
-// Throws gossamer::Error for a failed CUDA runtime call, pointing at the caller's file:line.
-// Clears the runtime's last-error slot first, so the next launch is not blamed for this one.
 [[noreturn]] void throwCudaError(const char* call, const char* file, int line, cudaError_t error) {
   cudaGetLastError();
   gossamer::detail::throwEnforce(file, line, nullptr,
@@ -40,23 +41,7 @@ static_assert(detail::kMaxWeightedInputs == Compute::kMaxWeightedInputs);
                   cublasGetStatusString(status)));
 }
 
-// GOSSAMER_CUDA_CHECK(cudaCall(...)): throws gossamer::Error naming the call, file:line and the
-// CUDA error string when the call does not return cudaSuccess.
-#define GOSSAMER_CUDA_CHECK(call)                                      \
-  do {                                                                 \
-    const cudaError_t gossamer_cuda_error_ = (call);                   \
-    if (gossamer_cuda_error_ != cudaSuccess) [[unlikely]] {            \
-      throwCudaError(#call, __FILE__, __LINE__, gossamer_cuda_error_); \
-    }                                                                  \
-  } while (0)
-
-#define GOSSAMER_CUBLAS_CHECK(call)                                         \
-  do {                                                                      \
-    const cublasStatus_t gossamer_cublas_status_ = (call);                  \
-    if (gossamer_cublas_status_ != CUBLAS_STATUS_SUCCESS) [[unlikely]] {    \
-      throwCublasError(#call, __FILE__, __LINE__, gossamer_cublas_status_); \
-    }                                                                       \
-  } while (0)
+namespace {
 
 // Logs a failure in a path that must not throw (destructor, freeBytes) and clears it.
 // cudaErrorCudartUnloading (a Buffer freed after the runtime shut down at exit) is not logged.
@@ -71,105 +56,7 @@ void logCudaError(const char* what, cudaError_t error) {
   }
 }
 
-class CudaCompute final : public Compute {
- public:
-  // Binds to `device` (already validated by makeCompute) and creates the stream, the cuBLAS
-  // handle and the scratch. Throws gossamer::Error and releases what it made on failure.
-  explicit CudaCompute(int device);
-  ~CudaCompute() override;
-  CudaCompute(const CudaCompute&) = delete;
-  CudaCompute& operator=(const CudaCompute&) = delete;
-
-  Device device() const override { return Device::kCuda; }
-  std::string describe() const override { return description_; }
-  void setMemoryMeter(MemoryMeter* meter) override { meter_ = meter; }
-  MemoryMeter* memoryMeter() const override { return meter_; }
-
-  void* allocateBytes(std::size_t bytes) override;
-  // Never throws (it runs in Buffer destructors): a failure is logged.
-  void freeBytes(void* pointer) override;
-  bool isDeviceMemory(const void* pointer) const override;
-  void copyToDevice(void* deviceDst, const void* hostSrc, std::size_t bytes) override;
-  void copyToHost(void* hostDst, const void* deviceSrc, std::size_t bytes) override;
-  void synchronize() override;
-  void* allocateHost(std::size_t bytes) override;
-  // Never throws: a failure is logged.
-  void freeHost(void* pointer) override;
-  // A device-to-device snapshot on the compute stream (so later kernels may overwrite the
-  // source at once), then the device-to-host copy on the copy stream, then `done` from CUDA's
-  // callback thread.
-  void copyToHostAsync(void* hostDst, const void* deviceSrc, std::size_t bytes,
-                       std::function<void()> done) override;
-
-  void copy(std::span<float> dst, std::span<const float> src) override;
-  void fill(std::span<float> x, float value) override;
-  void scale(std::span<float> x, float a) override;
-  void axpby(std::span<float> y, float a, std::span<const float> x, float b) override;
-  void weightedSum(std::span<float> out, std::span<const WeightedInput> inputs) override;
-  using Compute::weightedSum;
-  void elasticPull(std::span<float> x, std::span<float> center, float a, float b) override;
-  double dot(std::span<const float> x, std::span<const float> y) override;
-  double norm2(std::span<const float> x) override;
-
-  void sgdStep(std::span<float> w, std::span<const float> g, const SgdHyper& h) override;
-  void momentumStep(std::span<float> w, std::span<const float> g, std::span<float> velocity,
-                    const MomentumHyper& h) override;
-  void adamStep(std::span<float> w, std::span<const float> g, std::span<float> m,
-                std::span<float> v, std::int64_t step, const AdamHyper& h) override;
-
-  std::size_t encode(const Codec& codec, std::span<const float> input, std::span<float> residual,
-                     std::span<std::byte> out, std::uint64_t seed) override;
-  void decode(const Codec& codec, std::span<const std::byte> payload, std::span<float> out,
-              DecodeMode mode) override;
-
-  void gemm(Transpose transA, Transpose transB, std::size_t m, std::size_t n, std::size_t k,
-            float alpha, std::span<const float> a, std::span<const float> b, float beta,
-            std::span<float> c) override;
-  void biasAdd(std::span<float> y, std::span<const float> bias, std::size_t rows) override;
-  void biasGrad(std::span<float> dbias, std::span<const float> dy, std::size_t rows) override;
-  void relu(std::span<float> x) override;
-  void reluBackward(std::span<float> dy, std::span<const float> y) override;
-  double softmaxCrossEntropy(std::span<const float> logits, std::span<const std::int32_t> labels,
-                             std::size_t classes, std::span<float> dlogits,
-                             float gradScale) override;
-  void argmax(std::span<const float> x, std::size_t classes, std::span<std::int32_t> out) override;
-  std::size_t countCorrect(std::span<const float> logits, std::span<const std::int32_t> labels,
-                           std::size_t classes) override;
-
-  void conv2d(const Conv2dShape& shape, std::span<const float> input, std::span<const float> weight,
-              std::span<const float> bias, std::span<float> output,
-              std::span<float> workspace) override;
-  void conv2dBackwardData(const Conv2dShape& shape, std::span<const float> dOutput,
-                          std::span<const float> weight, std::span<float> dInput,
-                          std::span<float> workspace) override;
-  void conv2dBackwardWeights(const Conv2dShape& shape, std::span<const float> input,
-                             std::span<const float> dOutput, std::span<float> dWeight,
-                             std::span<float> dBias, std::span<float> workspace) override;
-  void maxPool2d(const Pool2dShape& shape, std::span<const float> input, std::span<float> output,
-                 std::span<std::int32_t> argmax) override;
-  void maxPool2dBackward(const Pool2dShape& shape, std::span<const float> dOutput,
-                         std::span<const std::int32_t> argmax, std::span<float> dInput) override;
-
- private:
-  // Makes device_ current on the calling thread (the Compute may have been created on another
-  // thread than the one that uses it; a stream only accepts work from its own device).
-  void activate() const;
-  detail::Launch launch() const { return {stream_, multiprocessors_}; }
-  // Copies the scratch results to pinned host memory and waits for the stream.
-  detail::ScratchResults readResults();
-  // Frees whatever was created; safe on a partially constructed object; never throws.
-  void release() noexcept;
-
-  int device_;
-  MemoryMeter* meter_ = nullptr;
-  int multiprocessors_ = 1;
-  std::string description_;
-  cudaStream_t stream_ = nullptr;
-  cudaStream_t copyStream_ = nullptr;  // device-to-host staging, overlapped with stream_
-  cublasHandle_t blas_ = nullptr;
-  detail::Scratch* scratch_ = nullptr;             // device memory
-  detail::ScratchResults* hostResults_ = nullptr;  // pinned host memory
-};
+}  // namespace
 
 CudaCompute::CudaCompute(int device) : device_(device) {
   try {
@@ -532,161 +419,6 @@ void CudaCompute::decode(const Codec& codec, std::span<const std::byte> payload,
       return;
   }
 }
-
-// ---- dense algebra and NN ops ----
-
-void CudaCompute::gemm(Transpose transA, Transpose transB, std::size_t m, std::size_t n,
-                       std::size_t k, float alpha, std::span<const float> a,
-                       std::span<const float> b, float beta, std::span<float> c) {
-  if (checks::gemm(*this, m, n, k, a, b, beta, c) == checks::GemmRest::kDone) return;
-  // cuBLAS is column-major; a row-major matrix read column-major is its transpose. So compute
-  // C^T (n x m) = op(B)^T (n x k) * op(A)^T (k x m): B is the first operand, A the second, and
-  // each keeps its own op. Leading dimensions are the row lengths of the STORED row-major
-  // matrices: A is m x k (lda = k) or, transposed, k x m (lda = m); B is k x n (ldb = n) or,
-  // transposed, n x k (ldb = k); C is m x n (ldc = n). Each fits in cuBLAS's int: checks::gemm
-  // rejected larger dimensions.
-  const bool tA = transA == Transpose::kYes;
-  const bool tB = transB == Transpose::kYes;
-  const int lda = static_cast<int>(tA ? m : k);
-  const int ldb = static_cast<int>(tB ? k : n);
-  const int ldc = static_cast<int>(n);
-  activate();
-  GOSSAMER_CUBLAS_CHECK(cublasSgemm(blas_, tB ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                    tA ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(n),
-                                    static_cast<int>(m), static_cast<int>(k), &alpha, b.data(), ldb,
-                                    a.data(), lda, &beta, c.data(), ldc));
-}
-
-void CudaCompute::biasAdd(std::span<float> y, std::span<const float> bias, std::size_t rows) {
-  checks::biasAdd(y, bias, rows);
-  activate();
-  GOSSAMER_CUDA_CHECK(detail::biasAdd(y.data(), bias.data(), rows, bias.size(), launch()));
-}
-
-void CudaCompute::biasGrad(std::span<float> dbias, std::span<const float> dy, std::size_t rows) {
-  checks::biasGrad(dbias, dy, rows);
-  activate();
-  GOSSAMER_CUDA_CHECK(detail::biasGrad(dbias.data(), dy.data(), rows, dbias.size(), launch()));
-}
-
-void CudaCompute::relu(std::span<float> x) {
-  activate();
-  GOSSAMER_CUDA_CHECK(detail::relu(x.data(), x.size(), launch()));
-}
-
-void CudaCompute::reluBackward(std::span<float> dy, std::span<const float> y) {
-  checks::reluBackward(dy, y);
-  activate();
-  GOSSAMER_CUDA_CHECK(detail::reluBackward(dy.data(), y.data(), dy.size(), launch()));
-}
-
-double CudaCompute::softmaxCrossEntropy(std::span<const float> logits,
-                                        std::span<const std::int32_t> labels, std::size_t classes,
-                                        std::span<float> dlogits, float gradScale) {
-  const std::size_t rows = checks::softmaxCrossEntropy(logits, labels, classes, dlogits);
-  activate();
-  GOSSAMER_CUDA_CHECK(detail::softmaxCrossEntropy(logits.data(), labels.data(), rows, classes,
-                                                  dlogits.empty() ? nullptr : dlogits.data(),
-                                                  gradScale, scratch_, launch()));
-  const detail::ScratchResults results = readResults();
-  if (results.badRow != detail::kNoBadRow) {
-    // Nothing was written (the kernel checks the flag first), like the CPU reference, which
-    // validates every label before any output; the row is the first bad one, as there.
-    const auto row = static_cast<std::size_t>(results.badRow);
-    std::int32_t label = 0;
-    copyToHost(&label, labels.data() + row, sizeof(label));
-    checks::throwLabelOutOfRange(label, row, classes);
-  }
-  return results.value;
-}
-
-void CudaCompute::argmax(std::span<const float> x, std::size_t classes,
-                         std::span<std::int32_t> out) {
-  const std::size_t rows = checks::argmax(x, classes, out);
-  activate();
-  GOSSAMER_CUDA_CHECK(detail::argmax(x.data(), rows, classes, out.data(), launch()));
-}
-
-std::size_t CudaCompute::countCorrect(std::span<const float> logits,
-                                      std::span<const std::int32_t> labels, std::size_t classes) {
-  const std::size_t rows = checks::countCorrect(logits, labels, classes);
-  activate();
-  GOSSAMER_CUDA_CHECK(
-      detail::countCorrect(logits.data(), labels.data(), rows, classes, scratch_, launch()));
-  return static_cast<std::size_t>(readResults().count);
-}
-
-// ---- convolutional layers: the CPU reference's plan (im2col, one cuBLAS GEMM over the whole
-// batch, a layout change) with conv_math.h's per-element kernels ----
-
-void CudaCompute::conv2d(const Conv2dShape& shape, std::span<const float> input,
-                         std::span<const float> weight, std::span<const float> bias,
-                         std::span<float> output, std::span<float> workspace) {
-  if (!checks::conv2d(shape, input, weight, bias, output, workspace)) return;
-  const std::size_t patch = shape.patch(), cols = shape.columns();
-  std::span<float> columns = workspace.first(patch * cols);
-  std::span<float> product = workspace.subspan(patch * cols, shape.outChannels * cols);
-  activate();
-  GOSSAMER_CUDA_CHECK(detail::im2col(shape, input.data(), columns.data(), launch()));
-  gemm(Transpose::kNo, Transpose::kNo, shape.outChannels, cols, patch, 1.0f, weight, columns, 0.0f,
-       product);
-  GOSSAMER_CUDA_CHECK(detail::channelMajorToNchw(
-      product.data(), bias.empty() ? nullptr : bias.data(), output.data(), shape.batch,
-      shape.outChannels, shape.outPlane(), launch()));
-}
-
-void CudaCompute::conv2dBackwardData(const Conv2dShape& shape, std::span<const float> dOutput,
-                                     std::span<const float> weight, std::span<float> dInput,
-                                     std::span<float> workspace) {
-  if (!checks::conv2dBackwardData(shape, dOutput, weight, dInput, workspace)) return;
-  const std::size_t patch = shape.patch(), cols = shape.columns();
-  std::span<float> dColumns = workspace.first(patch * cols);
-  std::span<float> dProduct = workspace.subspan(patch * cols, shape.outChannels * cols);
-  activate();
-  GOSSAMER_CUDA_CHECK(detail::nchwToChannelMajor(dOutput.data(), dProduct.data(), shape.batch,
-                                                 shape.outChannels, shape.outPlane(), launch()));
-  gemm(Transpose::kYes, Transpose::kNo, patch, cols, shape.outChannels, 1.0f, weight, dProduct,
-       0.0f, dColumns);
-  GOSSAMER_CUDA_CHECK(detail::col2im(shape, dColumns.data(), dInput.data(), launch()));
-}
-
-void CudaCompute::conv2dBackwardWeights(const Conv2dShape& shape, std::span<const float> input,
-                                        std::span<const float> dOutput, std::span<float> dWeight,
-                                        std::span<float> dBias, std::span<float> workspace) {
-  checks::conv2dBackwardWeights(shape, input, dOutput, dWeight, dBias, workspace);
-  const std::size_t patch = shape.patch(), cols = shape.columns();
-  std::span<float> columns = workspace.first(patch * cols);
-  std::span<float> dProduct = workspace.subspan(patch * cols, shape.outChannels * cols);
-  activate();
-  GOSSAMER_CUDA_CHECK(detail::im2col(shape, input.data(), columns.data(), launch()));
-  GOSSAMER_CUDA_CHECK(detail::nchwToChannelMajor(dOutput.data(), dProduct.data(), shape.batch,
-                                                 shape.outChannels, shape.outPlane(), launch()));
-  // k = 0 (an empty batch) zeroes dWeight.
-  gemm(Transpose::kNo, Transpose::kYes, shape.outChannels, patch, cols, 1.0f, dProduct, columns,
-       0.0f, dWeight);
-  if (!dBias.empty()) {
-    GOSSAMER_CUDA_CHECK(
-        detail::rowSums(dProduct.data(), dBias.data(), shape.outChannels, cols, launch()));
-  }
-}
-
-void CudaCompute::maxPool2d(const Pool2dShape& shape, std::span<const float> input,
-                            std::span<float> output, std::span<std::int32_t> argmax) {
-  if (!checks::maxPool2d(shape, input, output, argmax)) return;
-  activate();
-  GOSSAMER_CUDA_CHECK(
-      detail::maxPool2d(shape, input.data(), output.data(), argmax.data(), launch()));
-}
-
-void CudaCompute::maxPool2dBackward(const Pool2dShape& shape, std::span<const float> dOutput,
-                                    std::span<const std::int32_t> argmax, std::span<float> dInput) {
-  if (!checks::maxPool2dBackward(shape, dOutput, argmax, dInput)) return;
-  activate();
-  GOSSAMER_CUDA_CHECK(
-      detail::maxPool2dBackward(shape, dOutput.data(), argmax.data(), dInput.data(), launch()));
-}
-
-}  // namespace
 
 bool isViable(std::string* reason) {
   try {

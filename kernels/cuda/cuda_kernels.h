@@ -1,6 +1,6 @@
-// Device kernels of the CUDA backend behind a plain C++ launcher interface. cuda_kernels.cu is
-// the only file nvcc compiles; cuda_compute.cc (g++) does the shape checks, error reporting and
-// scalar read-back, and calls these launchers. This header must stay free of compute.h, spdlog
+// Device kernels of the CUDA backend behind a plain C++ launcher interface, defined in this
+// folder's .cu files (the only ones nvcc compiles); cuda_compute.cc and cuda_compute_nn.cc (g++)
+// do the shape checks, error reporting and scalar read-back, and call these launchers. This header must stay free of compute.h, spdlog
 // and fmt, so nvcc never parses them.
 //
 // Common contract of every launcher:

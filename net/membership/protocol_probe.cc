@@ -1,0 +1,153 @@
+// SWIM failure detection: direct and indirect probes, their acks, suspicion and its expiry.
+#include <algorithm>
+#include <utility>
+
+#include "net/membership/protocol_internal.h"
+
+namespace gossamer::net::membership {
+
+void Core::on(const Remote& from, wire::Ping& ping) {
+  merge(ping.updates, Source::rumour);
+  send(from.listen, wire::Ack{self_.id, ping.sequence, piggyback()}, options_.probeTimeout);
+}
+
+void Core::on(const Remote& from, wire::PingReq& request) {
+  merge(request.updates, Source::rumour);
+  relayProbe(from.listen, request.sequence, request.target, request.targetAddress);
+}
+
+void Core::on(const Remote&, wire::Ack& ack) {
+  merge(ack.updates, Source::rumour);
+  const auto it = waiters_.find(ack.sequence);
+  if (it == waiters_.end() || it->second.target != ack.sender || it->second.acked) return;
+  it->second.acked = true;
+  if (it->second.then) {
+    // The wait ends now rather than at its deadline.
+    cancel(it->second.timer);
+    std::exchange(it->second.then, nullptr)(true);
+  }
+}
+
+void Core::addToProbeOrder(std::uint64_t id) {
+  // At a random place after the cursor, so that a newcomer is probed within this round.
+  std::uniform_int_distribution<std::size_t> at(probeCursor_, probeOrder_.size());
+  probeOrder_.insert(probeOrder_.begin() + static_cast<std::ptrdiff_t>(at(rng_)), id);
+}
+
+const Member* Core::nextProbeTarget() {
+  for (int pass = 0; pass < 2; ++pass) {
+    while (probeCursor_ < probeOrder_.size()) {
+      const auto it = members_.find(probeOrder_[probeCursor_++]);
+      if (it != members_.end() && isLive(it->second.member.state)) return &it->second.member;
+    }
+    probeOrder_.clear();
+    for (const Member* m : liveMembers()) probeOrder_.push_back(m->id);
+    std::shuffle(probeOrder_.begin(), probeOrder_.end(), rng_);
+    probeCursor_ = 0;
+  }
+  return nullptr;
+}
+
+void Core::awaitAck(std::uint64_t sequence, Clock::time_point deadline,
+                    std::function<void(bool)> then) {
+  AckWaiter& waiter = waiters_.at(sequence);
+  if (waiter.acked) {
+    waiter.timer = after(env_.now(), [then = std::move(then)] { then(true); });
+    return;
+  }
+  waiter.then = std::move(then);
+  waiter.timer = after(deadline, [this, sequence] {
+    const auto it = waiters_.find(sequence);
+    if (it != waiters_.end() && it->second.then) std::exchange(it->second.then, nullptr)(false);
+  });
+}
+
+void Core::probeTick() {
+  const Clock::time_point start = env_.now();
+  const Member* target = nextProbeTarget();
+  if (target == nullptr) {
+    after(start + options_.probeInterval, [this] { probeTick(); });
+    return;
+  }
+  probe(*target, start,
+        [this, start] { after(start + options_.probeInterval, [this] { probeTick(); }); });
+}
+
+void Core::probe(const Member& target, Clock::time_point start, std::function<void()> done) {
+  const std::uint64_t sequence = ++sequence_;
+  const std::uint64_t targetId = target.id;
+  const Endpoint targetAddress = target.address;
+  waiters_[sequence] = AckWaiter{targetId};
+  send(targetAddress, wire::Ping{self_.id, sequence, piggyback()}, options_.probeTimeout);
+  awaitAck(sequence, start + options_.probeTimeout, [=, this](bool acked) {
+    auto conclude = [this, sequence, targetId, done](bool acked) {
+      waiters_.erase(sequence);
+      if (!acked) suspect(targetId);
+      done();
+    };
+    if (acked) return conclude(true);
+    std::vector<const Member*> helpers;
+    for (const Member* m : liveMembers()) {
+      if (m->id != targetId) helpers.push_back(m);
+    }
+    std::shuffle(helpers.begin(), helpers.end(), rng_);
+    helpers.resize(std::min(helpers.size(), options_.indirectProbes));
+    for (const Member* helper : helpers) {
+      send(helper->address, wire::PingReq{self_.id, sequence, targetId, targetAddress, piggyback()},
+           options_.probeTimeout);
+    }
+    awaitAck(sequence, start + options_.probeInterval, conclude);
+  });
+}
+
+void Core::relayProbe(Endpoint requester, std::uint64_t requestSequence, std::uint64_t targetId,
+                      Endpoint targetAddress) {
+  const std::uint64_t sequence = ++sequence_;
+  waiters_[sequence] = AckWaiter{targetId};
+  send(targetAddress, wire::Ping{self_.id, sequence, piggyback()}, options_.probeTimeout);
+  awaitAck(sequence, env_.now() + options_.probeTimeout, [=, this](bool acked) {
+    waiters_.erase(sequence);
+    if (acked)
+      send(requester, wire::Ack{targetId, requestSequence, piggyback()}, options_.probeTimeout);
+  });
+}
+
+void Core::suspect(std::uint64_t id) {
+  const auto it = members_.find(id);
+  // A member already suspect is suspected again by this one: a confirmation (see Lifeguard).
+  if (it == members_.end() || !isLive(it->second.member.state)) return;
+  Member rumour = it->second.member;
+  rumour.state = MemberState::suspect;
+  wire::MemberUpdate update = toUpdate(rumour);
+  update.accuser = self_.id;
+  apply(update, Source::rumour);
+  // Tell the suspect itself, so that a live one refutes at once.
+  send(rumour.address, wire::Gossip{self_.id, {update}}, options_.probeTimeout);
+}
+
+void Core::expire() {
+  const Clock::time_point now = env_.now();
+  std::vector<Member> expired;
+  for (const auto& [id, record] : members_) {
+    if (record.member.state != MemberState::suspect) continue;
+    const std::size_t confirmations = record.accusers.empty() ? 0 : record.accusers.size() - 1;
+    if (now - record.since >= options_.suspicionTimeout(clusterSize(), confirmations))
+      expired.push_back(record.member);
+  }
+  for (Member m : expired) {
+    m.state = MemberState::dead;
+    apply(toUpdate(m), Source::rumour);
+  }
+  std::erase_if(members_, [&](const auto& entry) {
+    return !isLive(entry.second.member.state) &&
+           now - entry.second.since > options_.tombstoneRetention;
+  });
+}
+
+void Core::tick() {
+  expire();
+  const milliseconds period = std::max(milliseconds(5), options_.probeInterval / 10);
+  after(env_.now() + period, [this] { tick(); });
+}
+
+}  // namespace gossamer::net::membership
