@@ -345,19 +345,21 @@ class ProcessRun {
   // executed schedule) and sets `killed` when a peer was killed.
   std::string apply(const ChaosFault& f, double now, std::vector<TimedJoin>& joins, bool& killed) {
     const std::vector<std::size_t> alive = live();
-    if (alive.empty()) return fmt::format("{}: skipped (no live peer)", label(f.kind));
+    if (std::optional<std::string> skip = skipped(f, {.live = alive.size(),
+                                                      .started = slots_.size(),
+                                                      .pendingJoins = joins.size(),
+                                                      .anyKilled = firstKilled().has_value(),
+                                                      .startingPeers = options_.peers}))
+      return *skip;
     const std::size_t target = alive[f.pick % alive.size()];
     switch (f.kind) {
       case ChaosKind::kill:
-        if (!killAllowed(alive.size(), options_.peers))
-          return fmt::format("{}: skipped (only {} live)", label(f.kind), alive.size());
         kill(target);
         killed = true;
         return fmt::format("{} of peer {}", label(f.kind), target + 1);
       case ChaosKind::restart:
       case ChaosKind::restartFresh: {
         const std::optional<std::size_t> index = firstKilled();
-        if (!index) return fmt::format("{}: skipped (no killed peer)", label(f.kind));
         const bool fromCheckpoint =
             f.kind == ChaosKind::restart && std::filesystem::exists(checkpointOf(*index));
         const int port = slots_[*index].port;
@@ -368,8 +370,6 @@ class ProcessRun {
                                : "");
       }
       case ChaosKind::join:
-        if (!joinAllowed(slots_.size() + joins.size(), options_.peers))
-          return fmt::format("{}: skipped ({} peers so far)", label(f.kind), slots_.size());
         start(slots_.size(), {});
         return fmt::format("{}: peer {}", label(f.kind), slots_.size());
       case ChaosKind::joinFinishing: {
@@ -381,10 +381,6 @@ class ProcessRun {
                            slots_.size(), seed + 1, step, totalSteps_);
       }
       case ChaosKind::killJoin:
-        if (!killAllowed(alive.size(), options_.peers))
-          return fmt::format("{}: skipped (only {} live)", label(f.kind), alive.size());
-        if (!joinAllowed(slots_.size() + joins.size(), options_.peers))
-          return fmt::format("{}: skipped ({} peers so far)", label(f.kind), slots_.size());
         kill(target);
         killed = true;
         joins.push_back({.at = now + f.seconds});

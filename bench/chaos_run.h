@@ -9,9 +9,12 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "bench/bench_util.h"
 #include "bench/chaos_schedule.h"
@@ -78,6 +81,30 @@ inline bool killAllowed(std::size_t live, std::size_t startingPeers) {
 // A join adds a peer while the run has had fewer than twice its starting peers.
 inline bool joinAllowed(std::size_t peersSoFar, std::size_t startingPeers) {
   return peersSoFar < 2 * startingPeers;
+}
+
+// The cluster as a fault finds it, for the rules both runs share.
+struct FaultScene {
+  std::size_t live = 0;           // peers running now
+  std::size_t started = 0;        // peers started so far (every index ever used)
+  std::size_t pendingJoins = 0;   // joins scheduled and still to come (kill-join's)
+  bool anyKilled = false;         // a killed peer waits for a restart
+  std::size_t startingPeers = 0;  // --peers
+};
+
+// The executed-schedule line of `f` when the rules skip it (no live peer; a kill that would leave
+// too few; a join past twice the starting peers; a restart with no killed peer), else nullopt.
+inline std::optional<std::string> skipped(const ChaosFault& f, const FaultScene& s) {
+  const bool kills = f.kind == ChaosKind::kill || f.kind == ChaosKind::killJoin;
+  const bool joins = f.kind == ChaosKind::join || f.kind == ChaosKind::killJoin;
+  const bool restarts = f.kind == ChaosKind::restart || f.kind == ChaosKind::restartFresh;
+  if (s.live == 0) return fmt::format("{}: skipped (no live peer)", label(f.kind));
+  if (kills && !killAllowed(s.live, s.startingPeers))
+    return fmt::format("{}: skipped (only {} live)", label(f.kind), s.live);
+  if (joins && !joinAllowed(s.started + s.pendingJoins, s.startingPeers))
+    return fmt::format("{}: skipped ({} peers so far)", label(f.kind), s.started);
+  if (restarts && !s.anyKilled) return fmt::format("{}: skipped (no killed peer)", label(f.kind));
+  return std::nullopt;
 }
 
 // ChaosRunResult::resumeSeconds of a kill at `killedAt`, from the (t, slowest live peer's step)

@@ -301,19 +301,21 @@ class ChaosRun {
   // executed schedule) and sets `killed` when a peer was killed.
   std::string apply(const ChaosFault& f, double now, TimedActions& timed, bool& killed) {
     const std::vector<std::size_t> alive = live();
-    if (alive.empty()) return fmt::format("{}: skipped (no live peer)", label(f.kind));
+    if (std::optional<std::string> skip = skipped(f, {.live = alive.size(),
+                                                      .started = slots_.size(),
+                                                      .pendingJoins = pendingJoins_,
+                                                      .anyKilled = firstKilled().has_value(),
+                                                      .startingPeers = options_.peers}))
+      return *skip;
     const std::size_t target = alive[f.pick % alive.size()];
     switch (f.kind) {
       case ChaosKind::kill:
-        if (!killAllowed(alive.size(), options_.peers))
-          return fmt::format("{}: skipped (only {} live)", label(f.kind), alive.size());
         kill(target);
         killed = true;
         return fmt::format("{} of peer {}", label(f.kind), target + 1);
       case ChaosKind::restart:
       case ChaosKind::restartFresh: {
         const std::optional<std::size_t> index = firstKilled();
-        if (!index) return fmt::format("{}: skipped (no killed peer)", label(f.kind));
         const bool fromCheckpoint =
             f.kind == ChaosKind::restart && std::filesystem::exists(checkpointOf(*index));
         start(*index, {.resume = fromCheckpoint, .sameAddress = f.kind == ChaosKind::restartFresh});
@@ -323,8 +325,6 @@ class ChaosRun {
                                : "");
       }
       case ChaosKind::join:
-        if (!joinAllowed(slots_.size() + pendingJoins_, options_.peers))
-          return fmt::format("{}: skipped ({} peers so far)", label(f.kind), slots_.size());
         start(slots_.size(), {});
         return fmt::format("{}: peer {}", label(f.kind), slots_.size());
       case ChaosKind::joinFinishing: {
@@ -334,10 +334,6 @@ class ChaosRun {
                            slots_.size(), seed + 1, step, totalSteps_);
       }
       case ChaosKind::killJoin: {
-        if (!killAllowed(alive.size(), options_.peers))
-          return fmt::format("{}: skipped (only {} live)", label(f.kind), alive.size());
-        if (!joinAllowed(slots_.size() + pendingJoins_, options_.peers))
-          return fmt::format("{}: skipped ({} peers so far)", label(f.kind), slots_.size());
         kill(target);
         killed = true;
         ++pendingJoins_;

@@ -105,12 +105,10 @@ void ComputeContext::logExpiry(bool gather, const std::vector<PeerId>& missing,
   // On a lossy or partitioned link this can happen every step: one line per 10 s at most.
   ++expiries_;
   if (now < lastExpiryLog_ + std::chrono::seconds(10)) return;
-  std::string names;
-  for (PeerId peer : missing) names += fmt::format("{}{:016x}", names.empty() ? "" : ", ", peer);
   log::get("peer")->warn(
       "peer {:016x}: step {}: a {} expired without {} ({} wait(s) expired since the last such "
       "line); going on without them",
-      p_.self, p_.status.step.load(), gather ? "gather" : "request", names, expiries_);
+      p_.self, p_.status.step.load(), gather ? "gather" : "request", peerList(missing), expiries_);
   expiries_ = 0;
   lastExpiryLog_ = now;
 }

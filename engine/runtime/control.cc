@@ -304,12 +304,10 @@ bool ClusterControl::await(Barrier barrier, Clock::duration timeout) {
     return missing.empty();
   });
   if (!all) {
-    std::string names;
-    for (PeerId peer : missing) names += fmt::format("{}{:016x}", names.empty() ? "" : ", ", peer);
     log::get("peer")->warn(
         "peer {:016x}: not every member {} within {} s (waited for {}); going on", network_.self(),
         barrier == Barrier::released ? "released the others" : "finished training",
-        duration_cast<seconds>(timeout).count(), names);
+        duration_cast<seconds>(timeout).count(), peerList(missing));
   }
   return all;
 }

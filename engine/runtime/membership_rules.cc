@@ -6,19 +6,41 @@ namespace gossamer::engine::runtime {
 
 using net::membership::EventKind;
 
-const char* name(RunPhase phase) {
-  switch (phase) {
-    case RunPhase::waiting:
-      return "waiting to start";
-    case RunPhase::training:
-      return "training";
-    case RunPhase::finishing:
-      return "finishing";
-    case RunPhase::released:
-      return "released";
-  }
-  return "?";
-}
+namespace {
+
+constexpr const char* kPhaseNames[] = {"waiting to start", "training", "finishing", "released"};
+
+constexpr const char* kTooLate =
+    "it came too late: it is told the cluster has trained all its steps and leaves (exit status "
+    "4); nobody waits for it";
+constexpr const char* kNotCounted = "it no longer counts toward --min-peers";
+
+// The rules by event kind (joined, left, failed, rejoined: EventKind's order) and phase
+// (RunPhase's order). Keep in step with the table in engine/runtime/README.md.
+constexpr const char* kRules[4][4] = {
+    {"it counts toward --min-peers and starts with the others",
+     "it joins late, at the cluster's step with a member's model; the shards are split again at "
+     "the next step",
+     kTooLate, kTooLate},
+    {kNotCounted,
+     "it handed over what it held and left; the shards are split again at the next step",
+     "the barriers and the final pulls stop waiting for it", "nothing to do"},
+    {kNotCounted,
+     "crashed or cut off: every wait for it ends now and the others go on without it; the shards "
+     "are split again at the next step",
+     "crashed or cut off: the barriers and the final pulls stop waiting for it", "nothing to do"},
+    {"a new life of a member (a restart): it counts like a newcomer",
+     "a new life of a member (a restart, or a partition that healed): it joins late at the "
+     "cluster's step, or with --resume catches up from its checkpoint",
+     kTooLate, kTooLate},
+};
+static_assert(static_cast<int>(EventKind::joined) == 0 && static_cast<int>(EventKind::left) == 1 &&
+              static_cast<int>(EventKind::failed) == 2 &&
+              static_cast<int>(EventKind::rejoined) == 3);
+
+}  // namespace
+
+const char* name(RunPhase phase) { return kPhaseNames[static_cast<std::size_t>(phase)]; }
 
 RunPhase phaseOf(const LoopStatus& status) {
   if (status.released) return RunPhase::released;
@@ -28,62 +50,7 @@ RunPhase phaseOf(const LoopStatus& status) {
 }
 
 const char* ruleFor(EventKind kind, RunPhase phase) {
-  // Keep in step with the table in engine/runtime/README.md.
-  switch (kind) {
-    case EventKind::joined:
-      switch (phase) {
-        case RunPhase::waiting:
-          return "it counts toward --min-peers and starts with the others";
-        case RunPhase::training:
-          return "it joins late, at the cluster's step with a member's model; the shards are "
-                 "split again at the next step";
-        case RunPhase::finishing:
-        case RunPhase::released:
-          return "it came too late: it is told the cluster has trained all its steps and leaves "
-                 "(exit status 4); nobody waits for it";
-      }
-      break;
-    case EventKind::rejoined:
-      switch (phase) {
-        case RunPhase::waiting:
-          return "a new life of a member (a restart): it counts like a newcomer";
-        case RunPhase::training:
-          return "a new life of a member (a restart, or a partition that healed): it joins late "
-                 "at the cluster's step, or with --resume catches up from its checkpoint";
-        case RunPhase::finishing:
-        case RunPhase::released:
-          return "a new life of a member that came too late: it is told the cluster has trained "
-                 "all its steps and leaves (exit status 4)";
-      }
-      break;
-    case EventKind::left:
-      switch (phase) {
-        case RunPhase::waiting:
-          return "it no longer counts toward --min-peers";
-        case RunPhase::training:
-          return "it handed over what it held and left; the shards are split again at the next "
-                 "step";
-        case RunPhase::finishing:
-          return "the barriers and the final pulls stop waiting for it";
-        case RunPhase::released:
-          return "nothing to do";
-      }
-      break;
-    case EventKind::failed:
-      switch (phase) {
-        case RunPhase::waiting:
-          return "it no longer counts toward --min-peers";
-        case RunPhase::training:
-          return "crashed or cut off: every wait for it ends now and the others go on without "
-                 "it; the shards are split again at the next step";
-        case RunPhase::finishing:
-          return "crashed or cut off: the barriers and the final pulls stop waiting for it";
-        case RunPhase::released:
-          return "nothing to do";
-      }
-      break;
-  }
-  return "?";
+  return kRules[static_cast<std::size_t>(kind)][static_cast<std::size_t>(phase)];
 }
 
 std::string describeChange(PeerId self, const net::membership::Event& event, RunPhase phase,

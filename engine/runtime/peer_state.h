@@ -9,8 +9,11 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "engine/algorithm.h"
 
@@ -23,6 +26,13 @@ struct StepFigures {
   double commWaitSeconds = 0;
   double computeSeconds = 0;
 };
+
+// "0000000000000002, 0000000000000003": peer ids as the log writes them.
+inline std::string peerList(std::span<const PeerId> peers) {
+  std::string out;
+  for (PeerId peer : peers) out += fmt::format("{}{:016x}", out.empty() ? "" : ", ", peer);
+  return out;
+}
 
 // What the compute thread waits for on the others now, if anything: the stall watch reads it to
 // say what a stalled peer waits for and from whom. The compute thread writes it (a Scope around

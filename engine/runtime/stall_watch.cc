@@ -14,10 +14,8 @@ double seconds(Clock::duration d) { return std::chrono::duration<double>(d).coun
 }  // namespace
 
 std::string describeWait(const WaitBoard::Wait& wait) {
-  std::string out = wait.what;
-  for (std::size_t i = 0; i < wait.from.size(); ++i)
-    out += fmt::format("{}{:016x}", i == 0 ? " from " : ", ", wait.from[i]);
-  return out;
+  return wait.from.empty() ? std::string(wait.what)
+                           : fmt::format("{} from {}", wait.what, peerList(wait.from));
 }
 
 StallWatch::StallWatch(PeerId self, const LoopStatus& status, Clock::duration stallTimeout,
