@@ -404,8 +404,9 @@ class ChaosRun {
     for (std::size_t i = 0; i < slots_.size(); ++i) {
       const Member& m = *members_[slots_[i]];
       if (m.killed) continue;
-      // Coming when the cluster has trained all its steps, the answer is "done": correct.
-      if (m.finishingJoin && !m.error && m.result.clusterDone) continue;
+      // Coming when the cluster has trained all its steps, the answer is "done"; come after every
+      // member had left (or while its seed was leaving), it joins no one: both correct.
+      if (m.finishingJoin && !m.error && (m.result.clusterDone || m.result.joinFailure)) continue;
       engine::sim::Survivor s{.name = fmt::format("peer {}", i + 1),
                               .steps = m.result.steps,
                               .metrics = &m.result.metrics};

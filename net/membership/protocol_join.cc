@@ -15,6 +15,12 @@ void Core::on(const Remote& from, wire::JoinRequest& request) {
          wire::JoinReply{false, fmt::format("peer id {:016x} is the seed's own", self_.id), {}});
     return;
   }
+  // A member on its way out admits nobody: its table already says it left, and a joiner that
+  // took that table would hold a view of itself alone. Refused, the joiner tries its other seeds.
+  if (leaving_) {
+    send(from.listen, wire::JoinReply{false, "the seed is leaving the cluster", {}});
+    return;
+  }
   becomeJoined();  // an unjoined peer that admits another forms a cluster with it
   // A live member asks to join again only from a new life (a restarted process: its incarnation
   // starts from the clock, above its earlier life's; a retry of the same life repeats the

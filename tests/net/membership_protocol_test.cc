@@ -168,6 +168,24 @@ TEST_CASE("membership protocol: leave tells every member, reports once, and then
   CHECK(done == 1);
 }
 
+TEST_CASE("membership protocol: a leaving member refuses a join instead of admitting it alone") {
+  FakeEnvironment env;
+  Config config;
+  config.members = {member(1), member(2)};
+  Protocol protocol(env, config);
+  protocol.start();
+  // The leave waits for its announcement's outcome: a join request comes meanwhile.
+  protocol.leave(1s, [] {});
+  env.sent.clear();
+  protocol.handle(Remote{3, Endpoint{"fake", 3}}, wire::JoinRequest{3, Endpoint{"fake", 3}, 1000});
+  const auto replies = sentOf<wire::JoinReply>(env);
+  REQUIRE(replies.size() == 1);
+  CHECK_FALSE(replies[0].accepted);
+  CHECK(replies[0].reason.find("leaving") != std::string::npos);
+  CHECK(replies[0].members.empty());
+  CHECK(protocol.view().find(3) == nullptr);
+}
+
 TEST_CASE("membership protocol: stop() leaves nothing that acts; a destroyed protocol neither") {
   FakeEnvironment env;
   Config config;
