@@ -1,20 +1,17 @@
-// The RDMA transport (net/ibverbs/): the transport conformance suite over the fake verbs of
-// tests/net/fake_verbs.h (two fake devices connected in memory, so it runs on any machine) and
-// over the real devices (each case skips with a message where there is none), plus what only
-// RDMA has: the wire records, the QP state machine, credits and chunking, error completions,
-// device selection and device memory (only in a build with the ibverbs backend); and, in every
-// build, that the benchmark refuses to run RDMA where it cannot, with the reason.
-#include <string>
-
+// The RDMA transport (net/ibverbs/) over its links: the transport conformance suite over the fake
+// verbs of tests/net/fake_verbs.h (two fake devices connected in memory, so it runs on any
+// machine) and over the real devices (each case skips with a message where there is none), plus
+// what only RDMA links have: the QP state machine and the verbs objects freed, the bootstrap's
+// bounds, credits and chunking, error completions, disconnects, busy polling and RoCE, and
+// registered and device memory (only in a build with the ibverbs backend). The wire records are
+// tested in ibverbs_protocol_test.cc, the fake device and device selection in
+// ibverbs_device_test.cc.
 #include <doctest/doctest.h>
 
 #include "engine/base/config.h"
-#include "engine/builtin.h"
-#include "tests/process_util.h"
 
 #if GOSSAMER_HAVE_IBVERBS
 
-#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -25,9 +22,7 @@
 #include <vector>
 
 #include <asio/io_context.hpp>
-#include <doctest/doctest.h>
 
-#include "engine/base/enforce.h"
 #include "net/errors.h"
 #include "net/ibverbs/ibverbs_transport.h"
 #include "net/ibverbs/protocol.h"
@@ -134,176 +129,6 @@ struct FakeNet {
   Link* la = nullptr;
   Link* lb = nullptr;
 };
-
-// ---- protocol records ----
-
-TEST_CASE("net ibverbs protocol: bootstrap records round-trip and hostile values are refused") {
-  protocol::BootstrapInfo info{.qpn = 0x123456,
-                               .psn = 0xabcdef,
-                               .lid = 7,
-                               .gid = {0xfe, 0x80, 1, 2, 3},
-                               .useGid = true,
-                               .mtu = 4096,
-                               .slotAddress = 0x7f0000001000,
-                               .slotRkey = 0xdeadbeef,
-                               .slotCount = 16,
-                               .slotBytes = 256 * 1024,
-                               .dataWindow = 32,
-                               .creditWindow = 16,
-                               .receiveBytes = 4096};
-  const auto bytes = protocol::encodeBootstrap(info);
-  protocol::BootstrapInfo got;
-  REQUIRE(!protocol::decodeBootstrap(bytes, &got));
-  CHECK(got.qpn == info.qpn);
-  CHECK(got.psn == info.psn);
-  CHECK(got.lid == 7);
-  CHECK(got.gid == info.gid);
-  CHECK(got.useGid);
-  CHECK(got.slotAddress == info.slotAddress);
-  CHECK(got.slotRkey == info.slotRkey);
-  CHECK(got.slotCount == 16);
-  CHECK(got.slotBytes == 256 * 1024);
-  CHECK(got.dataWindow == 32);
-  CHECK(got.creditWindow == 16);
-  CHECK(got.receiveBytes == 4096);
-
-  auto refused = [&](auto mutate, std::error_code expected) {
-    protocol::BootstrapInfo bad = info;
-    mutate(bad);
-    const auto encoded = protocol::encodeBootstrap(bad);
-    protocol::BootstrapInfo ignored;
-    return protocol::decodeBootstrap(encoded, &ignored) == expected;
-  };
-  const std::error_code malformed = Errc::malformedFrame;
-  CHECK(refused([](auto& i) { i.slotCount = 0; }, malformed));
-  CHECK(refused([](auto& i) { i.slotCount = protocol::kMaxSlotCount + 1; }, malformed));
-  CHECK(refused([](auto& i) { i.slotBytes = 100; }, malformed));
-  CHECK(refused([](auto& i) { i.slotBytes = std::uint64_t{1} << 40; }, malformed));
-  CHECK(refused([](auto& i) { i.slotAddress = ~std::uint64_t{0} - 10; }, malformed));
-  CHECK(refused([](auto& i) { i.mtu = 1500; }, malformed));
-  CHECK(refused([](auto& i) { i.dataWindow = 5000; }, malformed));
-  CHECK(refused([](auto& i) { i.creditWindow = 0; }, malformed));
-  CHECK(refused([](auto& i) { i.receiveBytes = 1u << 30; }, malformed));
-  CHECK(refused([](auto& i) { i.qpn = 1u << 24; }, malformed));
-
-  protocol::BootstrapInfo ignored;
-  CHECK(protocol::decodeBootstrap(std::span(bytes).first(40), &ignored) == malformed);
-  auto wrongVersion = bytes;
-  wrongVersion[4] = std::byte{9};
-  CHECK(protocol::decodeBootstrap(wrongVersion, &ignored) ==
-        make_error_code(Errc::versionMismatch));
-  auto wrongMagic = bytes;
-  wrongMagic[0] = std::byte{0};
-  CHECK(protocol::decodeBootstrap(wrongMagic, &ignored) == malformed);
-}
-
-TEST_CASE("net ibverbs protocol: credits in the immediate wrap around and never go backwards") {
-  const std::uint32_t imm = protocol::packImm(5000, 4097, 300);
-  const protocol::Credits credits = protocol::unpackImm(imm);
-  CHECK(credits.dataFreed == 5000 % 4096);
-  CHECK(credits.slotsFreed == 1);
-  CHECK(credits.creditsFreed == 300 % 256);
-  // Counters advance across the wrap of their bits...
-  CHECK(protocol::advance(4090, protocol::unpackImm(protocol::packImm(4100, 0, 0)).dataFreed,
-                          protocol::kDataBits) == 4100);
-  CHECK(protocol::advance(250, 3, protocol::kCreditBits) == 259);
-  // ... and a stale report leaves them where they are.
-  CHECK(protocol::advance(4100, 4090 % 4096, protocol::kDataBits) == 4100);
-  CHECK(protocol::advance(10, 10, protocol::kSlotBits) == 10);
-}
-
-TEST_CASE("net ibverbs protocol: a frame's meta is checked against the limits before allocation") {
-  Limits limits;
-  limits.maxPayloads = 4;
-  limits.maxHeaderBytes = 100;
-  limits.maxFrameBytes = 1 << 20;
-  const std::vector<std::byte> header = headerOf({1, 2});
-  const std::vector<std::byte> payload(1000);
-  const std::vector<std::byte> meta = protocol::encodeMeta(OutFrame{header, {payload, {}}});
-  protocol::MetaPrefix prefix;
-  REQUIRE(!protocol::decodeMetaPrefix(meta, limits, &prefix));
-  CHECK(prefix.headerBytes == 16);
-  CHECK(prefix.payloadCount == 2);
-  CHECK(prefix.metaBytes == meta.size());
-  std::vector<std::uint64_t> sizes;
-  REQUIRE(!protocol::decodeMetaSizes(meta, prefix, limits, &sizes));
-  CHECK(sizes == std::vector<std::uint64_t>{1000, 0});
-
-  auto prefixOf = [](std::uint32_t headerBytes, std::uint32_t count) {
-    std::vector<std::byte> bytes(8);
-    std::memcpy(bytes.data(), &headerBytes, 4);
-    std::memcpy(bytes.data() + 4, &count, 4);
-    return bytes;
-  };
-  CHECK(protocol::decodeMetaPrefix(prefixOf(16, 100'000), limits, &prefix) ==
-        make_error_code(Errc::tooManyPayloads));
-  CHECK(protocol::decodeMetaPrefix(prefixOf(0xffffffff, 1), limits, &prefix) ==
-        make_error_code(Errc::frameTooLarge));
-  CHECK(protocol::decodeMetaPrefix(std::span(meta).first(5), limits, &prefix) ==
-        make_error_code(Errc::malformedFrame));
-  // A claimed payload of 2^40 bytes is refused from its size alone.
-  std::vector<std::byte> huge = prefixOf(0, 1);
-  huge.resize(16);
-  const std::uint64_t size = std::uint64_t{1} << 40;
-  std::memcpy(huge.data() + 8, &size, 8);
-  REQUIRE(!protocol::decodeMetaPrefix(huge, limits, &prefix));
-  CHECK(protocol::decodeMetaSizes(huge, prefix, limits, &sizes) ==
-        make_error_code(Errc::frameTooLarge));
-}
-
-// ---- the fake device itself ----
-
-TEST_CASE("net ibverbs fake verbs: the QP state machine rejects illegal transitions") {
-  auto fabric = std::make_shared<FakeFabric>();
-  std::shared_ptr<Verbs> verbs = fabric->makeHost();
-  std::vector<std::string> names;
-  REQUIRE(!verbs->deviceNames(&names));
-  REQUIRE(names == std::vector<std::string>{"fake0"});
-  ContextHandle context;
-  PdHandle pd;
-  CqHandle cq;
-  QpHandle qp;
-  std::uint32_t qpn = 0;
-  REQUIRE(!verbs->open("fake0", &context));
-  REQUIRE(!verbs->allocPd(context, &pd));
-  REQUIRE(!verbs->createCq(context, 16, ChannelHandle{}, &cq));
-  REQUIRE(!verbs->createQp(pd, cq, QpCapabilities{.maxSendWr = 4, .maxRecvWr = 4}, &qp, &qpn));
-  const std::error_code invalid = std::make_error_code(std::errc::invalid_argument);
-  auto to = [&](QpState state) {
-    QpTransition transition;
-    transition.target = state;
-    transition.remoteQpn = qpn;
-    transition.remoteLid = 1;
-    return verbs->modifyQp(qp, transition);
-  };
-  const std::array<Sge, 0> none{};
-  const SendRequest send{.wrId = 1, .opcode = SendOpcode::kSendWithImm, .sges = none};
-  CHECK(to(QpState::kReadyToReceive) == invalid);  // RESET -> RTR
-  CHECK(to(QpState::kReadyToSend) == invalid);     // RESET -> RTS
-  CHECK(verbs->postSend(qp, send) == invalid);     // not ready to send
-  CHECK(!to(QpState::kInit));
-  CHECK(to(QpState::kReadyToSend) == invalid);  // INIT -> RTS
-  CHECK(verbs->postSend(qp, send) == invalid);
-  CHECK(!to(QpState::kReadyToReceive));
-  CHECK(to(QpState::kInit) == invalid);  // RTR -> INIT
-  CHECK(verbs->postSend(qp, send) == invalid);
-  CHECK(!to(QpState::kReadyToSend));
-  CHECK(!to(QpState::kError));
-  CHECK(to(QpState::kReadyToSend) == invalid);  // ERROR -> RTS
-  CHECK(!to(QpState::kReset));
-  CHECK(!to(QpState::kInit));
-  const std::vector<std::vector<QpState>> histories = fabric->qpHistories("fake0");
-  REQUIRE(histories.size() == 1);
-  CHECK(histories[0] == std::vector<QpState>{QpState::kReset, QpState::kInit,
-                                             QpState::kReadyToReceive, QpState::kReadyToSend,
-                                             QpState::kError, QpState::kReset, QpState::kInit});
-  verbs->destroyQp(qp);
-  verbs->destroyCq(cq);
-  verbs->deallocPd(pd);
-  verbs->close(context);
-  CHECK(fabric->live() == fake::LiveCounts{});
-  CHECK(fabric->violations().empty());
-}
 
 // ---- the transport over fake devices ----
 
@@ -672,65 +497,7 @@ TEST_CASE(
   }
 }
 
-TEST_CASE(
-    "net ibverbs: without a usable device isViable says why and the transport fails at start") {
-  auto fabric = std::make_shared<FakeFabric>();
-  asio::io_context io;
-  std::string reason;
-
-  Options none;
-  none.verbs = fabric->makeHost(HostOptions{.hasDevice = false});
-  CHECK(!isViable(&reason, none));
-  CHECK_MESSAGE(reason.find("no RDMA device") != std::string::npos, reason);
-  CHECK_THROWS_WITH_AS(makeTransport(io, none), doctest::Contains("no RDMA device"),
-                       gossamer::Error);
-
-  Options named;
-  named.verbs = fabric->makeHost();  // "fake1"
-  named.device = "mlx5_9";
-  CHECK(!isViable(&reason, named));
-  CHECK_MESSAGE(reason.find("'mlx5_9' not found (present: fake1)") != std::string::npos, reason);
-  CHECK_THROWS_WITH_AS(makeTransport(io, named), doctest::Contains("mlx5_9"), gossamer::Error);
-
-  Options down;
-  down.verbs = fabric->makeHost(HostOptions{.portActive = false});  // "fake2"
-  CHECK(!isViable(&reason, down));
-  CHECK_MESSAGE(reason.find("port 1 of RDMA device 'fake2' is not active") != std::string::npos,
-                reason);
-  down.port = 2;
-  CHECK(!isViable(&reason, down));
-  CHECK_MESSAGE(reason.find("has no port 2") != std::string::npos, reason);
-
-  Options fine;
-  fine.verbs = fabric->makeHost();
-  CHECK(isViable(&reason, fine));
-  CHECK(reason.empty());
-  CHECK(fabric->live() == fake::LiveCounts{});  // isViable closed what it opened
-
-  // This machine's real devices: either usable, or a reason that says what is missing.
-  const bool real = isViable(&reason);
-  MESSAGE("real RDMA device here: " << (real ? "yes" : reason));
-  if (!real) {
-    CHECK(!reason.empty());
-    CHECK_THROWS_AS(makeTransport(io, Options{}), gossamer::Error);
-  }
-}
-
 }  // namespace
 }  // namespace gossamer::net::ibverbs
 
 #endif  // GOSSAMER_HAVE_IBVERBS
-
-TEST_CASE(
-    "net ibverbs: gossamer-bench transport --transport ibverbs stops at once where it cannot run") {
-  std::string reason;
-  if (gossamer::engine::makeBuiltinRegistry().transports.get("ibverbs").viable({}, &reason)) {
-    MESSAGE("skipped: this machine has a usable RDMA device");
-    return;
-  }
-  const gossamer::test::ProcessResult result = gossamer::test::runCommand(
-      std::string(GOSSAMER_BENCH_BINARY) + " transport --transport ibverbs", 60);
-  CHECK(result.exitCode == 1);
-  CHECK_MESSAGE(result.output.find(reason) != std::string::npos, result.output);
-  MESSAGE(result.output);
-}
