@@ -5,7 +5,9 @@
 
 #include <fmt/format.h>
 
+#include "algorithms/builtin.h"
 #include "engine/base/enforce.h"
+#include "engine/peer_settings.h"
 #include "kernels/codec.h"
 
 namespace gossamer::bench {
@@ -29,6 +31,21 @@ Split parseSplit(const std::string& text, const std::string& where) {
     return split;
   }
   GOSSAMER_THROW("{}: split '{}' is not iid or dirichlet[:ALPHA]", where, text);
+}
+
+// The [run] keys that are gossamer-peer settings of the same meaning (engine/peer_settings.h)
+// keep that setting's rule: a value gossamer-peer refuses is refused here too, with its reason.
+void checkAsPeerSettings(const engine::OptionValues& run) {
+  static const engine::Registry registry = algorithms::makeRegistry();
+  static const std::vector<engine::cli::Setting> settings = engine::cli::peerSettings(registry);
+  for (const auto& [key, value] : run) {
+    if (key == "transport")
+      continue;  // here the local cluster's: gossamer-peer's --local-transport
+    const engine::cli::Setting* s = engine::cli::findSetting(settings, key);
+    if (s == nullptr || !s->set) continue;
+    const std::string why = s->check(value);
+    GOSSAMER_ENFORCE(why.empty(), "{}: {}", key, why);
+  }
 }
 
 }  // namespace
@@ -195,8 +212,10 @@ Matrix parseMatrix(const std::string& text, const std::string& source) {
         } else {
           GOSSAMER_THROW(
               "unknown matrix list '{}' (algorithms, topologies, networks, peers, splits, "
-              "step-time, compress)",
-              key);
+              "step-time, compress); did you mean '{}'?",
+              key,
+              engine::closestName(key, {"algorithms", "topologies", "networks", "peers", "splits",
+                                        "step-time", "compress"}));
         }
       } else {
         m.options[section][key] = value;
@@ -206,6 +225,7 @@ Matrix parseMatrix(const std::string& text, const std::string& source) {
     }
   }
   try {
+    checkAsPeerSettings(run);
     m.run = engine::parseOptions<RunSettings>(run);
   } catch (const Error& e) {
     GOSSAMER_THROW("{}: [run]: {}", source, e.what());

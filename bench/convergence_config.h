@@ -2,7 +2,9 @@
 // comparison is fair), the lists whose product is the matrix, and each algorithm's options.
 //
 // Config file format ('#' starts a comment; `--print-config` writes a preset in it):
-//   [run]                      shared settings, KEY = VALUE (names as in RunSettings below)
+//   [run]                      shared settings, KEY = VALUE (names as in RunSettings below; a
+//                              key that is also a gossamer-peer flag, as lr or compress, is
+//                              checked by that setting's rule, engine/peer_settings.h)
 //   model = mlp                mlp, softmax, lenet or cnn
 //   hidden = 256,256
 //   ...

@@ -1,5 +1,6 @@
 #include "engine/options.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -21,6 +22,35 @@ std::string formatOptionList(const OptionValues& values) {
   std::string out;
   for (const auto& [name, value] : values) out += (out.empty() ? "" : ",") + name + "=" + value;
   return out;
+}
+
+std::string closestName(const std::string& name, const std::vector<std::string>& candidates) {
+  // Levenshtein distance, one row at a time.
+  auto distance = [&](const std::string& other) {
+    std::vector<std::size_t> row(other.size() + 1);
+    for (std::size_t j = 0; j <= other.size(); ++j) row[j] = j;
+    for (std::size_t i = 1; i <= name.size(); ++i) {
+      std::size_t diagonal = row[0];
+      row[0] = i;
+      for (std::size_t j = 1; j <= other.size(); ++j) {
+        const std::size_t above = row[j];
+        row[j] = std::min(
+            {row[j] + 1, row[j - 1] + 1, diagonal + (name[i - 1] == other[j - 1] ? 0 : 1)});
+        diagonal = above;
+      }
+    }
+    return row[other.size()];
+  };
+  std::string best;
+  std::size_t bestDistance = 0;
+  for (const std::string& candidate : candidates) {
+    const std::size_t d = distance(candidate);
+    if (best.empty() || d < bestDistance) {
+      best = candidate;
+      bestDistance = d;
+    }
+  }
+  return best;
 }
 
 namespace detail {

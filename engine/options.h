@@ -42,6 +42,10 @@ OptionValues parseOptionList(const std::string& text);
 // The inverse, in name order: "a=1,b=x".
 std::string formatOptionList(const OptionValues& values);
 
+// The candidate nearest to `name` by edit distance (the first of equals; empty when there are
+// none): what an unknown setting's error suggests ("did you mean ...?").
+std::string closestName(const std::string& name, const std::vector<std::string>& candidates);
+
 namespace detail {
 
 void parseOne(const std::string& name, const std::string& text, bool& out);
@@ -141,7 +145,9 @@ O parseOptions(const OptionValues& values) {
     if (known.count(name) == 0) {
       std::string names;
       for (const std::string& k : known) names += (names.empty() ? "" : ", ") + k;
-      GOSSAMER_THROW("unknown option '{}' (known: {})", name, names.empty() ? "none" : names);
+      if (known.empty()) GOSSAMER_THROW("unknown option '{}' (known: none)", name);
+      GOSSAMER_THROW("unknown option '{}' (known: {}); did you mean '{}'?", name, names,
+                     closestName(name, std::vector<std::string>(known.begin(), known.end())));
     }
   }
   if constexpr (requires { options.validate(); }) options.validate();

@@ -28,6 +28,7 @@
 #include "engine/base/log.h"
 #include "engine/base/process_memory.h"
 #include "engine/peer_options.h"
+#include "engine/peer_settings.h"
 #include "engine/runtime/cluster.h"
 #include "engine/runtime/peer.h"
 #include "topology/topology.h"
@@ -283,9 +284,9 @@ int main(int argc, char** argv) {
                ": one peer of a decentralized training cluster "
                "(--listen/--seeds), a local cluster (--local N), or a single peer"};
   PeerOptions options;
-  addModelOptions(app, options, registry);
-  addClusterOptions(app, options, registry);
-  addAlgorithmOptions(app, options, registry);
+  const std::vector<engine::cli::Setting> settings = engine::cli::peerSettings(registry);
+  const std::vector<std::string> unknownVariables =
+      engine::cli::addPeerFlags(app, options, settings, registry);
   app.footer(
       fmt::format("Exit status: 0 done (or left on SIGINT/SIGTERM); 1 failed (the cause in one "
                   "line on stderr); {} joined no one within --join-timeout (the same); {} came "
@@ -298,11 +299,13 @@ int main(int argc, char** argv) {
       " Every flag can also be set by an environment variable, GOSSAMER_ and its name in upper "
       "case with dashes and dots as underscores (GOSSAMER_SEEDS, GOSSAMER_JOIN_TIMEOUT, "
       "GOSSAMER_GOSGD_P); the command line wins, then --config, then the environment.");
-  const std::vector<std::string> unknownVariables = bindEnvironment(app);
-  CLI11_PARSE(app, argc, argv);
-  for (const std::string& name : unknownVariables)
-    fmt::print(stderr, "gossamer-peer: warning: environment variable {} names no flag; ignored\n",
-               name);
+  try {
+    engine::cli::parsePeerFlags(app, argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  for (const std::string& unknown : unknownVariables)
+    fmt::print(stderr, "gossamer-peer: warning: environment variable {}; ignored\n", unknown);
   std::signal(SIGINT, onSignal);
   std::signal(SIGTERM, onSignal);
   try {

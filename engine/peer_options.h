@@ -1,5 +1,6 @@
-// The command line of gossamer-peer: its flags (PeerOptions, one field a flag), their environment
-// variables, and the peer configurations they make. Compiled into gossamer-peer only.
+// What gossamer-peer's flags set (PeerOptions, one field a setting of peer_settings.h, whose
+// declarations bind it to the flags, config files and environment variables), and the peer
+// configurations they make.
 #pragma once
 
 #include <chrono>
@@ -9,8 +10,6 @@
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <CLI/CLI.hpp>
 
 #include "engine/exit_status.h"
 #include "engine/registry.h"
@@ -97,15 +96,6 @@ struct PeerOptions {
     return !algorithm.empty() || local > 0 || !listen.empty() || !seeds.empty();
   }
 };
-
-// ---- the flags (peer_flags.cc) ----
-void addModelOptions(CLI::App& app, PeerOptions& o, const Registry& registry);
-void addAlgorithmOptions(CLI::App& app, PeerOptions& o, const Registry& registry);
-void addClusterOptions(CLI::App& app, PeerOptions& o, const Registry& registry);
-// Every flag of `app` (but --help) can come from its environment variable, GOSSAMER_ and its long
-// name in upper case, dashes and dots as underscores. Precedence: the command line, then the
-// --config file, then the environment. Returns the GOSSAMER_ variables that name no flag.
-std::vector<std::string> bindEnvironment(CLI::App& app);
 
 // ---- what they make (peer_config.cc) ----
 topology::TopologyOptions topologyOptions(const PeerOptions& o);

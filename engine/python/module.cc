@@ -6,8 +6,7 @@
 // Threads and the GIL: every call that may wait on the network (constructing a peer, start, step,
 // finish, kill) releases the GIL; the caller's callbacks (gradients, update, evaluate) take it
 // back while they run, on the thread that called step() or finish().
-#include <chrono>
-#include <cmath>
+#include <algorithm>
 #include <memory>
 #include <optional>
 #include <string>
@@ -21,6 +20,7 @@
 #include "algorithms/builtin.h"
 #include "engine/base/enforce.h"
 #include "engine/base/log.h"
+#include "engine/peer_settings.h"
 #include "engine/runtime/cluster.h"
 #include "engine/runtime/peer.h"
 #include "net/wire/handshake.h"
@@ -38,28 +38,59 @@ const engine::Registry& registry() {
   return r;
 }
 
-std::chrono::milliseconds millis(double seconds, const char* name) {
-  GOSSAMER_ENFORCE(std::isfinite(seconds) && seconds >= 0, "{} must be >= 0 seconds, not {}", name,
-                   seconds);
-  return std::chrono::milliseconds(static_cast<std::int64_t>(std::llround(seconds * 1000)));
+const std::vector<engine::cli::Setting>& settings() {
+  static const std::vector<engine::cli::Setting> s = engine::cli::peerSettings(registry());
+  return s;
 }
 
+// An algorithm option's value as text.
 std::string text(const py::handle& value) {
   if (py::isinstance<py::bool_>(value)) return value.cast<bool>() ? "true" : "false";
   return py::str(value).cast<std::string>();
 }
 
+// A keyword argument's value as its setting's text: a list or tuple comma-separated, a bool
+// true/false (on/off for an on/off setting).
+std::string settingText(const engine::cli::Setting& s, const py::handle& value) {
+  if (py::isinstance<py::bool_>(value) && s.allowed == std::vector<std::string>{"on", "off"})
+    return value.cast<bool>() ? "on" : "off";
+  if (py::isinstance<py::list>(value) || py::isinstance<py::tuple>(value)) {
+    std::string out;
+    for (const py::handle item : value) out += (out.empty() ? "" : ",") + text(item);
+    return out;
+  }
+  return text(value);
+}
+
 // The peer's configuration from the keyword arguments of gossamer.Peer (engine/python/gossamer/
-// __init__.py documents them); unknown keys are refused there.
+// __init__.py; the settings of engine/peer_settings.h bound to Python): an unknown key is refused
+// with the closest known one.
 PeerConfig peerConfig(const py::dict& o) {
-  auto get = [&](const char* key) -> std::optional<py::object> {
-    if (!o.contains(key) || o[key].is_none()) return std::nullopt;
-    return py::reinterpret_borrow<py::object>(o[key]);
+  const std::vector<std::string> keywords = engine::cli::pythonKeywords(settings());
+  for (const auto& [key, value] : o) {
+    const std::string name = py::str(key).cast<std::string>();
+    GOSSAMER_ENFORCE(std::find(keywords.begin(), keywords.end(), name) != keywords.end(),
+                     "unknown option '{}'; did you mean '{}'?", name,
+                     engine::closestName(name, keywords));
+  }
+  auto get = [&](const std::string& key) -> std::optional<py::object> {
+    if (!o.contains(key) || o[key.c_str()].is_none()) return std::nullopt;
+    return py::reinterpret_borrow<py::object>(o[key.c_str()]);
   };
   PeerConfig c;
   engine::runtime::TrainingConfig& t = c.training;
-  engine::runtime::NetworkConfig& n = c.network;
-  if (auto v = get("algorithm")) t.algorithm = v->cast<std::string>();
+  // The secret first: a secret_file given too replaces it.
+  if (auto v = get("secret")) {
+    const std::string bytes = py::isinstance<py::bytes>(*v)
+                                  ? v->cast<py::bytes>().cast<std::string>()
+                                  : v->cast<std::string>();
+    GOSSAMER_ENFORCE(!bytes.empty(), "the secret must not be empty");
+    for (char ch : bytes) c.network.secret.push_back(static_cast<std::byte>(ch));
+  }
+  for (const engine::cli::Setting& s : settings())
+    if (s.apply)
+      if (auto v = get(s.python))
+        engine::cli::applyPythonSetting(settings(), c, s.python, settingText(s, *v));
   registry().algorithms.get(t.algorithm);  // an unknown name lists the known ones
   if (auto v = get("algorithm_options"))
     for (const auto& [key, value] : v->cast<py::dict>()) {
@@ -68,69 +99,6 @@ PeerConfig peerConfig(const py::dict& o) {
       if (name.rfind(t.algorithm + ".", 0) == 0) name = name.substr(t.algorithm.size() + 1);
       t.algorithmOptions[name] = text(value);
     }
-  if (auto v = get("topology")) t.topology = v->cast<std::string>();
-  if (auto v = get("mixing")) {
-    const std::string mixing = v->cast<std::string>();
-    GOSSAMER_ENFORCE(mixing == "metropolis" || mixing == "uniform",
-                     "mixing must be 'metropolis' or 'uniform', not '{}'", mixing);
-    t.topologyOptions.mixing =
-        mixing == "uniform" ? topology::Mixing::kUniform : topology::Mixing::kMetropolisHastings;
-  }
-  if (auto v = get("optimizer"))
-    t.optimizer.kind = engine::train::parseOptimizerKind(v->cast<std::string>());
-  if (auto v = get("lr")) t.optimizer.lr = v->cast<float>();
-  if (auto v = get("momentum")) t.optimizer.momentum = v->cast<float>();
-  if (auto v = get("weight_decay")) t.optimizer.weightDecay = v->cast<float>();
-  if (auto v = get("lr_schedule"))
-    t.schedule.kind = engine::train::parseLrSchedule(v->cast<std::string>());
-  if (auto v = get("steps")) {
-    const auto steps = v->cast<std::int64_t>();
-    GOSSAMER_ENFORCE(steps > 0, "steps must be at least 1, not {}", steps);
-    t.maxSteps = static_cast<std::uint64_t>(steps);
-  }
-  if (auto v = get("batch")) t.batch = v->cast<std::size_t>();
-  if (auto v = get("min_peers")) t.minPeers = v->cast<std::size_t>();
-  if (auto v = get("seed")) {
-    t.seed = v->cast<std::uint64_t>();
-    t.topologyOptions.seed = t.seed;
-  }
-  if (auto v = get("comm_timeout")) t.commTimeout = millis(v->cast<double>(), "comm_timeout");
-  if (auto v = get("start_timeout")) t.startTimeout = millis(v->cast<double>(), "start_timeout");
-  if (auto v = get("join_timeout")) t.joinTimeout = millis(v->cast<double>(), "join_timeout");
-  if (auto v = get("finish_timeout")) t.finishTimeout = millis(v->cast<double>(), "finish_timeout");
-  if (auto v = get("step_time"))
-    t.minStepTime = std::chrono::duration_cast<std::chrono::microseconds>(
-        millis(v->cast<double>(), "step_time"));
-  if (auto v = get("eval_every")) t.evalEvery = v->cast<std::int64_t>();
-  if (auto v = get("eval_samples")) t.evalSamples = v->cast<std::size_t>();
-  if (auto v = get("final_eval")) t.finalLocalEval = v->cast<bool>();
-  if (auto v = get("final_consensus")) t.finalConsensus = v->cast<bool>();
-  if (auto v = get("metrics_path")) t.metricsPath = v->cast<std::string>();
-  if (auto v = get("checkpoint_dir")) t.checkpointDir = v->cast<std::string>();
-  if (auto v = get("checkpoint_every")) t.checkpointEvery = v->cast<std::int64_t>();
-  if (auto v = get("resume")) t.resume = v->cast<bool>();
-  if (auto v = get("progress")) t.progress = v->cast<bool>();
-
-  if (auto v = get("transport")) n.transport = v->cast<std::string>();
-  if (auto v = get("listen")) n.listen = net::Endpoint::parse(v->cast<std::string>());
-  if (auto v = get("advertise")) n.advertise = net::Endpoint::parse(v->cast<std::string>());
-  if (auto v = get("seeds"))
-    for (const py::handle seed : v->cast<py::list>())
-      n.seeds.push_back(net::Endpoint::parse(seed.cast<std::string>()));
-  if (auto v = get("peer_id")) n.peerId = v->cast<std::uint64_t>();
-  if (auto v = get("cluster_id")) n.clusterId = v->cast<std::string>();
-  if (auto v = get("secret")) {
-    const std::string bytes = py::isinstance<py::bytes>(*v)
-                                  ? v->cast<py::bytes>().cast<std::string>()
-                                  : v->cast<std::string>();
-    GOSSAMER_ENFORCE(!bytes.empty(), "the secret must not be empty");
-    for (char ch : bytes) n.secret.push_back(static_cast<std::byte>(ch));
-  }
-  if (auto v = get("secret_file")) n.secret = net::wire::readSecretFile(v->cast<std::string>());
-  if (auto v = get("insecure_plaintext"))
-    if (v->cast<bool>()) n.security = engine::runtime::NetworkConfig::Security::plaintext;
-  if (auto v = get("membership"))
-    n.membership = net::membership::Options::named(v->cast<std::string>());
   return c;
 }
 
@@ -331,6 +299,21 @@ PYBIND11_MODULE(_gossamer, m) {
     return out;
   });
   m.def("topologies", [] { return registry().topologies.names(); });
+  // The keyword arguments of Peer and local_cluster: name -> help.
+  m.def("options", [] {
+    py::dict out;
+    out["algorithm_options"] = "dict of the algorithm's options, e.g. {'p': 0.1}";
+    out["secret"] = "the cluster secret (bytes or str); every peer needs the same one";
+    for (const engine::cli::Setting& s : settings())
+      if (s.apply) out[py::str(s.python)] = s.pythonHelp.empty() ? s.help : s.pythonHelp;
+    return out;
+  });
+  m.def(
+      "closest_option",
+      [](const std::string& name) {
+        return engine::closestName(name, engine::cli::pythonKeywords(settings()));
+      },
+      py::arg("name"), "The keyword argument nearest to `name` (for an error message).");
   m.def("set_log_level", &log::setLevel, py::arg("level"),
         "Level of gossamer's logs on stderr: trace, debug, info, warn, error, critical or off.");
 

@@ -32,59 +32,18 @@ algorithms = _gossamer.algorithms
 topologies = _gossamer.topologies
 set_log_level = _gossamer.set_log_level
 
-# Keyword options of Peer and local_cluster, passed to the runtime's configuration.
-_OPTIONS = {
-    # the algorithm
-    "algorithm": "the decentralized algorithm (gossamer.algorithms()); default gosgd",
-    "algorithm_options": "dict of the algorithm's options, e.g. {'p': 0.1}",
-    "topology": "communication graph (gossamer.topologies()); default: the algorithm's",
-    "mixing": "'metropolis' (default) or 'uniform' mixing weights",
-    # the local optimizer (used when step() is given no update)
-    "optimizer": "sgd, momentum (default), nesterov or adam",
-    "lr": "learning rate of the peer's optimizer (default 0.02)",
-    "momentum": "momentum coefficient (default 0.9)",
-    "weight_decay": "weight decay (default 0)",
-    "lr_schedule": "constant (default) or cosine, over the run's steps",
-    # the run
-    "steps": "steps of this run (required; the same on every peer)",
-    "batch": "samples per step, for the figures (default 64)",
-    "min_peers": "training starts with this many members (default 1)",
-    "seed": "run seed: rng of the algorithm and topology (default 1)",
-    "step_time": "emulated compute: each step takes at least this many seconds",
-    "comm_timeout": "seconds, default deadline of every wait on others (default 10)",
-    "start_timeout": "seconds to wait for min_peers (default 120)",
-    "join_timeout": "seconds after which a peer with seeds that joined no one gives up (0: never)",
-    "finish_timeout": "seconds to wait for the others at the end (default 60)",
-    # evaluation, checkpoints
-    "eval_every": "steps between evaluations with `evaluate` (0: none, -1: each epoch)",
-    "eval_samples": "test samples per periodic evaluation (default 2000)",
-    "final_eval": "evaluate this peer's model at the end (default True)",
-    "final_consensus": "pull every member's model at the end and evaluate their average",
-    "metrics_path": "JSON lines of evaluation events and the final figures",
-    "checkpoint_dir": "checkpoints of this peer (params, optimizer, algorithm state) go here",
-    "checkpoint_every": "steps between checkpoints (0: only at the end)",
-    "resume": "restore this peer's checkpoint from checkpoint_dir before training",
-    "progress": "draw a progress bar on stdout",
-    # the network
-    "transport": "tcp (default) or inproc (peers of one process)",
-    "listen": "HOST:PORT to listen on (default 127.0.0.1:0)",
-    "advertise": "HOST:PORT others reach this peer at (default: the listen address)",
-    "seeds": "list of HOST:PORT of peers to join by (empty: start the cluster)",
-    "peer_id": "this peer's id (0: derived from a fixed listen port, else random)",
-    "cluster_id": "name of the cluster (default gossamer)",
-    "secret": "the cluster secret (bytes or str); every peer needs the same one",
-    "secret_file": "file holding the cluster secret",
-    "insecure_plaintext": "no TLS (trusted networks and loopback benchmarks only)",
-    "membership": "failure detector timing: local (loopback) or lan (default)",
-}
+# Keyword options of Peer and local_cluster (name -> help), passed to the runtime's configuration.
+# They are the run-level settings of gossamer-peer (engine/peer_settings.h) that Python takes,
+# declared once there: compress, error_feedback and max_norm_ratio as much as lr or steps.
+_OPTIONS = _gossamer.options()
 
 
 def _check_options(options):
-    unknown = sorted(set(options) - set(_OPTIONS))
-    if unknown:
-        raise TypeError(
-            "unknown option(s) %s; the options are: %s" % (", ".join(unknown), ", ".join(_OPTIONS))
-        )
+    for name in sorted(options):
+        if name not in _OPTIONS:
+            raise TypeError(
+                "unknown option '%s'; did you mean '%s'?" % (name, _gossamer.closest_option(name))
+            )
 
 
 def _layout(parameters, layout):
