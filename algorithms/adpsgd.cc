@@ -92,7 +92,8 @@ bool AdPsgd::acceptable(engine::PeerContext& ctx, const engine::Incoming& m) {
     if (ints[1] == kMissed) expected.payloads.clear();
   }
   if (!engine::acceptMessage(m, expected, ctx.metrics(), name())) return false;
-  if (!shaped) refuse(ctx, m, fmt::format("{} integers that are not an offer's or an answer's", ints.size()));
+  if (!shaped)
+    refuse(ctx, m, fmt::format("{} integers that are not an offer's or an answer's", ints.size()));
   return shaped;
 }
 
@@ -110,7 +111,7 @@ void AdPsgd::exchange(engine::PeerContext& ctx) {
     else
       apply(ctx, m);
   }
-  const Clock::time_point now = Clock::now();
+  const Clock::time_point now = ctx.now();
   for (auto it = offers_.begin(); it != offers_.end();) {
     if (it->second.expires > now) {
       ++it;
@@ -151,9 +152,9 @@ void AdPsgd::answer(engine::PeerContext& ctx, const engine::Incoming& offer) {
   // the sender's next anchor.
   if (!s || !withinBound(ctx, offer, *s)) {
     // Nothing moves; the offerer forgets the offer and anchors its next one to this peer.
-    ctx.send(offer.from, engine::Message{.kind = kAnswer,
-                                         .step = ctx.step(),
-                                         .integers = {offer.integer(0), kMissed}});
+    ctx.send(offer.from,
+             engine::Message{
+                 .kind = kAnswer, .step = ctx.step(), .integers = {offer.integer(0), kMissed}});
     return;
   }
   // d = (s' - x_j) / 2, sent compressed; both sides move by the decoded d^: x_j += d^, x_i -= d^.
@@ -256,7 +257,7 @@ void AdPsgd::offer(engine::PeerContext& ctx) {
   std::uniform_int_distribution<std::size_t> pick(0, partners.size() - 1);
   const PeerId to = partners[pick(ctx.rng())];
   const std::uint64_t id = nextId_++;
-  Offer o{.to = to, .expires = Clock::now() + timeout(ctx)};
+  Offer o{.to = to, .expires = ctx.now() + timeout(ctx)};
   if (ctx.compression().enabled()) {
     // The difference from the estimate `to` holds (or an anchor); the answer is a difference
     // itself, so nothing of the offer is kept.
@@ -292,10 +293,10 @@ double AdPsgd::step(engine::PeerContext& ctx) {
 }
 
 void AdPsgd::settle(engine::PeerContext& ctx, const char* when) {
-  const Clock::time_point deadline = Clock::now() + timeout(ctx);
+  const Clock::time_point deadline = ctx.now() + timeout(ctx);
   for (;;) {
     exchange(ctx);
-    const Clock::time_point now = Clock::now();
+    const Clock::time_point now = ctx.now();
     if (inFlight() == 0 || now >= deadline) break;
     ctx.inbox().wait(std::nullopt, std::min(deadline, now + kTick));
   }

@@ -52,8 +52,9 @@
 // used. Under the run's NormBound (--max-norm-ratio), an offer or an average far from x_i, or a
 // compressed half-difference longer than R ||x_i||, is refused as an outlier
 // ("ad-psgd.outliers"): an offer is not answered (compressed: answered as a miss), an answer's
-// offer is dropped. An offer from a peer outside the view is dropped unanswered ("ad-psgd.strangers"): its
-// sender cannot be answered, so applying it would move mass one way only.
+// offer is dropped. An offer from a peer outside the view is dropped unanswered
+// ("ad-psgd.strangers"): its sender cannot be answered, so applying it would move mass one way
+// only.
 //
 // Failures. An offer is held (its snapshot s in a buffer of the Compute, sent from there without a
 // staging copy on a CPU peer) until its answer comes or `timeout` passes; then it is forgotten
@@ -65,6 +66,14 @@
 // (the offerer died, or the answer was later than `timeout`) moved d to the receiver only: the
 // survivors' sum then differs from the initial one by that half-difference.
 // A dead peer takes its model out of the sum in any case.
+// Answers are not escrowed and resent as gosgd's transfers are (ReliableDelivery,
+// reliable_delivery.h): that escrow is the sender's own mass, kept until the ack, so a transfer
+// never acknowledged leaves the sum whole. An answer leaves after its sender applied its half of
+// the exchange (x_j += d): there is nothing left to keep, and j cannot take d back, since it
+// cannot tell a lost answer from a lost ack. A resent answer lands only while the offerer holds s
+// (until `timeout`); holding s longer needs the offer resent too (a lost offer and a lost answer
+// look alike to the offerer), and lifts the bound on staleness. That is another exchange (j would
+// apply d on the offerer's ack), not a use of that part.
 //
 // Compressed (--compress). The offer travels over CHOCO-SGD's public estimates, one stream per
 // ordered pair (PairEstimates, public_estimates.h): x^_i->j, the estimate of x_i that j holds, in
@@ -72,7 +81,8 @@
 // membership change, after a "missed" answer or an expired offer) or the difference
 // C(x_i - x^_i->j); both sides add the decoded difference to x^_i->j, and s' = x^_i->j is the
 // model j averages with. The answer needs no estimate: it is a difference already. j computes
-// d = (s' - x_j) / 2 and sends it compressed; both ends move by the decoded d^ (Compressible::sent):
+// d = (s' - x_j) / 2 and sends it compressed; both ends move by the decoded d^
+// (Compressible::sent):
 //   x_j += d^;  x_i -= d^
 // so every completed exchange conserves sum_i x_i exactly, whatever the codec dropped (what C
 // leaves out of d is simply not moved, and is still in the next exchange's difference), and the

@@ -16,15 +16,15 @@ void AllreduceSgd::setup(engine::PeerContext& ctx) {
 
 RingOutcome AllreduceSgd::averageCompressed(engine::PeerContext& ctx) {
   if (!compressed_)
-    compressed_ = std::make_unique<AsyncAllReduce>(AsyncAllReduceOptions{.kind = kCompressedGradient,
-                                                                         .op = ReduceOp::kMean,
-                                                                         .pieces = options_.pipeline,
-                                                                         .who = name(),
-                                                                         .compress = true});
+    compressed_ =
+        std::make_unique<AsyncAllReduce>(AsyncAllReduceOptions{.kind = kCompressedGradient,
+                                                               .op = ReduceOp::kMean,
+                                                               .pieces = options_.pipeline,
+                                                               .who = name(),
+                                                               .compress = true});
   const std::uint64_t round = ctx.step();
   compressed_->start(ctx, round, ctx.grads());
-  const RingOutcome outcome =
-      compressed_->wait(ctx, round, engine::Clock::now() + ctx.commTimeout());
+  const RingOutcome outcome = compressed_->wait(ctx, round, ctx.now() + ctx.commTimeout());
   if (outcome == RingOutcome::kComplete) ctx.compute().copy(mean_, compressed_->result(round));
   compressed_->release(ctx, round);
   return outcome;

@@ -343,10 +343,9 @@ RingOutcome AsyncAllReduce::wait(engine::PeerContext& ctx, std::uint64_t round,
     }
     // In slices: a member finishing (or leaving) queues nothing to wake the wait. A slice that
     // ends early without a message: the peer is shutting down, nothing more will come.
-    const engine::Clock::time_point now = engine::Clock::now();
+    const engine::Clock::time_point now = ctx.now();
     const engine::Clock::time_point slice = std::min(deadline, now + kDoneCheck);
-    if (now >= deadline ||
-        (!ctx.inbox().wait(options_.kind, slice) && engine::Clock::now() < slice)) {
+    if (now >= deadline || (!ctx.inbox().wait(options_.kind, slice) && ctx.now() < slice)) {
       poll(ctx);
       fail(ctx, r, RingOutcome::kMissing);
       break;

@@ -2,7 +2,6 @@
 
 #include <chrono>
 #include <cmath>
-#include <thread>
 
 #include "algorithms/ring_allreduce.h"
 #include "engine/base/enforce.h"
@@ -166,8 +165,8 @@ bool joinFromOuterState(engine::PeerContext& ctx, OuterState& outer, const std::
   engine::Expected expected{.integers = 1};
   expected.payloads.push_back(size);
   if (outer.hasMomentum()) expected.payloads.push_back(size);
-  const engine::Clock::time_point deadline = engine::Clock::now() + ctx.commTimeout();
-  for (bool busy = true; busy && engine::Clock::now() < deadline;) {
+  const engine::Clock::time_point deadline = ctx.now() + ctx.commTimeout();
+  for (bool busy = true; busy && ctx.now() < deadline;) {
     busy = false;
     for (engine::PeerId from : ctx.members()) {
       if (from == ctx.self()) continue;
@@ -194,7 +193,7 @@ bool joinFromOuterState(engine::PeerContext& ctx, OuterState& outer, const std::
       ctx.metrics().add(who + ".joined", 1);
       return true;
     }
-    if (busy) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (busy) ctx.pause(std::chrono::milliseconds(1));
   }
   return false;
 }
@@ -240,12 +239,11 @@ Diloco::Diloco(DilocoOptions options)
     : PeriodicAveraging(PeriodicAveragingOptions{.tau = options.h}),
       options_(options),
       outer_("diloco", options.outer),
-      exchange_(
-          {.kind = kAverage,
-           .op = ReduceOp::kMean,
-           .pieces = options.pipeline,
-           .who = "diloco",
-           .compress = true}) {}
+      exchange_({.kind = kAverage,
+                 .op = ReduceOp::kMean,
+                 .pieces = options.pipeline,
+                 .who = "diloco",
+                 .compress = true}) {}
 
 void Diloco::setup(engine::PeerContext& ctx) {
   outer_.setup(ctx);
@@ -276,7 +274,7 @@ void Diloco::average(engine::PeerContext& ctx, std::uint64_t round) {
   } else {
     exchange_.start(ctx, round, ctx.params());
   }
-  const RingOutcome outcome = exchange_.wait(ctx, round, engine::Clock::now() + ctx.commTimeout());
+  const RingOutcome outcome = exchange_.wait(ctx, round, ctx.now() + ctx.commTimeout());
   if (outcome != RingOutcome::kComplete) {
     // theta and m stay; this peer goes on from its own w_i (see the header comment).
     exchange_.release(ctx, round);

@@ -185,8 +185,7 @@ void Dts::startRound(engine::PeerContext& ctx, std::uint64_t round,
 
 void Dts::complete(engine::PeerContext& ctx, std::uint64_t round) {
   Pending& p = pending_.at(round);
-  const RingOutcome outcome =
-      allreduce_->wait(ctx, round, engine::Clock::now() + ctx.commTimeout());
+  const RingOutcome outcome = allreduce_->wait(ctx, round, ctx.now() + ctx.commTimeout());
   if (outcome == RingOutcome::kComplete) {
     // The state += M (X~ - X_j), in one pass over each of w and v.
     dts::compensate(ctx.compute(), p.m, ctx.params(), velocity(ctx), allreduce_->result(round),

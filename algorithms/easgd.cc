@@ -131,12 +131,10 @@ void ElasticCenter::beforeStep(engine::PeerContext& ctx) {
 }
 
 engine::Clock::duration ElasticCenter::pullTimeout(engine::PeerContext& ctx) const {
-  return options_.timeoutMs > 0 ? std::chrono::milliseconds(options_.timeoutMs)
-                                : ctx.commTimeout();
+  return options_.timeoutMs > 0 ? std::chrono::milliseconds(options_.timeoutMs) : ctx.commTimeout();
 }
 
-bool ElasticCenter::usable(engine::PeerContext& ctx,
-                           const std::optional<engine::Incoming>& reply) {
+bool ElasticCenter::usable(engine::PeerContext& ctx, const std::optional<engine::Incoming>& reply) {
   // No payload: the peer asked does not hold the center (yet). A w~ of the wrong size or with a
   // non-finite value is refused (counted in "<name>.refused"), and missed all the same.
   if (!reply || reply->payloadCount() == 0 ||
@@ -230,7 +228,7 @@ void ElasticCenter::prefetch(engine::PeerContext& ctx, std::uint64_t at) {
 std::optional<engine::Incoming> ElasticCenter::collect(engine::PeerContext& ctx) {
   const Pending pending = *pending_;
   pending_.reset();
-  const engine::Clock::time_point deadline = engine::Clock::now() + pullTimeout(ctx);
+  const engine::Clock::time_point deadline = ctx.now() + pullTimeout(ctx);
   std::optional<engine::Incoming> reply;
   for (bool first = true;; first = false) {
     // Any other reply queued is an earlier pull's that came too late: dropped.
@@ -252,15 +250,14 @@ std::optional<engine::Incoming> ElasticCenter::collect(engine::PeerContext& ctx)
 void ElasticCenter::exchange(engine::PeerContext& ctx) {
   // The prefetched pull when there is one for this exchange, from the center of this view (a
   // membership change may have moved the center since it left); else a blocking pull.
-  const bool prefetched =
-      pending_ && pending_->step == ctx.step() && pending_->from == centerPeer_;
+  const bool prefetched = pending_ && pending_->step == ctx.step() && pending_->from == centerPeer_;
   const std::optional<engine::Incoming> reply = prefetched ? collect(ctx) : pull(ctx);
   if (!reply) return;
   const std::optional<std::span<const float>> received = centerOf(ctx, *reply);
   if (!received) return;
-  const engine::DeviceView center =
-      received->data() == reply->payload(0).data() ? ctx.upload(*received)
-                                                   : engine::DeviceView(*received, nullptr);
+  const engine::DeviceView center = received->data() == reply->payload(0).data()
+                                        ? ctx.upload(*received)
+                                        : engine::DeviceView(*received, nullptr);
   kernels::Compute& compute = ctx.compute();
   if (!engine::acceptNearOwn(compute, *reply, center, ctx.params(), ctx.normBound(), ctx.metrics(),
                              name_)) {
@@ -323,8 +320,7 @@ void ElasticCenter::serve(engine::ServiceContext& ctx, const engine::Incoming& r
     case kHandover: {
       // The handed-over w~ carries every delta the old center applied: it replaces a w~ rebuilt
       // here in the meantime.
-      if (!engine::acceptMessage(request, {.payloads = {modelSize_}}, ctx.metrics(), name_))
-        return;
+      if (!engine::acceptMessage(request, {.payloads = {modelSize_}}, ctx.metrics(), name_)) return;
       const std::span<const float> center = request.payload(0);
       center_.assign(center.begin(), center.end());
       holdsCenter_ = true;

@@ -1,3 +1,7 @@
+// GoSGD (gosgd.h): the push-sum rule (merge what arrived before a step, push half the weight
+// after it) on ReliableDelivery (reliable_delivery.h), which keeps every transfer in escrow until
+// it is acknowledged; then the messages that carry it, and finish, leave, join and checkpoints.
+// Lives and the checks a transfer passes are in gosgd_lives.cc.
 #include "algorithms/gosgd.h"
 
 #include <algorithm>
@@ -18,16 +22,15 @@ using engine::PeerId;
 // finish() goes on announcing once it is done (so that a lost SETTLED costs the others nothing).
 constexpr Clock::duration kTick = std::chrono::milliseconds(5);
 constexpr Clock::duration kLinger = 4 * kTick;
-// Escrow buffers kept for reuse at most (the bound on transfers in flight is InflightBound's).
 
 bool contains(const std::vector<PeerId>& ids, PeerId id) {
   return std::find(ids.begin(), ids.end(), id) != ids.end();
 }
 
 // This life's number: the wall clock in ns when it began (never 0; in a simulated world, the
-// virtual time).
-std::uint64_t newLife() {
-  const auto now = Clock::wallNow().time_since_epoch();
+// virtual time: PeerContext::wallNow).
+std::uint64_t newLife(std::chrono::system_clock::time_point wall) {
+  const auto now = wall.time_since_epoch();
   return std::max<std::uint64_t>(
       1, static_cast<std::uint64_t>(
              std::chrono::duration_cast<std::chrono::nanoseconds>(now).count()));
@@ -50,87 +53,12 @@ double GosgdOptions::gammaFor(const kernels::Codec& codec) const {
   return gamma > 0 ? gamma : chocoGamma(codec);
 }
 
-// ---- InflightBound -----------------------------------------------------------------------------
+Gosgd::Gosgd(GosgdOptions options) : options_(options) {}
 
-void InflightBound::sent(std::uint64_t id, std::size_t bytes, Clock::time_point now) {
-  flights_[id] = Flight{.bytes = bytes, .sentAt = now, .deliveredAtSend = delivered_};
-}
-
-void InflightBound::acked(std::uint64_t id, Clock::time_point now, bool resent) {
-  const auto it = flights_.find(id);
-  if (it == flights_.end()) return;
-  const Flight flight = it->second;
-  flights_.erase(it);
-  delivered_ += flight.bytes;
-  const double rtt = std::chrono::duration<double>(now - flight.sentAt).count();
-  if (resent || !(rtt > 0)) return;
-  // Delivery rate: what was acknowledged while this transfer was in flight, itself included.
-  const double rate = static_cast<double>(delivered_ - flight.deliveredAtSend) / rtt;
-  // Both filters keep their extreme for a window, then take the next sample.
-  if (!sampled_ || rate >= rate_ || now - rateAt_ > kWindow) {
-    rate_ = rate;
-    rateAt_ = now;
-  }
-  if (!sampled_ || rtt <= minRtt_ || now - minRttAt_ > kWindow) {
-    minRtt_ = rtt;
-    minRttAt_ = now;
-  }
-  sampled_ = true;
-}
-
-std::size_t InflightBound::limit(std::size_t transferBytes) const {
-  if (fixed_ > 0) return std::max(static_cast<std::size_t>(fixed_), transferBytes);
-  if (!sampled_) return kInitialTransfers * transferBytes;
-  const double bdp = kGain * rate_ * minRtt_;
-  const double bounded = std::min(bdp, static_cast<double>(kCapBytes));
-  // The floor: as many transfers as fit in kSmallFloorBytes, between 1 and kInitialTransfers.
-  const std::size_t floorTransfers = std::clamp<std::size_t>(
-      kSmallFloorBytes / std::max<std::size_t>(transferBytes, 1), 1, kInitialTransfers);
-  return std::max(static_cast<std::size_t>(bounded), floorTransfers * transferBytes);
-}
-
-Gosgd::Gosgd(GosgdOptions options) : options_(options), life_(newLife()) {}
-
-double Gosgd::escrowed() const {
-  double sum = 0;
-  for (const auto& [id, e] : escrow_) sum += e.weight;
-  return sum;
-}
-
-Gosgd::Ledger Gosgd::ledger() const {
-  Ledger l{.alpha = alpha_, .mergedFrom = mergedFrom_, .ackedBy = ackedBy_, .lostTo = lostTo_};
-  for (const auto& [id, e] : escrow_) l.escrowTo[e.to] += e.weight;
-  return l;
-}
-
-Clock::duration Gosgd::retransmitAfter(engine::PeerContext& ctx) const {
-  return std::chrono::duration_cast<Clock::duration>(ctx.commTimeout() * options_.retransmit);
-}
-
-bool Gosgd::choosable(PeerId peer) const {
-  if (leavers_.count(peer) > 0) return false;
-  return std::none_of(escrow_.begin(), escrow_.end(), [&](const auto& entry) {
-    return entry.second.to == peer && entry.second.overdue;
-  });
-}
-
-std::size_t Gosgd::transferBytes(engine::PeerContext& ctx) const {
-  return ctx.params().size() * sizeof(float);
-}
-
-void Gosgd::publish(engine::PeerContext& ctx) {
-  ctx.metrics().set("gosgd.alpha", alpha_);
-  ctx.metrics().set("gosgd.escrow", escrowed());
-  ctx.metrics().set("gosgd.lost", lost_);
-  ctx.metrics().set("gosgd.dead_weight", deadWeight(ctx.members(), ctx.self()));
-  ctx.metrics().set("gosgd.inflight_limit_bytes",
-                    static_cast<double>(inflight_.limit(transferBytes(ctx))));
-  ctx.metrics().set("gosgd.inflight_peak_bytes", static_cast<double>(inflightPeak_));
-  ctx.metrics().set("gosgd.ack_rtt_ms", inflight_.rttSeconds() * 1e3);
-  ctx.metrics().set("gosgd.ack_rate_mbps", inflight_.rateBytesPerSecond() * 8e-6);
-}
+// ---- The rule: merge before a step, push after it -----------------------------------------------
 
 void Gosgd::setup(engine::PeerContext& ctx) {
+  if (life_ == 0) life_ = newLife(ctx.wallNow());  // before anything is sent
   // alpha_i = 1/n once, at the start; later membership changes keep every peer's weight.
   if (!started_) {
     alpha_ = 1.0 / static_cast<double>(ctx.members().size());
@@ -141,87 +69,15 @@ void Gosgd::setup(engine::PeerContext& ctx) {
   // reclaimed, but counted as lost with that peer.
   for (const auto& [peer, life] : lives_)
     if (!contains(ctx.members(), peer)) endLife(ctx, peer, false);
-  loseEscrowTo(ctx, 0);
+  delivery_.loseAllBut(ctx.members());
   // The view changed: every stream anchors again (see "Compressed").
   estimates_.reset(ctx.members());
   publish(ctx);
 }
 
-void Gosgd::loseEscrowTo(engine::PeerContext& ctx, PeerId peer) {
-  for (auto it = escrow_.begin(); it != escrow_.end();) {
-    const PeerId to = it->second.to;
-    if (peer != 0 ? to != peer : contains(ctx.members(), to)) {
-      ++it;
-      continue;
-    }
-    lost_ += it->second.weight;
-    lostTo_[to] += it->second.weight;
-    inflight_.forget(it->first);
-    spare_.give(std::move(it->second.model));
-    it = escrow_.erase(it);
-  }
-}
-
-void Gosgd::exchange(engine::PeerContext& ctx) {
-  std::vector<engine::Incoming> transfers;
-  for (engine::Incoming& m : ctx.inbox().drain()) {
-    if (!admit(ctx, m)) continue;
-    switch (m.kind) {
-      case kTransfer:
-        if (acceptTransfer(ctx, m)) transfers.push_back(std::move(m));
-        break;
-      case kAck:
-        if (!engine::acceptMessage(m, {}, ctx.metrics(), name())) break;
-        for (std::uint64_t id : m.integers) {
-          const auto it = escrow_.find(id);
-          if (it == escrow_.end() || it->second.to != m.from) continue;  // a duplicate ack
-          inflight_.acked(id, Clock::now(), it->second.resent);
-          ackedBy_[it->second.to] += it->second.weight;
-          spare_.give(std::move(it->second.model));
-          escrow_.erase(it);
-        }
-        break;
-      case kMissed:
-        if (!engine::acceptMessage(m, {.integers = 1}, ctx.metrics(), name())) break;
-        resendAnchors(ctx, m.from, *std::max_element(m.integers.begin(), m.integers.end()));
-        break;
-      case kSettled:
-        settled_.insert(m.from);
-        readDead(ctx, m);
-        break;
-      case kDead:
-        readDead(ctx, m);
-        break;
-      case kLeaving:
-        leavers_.insert(m.from);
-        break;
-      default:
-        refuse(ctx, m, "not a gosgd message kind");
-    }
-  }
-  merge(ctx, transfers);
-  const Clock::time_point now = Clock::now();
-  for (auto& [id, e] : escrow_) {
-    if (e.due > now) continue;
-    sendEscrow(ctx, id, e);
-    e.due = now + retransmitAfter(ctx);
-    e.resent = true;
-    e.overdue = true;
-    ctx.metrics().add("gosgd.retransmits", 1);
-    ++retransmits_;
-  }
-  // A leaver waits for every member to owe it nothing; tell it so (again every tick).
-  for (PeerId leaver : leavers_) {
-    if (!contains(ctx.members(), leaver)) continue;
-    const bool owes = std::any_of(escrow_.begin(), escrow_.end(),
-                                  [&](const auto& entry) { return entry.second.to == leaver; });
-    Clock::time_point& last = settledSent_[leaver];
-    if (owes || now - last < kTick) continue;
-    engine::Message settled = stamped(ctx, kSettled, leaver);
-    appendDead(settled);
-    ctx.send(leaver, settled);
-    last = now;
-  }
+void Gosgd::beforeStep(engine::PeerContext& ctx) {
+  exchange(ctx);
+  publish(ctx);
 }
 
 void Gosgd::merge(engine::PeerContext& ctx, std::vector<engine::Incoming>& transfers) {
@@ -251,19 +107,12 @@ void Gosgd::merge(engine::PeerContext& ctx, std::vector<engine::Incoming>& trans
   // anchor behind a difference that missed is then the copy that is merged.
   for (const engine::Incoming& m : transfers) {
     const std::uint64_t id = m.integer(0);
-    const std::uint64_t floor = m.integer(1);
-    Merged& seen = merged_[m.from];
-    if (floor > seen.floor) {
-      // The sender has every id below `floor` acknowledged: it will never send them again.
-      seen.floor = floor;
-      seen.ids.erase(seen.ids.begin(), seen.ids.lower_bound(floor));
-      seen.outliers.erase(seen.outliers.begin(), seen.outliers.lower_bound(floor));
-    }
-    if (seen.outliers.count(id) > 0) {
+    const ReliableDelivery::Arrival arrival = delivery_.arrived(m.from, id, m.integer(1));
+    if (arrival == ReliableDelivery::Arrival::kJudged) {  // an outlier, judged once
       ctx.metrics().add("gosgd.outliers_resent", 1);
       continue;
     }
-    if (id < seen.floor || seen.ids.count(id) > 0) {
+    if (arrival == ReliableDelivery::Arrival::kDuplicate) {  // merged, and the ack was lost
       acks[m.from].push_back(id);
       ctx.metrics().add("gosgd.duplicates", 1);
       continue;
@@ -282,14 +131,13 @@ void Gosgd::merge(engine::PeerContext& ctx, std::vector<engine::Incoming>& trans
     // (its weight stays in the sender's escrow, as a refused transfer's does).
     if (!engine::acceptNearOwn(ctx.compute(), m, *model, ctx.params(), ctx.normBound(),
                                ctx.metrics(), name())) {
-      seen.outliers.insert(id);
+      delivery_.judged(m.from, id);
       continue;
     }
-    seen.ids.insert(id);
+    delivery_.merged(m.from, id, m.scalar(0));
     acks[m.from].push_back(id);
     ++merged;
     total += m.scalar(0);
-    mergedFrom_[m.from] += m.scalar(0);
     models.push_back(std::move(*model));
     inputs.push_back({static_cast<float>(m.scalar(0)), models.back()});
     // An estimate changes with the next difference from its sender: merge it now.
@@ -308,87 +156,176 @@ void Gosgd::merge(engine::PeerContext& ctx, std::vector<engine::Incoming>& trans
   for (const auto& [to, ids] : missed) reply(kMissed, to, ids);
 }
 
-void Gosgd::releaseBuffers() {
-  spare_.clear();
-  for (auto& [id, e] : escrow_) e.model.reset();
-}
-
-std::uint64_t Gosgd::floorOf(PeerId to, std::uint64_t id) const {
-  std::uint64_t floor = id;
-  for (const auto& [other, entry] : escrow_)
-    if (entry.to == to) floor = std::min(floor, other);
-  return floor;
+void Gosgd::afterStep(engine::PeerContext& ctx) {
+  // A peer without weight (a late joiner, or one restored with weight 0, that has received none
+  // yet) has nothing to give: a transfer of weight 0 moves no mass, and two of them meeting
+  // would make a 0/0 average.
+  if (!(alpha_ > 0)) return;
+  std::uniform_real_distribution<double> coin(0.0, 1.0);
+  if (coin(ctx.rng()) >= options_.p) return;
+  // Bytes in flight: every transfer is one model (a peer whose acks stop coming stops gossiping,
+  // and keeps its weight, instead of piling up model copies).
+  const std::size_t bytes = transferBytes(ctx);
+  if (!delivery_.allows(bytes)) {
+    ctx.metrics().add("gosgd.throttled", 1);
+    ++throttled_;
+    return;
+  }
+  std::optional<PeerId> partner;
+  for (int attempt = 0; attempt < 4 && (!partner || !choosable(*partner)); ++attempt)
+    partner = ctx.graph().randomPartner(ctx.self(), ctx.rng());
+  if (!partner || !choosable(*partner)) return;
+  transfer(ctx, *partner, false);
+  inflightPeak_ = std::max(inflightPeak_, delivery_.bytesInFlight());
+  publish(ctx);
 }
 
 void Gosgd::transfer(engine::PeerContext& ctx, PeerId to, bool whole) {
-  const std::uint64_t id = nextId_++;
-  Escrow e{.to = to,
-           .model = spare_.take(ctx.compute(), ctx.params().size()),
-           .due = Clock::now() + retransmitAfter(ctx)};
-  inflight_.sent(id, transferBytes(ctx), Clock::now());
-  ctx.metrics().add("gosgd.sent", 1);
-  ++sent_;
-  if (!ctx.compression().enabled()) {
-    e.weight = whole ? alpha_ : alpha_ / 2;
-    ctx.compute().copy(e.model->span(), ctx.params());
-    alpha_ -= e.weight;
-    sendEscrow(ctx, id, escrow_.emplace(id, std::move(e)).first->second);
-    return;
-  }
   // Compressed (see "Compressed"): a difference carries gamma alpha_i / 2 and the decoded model v;
   // an anchor (and a whole handover) carries alpha_i / 2 (alpha_i) and w itself.
-  const bool difference = !whole && estimates_.shares(to);
+  const bool difference = ctx.compression().enabled() && !whole && estimates_.shares(to);
   const double gamma = difference ? options_.gammaFor(ctx.compression().codec) : 1.0;
-  e.weight = whole ? alpha_ : gamma * alpha_ / 2;
-  engine::Message message = stamped(ctx, kTransfer, to, alpha_ - e.weight);
-  message.scalars.push_back(e.weight);
-  message.integers.insert(message.integers.end(), {id, floorOf(to, id)});
+  const double weight = whole ? alpha_ : gamma * alpha_ / 2;
+  const std::uint64_t id = delivery_.escrow(to, weight, ctx.compute(), ctx.params().size(),
+                                            transferBytes(ctx), ctx.now(), retransmitAfter(ctx));
+  ReliableDelivery::Transfer& t = delivery_.transfer(id);
+  ctx.metrics().add("gosgd.sent", 1);
+  if (!ctx.compression().enabled()) {
+    ctx.compute().copy(t.model->span(), ctx.params());
+    alpha_ -= weight;
+    sendEscrow(ctx, id);
+    return;
+  }
+  engine::Message message = stamped(ctx, kTransfer, to, alpha_ - weight);
+  message.scalars.push_back(weight);
+  message.integers.insert(message.integers.end(), {id, delivery_.floor(to, id)});
   if (difference) {
     const PairEstimates::Sent sent = estimates_.send(ctx, to, ctx.params(), message);
-    e.number = sent.number;
-    ctx.compute().copy(e.model->span(), sent.estimate);  // v, what the receiver merges
+    t.number = sent.number;
+    ctx.compute().copy(t.model->span(), sent.estimate);  // v, what the receiver merges
     // The mass that did not travel stays here: alpha_i w_i - a v over the weight left.
-    const double left = alpha_ - e.weight;
+    const double left = alpha_ - weight;
     ctx.compute().weightedSum(ctx.params(),
                               {{static_cast<float>(alpha_ / left), ctx.params()},
-                               {static_cast<float>(-e.weight / left), e.model->span()}});
+                               {static_cast<float>(-weight / left), t.model->span()}});
   } else {
-    ctx.compute().copy(e.model->span(), ctx.params());
-    message.owner = e.model;
-    e.number = estimates_.send(ctx, to, e.model->span(), message, true).number;
+    ctx.compute().copy(t.model->span(), ctx.params());
+    message.owner = t.model;
+    t.number = estimates_.send(ctx, to, t.model->span(), message, true).number;
   }
-  alpha_ -= e.weight;
-  escrow_.emplace(id, std::move(e));
+  alpha_ -= weight;
 }
 
-void Gosgd::sendEscrow(engine::PeerContext& ctx, std::uint64_t id, const Escrow& e) {
-  if (!e.model) return;  // released after finish() or leave()
+// ---- Delivery: acks, retransmissions, anchors ---------------------------------------------------
+
+void Gosgd::exchange(engine::PeerContext& ctx) {
+  std::vector<engine::Incoming> transfers;
+  for (engine::Incoming& m : ctx.inbox().drain()) {
+    if (!admit(ctx, m)) continue;
+    switch (m.kind) {
+      case kTransfer:
+        if (acceptTransfer(ctx, m)) transfers.push_back(std::move(m));
+        break;
+      case kAck:
+        if (engine::acceptMessage(m, {}, ctx.metrics(), name()))
+          delivery_.acked(m.from, m.integers, ctx.now());
+        break;
+      case kMissed:
+        if (!engine::acceptMessage(m, {.integers = 1}, ctx.metrics(), name())) break;
+        resendAnchors(ctx, m.from, *std::max_element(m.integers.begin(), m.integers.end()));
+        break;
+      case kSettled:
+        settled_.insert(m.from);
+        readDead(ctx, m);
+        break;
+      case kDead:
+        readDead(ctx, m);
+        break;
+      case kLeaving:
+        leavers_.insert(m.from);
+        break;
+      default:
+        refuse(ctx, m, "not a gosgd message kind");
+    }
+  }
+  merge(ctx, transfers);
+  const Clock::time_point now = ctx.now();
+  for (std::uint64_t id : delivery_.due(now, retransmitAfter(ctx))) {
+    sendEscrow(ctx, id);
+    ctx.metrics().add("gosgd.retransmits", 1);
+  }
+  // A leaver waits for every member to owe it nothing; tell it so (again every tick).
+  for (PeerId leaver : leavers_) {
+    if (!contains(ctx.members(), leaver)) continue;
+    Clock::time_point& last = settledSent_[leaver];
+    if (delivery_.owes(leaver) || now - last < kTick) continue;
+    engine::Message settled = stamped(ctx, kSettled, leaver);
+    appendDead(settled);
+    ctx.send(leaver, settled);
+    last = now;
+  }
+}
+
+void Gosgd::sendEscrow(engine::PeerContext& ctx, std::uint64_t id) {
+  const ReliableDelivery::Transfer& t = delivery_.transfer(id);
+  if (!t.model) return;  // released after finish() or leave()
   // The escrowed model is never written while it is in escrow: it is sent from where it is (no
   // staging copy on a CPU peer), the buffer kept alive by the message until the transport is done.
   // On a stream of estimates it goes as the anchor of its number: the model first sent, in float32.
-  engine::Message message = stamped(ctx, kTransfer, e.to);
-  message.scalars.push_back(e.weight);
-  message.integers.insert(message.integers.end(), {id, floorOf(e.to, id)});
-  message.payloads = {e.model->span()};
-  message.owner = e.model;
-  if (e.number > 0)
-    message.integers.insert(message.integers.end(), {PublicEstimates::kAnchor, e.number});
-  ctx.send(e.to, message);
+  engine::Message message = stamped(ctx, kTransfer, t.to);
+  message.scalars.push_back(t.weight);
+  message.integers.insert(message.integers.end(), {id, delivery_.floor(t.to, id)});
+  message.payloads = {t.model->span()};
+  message.owner = t.model;
+  if (t.number > 0)
+    message.integers.insert(message.integers.end(), {PublicEstimates::kAnchor, t.number});
+  ctx.send(t.to, message);
 }
 
 void Gosgd::resendAnchors(engine::PeerContext& ctx, PeerId to, std::uint64_t upTo) {
   // Its estimate of this peer is unknown until an anchor; the transfers it could not decode (and
   // any unacknowledged before them, lost on the way) go again now, each the anchor of its model.
   estimates_.unshare(to);
-  const Clock::time_point now = Clock::now();
-  for (auto& [id, e] : escrow_) {
-    if (e.to != to || id > upTo) continue;
-    sendEscrow(ctx, id, e);
-    e.due = now + retransmitAfter(ctx);
-    e.resent = true;
+  for (std::uint64_t id : delivery_.resend(to, upTo, ctx.now(), retransmitAfter(ctx))) {
+    sendEscrow(ctx, id);
     ctx.metrics().add("gosgd.anchors_requested", 1);
   }
 }
+
+bool Gosgd::choosable(PeerId peer) const {
+  return leavers_.count(peer) == 0 && !delivery_.overdue(peer);
+}
+
+Clock::duration Gosgd::retransmitAfter(engine::PeerContext& ctx) const {
+  return std::chrono::duration_cast<Clock::duration>(ctx.commTimeout() * options_.retransmit);
+}
+
+std::size_t Gosgd::transferBytes(engine::PeerContext& ctx) const {
+  return ctx.params().size() * sizeof(float);
+}
+
+Gosgd::Ledger Gosgd::ledger() const {
+  return Ledger{.alpha = alpha_,
+                .mergedFrom = delivery_.mergedFrom(),
+                .ackedBy = delivery_.ackedBy(),
+                .escrowTo = delivery_.escrowTo(),
+                .lostTo = delivery_.lostTo()};
+}
+
+void Gosgd::publish(engine::PeerContext& ctx) {
+  ctx.metrics().set("gosgd.alpha", alpha_);
+  ctx.metrics().set("gosgd.escrow", escrowed());
+  ctx.metrics().set("gosgd.lost", lost());
+  ctx.metrics().set("gosgd.dead_weight", deadWeight(ctx.members(), ctx.self()));
+  const InflightBound& bound = delivery_.bound();
+  ctx.metrics().set("gosgd.inflight_limit_bytes",
+                    static_cast<double>(bound.limit(transferBytes(ctx))));
+  ctx.metrics().set("gosgd.inflight_peak_bytes", static_cast<double>(inflightPeak_));
+  ctx.metrics().set("gosgd.ack_rtt_ms", bound.rttSeconds() * 1e3);
+  ctx.metrics().set("gosgd.ack_rate_mbps", bound.rateBytesPerSecond() * 8e-6);
+}
+
+// ---- Finish, leave, join and checkpoints --------------------------------------------------------
 
 void Gosgd::broadcast(engine::PeerContext& ctx, std::uint32_t kind, const std::vector<PeerId>& to) {
   for (PeerId peer : to) {
@@ -407,12 +344,12 @@ std::vector<PeerId> Gosgd::unsettledOthers(engine::PeerContext& ctx) const {
 
 template <typename Done>
 bool Gosgd::waitUntil(engine::PeerContext& ctx, std::uint32_t announce, Done done) {
-  const Clock::time_point deadline = Clock::now() + ctx.commTimeout();
+  const Clock::time_point deadline = ctx.now() + ctx.commTimeout();
   Clock::time_point nextAnnounce{}, doneSince{};
   bool wasDone = false;
   for (;;) {
     exchange(ctx);
-    const Clock::time_point now = Clock::now();
+    const Clock::time_point now = ctx.now();
     std::vector<PeerId> others;
     for (PeerId peer : ctx.members())
       if (peer != ctx.self()) others.push_back(peer);
@@ -437,14 +374,14 @@ bool Gosgd::waitUntil(engine::PeerContext& ctx, std::uint32_t announce, Done don
 void Gosgd::finish(engine::PeerContext& ctx) {
   // Merge what is left and settle: every transfer acknowledged, and nobody owes us anything.
   const bool settled = waitUntil(ctx, kSettled, [&](const std::vector<PeerId>& waiting) {
-    const bool mine = escrow_.empty();
+    const bool mine = delivery_.empty();
     return std::pair{mine, mine && waiting.empty()};
   });
   if (!settled) {
     ctx.metrics().add("gosgd.unsettled", 1);
     log::get("algorithms")
         ->warn("peer {:016x}: gosgd finish: {} transfers unacknowledged (weight {}) after {} ms",
-               ctx.self(), escrow_.size(), escrowed(),
+               ctx.self(), delivery_.size(), escrowed(),
                std::chrono::duration_cast<std::chrono::milliseconds>(ctx.commTimeout()).count());
   }
   publish(ctx);
@@ -453,13 +390,42 @@ void Gosgd::finish(engine::PeerContext& ctx) {
           "peer {:016x}: gosgd sent {} transfers ({} retransmitted), skipped {} draws for the "
           "bound on bytes in flight ({} bytes, {:.1f} transfers; ack rtt {:.1f} ms, {:.1f} "
           "Mbit/s)",
-          ctx.self(), sent_, retransmits_, throttled_, inflight_.limit(transferBytes(ctx)),
-          static_cast<double>(inflight_.limit(transferBytes(ctx))) /
+          ctx.self(), delivery_.sends(), delivery_.retransmits(), throttled_,
+          delivery_.bound().limit(transferBytes(ctx)),
+          static_cast<double>(delivery_.bound().limit(transferBytes(ctx))) /
               static_cast<double>(std::max<std::size_t>(transferBytes(ctx), 1)),
-          inflight_.rttSeconds() * 1e3, inflight_.rateBytesPerSecond() * 8e-6);
+          delivery_.bound().rttSeconds() * 1e3, delivery_.bound().rateBytesPerSecond() * 8e-6);
   // Nothing is sent after this: the buffers go back to the Compute now, not whenever the
   // algorithm is destroyed.
-  releaseBuffers();
+  delivery_.release();
+}
+
+void Gosgd::leave(engine::PeerContext& ctx) {
+  std::vector<PeerId> heirs;
+  for (PeerId peer : ctx.members())
+    if (peer != ctx.self()) heirs.push_back(peer);
+  if (heirs.empty()) return;
+  // Hand the whole weight (and whatever is merged meanwhile) to live peers that stay, and wait
+  // until every member owes us nothing: then nothing unmerged is left behind.
+  const bool clean = waitUntil(ctx, kLeaving, [&](const std::vector<PeerId>& waiting) {
+    std::vector<PeerId> staying;
+    for (PeerId peer : heirs)
+      if (leavers_.count(peer) == 0) staying.push_back(peer);
+    if (alpha_ > 0 && !staying.empty()) {
+      std::uniform_int_distribution<std::size_t> pick(0, staying.size() - 1);
+      transfer(ctx, staying[pick(ctx.rng())], true);
+    }
+    return std::pair{true, alpha_ == 0 && delivery_.empty() && waiting.empty()};
+  });
+  if (!clean) {
+    ctx.metrics().add("gosgd.unsettled", 1);
+    log::get("algorithms")
+        ->warn("peer {:016x}: gosgd leave: weight {} not handed over, {} in escrow after {} ms",
+               ctx.self(), alpha_, escrowed(),
+               std::chrono::duration_cast<std::chrono::milliseconds>(ctx.commTimeout()).count());
+  }
+  publish(ctx);
+  delivery_.release();
 }
 
 void Gosgd::join(engine::PeerContext& ctx) {
@@ -490,63 +456,6 @@ void Gosgd::resumedLate(engine::PeerContext& ctx) {
           ctx.self(), alpha_);
   ctx.metrics().set("gosgd.restored_weight_dropped", alpha_);
   alpha_ = 0;
-}
-
-void Gosgd::leave(engine::PeerContext& ctx) {
-  std::vector<PeerId> heirs;
-  for (PeerId peer : ctx.members())
-    if (peer != ctx.self()) heirs.push_back(peer);
-  if (heirs.empty()) return;
-  // Hand the whole weight (and whatever is merged meanwhile) to live peers that stay, and wait
-  // until every member owes us nothing: then nothing unmerged is left behind.
-  const bool clean = waitUntil(ctx, kLeaving, [&](const std::vector<PeerId>& waiting) {
-    std::vector<PeerId> staying;
-    for (PeerId peer : heirs)
-      if (leavers_.count(peer) == 0) staying.push_back(peer);
-    if (alpha_ > 0 && !staying.empty()) {
-      std::uniform_int_distribution<std::size_t> pick(0, staying.size() - 1);
-      transfer(ctx, staying[pick(ctx.rng())], true);
-    }
-    return std::pair{true, alpha_ == 0 && escrow_.empty() && waiting.empty()};
-  });
-  if (!clean) {
-    ctx.metrics().add("gosgd.unsettled", 1);
-    log::get("algorithms")
-        ->warn("peer {:016x}: gosgd leave: weight {} not handed over, {} in escrow after {} ms",
-               ctx.self(), alpha_, escrowed(),
-               std::chrono::duration_cast<std::chrono::milliseconds>(ctx.commTimeout()).count());
-  }
-  publish(ctx);
-  releaseBuffers();
-}
-
-void Gosgd::beforeStep(engine::PeerContext& ctx) {
-  exchange(ctx);
-  publish(ctx);
-}
-
-void Gosgd::afterStep(engine::PeerContext& ctx) {
-  // A peer without weight (a late joiner, or one restored with weight 0, that has received none
-  // yet) has nothing to give: a transfer of weight 0 moves no mass, and two of them meeting
-  // would make a 0/0 average.
-  if (!(alpha_ > 0)) return;
-  std::uniform_real_distribution<double> coin(0.0, 1.0);
-  if (coin(ctx.rng()) >= options_.p) return;
-  // Bytes in flight: every transfer is one model (a peer whose acks stop coming stops gossiping,
-  // and keeps its weight, instead of piling up model copies).
-  const std::size_t bytes = transferBytes(ctx);
-  if (!inflight_.allows(escrow_.size() * bytes, bytes)) {
-    ctx.metrics().add("gosgd.throttled", 1);
-    ++throttled_;
-    return;
-  }
-  std::optional<PeerId> partner;
-  for (int attempt = 0; attempt < 4 && (!partner || !choosable(*partner)); ++attempt)
-    partner = ctx.graph().randomPartner(ctx.self(), ctx.rng());
-  if (!partner || !choosable(*partner)) return;
-  transfer(ctx, *partner, false);
-  inflightPeak_ = std::max(inflightPeak_, escrow_.size() * bytes);
-  publish(ctx);
 }
 
 }  // namespace gossamer::algorithms

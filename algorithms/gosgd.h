@@ -44,7 +44,9 @@
 // its sender has gathered meanwhile (a peer whose transfers are all refused keeps the weight it
 // receives: it only accumulates).
 //
-// Acknowledged transfers. A message that is lost must not bias the average, so the sender keeps
+// Acknowledged transfers (algorithms/reliable_delivery.h has the contract: escrow until the ack,
+// retransmission after a timeout, exactly-once merge, the bound on bytes in flight, what a life's
+// end does to the escrow). A message that is lost must not bias the average, so the sender keeps
 // what it sent, (a, w, id), in ESCROW: still its mass, not merged into w_i, until the receiver's
 // ack comes. Without an ack within `retransmit` x --comm-timeout it sends the same (a, w, id)
 // again: the receiver merges an id at most once (per sender) and acknowledges duplicates again.
@@ -58,34 +60,12 @@
 // once the transport has let go of it, and finish() and leave() release them all.
 //
 // Bytes in flight. Every unacknowledged transfer holds a model copy in escrow and, while it is
-// queued, a share of the link. How many may be outstanding depends on the link and the model
-// together: on `geo` (212 ms round trip at 300 Mbit/s) the link holds about 8 MB in flight, 20
-// transfers of a 100k-parameter MLP, but less than one of an 11M-parameter ResNet. A fixed count
-// (4 until now) is therefore either too few (a small model on a long fat link: draws skipped while
-// the link idles) or too many (a large model: transfers queue behind each other, every one of them
-// staler on arrival, and their copies pile up in memory). So a draw goes ahead only when the bytes
-// in escrow plus the new transfer fit the bound (always when nothing is in flight: the floor is one
-// transfer), and is skipped otherwise ("gosgd.throttled"). max_inflight_bytes = 0 (the default)
-// estimates the bound as the bandwidth-delay product, the way BBR does (Cardwell et al., "BBR:
-// congestion-based congestion control", ACM Queue 2016), from the acks:
-//   rtt    the shortest ack round trip of the last 10 s (a transfer sent once: the ack of a resent
-//          one matches no single send); the minimum, not an average, so that transfers queued
-//          behind each other do not inflate it and, with it, the bound;
-//   rate   the highest delivery rate of the last 10 s: the bytes acknowledged while a transfer was
-//          in flight, over its round trip. The maximum, not an average: the rate is measured
-//          through the bound itself (a sender limited to one transfer delivers one per round
-//          trip), and an average of the slower samples (acks that waited for the receiver's step
-//          boundary, or for jitter) times the minimum round trip stays below one transfer, so the
-//          bound would never grow (on `geo`, an EWMA held it at 1.1-1.4 transfers and skipped
-//          half the draws);
-//   bound  2 x rate x rtt (the gain of 2 lets the estimate grow while more is sent: k transfers
-//          in flight measure k per round trip and allow 2k), at most 256 MiB; 4 transfers until
-//          the first sample. At least one transfer, and for small models as many as fit in 1 MiB
-//          up to 4: on a loaded host their acks' round trips are mostly scheduling delays, so the
-//          estimate is noise, and a bound of one or two transfers of a few hundred kB would skip
-//          draws (mixing) to save a link nothing.
-// The round trip includes the receiver's wait for its next step boundary (acks go out there): that
-// is part of the pipe a transfer occupies. InflightBound below keeps the estimate.
+// queued, a share of the link: a gossip draw goes ahead only when its transfer fits the bound on
+// the bytes in escrow (always when nothing is in flight), and is skipped otherwise
+// ("gosgd.throttled"). max_inflight_bytes = 0 (the default) estimates the bound as twice the
+// bandwidth-delay product measured from the acks (InflightBound, reliable_delivery.h); a fixed
+// count of transfers would be too few for a small model on a long fat link and too many for a
+// large one.
 //
 // The ledger. live mass = sum over live peers of (alpha + escrow); a peer that leaves the view
 // takes its own alpha and escrow with it, and the escrow of the others toward it is NOT
@@ -147,7 +127,7 @@
 // weight from the transfers it receives (sending nothing until then, see "Weight 0").
 //
 // Lives and the weight of the dead. Every Gosgd instance is one LIFE of its peer, numbered by the
-// wall clock (ns, engine::Clock::wallNow: virtual time in a simulated world) when it was made: a
+// wall clock (ns, PeerContext::wallNow: virtual time in a simulated world) when it was made: a
 // peer restarted with the same identity is a later life. Every message carries a header: the
 // sender's life, the life of the addressee as the sender knows it (0: none yet), and the sender's
 // REPORT, (seq, alpha_i) at sending (seq counts the messages of that life). Transfer ids, dedup
@@ -175,16 +155,15 @@
 // back more than the downtime would be taken for stale.
 #pragma once
 
-#include <chrono>
 #include <cstdint>
 #include <map>
-#include <memory>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "algorithms/public_estimates.h"
-#include "algorithms/spare_buffers.h"
+#include "algorithms/reliable_delivery.h"
 #include "engine/algorithm.h"
 
 namespace gossamer::algorithms {
@@ -214,53 +193,6 @@ struct GosgdOptions {
   double gammaFor(const kernels::Codec& codec) const;
 };
 
-// The bound on the bytes of unacknowledged transfers (see "Bytes in flight" above). Times are
-// passed in, so that tests drive it with a fake clock. Compute thread.
-class InflightBound {
- public:
-  // `fixedBytes` > 0: that bound (still at least one transfer); 0: the estimate.
-  explicit InflightBound(std::int64_t fixedBytes = 0) : fixed_(fixedBytes) {}
-
-  // Transfer `id` of `bytes` left at `now` (its first send).
-  void sent(std::uint64_t id, std::size_t bytes, engine::Clock::time_point now);
-  // Its ack came at `now`. `resent`: it was sent more than once, so the round trip is unknown
-  // (the bytes count as delivered, without a sample).
-  void acked(std::uint64_t id, engine::Clock::time_point now, bool resent);
-  // No ack will come (the receiver left the view).
-  void forget(std::uint64_t id) { flights_.erase(id); }
-
-  // The bound in bytes, for transfers of `transferBytes` each: at least one transfer (up to 4
-  // while they fit in kSmallFloorBytes).
-  std::size_t limit(std::size_t transferBytes) const;
-  // Whether another transfer fits with `inflight` bytes unacknowledged.
-  bool allows(std::size_t inflight, std::size_t transferBytes) const {
-    return inflight == 0 || inflight + transferBytes <= limit(transferBytes);
-  }
-  // The estimates (0 before the first sample).
-  double rttSeconds() const { return minRtt_; }
-  double rateBytesPerSecond() const { return rate_; }
-
-  static constexpr double kGain = 2;
-  static constexpr std::size_t kInitialTransfers = 4;
-  static constexpr std::size_t kCapBytes = std::size_t{256} << 20;
-  static constexpr std::size_t kSmallFloorBytes = std::size_t{1} << 20;
-  static constexpr engine::Clock::duration kWindow = std::chrono::seconds(10);
-
- private:
-  struct Flight {
-    std::size_t bytes = 0;
-    engine::Clock::time_point sentAt;
-    std::uint64_t deliveredAtSend = 0;
-  };
-  std::int64_t fixed_;
-  std::map<std::uint64_t, Flight> flights_;
-  std::uint64_t delivered_ = 0;  // bytes acknowledged in all
-  bool sampled_ = false;
-  double rate_ = 0;    // bytes per second, maximum over the window
-  double minRtt_ = 0;  // seconds, minimum over the window
-  engine::Clock::time_point rateAt_{}, minRttAt_{};
-};
-
 class Gosgd final : public engine::Algorithm {
  public:
   explicit Gosgd(GosgdOptions options);
@@ -282,13 +214,20 @@ class Gosgd final : public engine::Algorithm {
   // hold more than it had left when it died (it gave weight away since). So no weight is
   // created by a restart ("gosgd.restored_weight_dropped" says how much the checkpoint held).
   void resumedLate(engine::PeerContext& ctx) override;
+  // What every run keeps, faults included (engine/invariants.h): the survivors that settled (no
+  // "gosgd.unsettled": they heard every member of their view settle, the premise of the
+  // agreement) agree on the weight the dead took with them ("gosgd.dead_weight"), and their
+  // weights ("gosgd.alpha") plus it make at most 1: weight is never created, restarts included.
+  // A survivor that did not settle was usually dropped by the others near the end (a false
+  // failure) and counted dead by them: its weight is in theirs.
+  engine::Invariants invariants() const override;
 
   // This peer's weight, not counting its escrow.
   double alpha() const { return alpha_; }
   // Weight sent and not acknowledged yet (still this peer's mass).
-  double escrowed() const;
+  double escrowed() const { return delivery_.escrowed(); }
   // Escrow toward peers that left the view before they acknowledged it.
-  double lost() const { return lost_; }
+  double lost() const { return delivery_.lost(); }
 
   // The whole ledger with its counterparts, for observers that see both sides of a transfer
   // (tests): cumulative weights merged from and acknowledged by each peer (in its current life),
@@ -322,23 +261,6 @@ class Gosgd final : public engine::Algorithm {
   static constexpr std::size_t kHeaderScalars = 1;
 
  private:
-  struct Escrow {
-    engine::PeerId to = 0;
-    double weight = 0;
-    // Never written while in escrow; shared with the transport while a send of it is in flight.
-    std::shared_ptr<kernels::Buffer<float>> model;
-    engine::Clock::time_point due;  // resend when no ack came by then
-    bool resent = false;            // sent more than once (its ack gives no round trip)
-    bool overdue = false;           // resent because no ack came in time (the receiver may be dead)
-    std::uint64_t number = 0;       // its number on the stream of estimates to `to` (0: plain)
-  };
-  // What this peer merged from one sender: every id below `floor`, and those in `ids`.
-  struct Merged {
-    std::uint64_t floor = 0;
-    std::set<std::uint64_t> ids;
-    std::set<std::uint64_t> outliers;  // refused under the NormBound: judged once
-  };
-
   // A peer's report: its weight when it sent message `seq` of its life.
   struct Report {
     std::uint64_t seq = 0;
@@ -363,8 +285,6 @@ class Gosgd final : public engine::Algorithm {
   void readDead(engine::PeerContext& ctx, const engine::Incoming& m);
   // Appends every record of an ended life to `message`.
   void appendDead(engine::Message& message) const;
-  // Moves the escrow toward `peer` (every non-member when `peer` is 0) to the lost weight.
-  void loseEscrowTo(engine::PeerContext& ctx, engine::PeerId peer);
 
   // Acks, merges (acknowledged) and retransmissions: what every step boundary and wait does.
   void exchange(engine::PeerContext& ctx);
@@ -375,17 +295,12 @@ class Gosgd final : public engine::Algorithm {
   // Moves weight into escrow with the model `to` will merge, and sends it: alpha_i / 2 (or, as a
   // compressed difference, gamma alpha_i / 2), or all of alpha_i when `whole` (leave()).
   void transfer(engine::PeerContext& ctx, engine::PeerId to, bool whole);
-  // Sends an escrowed transfer again (or a plain one the first time): its model in float32, on a
-  // stream of estimates as the anchor of its number.
-  void sendEscrow(engine::PeerContext& ctx, std::uint64_t id, const Escrow& escrow);
+  // Sends the escrowed transfer `id` again (or a plain one the first time): its model in float32,
+  // on a stream of estimates as the anchor of its number; nothing once the buffers are released.
+  void sendEscrow(engine::PeerContext& ctx, std::uint64_t id);
   // `to` reported transfers it could not decode (kMissed), the last of them `upTo`: the next
   // transfer to it anchors, and every unacknowledged one up to `upTo` is resent now.
   void resendAnchors(engine::PeerContext& ctx, engine::PeerId to, std::uint64_t upTo);
-  // The smallest unacknowledged id toward `to`, `id` included (a transfer's floor).
-  std::uint64_t floorOf(engine::PeerId to, std::uint64_t id) const;
-  // A buffer for a new escrow: a spare the transport no longer holds, or a new one.
-  // Drops every buffer (spares and the models of unsettled escrow) once nothing more is sent.
-  void releaseBuffers();
   void broadcast(engine::PeerContext& ctx, std::uint32_t kind,
                  const std::vector<engine::PeerId>& to);
   // Loops on exchange() until `done()` or the deadline (finish and leave); `announce` is sent
@@ -402,25 +317,19 @@ class Gosgd final : public engine::Algorithm {
 
   GosgdOptions options_;
   // Everything runs on the compute thread.
-  InflightBound inflight_{options_.maxInflightBytes};
-  std::size_t inflightPeak_ = 0;  // the most bytes in escrow after a gossip draw
-  // For finish()'s summary line (the same counts as the metrics of those names).
-  std::uint64_t sent_ = 0, throttled_ = 0, retransmits_ = 0;
   double alpha_ = 0;
   bool started_ = false;
-  std::uint64_t nextId_ = 1;
-  std::map<std::uint64_t, Escrow> escrow_;
-  SpareBuffers spare_{4};  // escrow buffers to reuse
-  std::map<engine::PeerId, Merged> merged_;
+  // Escrow, acks, retransmissions, exactly-once merges and the bound on bytes in flight.
+  ReliableDelivery delivery_{options_.maxInflightBytes};
+  std::size_t inflightPeak_ = 0;      // the most bytes in escrow after a gossip draw
+  std::uint64_t throttled_ = 0;       // for finish()'s summary line ("gosgd.throttled")
   std::set<engine::PeerId> leavers_;  // announced LEAVING: never chosen again
   std::set<engine::PeerId> settled_;  // announced SETTLED
   std::map<engine::PeerId, engine::Clock::time_point> settledSent_;
-  double lost_ = 0;
-  std::map<engine::PeerId, double> mergedFrom_, ackedBy_, lostTo_;
   PairEstimates estimates_{"gosgd"};
   // Lives (see "Lives and the weight of the dead").
-  const std::uint64_t life_;
-  std::uint64_t seq_ = 0;                          // messages sent by this life (stamped)
+  std::uint64_t life_ = 0;  // drawn at the first setup, from the context's wall clock
+  std::uint64_t seq_ = 0;   // messages sent by this life (stamped)
   std::map<engine::PeerId, std::uint64_t> lives_;  // the latest life heard from each peer
   std::map<engine::PeerId, Report> reports_;       // its latest report in that life
   std::map<Life, Report> dead_;                    // ended lives and their last reports

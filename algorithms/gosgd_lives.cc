@@ -83,14 +83,11 @@ void Gosgd::endLife(engine::PeerContext& ctx, PeerId peer, bool restarted) {
   if (!restarted) return;
   // A new life: nothing of the old one's numbering holds (see "Lives").
   ctx.metrics().add("gosgd.restarts_seen", 1);
-  loseEscrowTo(ctx, peer);
-  merged_.erase(peer);
+  delivery_.restarted(peer);
   estimates_.forget(peer);
   settled_.erase(peer);
   leavers_.erase(peer);
   reports_.erase(peer);
-  mergedFrom_.erase(peer);
-  ackedBy_.erase(peer);
   lives_.erase(life);
 }
 
@@ -160,6 +157,24 @@ bool Gosgd::acceptTransfer(engine::PeerContext& ctx, const engine::Incoming& m) 
   if (m.scalars[0] < 0 || m.scalars[0] > 1)
     return refuse(ctx, m, fmt::format("a transfer of weight {} (not in [0, 1])", m.scalars[0]));
   return true;
+}
+
+engine::Invariants Gosgd::invariants() const {
+  using engine::Invariant;
+  const auto settled = [](const char* metric) {
+    return engine::unless("gosgd.unsettled", engine::metricReading(metric));
+  };
+  engine::Invariants out;
+  out.rules.push_back({.name = "the survivors agree on the weight of the dead",
+                       .rule = Invariant::Rule::agree,
+                       .read = settled("gosgd.dead_weight")});
+  out.rules.push_back({.name = "gossip weight is never created (the survivors' plus the dead's)",
+                       .rule = Invariant::Rule::sumAtMost,
+                       .read = settled("gosgd.alpha"),
+                       .common = settled("gosgd.dead_weight"),
+                       .bound = 1,
+                       .tolerance = 1e-6});
+  return out;
 }
 
 }  // namespace gossamer::algorithms

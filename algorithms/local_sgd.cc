@@ -23,10 +23,12 @@ void LocalSgd::average(engine::PeerContext& ctx, std::uint64_t round) {
     anchored_ = averageChange(ctx, round);
     return;
   }
-  const RingOutcome outcome = ringAllReduce(
-      ctx, ctx.params(), mean_,
-      {.kind = kAverage, .step = round, .op = ReduceOp::kMean, .pipeline = pipeline_,
-       .who = name()});
+  const RingOutcome outcome = ringAllReduce(ctx, ctx.params(), mean_,
+                                            {.kind = kAverage,
+                                             .step = round,
+                                             .op = ReduceOp::kMean,
+                                             .pipeline = pipeline_,
+                                             .who = name()});
   if (outcome == RingOutcome::kComplete) {
     adopt(ctx, mean_, false);
     if (compressed) {
@@ -51,7 +53,7 @@ bool LocalSgd::averageChange(engine::PeerContext& ctx, std::uint64_t round) {
   std::shared_ptr<kernels::Buffer<float>> change = changes_->buffer(ctx, ctx.params().size());
   compute.weightedSum(change->span(), {{1.0f, anchor_}, {-1.0f, ctx.params()}});
   changes_->start(ctx, round, std::move(change));
-  const RingOutcome outcome = changes_->wait(ctx, round, engine::Clock::now() + ctx.commTimeout());
+  const RingOutcome outcome = changes_->wait(ctx, round, ctx.now() + ctx.commTimeout());
   if (outcome != RingOutcome::kComplete) {
     changes_->release(ctx, round);
     count(ctx, "fallbacks");  // keep w_i; the next round sends the models again

@@ -13,10 +13,16 @@ void StreamingDilocoOptions::validate() const {
   GOSSAMER_ENFORCE(fragments >= 1 && fragments <= h,
                    "streaming-diloco.fragments must be in [1, h = {}] (offsets H/F apart), not {}",
                    h, fragments);
-  GOSSAMER_ENFORCE(fragments > h || tau < h / fragments,
-                   "streaming-diloco.tau must be below h / fragments = {} (a round merges before "
-                   "the next one starts), not {}",
-                   fragments > h ? 0 : h / fragments, tau);
+  GOSSAMER_ENFORCE(
+      fragments > h ||
+              tau<h / fragments,
+                  "streaming-diloco.tau must be below h / fragments = {} (a round merges before "
+                  "the next one starts), not {}",
+                  fragments>
+                  h
+          ? 0
+          : h / fragments,
+      tau);
   GOSSAMER_ENFORCE(std::isfinite(alpha) && alpha >= 0 && alpha <= 1,
                    "streaming-diloco.alpha must be in [0, 1], not {}", alpha);
   outer.validate("streaming-diloco");
@@ -89,7 +95,7 @@ void StreamingDiloco::mergeUpTo(engine::PeerContext& ctx, std::uint64_t last, do
 
 bool StreamingDiloco::merge(engine::PeerContext& ctx, std::uint64_t round, std::size_t fragment,
                             double alpha) {
-  const RingOutcome outcome = allReduce_.wait(ctx, round, engine::Clock::now() + ctx.commTimeout());
+  const RingOutcome outcome = allReduce_.wait(ctx, round, ctx.now() + ctx.commTimeout());
   if (outcome != RingOutcome::kComplete) {
     // theta[f] and m[f] stay; w_i[f] goes on unmerged (see the header comment).
     allReduce_.release(ctx, round);

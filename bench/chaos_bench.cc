@@ -18,10 +18,11 @@
 //
 // Invariants (violations are reported and must be 0): every surviving peer ends without an
 // error and takes every step, or, having joined during the finish, is told the cluster is done;
-// every final model is finite; the cluster ends within its deadline (no deadlock). Threads: for
-// gosgd, the survivors agree on the weight the dead took with them, and their weights plus it
-// sum to at most 1 (mass is never created, restarts included). Processes: every process exits
-// within 10 s of the cluster's last step, and none hangs (chaos_processes.cc).
+// every final model is finite; the cluster ends within its deadline (no deadlock); the
+// algorithm's declared invariants hold over the survivors' final metrics (Algorithm::invariants:
+// for gosgd, the survivors agree on the weight the dead took with them, and their weights plus
+// it sum to at most 1). Processes: every process exits within 10 s of the cluster's last step,
+// and none hangs (chaos_processes.cc).
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -147,7 +148,8 @@ void runChaos(const ChaosOptions& o) {
   const auto scratch = std::filesystem::temp_directory_path() /
                        fmt::format("gossamer-chaos-{}-{}", ::getpid(), o.seed);
   auto runOnce = [&](const std::string& name, const std::vector<ChaosFault>& faults, double loss) {
-    return o.processes ? runProcesses(o, peerBinary, totalSteps, scratch / name, faults)
+    return o.processes ? runProcesses(o, peerBinary, totalSteps, scratch / name, faults,
+                                      registry.algorithms.get(o.algorithm).make({})->invariants())
                        : runThreads(o, registry, data, totalSteps, scratch / name, loss, faults);
   };
   std::optional<ChaosRunResult> baseline;

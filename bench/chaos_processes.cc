@@ -9,14 +9,15 @@
 // reports in its --json line all the run's steps and a finite peer_test_accuracy; every process
 // exits within 10 s of the cluster's last step (the latest loop_end_unix_s of the survivors'
 // --json lines); none still runs at the deadline, 3x the run plus 60 s (each such one is
-// SIGKILLed and counted as a hang). The gosgd mass invariant is not checked: a process's gossip
-// weight is not in its --json line.
+// SIGKILLed and counted as a hang); the algorithm's declared invariants hold over the metrics of
+// the survivors' --json lines (engine/invariants.h).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <random>
@@ -81,8 +82,9 @@ struct TimedJoin {
 class ProcessRun {
  public:
   ProcessRun(const ChaosOptions& o, std::filesystem::path binary, std::uint64_t totalSteps,
-             std::filesystem::path scratch)
+             std::filesystem::path scratch, engine::Invariants invariants)
       : options_(o),
+        invariants_(std::move(invariants)),
         binary_(std::move(binary)),
         totalSteps_(totalSteps),
         scratch_(std::move(scratch)),
@@ -399,6 +401,10 @@ class ProcessRun {
     // The cluster's last step: the latest end of a training loop among the survivors.
     std::optional<double> lastStep;
     double accuracySum = 0;
+    // The survivors' final metrics (their --json "metrics"), for the algorithm's own invariants.
+    std::vector<std::map<std::string, double>> metrics;
+    std::vector<engine::PeerOutcome> outcomes;
+    metrics.reserve(slots_.size());
     for (std::size_t i = 0; i < slots_.size(); ++i) {
       const Life& life = slots_[i].latest();
       if (life.killed || life.hung) continue;
@@ -427,6 +433,10 @@ class ProcessRun {
       }
       ++out.survivors;
       accuracySum += jsonNumber(json, "test_accuracy");
+      metrics.push_back(jsonNumbers(json, "metrics"));
+      outcomes.push_back({.name = fmt::format("peer {}", i + 1),
+                          .steps = static_cast<std::uint64_t>(steps),
+                          .metrics = &metrics.back()});
       if (steps != static_cast<double>(totalSteps_))
         out.violations.push_back(
             fmt::format("peer {} took {} of the {} steps", i + 1, steps, totalSteps_));
@@ -439,6 +449,11 @@ class ProcessRun {
       else
         lastStep = std::max(lastStep.value_or(loopEnd), loopEnd);
     }
+    // Errors and step counts are the exit statuses' and the lines' above: the rules only here.
+    engine::Invariants rules = invariants_;
+    rules.sameStepCount = false;
+    for (std::string& what : engine::invariantViolations(rules, outcomes, totalSteps_))
+      out.violations.push_back(std::move(what));
     // The consensus model (every member's final model averaged) as each survivor evaluated it.
     if (out.survivors > 0) out.accuracy = accuracySum / static_cast<double>(out.survivors);
     if (!lastStep) return;
@@ -459,6 +474,7 @@ class ProcessRun {
   }
 
   const ChaosOptions& options_;
+  engine::Invariants invariants_;  // the algorithm's (gossamer-peer runs its default options)
   std::filesystem::path binary_;
   std::uint64_t totalSteps_;
   std::filesystem::path scratch_;
@@ -473,8 +489,9 @@ class ProcessRun {
 
 ChaosRunResult runProcesses(const ChaosOptions& o, const std::filesystem::path& peerBinary,
                             std::uint64_t totalSteps, const std::filesystem::path& scratch,
-                            const std::vector<ChaosFault>& schedule) {
-  ProcessRun run(o, peerBinary, totalSteps, scratch);
+                            const std::vector<ChaosFault>& schedule,
+                            const engine::Invariants& invariants) {
+  ProcessRun run(o, peerBinary, totalSteps, scratch, invariants);
   return run.run(schedule);
 }
 

@@ -18,6 +18,7 @@
 
 #include "bench/bench_util.h"
 #include "bench/chaos_schedule.h"
+#include "engine/invariants.h"
 #include "engine/registry.h"
 #include "net/shaped/profile.h"
 
@@ -68,10 +69,12 @@ ChaosRunResult runThreads(const ChaosOptions& o, const engine::Registry& registr
                           const std::vector<ChaosFault>& schedule);
 
 // Peers as gossamer-peer processes (`peerBinary`) on 127.0.0.1 with TLS; the secret, logs,
-// metrics and checkpoints go to `scratch`. Only the kinds of supportedKinds(true).
+// metrics and checkpoints go to `scratch`. Only the kinds of supportedKinds(true). The
+// algorithm's `invariants` are checked over the survivors' --json metrics.
 ChaosRunResult runProcesses(const ChaosOptions& o, const std::filesystem::path& peerBinary,
                             std::uint64_t totalSteps, const std::filesystem::path& scratch,
-                            const std::vector<ChaosFault>& schedule);
+                            const std::vector<ChaosFault>& schedule,
+                            const engine::Invariants& invariants);
 
 // A kill leaves at least half the starting peers (and 2) live; below that it is skipped.
 inline bool killAllowed(std::size_t live, std::size_t startingPeers) {

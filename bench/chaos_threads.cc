@@ -423,8 +423,11 @@ class ChaosRun {
       }
       survivors.push_back(std::move(s));
     }
-    for (std::string& what : engine::sim::survivorViolations(survivors, finals, totalSteps_,
-                                                             options_.algorithm == "gosgd"))
+    const engine::Invariants invariants = registry_.algorithms.get(options_.algorithm)
+                                              .make(configs_.base().training.algorithmOptions)
+                                              ->invariants();
+    for (std::string& what :
+         engine::sim::survivorViolations(survivors, finals, totalSteps_, invariants))
       out.violations.push_back(std::move(what));
   }
 

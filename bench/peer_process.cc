@@ -171,4 +171,27 @@ double jsonNumber(const std::string& line, const std::string& key) {
   return end == begin ? std::numeric_limits<double>::quiet_NaN() : value;
 }
 
+std::map<std::string, double> jsonNumbers(const std::string& line, const std::string& key) {
+  std::map<std::string, double> out;
+  const std::string needle = "\"" + key + "\":{";
+  const std::size_t at = line.find(needle);
+  if (at == std::string::npos) return out;
+  const std::size_t end = line.find('}', at);
+  if (end == std::string::npos) return out;
+  // Flat: "name":number pairs, names without quotes or backslashes (the writer's metric names).
+  std::size_t pos = at + needle.size();
+  while (pos < end) {
+    const std::size_t open = line.find('"', pos);
+    const std::size_t close = open == std::string::npos ? open : line.find('"', open + 1);
+    if (close == std::string::npos || close > end) break;
+    const std::string name = line.substr(open + 1, close - open - 1);
+    const double value = jsonNumber(line.substr(open, end - open), name);
+    if (!std::isnan(value)) out[name] = value;
+    pos = line.find(',', close);
+    if (pos == std::string::npos) break;
+    ++pos;
+  }
+  return out;
+}
+
 }  // namespace gossamer::bench

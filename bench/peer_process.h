@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -65,5 +66,8 @@ class PeerProcess {
 
 // The number after "key": in a flat JSON object `line`; NaN when absent or not a number (null).
 double jsonNumber(const std::string& line, const std::string& key);
+// The numbers of the nested flat object at "key": in `line` (gossamer-peer's "metrics"), by
+// name; empty when absent. A null (NaN) value is left out.
+std::map<std::string, double> jsonNumbers(const std::string& line, const std::string& key);
 
 }  // namespace gossamer::bench

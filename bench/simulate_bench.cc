@@ -36,6 +36,7 @@
 #include "bench/benchmarks.h"
 #include "bench/convergence_config.h"
 #include "bench/convergence_report.h"
+#include "bench/simulate_sweep.h"
 #include "engine/base/enforce.h"
 #include "engine/base/json.h"
 #include "engine/base/log.h"
@@ -77,6 +78,8 @@ struct SimulateOptions {
   std::string out = "simulate-report";
   bool json = false;
   std::string logLevel = "warn";
+  std::uint64_t sweep = 0;              // > 0: a fault-schedule sweep (simulate_sweep.h)
+  std::vector<std::string> algorithms;  // the sweep's (empty: all)
 };
 
 // The matrix of one experiment from the flags.
@@ -485,7 +488,28 @@ void addSimulateCommand(CLI::App& app) {
                     "one experiment: peers, virtual_seconds, wall_seconds, final_accuracy, "
                     "max_rss_mib and report_sha256 as one JSON object on the last stdout line");
   command->add_option("--log-level", o->logLevel, "log level")->capture_default_str();
-  command->callback([o] { runSimulate(*o); });
+  command
+      ->add_option(
+          "--sweep", o->sweep,
+          "instead: N seeds from --seed, each a short run of one algorithm (in turn) "
+          "under faults drawn from the seed at any moment, start and finish included; "
+          "checks that every live peer ends and the algorithms' declared invariants, "
+          "and prints the command that replays a failing seed (the experiment flags do not "
+          "apply: each seed draws its own small run)")
+      ->check(CLI::PositiveNumber);
+  command->add_option("--algorithms", o->algorithms, "--sweep: the algorithms (default: all)")
+      ->delimiter(',');
+  command->callback([o] {
+    if (o->sweep == 0) return runSimulate(*o);
+    log::setLevel(o->logLevel == "warn" ? "error" : o->logLevel);  // a killed peer warns
+    const int status = runSweep({.seeds = o->sweep,
+                                 .firstSeed = o->seed,
+                                 .algorithms = o->algorithms,
+                                 .maxVirtualSeconds = o->maxVirtualSeconds,
+                                 .json = o->json});
+    if (status != 0)
+      throw Error("some seeds hung or broke an invariant (above, each with its replay command)");
+  });
 }
 
 }  // namespace gossamer::bench

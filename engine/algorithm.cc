@@ -11,8 +11,6 @@
 
 namespace gossamer::engine {
 
-thread_local const Clock::time_point* Clock::virtualNow_ = nullptr;
-
 std::span<const float> Incoming::payload(std::size_t index) const {
   GOSSAMER_ENFORCE(index < payloads_.size(),
                    "message of kind {} from peer {:016x} has {} payloads, not {}", kind, from,

@@ -33,8 +33,10 @@
 #include <random>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "engine/invariants.h"
 #include "engine/options.h"
 #include "kernels/compute.h"
 #include "topology/topology.h"
@@ -46,52 +48,10 @@ class Optimizer;
 }
 
 using PeerId = std::uint64_t;
-// The clock of algorithms and the runtime: std::chrono::steady_clock, except on a thread that
-// runs a simulated world (engine/sim/), where now() (and wallNow()) read the world's virtual
-// time. Time points and durations are steady_clock's, so waits on condition variables and sleeps
-// take them as before; only now() differs, and algorithms need no change to run in virtual time.
-struct Clock {
-  using duration = std::chrono::steady_clock::duration;
-  using rep = duration::rep;
-  using period = duration::period;
-  using time_point = std::chrono::steady_clock::time_point;
-  static constexpr bool is_steady = true;
-  static time_point now() noexcept {
-    if (const time_point* simulated = virtualNow_) return *simulated;
-    return std::chrono::steady_clock::now();
-  }
-  // The wall clock (std::chrono::system_clock), for what must order across the processes and
-  // restarts of a peer (gosgd's lives). In a simulated world: the virtual time as a time since
-  // the epoch, so that nothing of the host reaches a simulated run and a later virtual instant is
-  // a later wall instant.
-  static std::chrono::system_clock::time_point wallNow() noexcept {
-    if (const time_point* simulated = virtualNow_)
-      return std::chrono::system_clock::time_point(
-          std::chrono::duration_cast<std::chrono::system_clock::duration>(
-              simulated->time_since_epoch()));
-    return std::chrono::system_clock::now();
-  }
-
- private:
-  friend class VirtualClockScope;
-  static thread_local const time_point* virtualNow_;
-};
-
-// While it lives, Clock::now() on this thread reads *now (a simulated world's virtual time, which
-// the world advances); the previous source comes back when it is destroyed. Not for use outside
-// a simulator.
-class VirtualClockScope {
- public:
-  explicit VirtualClockScope(const Clock::time_point* now) : previous_(Clock::virtualNow_) {
-    Clock::virtualNow_ = now;
-  }
-  ~VirtualClockScope() { Clock::virtualNow_ = previous_; }
-  VirtualClockScope(const VirtualClockScope&) = delete;
-  VirtualClockScope& operator=(const VirtualClockScope&) = delete;
-
- private:
-  const Clock::time_point* previous_;
-};
+// The clock of the runtime's time points and durations. An algorithm reads the time from its
+// context (PeerContext::now, wallNow), never from a clock of its own: a simulated world
+// (engine/sim/) gives it virtual time there.
+using Clock = std::chrono::steady_clock;
 
 // Message kinds below this are the algorithm's; the runtime uses the ones above.
 inline constexpr std::uint32_t kMaxAlgorithmKind = 1u << 24;
@@ -353,6 +313,21 @@ class PeerContext {
   // still ends at totalSteps().
   virtual void adoptStep(std::uint64_t step) = 0;
 
+  // ---- time ----
+  // This peer's clock: the steady clock, or a simulated world's virtual time (engine/sim/). Every
+  // deadline and timestamp of an algorithm starts here, so that it runs unchanged in both.
+  virtual Clock::time_point now() const { return std::chrono::steady_clock::now(); }
+  // The wall clock, for what must order across the processes and restarts of a peer (gosgd's
+  // lives); in a simulated world, the virtual time as a time since the epoch (a later virtual
+  // instant is a later wall instant, and nothing of the host reaches the run).
+  virtual std::chrono::system_clock::time_point wallNow() const {
+    return std::chrono::system_clock::now();
+  }
+  // Waits `duration` of this peer's time doing nothing (a retry's back-off): the thread sleeps,
+  // or in a simulated world the peer waits in virtual time while the others go on. Never
+  // std::this_thread::sleep_for in an algorithm: that would stop a simulated world's clock.
+  virtual void pause(Clock::duration duration) { std::this_thread::sleep_for(duration); }
+
   // ---- services ----
   virtual std::mt19937_64& rng() = 0;  // seeded from the run seed and this peer's id
   virtual Metrics& metrics() = 0;
@@ -363,6 +338,8 @@ class PeerContext {
 struct AlgorithmState {
   std::map<std::string, std::vector<float>> tensors;
   std::map<std::string, double> values;
+  // The writer's Algorithm::stateVersion (1 in a checkpoint written before versions were kept).
+  std::uint32_t version = 1;
 };
 
 // What serve() may use, on the io thread.
@@ -429,6 +406,16 @@ class Algorithm {
   // setup(); throw gossamer::Error on a state that does not fit).
   virtual void saveState(AlgorithmState& /*state*/) const {}
   virtual void loadState(const AlgorithmState& /*state*/) {}
+  // The shape of what saveState writes: raise it when the tensors or values change. A checkpoint
+  // of a version in [oldestStateVersion, stateVersion] loads (loadState reads state.version and
+  // converts an older one); any other is refused with both versions named, before anything is
+  // restored.
+  virtual std::uint32_t stateVersion() const { return 1; }
+  virtual std::uint32_t oldestStateVersion() const { return stateVersion(); }
+
+  // What this algorithm keeps at the end of any run, faults included, read from the peers' final
+  // metrics (engine/invariants.h). The default: every peer ends at the last step.
+  virtual Invariants invariants() const { return {}; }
 };
 
 // How the registry makes an algorithm: its description, its options (name, default, help) and a

@@ -217,6 +217,10 @@ int runPeer(const PeerOptions& o, const engine::Registry& registry) {
         .add("loop_end_unix_s", result.loopEndUnixSeconds)
         .add("consensus_peers", static_cast<std::uint64_t>(consensus.peers))
         .add("utilization", result.utilization);
+    // The algorithm's own counts, as its declared invariants read them (engine/invariants.h).
+    JsonObject metrics;
+    for (const auto& [name, value] : result.metrics) metrics.add(name, value);
+    json.addRaw("metrics", metrics.str());
     std::cout << addMemory(json, {result}).str() << std::endl;
   }
   return 0;

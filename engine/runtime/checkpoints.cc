@@ -11,10 +11,14 @@ namespace {
 
 constexpr const char* kAlgorithmTensor = "algorithm.";
 constexpr const char* kAlgorithmValue = "algorithm.value.";
+constexpr const char* kStateVersion = "runtime.algorithm_state_version";
 
-bool startsWith(const std::string& s, const std::string& prefix) {
-  return s.rfind(prefix, 0) == 0;
+// The version of the algorithm's state in `c`: 1 where the writer kept none.
+std::uint32_t stateVersionOf(const train::Checkpoint& c) {
+  return c.meta.count(kStateVersion) ? static_cast<std::uint32_t>(c.metaInt(kStateVersion)) : 1;
 }
+
+bool startsWith(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
 
 }  // namespace
 
@@ -42,6 +46,7 @@ train::Checkpoint PeerCheckpoints::capture(const train::Learner& learner,
   for (const auto& [name, value] : state.values)
     c.meta[kAlgorithmValue + name] = fmt::format("{:.17g}", value);
   c.meta["algorithm"] = algorithm.name();
+  c.meta[kStateVersion] = std::to_string(algorithm.stateVersion());
   c.meta["runtime.step"] = std::to_string(step);
   c.meta["runtime.total_steps"] = std::to_string(totalSteps);
   return c;
@@ -69,13 +74,33 @@ train::Checkpoint PeerCheckpoints::load(const Model& model, const Algorithm& alg
                    "checkpoint {} was written by algorithm '{}' but this peer runs '{}'", path_,
                    writer, algorithm.name());
   c.metaInt(c.meta.count("runtime.step") ? "runtime.step" : "step");  // present and well formed
+  checkStateVersion(c, algorithm, path_);
   return c;
+}
+
+void PeerCheckpoints::checkStateVersion(const train::Checkpoint& c, const Algorithm& algorithm,
+                                        const std::string& path) {
+  const std::uint32_t version = stateVersionOf(c);
+  const std::uint32_t newest = algorithm.stateVersion();
+  const std::uint32_t oldest = algorithm.oldestStateVersion();
+  GOSSAMER_ENFORCE(version <= newest,
+                   "checkpoint {} holds {}'s state in version {}, newer than this build reads "
+                   "({}): resume it with the build that wrote it, or start without --resume",
+                   path, algorithm.name(), version, newest);
+  GOSSAMER_ENFORCE(version >= oldest,
+                   "checkpoint {} holds {}'s state in version {}, which this build no longer "
+                   "reads (versions {} to {}): start without --resume, or resume it with an "
+                   "older build",
+                   path, algorithm.name(), version, oldest, newest);
 }
 
 std::uint64_t PeerCheckpoints::restore(const train::Checkpoint& c, train::Learner& learner,
                                        Algorithm& algorithm) {
-  learner.restore(c, !learner.hasData() || c.metaInt("epoch") == 0 ||
-                        static_cast<std::size_t>(c.metaInt("cursor")) <= learner.sampler().size());
+  checkStateVersion(c, algorithm, "in memory");
+  // The place in the data only where it fits the shard this peer has now: a restart into a
+  // cluster that grew since (a smaller shard) starts its shard afresh rather than failing.
+  learner.restore(c, !learner.hasData() ||
+                         static_cast<std::size_t>(c.metaInt("cursor")) <= learner.sampler().size());
   AlgorithmState state;
   for (const auto& [name, tensor] : c.tensors) {
     if (startsWith(name, kAlgorithmTensor) && !startsWith(name, kAlgorithmValue))
@@ -85,6 +110,7 @@ std::uint64_t PeerCheckpoints::restore(const train::Checkpoint& c, train::Learne
     if (startsWith(key, kAlgorithmValue))
       state.values[key.substr(std::string(kAlgorithmValue).size())] = std::stod(value);
   }
+  state.version = stateVersionOf(c);
   algorithm.loadState(state);
   return static_cast<std::uint64_t>(
       c.metaInt(c.meta.count("runtime.step") ? "runtime.step" : "step"));

@@ -41,6 +41,11 @@ class PeerCheckpoints {
   // on from. The place in the data is restored only when it fits the learner's current shard.
   static std::uint64_t restore(const train::Checkpoint& checkpoint, train::Learner& learner,
                                Algorithm& algorithm);
+  // Throws gossamer::Error naming `path` and both versions when the checkpoint's algorithm state
+  // is outside [algorithm.oldestStateVersion(), algorithm.stateVersion()] (load and restore
+  // check it).
+  static void checkStateVersion(const train::Checkpoint& checkpoint, const Algorithm& algorithm,
+                                const std::string& path);
 
  private:
   std::string path_;

@@ -49,6 +49,16 @@ class SimContext final : public PeerContext {
   std::optional<Incoming> pullModel(PeerId from, Clock::duration timeout) override;
   void adoptStep(std::uint64_t step) override { p_.step = step; }
 
+  // Virtual time; the wall clock is virtual time since the epoch (Clock's contract).
+  Clock::time_point now() const override { return p_.world.now(); }
+  std::chrono::system_clock::time_point wallNow() const override {
+    return std::chrono::system_clock::time_point(
+        std::chrono::duration_cast<std::chrono::system_clock::duration>(
+            p_.world.now().time_since_epoch()));
+  }
+
+  void pause(Clock::duration duration) override { p_.sleepUntil(p_.world.now() + duration); }
+
   std::mt19937_64& rng() override { return p_.rng; }
   Metrics& metrics() override { return p_.metrics; }
 

@@ -78,40 +78,13 @@ std::string describe(const Fault& f) {
 
 std::vector<std::string> survivorViolations(std::span<const Survivor> survivors,
                                             std::span<const runtime::Snapshot> finals,
-                                            std::uint64_t totalSteps, bool gossipWeights) {
-  std::vector<std::string> out;
-  double mass = 0;
-  std::optional<double> deadWeight;
-  for (const Survivor& s : survivors) {
-    if (!s.error.empty()) {
-      out.push_back(fmt::format("{} failed: {}", s.name, s.error));
-      continue;
-    }
-    if (s.steps != totalSteps)
-      out.push_back(fmt::format("{} took {} of the {} steps", s.name, s.steps, totalSteps));
-    if (s.metrics == nullptr) continue;
-    // A survivor that did not settle (it waited in vain for members that had dropped it: a
-    // false failure near the end) holds no final record; the others may count it dead.
-    if (const auto it = s.metrics->find("gosgd.unsettled");
-        it != s.metrics->end() && it->second > 0)
-      continue;
-    if (const auto it = s.metrics->find("gosgd.alpha"); it != s.metrics->end()) mass += it->second;
-    // Every settled survivor holds the same record of the weight the ended lives took with them.
-    if (const auto it = s.metrics->find("gosgd.dead_weight"); it != s.metrics->end()) {
-      if (deadWeight && *deadWeight != it->second)
-        out.push_back(fmt::format("the survivors disagree on the weight of the dead: {} and {}",
-                                  *deadWeight, it->second));
-      deadWeight = it->second;
-    }
-  }
+                                            std::uint64_t totalSteps,
+                                            const Invariants& invariants) {
+  std::vector<std::string> out = invariantViolations(invariants, survivors, totalSteps);
   for (const runtime::Snapshot& s : finals) {
     if (!std::all_of(s.params.begin(), s.params.end(), [](float v) { return std::isfinite(v); }))
       out.push_back(fmt::format("peer {:016x}'s final model is not finite", s.peer));
   }
-  const double dead = deadWeight.value_or(0);
-  if (gossipWeights && mass + dead > 1 + 1e-6)
-    out.push_back(fmt::format(
-        "the survivors' gossip weights sum to {}, plus {} taken by the dead: > 1", mass, dead));
   return out;
 }
 

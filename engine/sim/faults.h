@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/invariants.h"
 #include "engine/runtime/snapshots.h"
 
 namespace gossamer::engine::sim {
@@ -37,22 +38,13 @@ std::vector<Fault> drawFaults(std::uint64_t seed, std::size_t count, double wind
 std::string describe(const Fault& fault);
 
 // A peer that was not killed, as the invariants see it at the end of a run.
-struct Survivor {
-  std::string name;   // how a violation names it: "peer 3"
-  std::string error;  // what it threw, if anything (then the other checks skip it)
-  std::uint64_t steps = 0;
-  const std::map<std::string, double>* metrics = nullptr;  // its algorithm's, may be null
-};
+using Survivor = PeerOutcome;
 
-// The invariants of a run under faults, as violations (empty: all kept): every survivor ended
-// without an error and took all `totalSteps` steps; every final model is finite; with gosgd
-// (`gossipWeights`) the survivors that settled (no gosgd.unsettled: they heard every member of
-// their view settle, the premise of gosgd's agreement) agree on the weight the dead took with
-// them (gosgd.dead_weight), and their weights (gosgd.alpha) plus it make at most 1 (weight is
-// never created, restarts included). A survivor that did not settle was usually dropped by the
-// others near the end (a false failure) and counted dead by them: its weight is in theirs.
+// The invariants of a run under faults, as violations (empty: all kept): the algorithm's
+// declared `invariants` over the survivors (engine/invariants.h: no error, every step, its rules),
+// and every final model finite.
 std::vector<std::string> survivorViolations(std::span<const Survivor> survivors,
                                             std::span<const runtime::Snapshot> finals,
-                                            std::uint64_t totalSteps, bool gossipWeights);
+                                            std::uint64_t totalSteps, const Invariants& invariants);
 
 }  // namespace gossamer::engine::sim

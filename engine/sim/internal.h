@@ -121,6 +121,7 @@ struct Shared {
   std::unique_ptr<topology::Topology> topology;
   std::string algorithm;
   std::uint64_t totalSteps = 0;
+  Invariants invariants;  // the algorithm's, checked at the end
   // The run's SWIM options, stretched for the profile's longest round trip as a real peer's are.
   net::membership::Options swim;
 };

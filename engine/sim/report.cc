@@ -102,7 +102,7 @@ void World::checkInvariants(SimResult& r) {
                            .steps = p.steps,
                            .metrics = &p.metrics});
   for (std::string& what :
-       survivorViolations(survivors, r.finals, shared_.totalSteps, shared_.algorithm == "gosgd"))
+       survivorViolations(survivors, r.finals, shared_.totalSteps, shared_.invariants))
     r.violations.push_back({r.virtualSeconds, std::move(what)});
   if (config_.invariant) {
     if (std::optional<std::string> broken = config_.invariant(r.finals))

@@ -37,6 +37,7 @@ World::World(const SimConfig& config, const Registry& registry,
   shared_.compute = kernels::cpu::makeCompute({.blasThreads = 1});
   shared_.model = registry.models.get(t.model)(*shared_.compute, modelConfig(t, *data));
   const AlgorithmSpec& spec = registry.algorithms.get(t.algorithm);
+  shared_.invariants = spec.make(t.algorithmOptions)->invariants();
   shared_.topology = registry.topologies.get(t.topology.empty() ? spec.defaultTopology
                                                                 : t.topology)(t.topologyOptions);
   if (t.maxSteps > 0) {
@@ -206,7 +207,6 @@ bool World::anyActive() const {
 }
 
 SimResult World::run() {
-  VirtualClockScope clock(&now_);
   for (std::size_t i = 0; i < config_.peers; ++i) {
     const PeerId id = nextId_++;
     slots_[id] = std::make_unique<SimPeer>(*this, id, 0, false);

@@ -8,9 +8,9 @@
 // membership view changes, faults and evaluations. The scheduler takes the earliest event, sets
 // the virtual clock to its time and runs it; a fiber it resumes runs until it blocks again (in
 // gather, request, Inbox::wait, pullModel or its step time) and yields. Virtual time therefore
-// jumps from event to event and nothing depends on the host's speed or threads. Clock::now()
-// (engine/algorithm.h) reads the virtual clock on this thread while the world runs, so
-// algorithms that read the clock themselves (gosgd's retransmissions, ad-psgd's offers) see it.
+// jumps from event to event and nothing depends on the host's speed or threads. A peer's
+// PeerContext::now() and wallNow() read the virtual clock, so algorithms that keep time
+// themselves (gosgd's retransmissions, ad-psgd's offers) run in it unchanged.
 //
 // What each part stands for:
 //   compute     a peer's step runs the real forward/backward and optimizer on its own params and
@@ -60,7 +60,7 @@
 //               (PeerCheckpoints::restore) and goes on from the step of the peers in training
 //               when that is later, calling Algorithm::resumedLate, as runtime::Peer does.
 //               Algorithms that number lives by the wall clock (gosgd) read virtual time
-//               (Clock::wallNow), so a restart is a later life and nothing of the host leaks.
+//               (PeerContext::wallNow), so a restart is a later life and nothing of the host leaks.
 //
 // Memory: the datasets are shared (one DatasetPair), every peer holds one Learner (params,
 // grads, optimizer state, one batch), its algorithm's buffers, its codec's scratch (the encoded

@@ -1,8 +1,9 @@
 // gosgd in a test shell (tests/algorithms/forwarding_context.h): messages lost at a given rate,
 // and every life's ledger and every report it sent recorded, for observers of both sides of a
-// transfer (gosgd_test.cc, gosgd_restart_test.cc).
+// transfer; and the clusters and oracles the gosgd_*_test.cc files share.
 #pragma once
 
+#include <chrono>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -12,13 +13,15 @@
 
 #include "algorithms/gosgd.h"
 #include "engine/builtin.h"
+#include "tests/algorithms/algorithm_testing.h"
+#include "tests/algorithms/compression_testing.h"
 #include "tests/algorithms/forwarding_context.h"
 
 namespace gossamer::test {
 
-using engine::PeerId;
 using algorithms::Gosgd;
 using algorithms::GosgdOptions;
+using engine::PeerId;
 
 // Every peer's Gosgd ledger as it was when the peer's algorithm was destroyed: after finish() for
 // a peer that finished, at its death for a killed one (nothing runs after a kill).
@@ -133,5 +136,25 @@ struct ShellRegistry {
     return shared->reportsSent[peer];
   }
 };
+
+// `peers` peers gossiping with p = 0.5 and learning rate 0 from distinct initial models (the
+// push-sum oracle: sum alpha_i w_i stays the initial average), steps slow enough for the acks.
+inline engine::runtime::ClusterConfig gossipCluster(std::size_t peers, std::uint64_t steps) {
+  auto config = algorithmCluster("gosgd", peers, steps, 0.0, {{"p", "0.5"}});
+  config.peer.training.minStepTime = std::chrono::milliseconds(1);
+  config.peer.training.initialParams = distinctParams;
+  return config;
+}
+
+// sum_i alpha_i w_i over the peers in `which`, from their final models and alpha metrics.
+inline std::vector<float> massOf(const engine::runtime::ClusterResult& result,
+                                 const std::vector<std::size_t>& which) {
+  std::vector<double> mass(result.finals[0].params.size(), 0.0);
+  for (std::size_t i : which) {
+    const double alpha = metricOf(result.peers[i], "gosgd.alpha");
+    for (std::size_t k = 0; k < mass.size(); ++k) mass[k] += alpha * result.finals[i].params[k];
+  }
+  return std::vector<float>(mass.begin(), mass.end());
+}
 
 }  // namespace gossamer::test

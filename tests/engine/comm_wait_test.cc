@@ -62,7 +62,7 @@ class Ping final : public Algorithm {
       loss = ctx.computeGradients();
     } else {
       loss = ctx.computeGradients();
-      const auto deadline = engine::Clock::now() + ctx.commTimeout();
+      const auto deadline = ctx.now() + ctx.commTimeout();
       while (received_[t] < others_.size() && ctx.inbox().wait(kPing, deadline)) {
         for (const engine::Incoming& m : ctx.inbox().drain(kPing)) ++received_[m.step];
       }
