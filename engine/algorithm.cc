@@ -179,8 +179,11 @@ void Algorithm::join(PeerContext& ctx) {
         std::find(candidates.begin(), candidates.end(), member) == candidates.end())
       candidates.push_back(member);
   }
+  // A member answers at its next step boundary, and a step of a synchronous algorithm may itself
+  // wait a whole comm timeout (for this very joiner, among others): a pull waits twice that, or
+  // a loaded machine's joiner would start alone from the initial model at step 0.
   for (PeerId from : candidates) {
-    std::optional<Incoming> model = ctx.pullModel(from, ctx.commTimeout());
+    std::optional<Incoming> model = ctx.pullModel(from, 2 * ctx.commTimeout());
     if (!model || model->payloadCount() != 1 || model->payload(0).size() != ctx.params().size())
       continue;
     ctx.compute().upload(ctx.params(), model->payload(0));

@@ -390,8 +390,8 @@ class Algorithm {
   // Instead of the first setup(), when this peer enters a cluster that is already training
   // (joining late, or restarting without a checkpoint): take what the algorithm needs from a live
   // peer, then setup() runs as usual. The default adopts the model and the step of the first
-  // in-neighbour that answers pullModel() (of any member when it has none), and resets the local
-  // optimizer's state.
+  // in-neighbour that answers pullModel() within twice the comm timeout (of any member when it
+  // has none), and resets the local optimizer's state.
   virtual void join(PeerContext& ctx);
   // Before this peer leaves the cluster on purpose while the others go on (a stop request, a
   // signal): hand over what must not leave with it (gossip weight, a role). Compute thread, at a
