@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <random>
+#include <utility>
 
 #include "engine/sim/faults.h"
 
@@ -32,13 +33,26 @@ constexpr std::array<KindInfo, 9> kKinds = {{
 
 const KindInfo& info(ChaosKind kind) { return kKinds[static_cast<std::size_t>(kind)]; }
 
+// The kinds whose faults the simulator's drawFaults draws for chaos (restart-fresh, which it also
+// knows, chaos draws itself, as its schedules always have).
+constexpr std::pair<ChaosKind, FaultKind> kShared[] = {
+    {ChaosKind::kill, FaultKind::kill},         {ChaosKind::restart, FaultKind::restart},
+    {ChaosKind::join, FaultKind::join},         {ChaosKind::partition, FaultKind::partition},
+    {ChaosKind::loss, FaultKind::loss},         {ChaosKind::straggler, FaultKind::straggler},
+};
+
 // The simulator's kind of `kind`, if it has one.
 std::optional<FaultKind> simKind(ChaosKind kind) {
-  if (kind > ChaosKind::straggler) return std::nullopt;
-  return static_cast<FaultKind>(static_cast<int>(kind));
+  for (const auto& [chaos, sim] : kShared)
+    if (chaos == kind) return sim;
+  return std::nullopt;
 }
 
-ChaosKind chaosKind(FaultKind kind) { return static_cast<ChaosKind>(static_cast<int>(kind)); }
+ChaosKind chaosKind(FaultKind kind) {
+  for (const auto& [chaos, sim] : kShared)
+    if (sim == kind) return chaos;
+  return ChaosKind::kill;  // not reached: the simulator draws only the kinds it was given
+}
 
 bool has(const std::vector<ChaosKind>& kinds, ChaosKind kind) {
   return std::find(kinds.begin(), kinds.end(), kind) != kinds.end();

@@ -465,10 +465,11 @@ void addSimulateCommand(CLI::App& app) {
       ->capture_default_str();
   command
       ->add_option("--fault-kinds", o->faultKinds,
-                   "kinds to draw from: kill, restart, join, partition, loss, straggler (default: "
-                   "all)")
+                   "kinds to draw from: kill, restart, join, partition, loss, straggler, leave, "
+                   "restart-fresh (default: all)")
       ->delimiter(',')
-      ->check(CLI::IsMember({"kill", "restart", "join", "partition", "loss", "straggler"}));
+      ->check(CLI::IsMember({"kill", "restart", "join", "partition", "loss", "straggler", "leave",
+                             "restart-fresh"}));
   command->add_option("--fault-window", o->faultWindow,
                       "virtual seconds the faults are spread over (default: steps x step time)");
   command

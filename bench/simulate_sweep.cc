@@ -88,10 +88,11 @@ int runSweep(const SweepOptions& o) {
     const SweepRun run = drawRun(seed, algorithms, o.maxVirtualSeconds);
     faults += run.config.faults.size();
     const engine::sim::SimResult r = engine::sim::simulate(run.config, registry, data);
-    // A hang: a peer that was neither killed nor failed and never ended its finish.
+    // A hang: a peer that was neither killed nor failed, did not leave, and never ended its
+    // finish.
     std::vector<std::string> broken;
     for (const engine::sim::SimPeerResult& p : r.peers)
-      if (p.alive && p.error.empty() && !p.finished)
+      if (p.alive && p.error.empty() && !p.finished && !p.left)
         broken.push_back(fmt::format("peer {} did not end (a hang)", p.id));
     const bool hung = !broken.empty();
     hangs += hung;

@@ -52,6 +52,10 @@ train::Checkpoint PeerCheckpoints::capture(const train::Learner& learner,
   return c;
 }
 
+void PeerCheckpoints::write(const train::Checkpoint& checkpoint) const {
+  train::saveCheckpoint(path_, checkpoint);
+}
+
 void PeerCheckpoints::save(const train::Learner& learner, const Algorithm& algorithm,
                            std::uint64_t step, std::uint64_t totalSteps) const {
   train::saveCheckpoint(path_, capture(learner, algorithm, step, totalSteps));

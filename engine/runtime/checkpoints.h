@@ -31,6 +31,8 @@ class PeerCheckpoints {
   // algorithm's state (saveState) and the runtime's step, in memory (the simulator keeps it so).
   static train::Checkpoint capture(const train::Learner& learner, const Algorithm& algorithm,
                                    std::uint64_t step, std::uint64_t totalSteps);
+  // Writes `checkpoint` atomically.
+  void write(const train::Checkpoint& checkpoint) const;
   // Writes capture() atomically.
   void save(const train::Learner& learner, const Algorithm& algorithm, std::uint64_t step,
             std::uint64_t totalSteps) const;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "engine/algorithm.h"
+#include "engine/life/peer_life.h"
 #include "engine/runtime/config.h"
 #include "engine/runtime/control.h"
 #include "engine/runtime/local_step.h"
@@ -22,15 +23,8 @@
 
 namespace gossamer::engine::runtime {
 
-// The members in training as the compute thread sees them: fixed between step boundaries.
-struct Roster {
-  std::vector<PeerId> members;  // sorted, self included
-  std::uint64_t epoch = 0;      // of the membership view they come from
-  std::optional<topology::Graph> graph;
-  // Past the finish barrier, where finish() runs its last rounds: a wait ends early for a peer
-  // that released the others, no longer for one that finished training (they all have).
-  bool finishing = false;
-};
+// The members in training as the compute thread sees them (the life's, engine/life).
+using Roster = life::Roster;
 
 // What a ComputeContext works with; every reference outlives it.
 struct ComputeParts {

@@ -174,42 +174,26 @@ StartPlan ClusterControl::awaitStart(std::size_t minPeers, bool resumed, Clock::
     }();
     const std::vector<PeerId> members = network_.members();
     const std::vector<PeerId> peers = others();
-    StartPlan plan;
-    std::uint64_t expectedTotal = 0;  // the cluster's step count, when it counted on this peer
-    std::size_t expectedView = 0;     // members the peers that counted on it see now
     // Not before this peer's own admission: the view may list the others first, and a status
     // request without this life's incarnation would pass a restart for the life the others
     // started with (it then trained from step 0 beside them).
-    if (!peers.empty() && network_.joined()) {
-      // Is the cluster already training, and did it count on this peer from the start?
-      for (const control::Status& status : askStatus(peers, seconds(1))) {
-        // Every peer trains the same steps: one that trained them all ends the run, for all but
-        // a member it counted on from the start (that one's steps are still to come).
-        if (status.done && !status.expected)
-          return StartPlan{
-              .totalSteps = status.totalSteps, .step = status.step, .clusterDone = true};
-        if (!status.training) continue;
-        // A peer resumed from its checkpoint was a member, but the others went on without it:
-        // it catches up with their step like a newcomer.
-        if (status.expected && !resumed) {
-          expectedTotal = status.totalSteps;
-          expectedView = std::max<std::size_t>(expectedView, status.members);
-          continue;
-        }
-        plan.late = true;
-        plan.totalSteps = status.totalSteps;
-        plan.step = std::max(plan.step, status.step);
-      }
-      // Counted on from the start: go from step 0 to the cluster's step count once this peer
-      // sees as many members as the others see now (then the peers it starts with count on it
-      // too). Not the count the cluster started with: a member may have left since.
-      if (expectedTotal > 0) {
-        if (members.size() >= expectedView) return StartPlan{.totalSteps = expectedTotal};
-      } else if (plan.late) {
-        return plan;
-      }
+    const bool joined = network_.joined();
+    std::vector<life::MemberStatus> statuses;
+    if (!peers.empty() && joined) {
+      for (const control::Status& s : askStatus(peers, seconds(1)))
+        statuses.push_back({.training = s.training,
+                            .done = s.done,
+                            .expected = s.expected,
+                            .step = s.step,
+                            .totalSteps = s.totalSteps,
+                            .members = s.members});
     }
-    if (expectedTotal == 0 && members.size() >= minPeers && network_.joined()) return StartPlan{};
+    if (const std::optional<StartPlan> plan = life::planStart({.statuses = statuses,
+                                                               .members = members.size(),
+                                                               .minPeers = minPeers,
+                                                               .resumed = resumed,
+                                                               .joined = joined}))
+      return *plan;
     const Clock::time_point now = Clock::now();
     if (now >= joinDeadline && !network_.joined()) return StartPlan{.cannotJoin = true};
     if (now >= deadline) {

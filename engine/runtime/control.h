@@ -32,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/life/start_rule.h"
 #include "engine/runtime/control_codec.h"
 #include "engine/runtime/message_queue.h"
 #include "engine/runtime/messenger.h"
@@ -41,17 +42,8 @@
 
 namespace gossamer::engine::runtime {
 
-// How a peer starts: with the others (late false; totalSteps 0: its own count, else the count the
-// cluster already training with it uses), or late, joining a cluster at `step` of `totalSteps`;
-// or not at all, because it joined no one by its join deadline (cannotJoin; nothing else set) or
-// because the cluster it found has trained all its steps (clusterDone, at `step` of `totalSteps`).
-struct StartPlan {
-  bool late = false;
-  std::uint64_t totalSteps = 0;
-  std::uint64_t step = 0;
-  bool cannotJoin = false;
-  bool clusterDone = false;
-};
+// How a peer starts (engine/life/start_rule.h).
+using StartPlan = life::StartPlan;
 
 class ClusterControl {
  public:

@@ -244,9 +244,13 @@ asio::awaitable<std::error_code> PeerNetwork::send(
 }
 
 asio::awaitable<std::error_code> PeerNetwork::awaitLink(LinkKey key) {
+  // A member already suspected gets no new attempt (it would retry a dead port meanwhile).
+  if (suspected(key.first)) co_return asio::error::host_unreachable;
   std::shared_ptr<LinkWait> wait = linkWaits_[key];
   const bool first = wait == nullptr;
   if (first) linkWaits_[key] = wait = std::make_shared<LinkWait>();
+  if (wait->queue.size() >= std::max<std::size_t>(config_.linkWaitLimit, 1))
+    co_return asio::error::no_buffer_space;
   auto waiter = std::make_shared<LinkWaiter>(io_);
   wait->queue.push_back(waiter);  // before the attempt starts: it may end at once, inline
   if (first) {

@@ -101,8 +101,10 @@ class PeerNetwork {
   // Without an open link, the sends to `to` queue for one attempt to open it (which holds none of
   // their bytes) and all fail as soon as the failure detector suspects the member there
   // (host_unreachable): connecting to a dead peer retries its closed port for connectTimeout, and
-  // the sends to it, each holding a send slot meanwhile, would take every slot of this peer. A
-  // send on a link that breaks fails (the next send opens a new one).
+  // the sends to it, each holding a send slot meanwhile, would take every slot of this peer. At
+  // most config.linkWaitLimit sends wait for one link; a send beyond them, or to a member
+  // already suspected, fails at once (no_buffer_space, host_unreachable). A send on a link that
+  // breaks fails (the next send opens a new one).
   asio::awaitable<std::error_code> send(net::Endpoint to, net::Channel channel,
                                         std::shared_ptr<const net::EncodedEnvelope> envelope,
                                         std::vector<std::span<const std::byte>> payloads);

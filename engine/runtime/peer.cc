@@ -35,15 +35,6 @@ PeerId chooseId(const NetworkConfig& n) {
   return random() | (std::uint64_t{random()} << 32);
 }
 
-std::string seedList(const NetworkConfig& n) {
-  std::string seeds;
-  for (const auto& seed : n.seeds) {
-    if (!seeds.empty()) seeds += ',';
-    seeds += seed.str();
-  }
-  return seeds.empty() ? "none (this peer started the cluster)" : seeds;
-}
-
 // The model of an externally driven peer: only the layout of the flat buffers; the caller computes
 // the gradients and evaluates (engine/runtime/peer.h).
 class LayoutModel final : public Model {
@@ -120,9 +111,10 @@ Peer::Impl::Impl(PeerConfig c, const Registry& r, std::shared_ptr<const DatasetP
   }
   if (t.resume) {
     GOSSAMER_ENFORCE(checkpoints.enabled(), "--resume needs a checkpoint (--checkpoint-dir)");
-    resumeFrom = checkpoints.load(*model, *algorithm);
+    resumeCheckpoint = checkpoints.load(*model, *algorithm);
   }
 
+  config.network.linkWaitLimit = std::max<std::size_t>(t.sendBuffers / 2, 1);
   prepareTransport(config.network, registry);
   comms = std::make_unique<Comms>(config.network, self, *compute, *algorithm,
                                   model->parameterCount() * sizeof(float), t, status, metrics);
@@ -171,86 +163,6 @@ void Peer::Impl::kill() {
   comms->network.stop(false);
 }
 
-// ---- data, members, graph (compute thread) ----------------------------------------------------
-
-std::vector<std::size_t> Peer::Impl::shardOf(std::size_t count, std::size_t rank) const {
-  const TrainingConfig& t = config.training;
-  return data::shardIndices(
-      data->train.labels, data->train.classes,
-      {.shards = count, .kind = t.split, .dirichletAlpha = t.dirichletAlpha, .seed = t.seed})[rank];
-}
-
-// The training set split over the current members, this peer taking the shard of its rank: every
-// peer computes the same partition from the same member list, so the data of a peer that left is
-// covered again, and a newcomer gets its share. A fixed shard never moves.
-void Peer::Impl::takeShard() {
-  const TrainingConfig& t = config.training;
-  const std::vector<PeerId>& members = training.roster.members;
-  const std::size_t count = t.shards > 0 ? t.shards : members.size();
-  const std::size_t rank =
-      t.shards > 0 ? t.shardIndex
-                   : static_cast<std::size_t>(std::find(members.begin(), members.end(), self) -
-                                              members.begin());
-  if (training.learner && count == training.shardCount && rank == training.shardRank) return;
-  training.shardCount = count;
-  training.shardRank = rank;
-  if (external) return;  // the caller takes its part of its data (Peer::shard)
-  if (!training.learner) {
-    training.learner = std::make_unique<train::Learner>(*compute, *model, t.optimizer, data->train,
-                                                        shardOf(count, rank), t.batch, t.seed);
-    return;
-  }
-  training.learner->setShard(shardOf(count, rank));
-  logger()->debug("peer {:016x}: data rebalanced to shard {} of {}", self, rank, count);
-}
-
-void Peer::Impl::rebuildGraph() {
-  training.roster.graph = topology->build(training.roster.members, status.step);
-}
-
-// Adopts the current view (the members in training) when it changed, or when `force`.
-void Peer::Impl::refreshMembers(bool force) {
-  const std::uint64_t current = comms->network.epoch();
-  if (!force && current == training.roster.epoch) return;
-  training.roster.members = comms->network.members();
-  training.roster.epoch = current;
-  takeShard();
-  rebuildGraph();
-  algorithm->setup(*training.context);
-}
-
-std::uint64_t Peer::Impl::totalSteps(const StartPlan& plan) const {
-  const TrainingConfig& t = config.training;
-  if (plan.totalSteps > 0) return plan.totalSteps;  // the cluster's, already training
-  if (t.maxSteps > 0) return t.maxSteps;            // always, for an externally driven peer
-  // The same on every peer: passes of the whole cluster over the training set.
-  const std::size_t shards = std::max(training.shardCount, t.minPeers);
-  const std::size_t perPass = (data->train.count() + shards * t.batch - 1) / (shards * t.batch);
-  return static_cast<std::uint64_t>(std::ceil(t.epochs * static_cast<double>(perPass)));
-}
-
-// The model and step to start from: a checkpoint, a live peer's (joining late), or the initial.
-void Peer::Impl::startFrom(const StartPlan& plan) {
-  const TrainingConfig& t = config.training;
-  if (resumeFrom) {
-    status.step = PeerCheckpoints::restore(*resumeFrom, *training.learner, *algorithm);
-    if (plan.late) {
-      status.step = std::max(status.step.load(), plan.step);
-      algorithm->resumedLate(*training.context);
-    }
-    logger()->info("peer {:016x}: resumed from {} at step {}", self, checkpoints.path(),
-                   status.step.load());
-  } else if (plan.late) {
-    algorithm->join(*training.context);
-  } else if (t.initialParams) {
-    const std::vector<float> initial =
-        t.initialParams(training.shardRank, training.learner->params().size());
-    GOSSAMER_ENFORCE_EQ(initial.size(), training.learner->params().size(),
-                        "initialParams returned the wrong size");
-    compute->upload(training.learner->params(), std::span<const float>(initial));
-  }
-}
-
 void Peer::Impl::publishSnapshot(bool final) {
   std::vector<float> params(training.learner->params().size());
   compute->download(std::span<float>(params), std::span<const float>(training.learner->params()));
@@ -261,40 +173,18 @@ void Peer::Impl::publishSnapshot(bool final) {
 
 // ---- the loop's driver (compute thread) --------------------------------------------------------
 
-double Peer::Impl::step() {
-  refreshMembers(false);
-  if (topology->timeVarying()) rebuildGraph();
-  return algorithm->step(*training.context);
-}
+double Peer::Impl::step() { return training.life->step(); }
 
 void Peer::Impl::afterStep() {
+  training.life->afterStep();
   if (comms->snapshots.wanted()) publishSnapshot(false);
   // Training alone (--min-peers 1) while the seeds keep refusing: the join timeout still holds.
   if (Clock::now() >= joinDeadline && !comms->network.joined()) training.cannotJoin = true;
 }
 
-void Peer::Impl::atEvalPoint(std::uint64_t point, const StepFigures& figures) {
-  const PointSink& sink = config.training.onEvalPoint;
-  if (!sink) return;
-  PointSample sample{
-      .point = point,
-      .model = {self, status.step, std::vector<float>(training.learner->params().size())},
-      .figures = figures,
-      .samples = training.learner->samples(),
-      .bytesSent = bytesSent()};
-  compute->download(std::span<float>(sample.model.params),
-                    std::span<const float>(training.learner->params()));
-  sink(std::move(sample));
-}
-
 bool Peer::Impl::stopping() const {
   return requests.stop || requests.leave || requests.killed || training.cannotJoin ||
          training.clusterDone;
-}
-
-void Peer::Impl::checkpointIfDue(std::uint64_t step) {
-  if (checkpoints.dueAfter(step))
-    checkpoints.save(*training.learner, *algorithm, step, status.totalSteps);
 }
 
 std::uint64_t Peer::Impl::bytesSent() const {
@@ -322,39 +212,30 @@ EvaluateFn Peer::Impl::evaluation() {
 
 bool Peer::Impl::start() {
   const TrainingConfig& t = config.training;
-  const StartPlan plan = comms->control.awaitStart(
-      t.minPeers, resumeFrom.has_value(), t.startTimeout, joinDeadline, seedList(config.network));
-  if (plan.cannotJoin) return false;
-  if (plan.clusterDone) {
+  training.life = std::make_unique<life::PeerLife>(
+      self, t, *algorithm, *compute, static_cast<life::LifeEnvironment&>(*this),
+      life::StepCounters{status.step, status.totalSteps});
+  if (!training.life->start()) {
+    const StartPlan& plan = training.life->plan();
+    if (plan.cannotJoin) return false;
     training.clusterDone = true;
     logger()->info(
         "peer {:016x}: the cluster has trained all its steps ({} of {}): nothing to join", self,
         plan.step, plan.totalSteps);
     return false;
   }
-  Roster& roster = training.roster;
-  roster.members = comms->network.members();
-  roster.epoch = comms->network.epoch();
-  comms->control.startedWith(roster.members);
-  takeShard();
-  status.totalSteps = totalSteps(plan);
-  rebuildGraph();
-  training.context = std::make_unique<ComputeContext>(
-      ComputeParts{self, t, *compute, *training.learner, roster, comms->network, comms->messenger,
-                   comms->inbox, comms->control, comms->staging, status, metrics});
-  startFrom(plan);
+  const life::Roster& roster = training.life->roster();
   logger()->info(
       "peer {:016x}: {} with {} on {} (gap {:.3f}); {} members{}; shard {} of {} ({}); "
       "steps {} to {}",
       self, algorithm->name(), topology->name(),
       // The CPU's BLAS is the process's, logged once (engine::makeCompute); a GPU is the peer's.
       compute->device() == kernels::Device::kCpu ? std::string("cpu") : compute->describe(),
-      roster.graph->spectralGap(), roster.members.size(), plan.late ? ", joined late" : "",
-      training.shardRank, training.shardCount,
+      roster.graph->spectralGap(), roster.members.size(),
+      training.life->plan().late ? ", joined late" : "", roster.shardRank, roster.shardCount,
       external ? std::string("the caller's data")
                : fmt::format("{} samples", training.learner->sampler().size()),
       status.step.load(), status.totalSteps.load());
-  algorithm->setup(*training.context);
   asio::post(comms->network.io(), [this] { comms->serveGate.open(); });
   status.commWaitNs = 0;  // waiting for the others to show up is not communication cost
 
@@ -446,7 +327,9 @@ std::span<float> Peer::grads() {
 }
 
 DataShard Peer::shard() const {
-  return DataShard{impl_->training.shardRank, std::max<std::size_t>(impl_->training.shardCount, 1)};
+  if (!impl_->training.life) return DataShard{0, 1};
+  const life::Roster& roster = impl_->training.life->roster();
+  return DataShard{roster.shardRank, std::max<std::size_t>(roster.shardCount, 1)};
 }
 
 std::size_t Peer::parameterCount() const { return impl_->model->parameterCount(); }

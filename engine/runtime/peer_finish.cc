@@ -11,7 +11,7 @@ PeerResult Peer::Impl::finish(const LoopFigures& figures) {
   if (training.cannotJoin || training.clusterDone) return notStartedResult();
   if (training.stallWatch)
     training.stallWatch->stop();  // the loop is over: the waits from here have their own bounds
-  const std::size_t shards = std::max(training.shardCount, t.minPeers);
+  const std::size_t shards = std::max(training.life->roster().shardCount, t.minPeers);
   const bool leaving = requests.leave && !requests.killed;
   const Clock::time_point finishing = Clock::now();
   const double loopEnd =
@@ -51,13 +51,8 @@ PeerResult Peer::Impl::finish(const LoopFigures& figures) {
   }
   if (t.finalConsensus && !requests.killed && !leaving && training.loop->canEvaluate())
     result.consensus = pullConsensus();
-  if (!requests.killed && !leaving) {
-    // Everyone may still be pulling final models: leave once every member is done.
-    comms->control.announce(ClusterControl::Barrier::released,
-                            without(comms->network.members(), self), t.commTimeout);
-    status.released = true;
-    comms->control.await(ClusterControl::Barrier::released, t.finishTimeout);
-  }
+  // Everyone may still be pulling final models: leave once every member is done.
+  if (!requests.killed && !leaving) training.life->release();
   const net::TrafficCounters traffic = comms->network.traffic(net::Traffic::algorithm);
   result.bytesSent = traffic.bytesSent;
   result.bytesReceived = traffic.bytesReceived;
@@ -76,24 +71,12 @@ PeerResult Peer::Impl::finish(const LoopFigures& figures) {
 // member finished (so that everything sent has arrived), then the algorithm's finish().
 void Peer::Impl::finishWithOthers(bool leaving) {
   if (requests.killed) return;
-  const TrainingConfig& t = config.training;
-  const std::vector<PeerId> others = without(comms->network.members(), self);
   if (leaving) {
-    algorithm->leave(*training.context);
-    comms->control.announce(ClusterControl::Barrier::finished, others, t.commTimeout);
+    training.life->leave();
     status.released = true;  // nobody waits for it from here
     return;
   }
-  const Clock::time_point start = Clock::now();
-  comms->control.announce(ClusterControl::Barrier::finished, others, t.commTimeout);
-  comms->control.await(ClusterControl::Barrier::finished, t.finishTimeout);
-  status.addCommWait(Clock::now() - start);
-  training.roster.finishing = true;
-  // The barrier may have ended because a member left the view (a crash): finish() works with the
-  // members as they are now, like a step would (setup() first when they changed; a new epoch with
-  // the same members changes nothing).
-  if (comms->network.members() != training.roster.members) refreshMembers(true);
-  algorithm->finish(*training.context);
+  training.life->finish();
 }
 
 PeerResult Peer::Impl::notStartedResult() {

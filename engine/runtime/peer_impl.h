@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "engine/base/log.h"
+#include "engine/life/peer_life.h"
 #include "engine/runtime/checkpoints.h"
 #include "engine/runtime/context.h"
 #include "engine/runtime/control.h"
@@ -64,8 +65,7 @@ struct Comms {
 // What exists while run() trains (compute thread).
 struct Training {
   std::unique_ptr<train::Learner> learner;
-  Roster roster;
-  std::size_t shardCount = 0, shardRank = 0;
+  std::unique_ptr<life::PeerLife> life;  // the life's rules (engine/life), over these parts
   std::unique_ptr<ComputeContext> context;
   std::unique_ptr<TrainingLoop> loop;
   std::uint64_t stepsPerEpoch = 1;
@@ -99,7 +99,9 @@ class EventLog {
   std::deque<net::membership::Event> events_;
 };
 
-struct Peer::Impl final : private LoopDriver {
+// The peer: its parts, the driver of its training loop, and the environment of its life (the
+// life's I/O: the cluster-control protocol, the view, the data, checkpoints, evaluation points).
+struct Peer::Impl final : private LoopDriver, private life::LifeEnvironment {
   Impl(PeerConfig c, const Registry& r, std::shared_ptr<const DatasetPair> d,
        std::optional<ExternalModel> e);
 
@@ -124,7 +126,7 @@ struct Peer::Impl final : private LoopDriver {
   std::unique_ptr<Algorithm> algorithm;
   std::unique_ptr<topology::Topology> topology;
   PeerCheckpoints checkpoints;
-  std::optional<train::Checkpoint> resumeFrom;  // --resume: loaded and checked at construction
+  std::optional<train::Checkpoint> resumeCheckpoint;  // --resume: loaded and checked at construction
   // A peer with seeds that joined no one by then gives up (TrainingConfig::joinTimeout).
   Clock::time_point joinDeadline = Clock::time_point::max();
   // ---- shared between threads ----
@@ -140,11 +142,6 @@ struct Peer::Impl final : private LoopDriver {
  private:
   EvaluateFn evaluation();
   std::vector<std::size_t> shardOf(std::size_t count, std::size_t rank) const;
-  void takeShard();
-  std::uint64_t totalSteps(const StartPlan& plan) const;
-  void startFrom(const StartPlan& plan);
-  void refreshMembers(bool force);
-  void rebuildGraph();
   void publishSnapshot(bool final);
   void finishWithOthers(bool leaving);
   ConsensusResult pullConsensus();
@@ -155,10 +152,27 @@ struct Peer::Impl final : private LoopDriver {
   // LoopDriver
   double step() override;
   void afterStep() override;
-  void atEvalPoint(std::uint64_t point, const StepFigures& figures) override;
   bool stopping() const override;
-  void checkpointIfDue(std::uint64_t step) override;
   std::uint64_t bytesSent() const override;
+
+  // life::LifeEnvironment (peer_environment.cc)
+  StartPlan awaitStart() override;
+  void startedWith(const std::vector<PeerId>& members) override;
+  std::vector<PeerId> members() override;
+  std::uint64_t epoch() override;
+  PeerContext& context() override;
+  train::Learner& takeShard(std::size_t count, std::size_t rank) override;
+  std::shared_ptr<const topology::Graph> graph(const std::vector<PeerId>& members,
+                                               std::uint64_t step) override;
+  bool timeVaryingGraph() const override;
+  std::uint64_t totalSteps(std::size_t shards) override;
+  const train::Checkpoint* resumeFrom() override;
+  void resumed(std::uint64_t step) override;
+  void atEvalPoint(std::uint64_t step, std::uint64_t point) override;
+  bool checkpointDue(std::uint64_t step) override;
+  void keepCheckpoint(train::Checkpoint checkpoint) override;
+  void announce(life::Barrier barrier) override;
+  bool awaitOthers(life::Barrier barrier) override;
 };
 
 // The peer's logger, and `ids` without `self`.

@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include "engine/base/json.h"
-#include "engine/train/schedule.h"
 
 namespace gossamer::engine::runtime {
 namespace {
@@ -36,8 +35,7 @@ double TrainingLoop::onClockSeconds() const {
   return Seconds(Clock::now() - start_ - offClock_).count();
 }
 
-template <typename Work>
-void TrainingLoop::offClock(Work&& work) {
+void TrainingLoop::offClock(const std::function<void()>& work) {
   const Clock::time_point begin = Clock::now();
   work();
   offClock_ += Clock::now() - begin;
@@ -63,19 +61,14 @@ void TrainingLoop::begin() {
 bool TrainingLoop::next(LoopDriver& driver) {
   const std::uint64_t total = status_.totalSteps;
   if (status_.step >= total || driver.stopping()) return false;
-  learner_.optimizer().setLearningRate(
-      train::scheduledRate(config_.optimizer.lr, config_.schedule, status_.step, total));
   const double loss = driver.step();
-  const std::uint64_t step = ++status_.step;
+  const std::uint64_t step = status_.step;
   recentLosses_.push_back(loss);
   if (recentLosses_.size() > stepsPerEpoch_) recentLosses_.pop_front();
   status_.loss = recentLosses_.size() == 1 ? loss : 0.95 * status_.loss + 0.05 * loss;
   status_.recordStep(onClockSeconds());
   driver.afterStep();
-  if (const std::optional<std::uint64_t> point = config_.evalPoints.pointAfter(step))
-    offClock([&] { driver.atEvalPoint(*point, status_.lastStep()); });
   if (evalDue(step)) offClock([&] { evaluateAndLog(step, driver.bytesSent()); });
-  driver.checkpointIfDue(step);
   const double seconds = std::max(status_.trainSeconds.load(), 1e-9);
   const std::uint64_t sent = driver.bytesSent();
   progress_->update(

@@ -1,9 +1,9 @@
 // The one training loop of every peer, training alone or in a cluster (a single peer is a
-// cluster of one): per step the learning-rate schedule, the step itself (the peer's driver runs
-// the algorithm), the emulated step time, the loss statistics and the status that any thread
-// reads; at the cluster's evaluation points (TrainingConfig::evalPoints) the driver's sample of
-// this peer; every evalEvery steps (and at the last) an evaluation of this peer's model, written
-// to the metrics log and the progress view; checkpoints when due. Compute thread.
+// cluster of one): per step the step itself (the peer's life, engine/life: the learning-rate
+// schedule, the algorithm, the cluster's evaluation points, checkpoints), the emulated step time,
+// the loss statistics and the status that any thread reads; every evalEvery steps (and at the
+// last) an evaluation of this peer's model, written to the metrics log and the progress view.
+// Compute thread.
 //
 // The loop's clock (trainSeconds, wallSeconds) is its wall time less what it spends evaluating
 // (the samples of the evaluation points and its own evaluations): time to a target read at a step
@@ -33,16 +33,14 @@ using EvaluateFn = std::function<EvalResult(std::span<const float> params, std::
 class LoopDriver {
  public:
   virtual ~LoopDriver() = default;
-  // One step at a step boundary (adopt a changed view, run the algorithm); returns the loss.
+  // One step at a step boundary, counted in the status's step (the peer's life: adopt a changed
+  // view, run the algorithm); returns the loss.
   virtual double step() = 0;
-  // After the step is counted (publish a snapshot someone waits for).
+  // After the loop took the step's figures (the life's evaluation point and checkpoint; publish a
+  // snapshot someone waits for).
   virtual void afterStep() = 0;
-  // At evaluation point `point` (this peer just completed its step), off the clock: hand the
-  // cluster a copy of the model with `figures`, the loop's as of this step.
-  virtual void atEvalPoint(std::uint64_t /*point*/, const StepFigures& /*figures*/) {}
   // Whether to stop before the next step (a stop or leave request, a kill).
   virtual bool stopping() const = 0;
-  virtual void checkpointIfDue(std::uint64_t step) = 0;
   // Algorithm bytes this peer has sent, for the log.
   virtual std::uint64_t bytesSent() const = 0;
 };
@@ -79,6 +77,8 @@ class TrainingLoop {
   // has no evaluation.
   EvalResult evaluate(std::size_t samples);
   bool canEvaluate() const { return static_cast<bool>(evaluate_); }
+  // Runs `work` off the loop's clock (an evaluation point's copy of the model).
+  void offClock(const std::function<void()>& work);
   // The run's last record in the metrics log.
   void logFinal(std::uint64_t steps, double wallSeconds, const EvalResult& test,
                 double samplesPerSecond, std::uint64_t bytesSent, double commWaitFraction);
@@ -88,9 +88,6 @@ class TrainingLoop {
   bool evalDue(std::uint64_t step) const;
   // The loop's time so far on its clock.
   double onClockSeconds() const;
-  // Runs `work` off the clock.
-  template <typename Work>
-  void offClock(Work&& work);
 
   const TrainingConfig& config_;
   const PeerId self_;

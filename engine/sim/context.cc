@@ -37,7 +37,7 @@ bool SimContext::doneSending(PeerId peer) const {
   if (!std::binary_search(p_.view.begin(), p_.view.end(), peer)) return true;
   const SimPeer* other = p_.world.current(peer);
   if (other == nullptr || other->phase == Phase::dead) return false;  // until the view drops it
-  const Phase mark = p_.finishing ? Phase::released : Phase::finished;
+  const Phase mark = p_.roster().finishing ? Phase::released : Phase::finished;
   return p_.world.phaseSeen(*other, p_, mark);
 }
 

@@ -11,11 +11,11 @@ class SimContext final : public PeerContext {
   explicit SimContext(SimPeer& p) : p_(p) {}
 
   PeerId self() const override { return p_.id; }
-  const std::vector<PeerId>& members() const override { return p_.members; }
-  std::uint64_t epoch() const override { return p_.epoch; }
-  const topology::Graph& graph() const override { return *p_.graph; }
+  const std::vector<PeerId>& members() const override { return p_.roster().members; }
+  std::uint64_t epoch() const override { return p_.roster().epoch; }
+  const topology::Graph& graph() const override { return *p_.roster().graph; }
   std::uint64_t step() const override { return p_.step; }
-  std::uint64_t totalSteps() const override { return p_.world.shared().totalSteps; }
+  std::uint64_t totalSteps() const override { return p_.totalSteps; }
 
   kernels::Compute& compute() override { return *p_.world.shared().compute; }
   std::span<float> params() override { return p_.learner->params(); }

@@ -22,22 +22,28 @@ const char* name(FaultKind kind) {
       return "loss";
     case FaultKind::straggler:
       return "straggler";
+    case FaultKind::leave:
+      return "leave";
+    case FaultKind::restartFresh:
+      return "restart-fresh";
   }
   return "?";
 }
 
 std::optional<FaultKind> faultKindNamed(std::string_view text) {
   for (FaultKind k : {FaultKind::kill, FaultKind::restart, FaultKind::join, FaultKind::partition,
-                      FaultKind::loss, FaultKind::straggler})
+                      FaultKind::loss, FaultKind::straggler, FaultKind::leave,
+                      FaultKind::restartFresh})
     if (text == name(k)) return k;
   return std::nullopt;
 }
 
 std::vector<Fault> drawFaults(std::uint64_t seed, std::size_t count, double windowSeconds,
                               const std::vector<FaultKind>& kinds) {
-  constexpr FaultKind kKinds[] = {FaultKind::kill,      FaultKind::restart, FaultKind::join,
-                                  FaultKind::partition, FaultKind::loss,    FaultKind::straggler};
-  std::vector<double> weights = {0.25, 0.2, 0.1, 0.15, 0.15, 0.15};
+  constexpr FaultKind kKinds[] = {
+      FaultKind::kill, FaultKind::restart,   FaultKind::join,  FaultKind::partition,
+      FaultKind::loss, FaultKind::straggler, FaultKind::leave, FaultKind::restartFresh};
+  std::vector<double> weights = {0.25, 0.2, 0.1, 0.15, 0.15, 0.15, 0.1, 0.1};
   if (!kinds.empty()) {
     for (std::size_t k = 0; k < weights.size(); ++k)
       if (std::find(kinds.begin(), kinds.end(), kKinds[k]) == kinds.end()) weights[k] = 0;
@@ -65,6 +71,8 @@ std::string describe(const Fault& f) {
     case FaultKind::kill:
     case FaultKind::join:
     case FaultKind::restart:
+    case FaultKind::leave:
+    case FaultKind::restartFresh:
       return name(f.kind);
     case FaultKind::partition:
       return fmt::format("partition for {:.2f} s", f.seconds);

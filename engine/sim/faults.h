@@ -16,9 +16,12 @@
 
 namespace gossamer::engine::sim {
 
-// The fault kinds of the chaos benchmark (bench/chaos_bench.cc).
-enum class FaultKind { kill, restart, join, partition, loss, straggler };
-const char* name(FaultKind kind);  // "kill", "restart", "join", "partition", "loss", "straggler"
+// The fault kinds of the chaos benchmark (bench/chaos_bench.cc), and two more of the simulator's:
+// a graceful leave (SIGTERM) and a restart without --resume (a new life at the same address that
+// has no checkpoint, which the others must take for a newcomer).
+enum class FaultKind { kill, restart, join, partition, loss, straggler, leave, restartFresh };
+// "kill", "restart", "join", "partition", "loss", "straggler", "leave", "restart-fresh"
+const char* name(FaultKind kind);
 std::optional<FaultKind> faultKindNamed(std::string_view text);
 
 struct Fault {
@@ -31,8 +34,9 @@ struct Fault {
 
 // A fault schedule drawn as the chaos benchmark draws its own: `count` faults at uniformly random
 // times in [0.1, 0.85] x windowSeconds, kinds weighted kill 0.25, restart 0.2, join 0.1,
-// partition 0.15, loss 0.15, straggler 0.15 (only `kinds` when not empty), lasting 2-6 s, loss
-// rates 0.1-0.3, slow-downs 3-5x. The same seed gives the same schedule.
+// partition 0.15, loss 0.15, straggler 0.15, leave 0.1, restart-fresh 0.1 (only `kinds` when
+// not empty), lasting 2-6 s, loss rates 0.1-0.3, slow-downs 3-5x. The same seed gives the same
+// schedule.
 std::vector<Fault> drawFaults(std::uint64_t seed, std::size_t count, double windowSeconds,
                               const std::vector<FaultKind>& kinds = {});
 std::string describe(const Fault& fault);

@@ -8,6 +8,7 @@
 //   membership.cc  a life's SWIM protocol in virtual time (SimMembership), its control links
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "engine/algorithm.h"
+#include "engine/life/peer_life.h"
 #include "engine/runtime/consensus.h"
 #include "engine/runtime/eval_points.h"
 #include "engine/runtime/payload_codec.h"
@@ -66,7 +68,10 @@ struct Wire {
   bool beforeFinish = false;
 };
 
-enum class Phase { training, finished, released, dead };
+// A life's phase as the world sees it: waiting to start, training, finished training (its
+// finished mark sent), released the others, left the cluster (a graceful leave, or it found the
+// cluster done), dead (killed, or failed).
+enum class Phase { waiting, training, finished, released, left, dead };
 
 class World;
 class SimPeer;
@@ -120,6 +125,7 @@ struct Shared {
   std::unique_ptr<Model> model;
   std::unique_ptr<topology::Topology> topology;
   std::string algorithm;
+  runtime::TrainingConfig training;  // the configuration's, with the evaluation points set
   std::uint64_t totalSteps = 0;
   Invariants invariants;  // the algorithm's, checked at the end
   // The run's SWIM options, stretched for the profile's longest round trip as a real peer's are.
@@ -159,8 +165,47 @@ class SimMembership final : public net::membership::Environment {
 
 class SimContext;
 class SimServe;
+class SimPeer;
 
-// One life of a peer: its fiber, learner, algorithm and views. A restart is a new life of the
+// A simulated peer as the environment of its life (engine/life/peer_life.h): the start rule over
+// what the world's other lives would answer, its membership view, the world's shards and graphs,
+// the checkpoints the world keeps, the evaluation board, and the barriers in virtual time.
+class SimLife final : public life::LifeEnvironment {
+ public:
+  explicit SimLife(SimPeer& peer) : p_(peer) {}
+  life::StartPlan awaitStart() override;
+  void startedWith(const std::vector<PeerId>& members) override;
+  std::vector<PeerId> members() override;
+  std::uint64_t epoch() override;
+  PeerContext& context() override;
+  train::Learner& takeShard(std::size_t count, std::size_t rank) override;
+  std::shared_ptr<const topology::Graph> graph(const std::vector<PeerId>& members,
+                                               std::uint64_t step) override;
+  bool timeVaryingGraph() const override;
+  std::uint64_t totalSteps(std::size_t shards) override;
+  const train::Checkpoint* resumeFrom() override { return resumeFrom_; }
+  void atEvalPoint(std::uint64_t step, std::uint64_t point) override;
+  bool checkpointDue(std::uint64_t step) override;
+  void keepCheckpoint(train::Checkpoint checkpoint) override;
+  void announce(life::Barrier barrier) override;
+  bool awaitOthers(life::Barrier barrier) override;
+
+  // A restart from its checkpoint (null: a new life without one).
+  void resumeFrom(const train::Checkpoint* checkpoint) { resumeFrom_ = checkpoint; }
+  // Whether this life started training with life `life` of `id` (a status reply's `expected`).
+  bool expects(PeerId id, std::size_t life) const;
+
+ private:
+  // What `other` would answer to this life's status request.
+  life::MemberStatus statusOf(const SimPeer& other) const;
+
+  SimPeer& p_;
+  const train::Checkpoint* resumeFrom_ = nullptr;
+  std::map<PeerId, std::size_t> startLives_;
+};
+
+// One life of a peer: its fiber, learner, algorithm, membership and what the world measures of
+// it; its rules are its PeerLife's, the same as a real peer's. A restart is a new life of the
 // same id.
 class SimPeer {
  public:
@@ -179,35 +224,32 @@ class SimPeer {
   void poke();
   // Its membership protocol delivered an event: the view follows, and the fiber looks again.
   void viewChanged();
+  // Whether every other member of the view has `mark`'s phase as this life sees it.
+  bool othersDone(Phase mark) const;
+  const life::Roster& roster() const { return lifecycle->roster(); }
 
   World& world;
   const PeerId id;
   const std::size_t life;
   const bool late;
-  Phase phase = Phase::training;
+  Phase phase = Phase::waiting;
   bool killed = false;
+  bool leaveRequested = false;  // a graceful leave at its next step boundary
   bool waiting = false;
   bool serveOpen = false;
   std::uint64_t blockToken = 0;
   // When it began training (after setup), finished training, and ended finish() or died.
   TimePoint trainStart{}, finishedAt{}, releasedAt{};
-  std::uint64_t step = 0;
+  std::atomic<std::uint64_t> step{0}, totalSteps{0};
   std::uint64_t bytesSent = 0;
   Duration commWait{};
   Duration computeTime{};
   double stepFactor = 1;  // a straggler's
   std::string error;
-  std::uint64_t startStep = 0;  // the step this life began training at
 
-  // The membership view (what isMember reads: its protocol's, updated at each of its events)
-  // and the roster the compute side adopted.
+  // The membership view (what isMember reads: its protocol's, updated at each of its events).
   std::vector<PeerId> view;
   std::uint64_t viewEpoch = 0;
-  std::vector<PeerId> members;
-  std::uint64_t epoch = 0;
-  std::shared_ptr<const topology::Graph> graph;
-  bool finishing = false;
-  std::size_t shardCount = 0, shardRank = 0;
 
   // Frames sent before their senders finished training, on their way to this life, by sender.
   std::map<PeerId, std::size_t> inflightFrom;
@@ -221,6 +263,8 @@ class SimPeer {
   std::unique_ptr<Algorithm> algorithm;
   std::unique_ptr<SimContext> context;
   std::unique_ptr<SimServe> serveContext;
+  SimLife environment{*this};
+  std::unique_ptr<life::PeerLife> lifecycle;  // its rules (engine/life)
   std::unique_ptr<Fiber> fiber;
   SimMembership membershipEnvironment{*this};
   std::unique_ptr<net::membership::Protocol> membership;
@@ -228,8 +272,8 @@ class SimPeer {
  private:
   void body();
   void run();
-  void adoptView();
-  bool othersDone(bool released) const;
+  // Leaves the cluster gracefully (the others record `left`), ending this life.
+  void leaveCluster();
 };
 
 class World {
@@ -277,6 +321,8 @@ class World {
   // `peer` completed the step of evaluation point `point`: its sample joins the board, and the
   // points every peer has passed (or will not) are evaluated.
   void samplePoint(const SimPeer& peer, std::uint64_t point);
+  // The lives of `id` (the current one, then the ended ones).
+  std::vector<const SimPeer*> livesOf(PeerId id) const;
   // The last checkpoint of each peer id (TrainingConfig::checkpointEvery), kept in memory as a
   // real peer keeps it in its file; null when it has none.
   void keepCheckpoint(PeerId id, train::Checkpoint checkpoint) {
@@ -301,7 +347,9 @@ class World {
 
   void deliver(const std::shared_ptr<const Wire>& wire, PeerId to, std::size_t life);
   void applyFault(const Fault& fault);
-  void startLife(PeerId id, bool late);
+  // A new life of `id`: an initial one, or one that comes late (a joiner; a restart from
+  // `checkpoint`, or without one).
+  void startLife(PeerId id, bool late, const train::Checkpoint* checkpoint = nullptr);
   void kill(SimPeer& peer);
   // Makes the membership protocol of a new life: an initial peer starts in the formed cluster
   // of the initial peers; a late one joins through them as seeds.

@@ -58,7 +58,7 @@ void World::send(SimPeer& from, std::span<const PeerId> to, const Message& messa
   wire->header.scalars = message.scalars;
   wire->header.integers = message.integers;
   wire->serve = serve;
-  wire->beforeFinish = from.phase == Phase::training;
+  wire->beforeFinish = from.phase == Phase::waiting || from.phase == Phase::training;
   std::size_t bytes = kFrameHeaderBytes + 8 * (message.scalars.size() + message.integers.size());
   for (std::size_t i = 0; i < message.payloads.size(); ++i) {
     // Decoded once for every recipient, by the code a receiver runs (all decode the same bytes).
@@ -89,7 +89,8 @@ void World::send(SimPeer& from, std::span<const PeerId> to, const Message& messa
     }
     ++result_.messages;
     SimPeer* receiver = current(target);
-    if (receiver == nullptr || receiver->phase == Phase::dead || partitioned(from.id, target)) {
+    if (receiver == nullptr || receiver->phase == Phase::dead || receiver->phase == Phase::left ||
+        partitioned(from.id, target)) {
       ++result_.dropped;
       continue;
     }
@@ -123,7 +124,8 @@ void World::deliver(const std::shared_ptr<const Wire>& wire, PeerId to, std::siz
   if (auto it = peer->inflightFrom.find(wire->header.from);
       wire->beforeFinish && it != peer->inflightFrom.end() && it->second > 0)
     --it->second;
-  if (peer->phase == Phase::dead || partitioned(wire->header.from, to)) {
+  if (peer->phase == Phase::dead || peer->phase == Phase::left ||
+      partitioned(wire->header.from, to)) {
     ++result_.dropped;
     return;
   }

@@ -19,10 +19,10 @@ runtime::EvalPoint World::point(std::span<const runtime::Snapshot> snapshots, st
   double bytes = 0, wait = 0, compute = 0;
   std::size_t count = 0;
   for (const auto& [id, p] : slots_) {
-    if (p->phase == Phase::dead) continue;
+    if (p->phase == Phase::dead || p->phase == Phase::left) continue;
     ++count;
-    pt.minStep = std::min(pt.minStep, p->step);
-    pt.maxStep = std::max(pt.maxStep, p->step);
+    pt.minStep = std::min(pt.minStep, p->step.load());
+    pt.maxStep = std::max(pt.maxStep, p->step.load());
     pt.meanStep += static_cast<double>(p->step);
     pt.samples += p->learner ? p->learner->samples() : 0;
     bytes += static_cast<double>(p->bytesSent);
@@ -65,7 +65,8 @@ void World::evaluatePoints() {
   // A life owes a point while it trains short of it; one that died, or began past it, does not.
   const auto owes = [this](PeerId id, std::uint64_t step) {
     const SimPeer* p = current(id);
-    return p != nullptr && p->phase == Phase::training && p->step < step;
+    return p != nullptr && (p->phase == Phase::waiting || p->phase == Phase::training) &&
+           p->step < step;
   };
   for (std::vector<runtime::PointSample>& samples : points_.takeComplete(ids, owes)) {
     runtime::EvalPoint pt = runtime::evaluateAveraged(runtime::averagePoint(std::move(samples)),
@@ -78,7 +79,8 @@ void World::evaluatePoints() {
 void World::evaluate(bool final) {
   std::vector<runtime::Snapshot> snapshots;
   for (const auto& [id, p] : slots_) {
-    if (p->phase == Phase::dead || !p->learner) continue;
+    // A life that left holds no part of the cluster's model.
+    if (p->phase == Phase::dead || p->phase == Phase::left || !p->learner) continue;
     const std::span<const float> params = p->learner->params();
     snapshots.push_back({id, p->step, std::vector<float>(params.begin(), params.end())});
   }
@@ -93,10 +95,10 @@ void World::evaluate(bool final) {
 }
 
 void World::checkInvariants(SimResult& r) {
-  // The peers that were not killed: the live ones, and those whose fiber threw.
+  // The peers that were not killed and did not leave: the live ones, and those whose fiber threw.
   std::vector<Survivor> survivors;
   for (const SimPeerResult& p : r.peers)
-    if (p.alive || !p.error.empty())
+    if ((p.alive && !p.left) || !p.error.empty())
       survivors.push_back({.name = fmt::format("peer {}", p.id),
                            .error = p.error,
                            .steps = p.steps,

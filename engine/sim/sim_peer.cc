@@ -47,7 +47,7 @@ SimPeer::SimPeer(World& w, PeerId peerId, std::size_t lifeNumber, bool joinsLate
       late(joinsLate),
       rng(w.shared().config.training.seed * 0x9e3779b97f4a7c15ull ^ peerId) {
   const Shared& s = w.shared();
-  const runtime::TrainingConfig& t = s.config.training;
+  const runtime::TrainingConfig& t = s.training;
   // Decoded payloads get memory of their own (the simulator has no receive slots).
   codec = std::make_unique<runtime::PayloadCodec>(
       *s.compute, *s.compute, t.compression, t.seed ^ peerId,
@@ -55,6 +55,8 @@ SimPeer::SimPeer(World& w, PeerId peerId, std::size_t lifeNumber, bool joinsLate
   algorithm = s.registry.algorithms.get(s.algorithm).make(t.algorithmOptions);
   context = std::make_unique<SimContext>(*this);
   serveContext = std::make_unique<SimServe>(*this);
+  lifecycle = std::make_unique<life::PeerLife>(id, t, *algorithm, *s.compute, environment,
+                                               life::StepCounters{step, totalSteps});
 }
 
 SimPeer::~SimPeer() = default;
@@ -85,31 +87,12 @@ void SimPeer::poke() {
   if (waiting && !killed) world.resume(*this);
 }
 
-void SimPeer::adoptView() {
-  members = view;
-  epoch = viewEpoch;
-  const std::size_t rank =
-      static_cast<std::size_t>(std::find(members.begin(), members.end(), id) - members.begin());
-  const std::size_t count = members.size();
-  const Shared& s = world.shared();
-  const runtime::TrainingConfig& t = s.config.training;
-  if (!learner) {
-    learner = std::make_unique<train::Learner>(*s.compute, *s.model, t.optimizer, s.data->train,
-                                               world.shard(count, rank), t.batch, t.seed);
-  } else if (count != shardCount || rank != shardRank) {
-    learner->setShard(world.shard(count, rank));
-  }
-  shardCount = count;
-  shardRank = rank;
-  graph = world.graph(members, step);
-}
-
-bool SimPeer::othersDone(bool released) const {
+bool SimPeer::othersDone(Phase mark) const {
   for (PeerId other : view) {
     if (other == id) continue;
     const SimPeer* p = world.current(other);
     if (p == nullptr || p->phase == Phase::dead) return false;  // until the view drops it
-    if (!world.phaseSeen(*p, *this, released ? Phase::released : Phase::finished)) return false;
+    if (!world.phaseSeen(*p, *this, mark)) return false;
   }
   return true;
 }
@@ -130,82 +113,41 @@ void SimPeer::body() {
   }
 }
 
+// The life of a real peer (runtime::Peer::run), on the fiber: start, the steps (or a leave at a
+// step boundary), finish with the others, release them.
 void SimPeer::run() {
-  const Shared& s = world.shared();
-  const runtime::TrainingConfig& t = s.config.training;
-  if (late) {
-    // As the runtime's start: admitted by a seed, and someone else in the view to learn from.
-    const bool admitted = block([this] { return membership->joined() && view.size() > 1; },
-                                world.now() + t.startTimeout);
-    GOSSAMER_ENFORCE(admitted, "peer {} joined no one within {} ms (every seed dead or cut off)",
-                     id, t.startTimeout.count());
+  if (!lifecycle->start()) {
+    // The cluster had trained all its steps: nothing to join; it leaves at once, holding nobody.
+    leaveCluster();
+    return;
   }
-  adoptView();
-  if (const train::Checkpoint* saved = late ? world.checkpointOf(id) : nullptr) {
-    // A restart from its checkpoint, as a resumed peer starts (runtime::Peer's startFrom): the
-    // learner and the algorithm's state restored; when others are training, it goes on from
-    // their step if that is later, and drops what the others counted as lost with it.
-    step = runtime::PeerCheckpoints::restore(*saved, *learner, *algorithm);
-    std::optional<std::uint64_t> clusterStep;
-    for (PeerId other : view) {
-      const SimPeer* p = world.current(other);
-      if (other != id && p != nullptr && p->phase == Phase::training)
-        clusterStep = std::max(clusterStep.value_or(0), p->step);
-    }
-    if (clusterStep) {
-      step = std::max(step, *clusterStep);
-      algorithm->resumedLate(*context);
-    }
-  } else if (late) {
-    algorithm->join(*context);
-  } else if (t.initialParams) {
-    const std::vector<float> initial = t.initialParams(shardRank, learner->params().size());
-    GOSSAMER_ENFORCE_EQ(initial.size(), learner->params().size(),
-                        "initialParams returned the wrong size");
-    s.compute->upload(learner->params(), std::span<const float>(initial));
-  }
-  startStep = step;
-  algorithm->setup(*context);
+  phase = Phase::training;
   serveOpen = true;
   // As a real peer: the clock of its training starts here, and waiting for the others to show
   // up (or pulling a model to join) is not part of its waits.
   trainStart = world.now();
   commWait = {};
-  const runtime::EvalSchedule points{.everySteps = s.config.evalEverySteps};
-  while (step < s.totalSteps) {
-    if (epoch != viewEpoch) {
-      adoptView();
-      algorithm->setup(*context);
-    } else if (s.topology->timeVarying()) {
-      graph = world.graph(members, step);
+  while (step < totalSteps) {
+    if (leaveRequested) {
+      lifecycle->leave();
+      leaveCluster();
+      return;
     }
-    learner->optimizer().setLearningRate(
-        train::scheduledRate(t.optimizer.lr, t.schedule, step, s.totalSteps));
-    algorithm->step(*context);
-    ++step;
-    if (const std::optional<std::uint64_t> point = points.pointAfter(step))
-      world.samplePoint(*this, *point);
-    // The runtime's checkpointIfDue (a real peer writes it to its file; the last one, at the
-    // end, matters to no restart here: only a peer in training is killed).
-    if (t.checkpointEvery > 0 && step % static_cast<std::uint64_t>(t.checkpointEvery) == 0)
-      world.keepCheckpoint(
-          id, runtime::PeerCheckpoints::capture(*learner, *algorithm, step, s.totalSteps));
+    lifecycle->step();
+    lifecycle->afterStep();
   }
-  phase = Phase::finished;
-  finishedAt = world.now();
-  world.pokeAll();
-  const TimePoint start = world.now();
-  block([this] { return othersDone(false); }, start + t.finishTimeout);
-  commWait += world.now() - start;
-  finishing = true;
-  if (epoch != viewEpoch) {
-    adoptView();
-    algorithm->setup(*context);
+  lifecycle->finish();
+  lifecycle->release();
+}
+
+void SimPeer::leaveCluster() {
+  if (phase != Phase::left) {
+    finishedAt = releasedAt = world.now();
+    phase = Phase::left;
   }
-  algorithm->finish(*context);
-  phase = Phase::released;
-  releasedAt = world.now();
+  serveOpen = false;
   world.pokeAll();
+  membership->leave(std::chrono::milliseconds(2000), [] {});
 }
 
 }  // namespace gossamer::engine::sim::detail

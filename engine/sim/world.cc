@@ -34,6 +34,8 @@ World::World(const SimConfig& config, const Registry& registry,
       evaluator_(registry, config.training.model, modelConfig(config.training, *data), data->test) {
   const runtime::TrainingConfig& t = config.training;
   GOSSAMER_ENFORCE(config.peers >= 1, "a simulation needs at least one peer");
+  shared_.training = t;
+  shared_.training.evalPoints = runtime::EvalSchedule{.everySteps = config.evalEverySteps};
   shared_.compute = kernels::cpu::makeCompute({.blasThreads = 1});
   shared_.model = registry.models.get(t.model)(*shared_.compute, modelConfig(t, *data));
   const AlgorithmSpec& spec = registry.algorithms.get(t.algorithm);
@@ -105,7 +107,15 @@ std::vector<PeerId> World::liveIds() const {
   return ids;
 }
 
-void World::startLife(PeerId id, bool late) {
+std::vector<const SimPeer*> World::livesOf(PeerId id) const {
+  std::vector<const SimPeer*> lives;
+  if (const auto it = slots_.find(id); it != slots_.end()) lives.push_back(it->second.get());
+  for (const auto& old : past_)
+    if (old->id == id) lives.push_back(old.get());
+  return lives;
+}
+
+void World::startLife(PeerId id, bool late, const train::Checkpoint* checkpoint) {
   std::size_t life = 0;
   if (auto it = slots_.find(id); it != slots_.end()) {
     life = it->second->life + 1;
@@ -113,6 +123,7 @@ void World::startLife(PeerId id, bool late) {
   }
   auto peer = std::make_unique<SimPeer>(*this, id, life, late);
   SimPeer& p = *peer;
+  p.environment.resumeFrom(checkpoint);
   slots_[id] = std::move(peer);
   startMembership(p);
   p.start();
@@ -149,25 +160,30 @@ void World::applyFault(const Fault& fault) {
     startLife(id, true);
     return;
   }
-  if (fault.kind == FaultKind::restart) {
+  if (fault.kind == FaultKind::restart || fault.kind == FaultKind::restartFresh) {
+    // The first killed peer, at the same address, as a new life: from its checkpoint (--resume)
+    // when it has one and the fault says so, else from nothing (the others took it for a new
+    // member: it joins late at their step).
     for (const auto& [id, p] : slots_) {
       if (p->phase != Phase::dead || !p->killed) continue;
-      const train::Checkpoint* saved = checkpointOf(id);
+      const train::Checkpoint* saved =
+          fault.kind == FaultKind::restart ? checkpointOf(id) : nullptr;
       result_.faultLog.push_back(fmt::format(
           "{:.3f} s: {} -> peer {} {}", t, describe(fault), id,
           saved != nullptr
               ? fmt::format("from its checkpoint of step {}", saved->metaInt("runtime.step"))
-              : std::string("without a checkpoint (a late joiner)")));
-      startLife(id, true);
+              : std::string("without a checkpoint")));
+      startLife(id, true, saved);
       return;
     }
     return skipped("no killed peer");
   }
   std::vector<PeerId> live;
   for (const auto& [id, p] : slots_)
-    if (p->phase == Phase::training) live.push_back(id);
+    if (p->phase == Phase::waiting || p->phase == Phase::training) live.push_back(id);
   if (live.empty()) return skipped("no peer in training");
-  if (fault.kind == FaultKind::kill && live.size() <= std::max<std::size_t>(2, config_.peers / 2))
+  if ((fault.kind == FaultKind::kill || fault.kind == FaultKind::leave) &&
+      live.size() <= std::max<std::size_t>(2, config_.peers / 2))
     return skipped(fmt::format("only {} live", live.size()));
   const PeerId target = live[fault.pick % live.size()];
   SimPeer& peer = *current(target);
@@ -177,7 +193,13 @@ void World::applyFault(const Fault& fault) {
     case FaultKind::kill:
       kill(peer);
       break;
+    case FaultKind::leave:
+      // As SIGTERM: it leaves at its next step boundary (one waiting to start leaves once it
+      // has started).
+      peer.leaveRequested = true;
+      break;
     case FaultKind::restart:
+    case FaultKind::restartFresh:
     case FaultKind::join:
       break;
     case FaultKind::partition: {
@@ -268,15 +290,17 @@ SimResult World::run() {
     SimPeerResult r;
     r.id = id;
     r.steps = p->step;
-    r.startStep = p->startStep;
+    r.startStep = p->lifecycle->startStep();
     r.alive = p->phase != Phase::dead;
     r.finished = p->phase == Phase::released;
+    r.left = p->phase == Phase::left;
     r.bytesSent = p->bytesSent;
     r.commWaitSeconds = Seconds(p->commWait).count();
     if (p->trainStart != TimePoint{} && p->phase != Phase::dead) {
       // A life still training or finishing (a stopped run) ends with the run.
       const TimePoint trained = p->phase == Phase::training ? now_ : p->finishedAt;
-      const TimePoint ended = p->phase == Phase::released ? p->releasedAt : now_;
+      const TimePoint ended =
+          p->phase == Phase::released || p->phase == Phase::left ? p->releasedAt : now_;
       r.trainSeconds = Seconds(trained - p->trainStart).count();
       r.finishSeconds = Seconds(ended - trained).count();
       const double run = r.trainSeconds + r.finishSeconds;

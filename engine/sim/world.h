@@ -40,25 +40,33 @@
 //               protocol's (events set it); the compute side adopts it at its next step boundary
 //               (setup() again), as the runtime does. Opening a link takes one round trip;
 //               links are otherwise not modelled (no connection set-up on a first frame).
-//   runtime     the runtime's rules that algorithms rely on: all peers start together; a gather
-//               ends early for a peer that left the view or finished training (or, in finish(),
-//               released the others), as seen after the profile's longest one-way delay (the
-//               runtime's finished and released marks) and once everything it sent while
-//               training has arrived; finish() runs once every member has finished so; serve() runs
-//               on delivery (in the scheduler, never in a fiber), held back until the peer's first
-//               setup(); pullModel answers on arrival with the target's current params and step.
+//   life        each life runs the peer's life of real peers (engine/life/peer_life.h), the same
+//               object runtime::Peer drives: its start rule (a late life asks the live members'
+//               status, read off their lives: it joins late at their step, starts from step 0
+//               when they counted on it, or finds the cluster done and leaves at once), its
+//               steps, its checkpoints and evaluation points, its leave and its finish and
+//               released barriers. The simulator adds only virtual time: a gather ends early for
+//               a peer that left the view or finished training (or, in finish(), released the
+//               others), as seen after the profile's longest one-way delay (the runtime's
+//               finished and released marks) and once everything it sent while training has
+//               arrived; serve() runs on delivery (in the scheduler, never in a fiber), held back
+//               until the peer's first setup(); pullModel answers on arrival with the target's
+//               current params and step. Nobody pulls final models, so the released barrier
+//               waits for nothing.
 //   faults      the chaos benchmark's kinds and rules, drawn from a seed (drawFaults): kill (the
 //               fiber is unwound at once and never steps again; skipped unless more than half
 //               the peers, and at least 3, would remain), restart (the first killed peer comes
-//               back: from its last checkpoint when it has one, as the chaos benchmark's
-//               restarted peer, else as a late joiner through Algorithm::join), join of a new
-//               peer (up to twice the starting peers), partition of one peer from all others
+//               back as a new life at the same address: from its last checkpoint when it has
+//               one, as with --resume, else from nothing), restart-fresh (the same without its
+//               checkpoint, as without --resume), join of a new peer (up to twice the starting
+//               peers), leave (SIGTERM: the peer leaves at its next step boundary through
+//               Algorithm::leave; skipped as a kill is), partition of one peer from all others
 //               (frames dropped both ways), loss added to one peer's links, a straggler.
 //   checkpoints every checkpointEvery steps a peer's checkpoint (runtime::PeerCheckpoints::capture:
 //               learner, optimizer state, place in the data, the algorithm's saveState, the step)
-//               replaces its last one, in memory; a restart restores it as a resumed peer
-//               (PeerCheckpoints::restore) and goes on from the step of the peers in training
-//               when that is later, calling Algorithm::resumedLate, as runtime::Peer does.
+//               replaces its last one, in memory; a restart restores it as a resumed peer does
+//               (the life's start: PeerCheckpoints::restore, the step of the peers in training
+//               when that is later, Algorithm::resumedLate).
 //               Algorithms that number lives by the wall clock (gosgd) read virtual time
 //               (PeerContext::wallNow), so a restart is a later life and nothing of the host leaks.
 //
@@ -137,6 +145,8 @@ struct SimPeerResult {
   std::uint64_t startStep = 0;
   bool alive = true;      // its last life was not killed
   bool finished = false;  // it ran finish()
+  // Its last life left the cluster: a graceful leave, or it came when the cluster was done.
+  bool left = false;
   std::uint64_t bytesSent = 0;
   double commWaitSeconds = 0;
   // Its last life's virtual time in training and in finishing (to the end of its finish()), and
