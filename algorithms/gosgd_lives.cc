@@ -51,6 +51,13 @@ bool Gosgd::admit(engine::PeerContext& ctx, engine::Incoming& m) {
         ->info("gosgd: peer {:016x} is back in the same life (a partition healed)", m.from);
   Report& latest = reports_[m.from];
   if (report.seq >= latest.seq) latest = report;
+  // A message of a life already recorded ended, in flight when it ended: its report is later than
+  // the record, and a transfer in it is merged here, so the record follows (the others learn it
+  // with this peer's settled marks, which carry every record). Else the weight it carried would
+  // count twice: in this peer's weight and in the record of the dead.
+  if (const auto dead = dead_.find({m.from, life});
+      dead != dead_.end() && report.seq > dead->second.seq)
+    dead->second = report;
   if (toLife != 0 && toLife != life_) {
     // For a previous life of this peer: its ids are not ours, and it may have merged a transfer.
     ctx.metrics().add("gosgd.to_previous_life", 1);
@@ -92,8 +99,16 @@ void Gosgd::endLife(engine::PeerContext& ctx, PeerId peer, bool restarted) {
 }
 
 void Gosgd::noteDead(const Life& life, const Report& report) {
-  const auto [it, inserted] = dead_.emplace(life, report);
-  if (!inserted && report.seq > it->second.seq) it->second = report;
+  Report latest = report;
+  // What this peer heard from that life itself may be later than the record it is told (a
+  // message of it still in flight when the others saw it end).
+  if (const auto heard = lives_.find(life.first);
+      heard != lives_.end() && heard->second == life.second) {
+    const auto own = reports_.find(life.first);
+    if (own != reports_.end() && own->second.seq > latest.seq) latest = own->second;
+  }
+  const auto [it, inserted] = dead_.emplace(life, latest);
+  if (!inserted && latest.seq > it->second.seq) it->second = latest;
 }
 
 void Gosgd::readDead(engine::PeerContext& ctx, const engine::Incoming& m) {
