@@ -183,18 +183,34 @@ void Algorithm::join(PeerContext& ctx) {
   // wait a whole comm timeout (for this very joiner, among others): a pull waits twice that, or
   // a loaded machine's joiner would start alone from the initial model at step 0.
   for (PeerId from : candidates) {
-    std::optional<Incoming> model = ctx.pullModel(from, 2 * ctx.commTimeout());
-    if (!model || model->payloadCount() != 1 || model->payload(0).size() != ctx.params().size())
-      continue;
-    ctx.compute().upload(ctx.params(), model->payload(0));
-    ctx.optimizer().resetState();
-    ctx.adoptStep(model->step);
+    if (!adoptModelOf(ctx, from)) continue;
     log::get("peer")->info("peer {:016x} joined at step {} with the model of {:016x}", ctx.self(),
-                           model->step, from);
+                           ctx.step(), from);
     return;
   }
   log::get("peer")->warn("peer {:016x}: no member sent its model; starting from the initial one",
                          ctx.self());
+}
+
+bool Algorithm::adoptModelOf(PeerContext& ctx, PeerId from) {
+  std::optional<Incoming> model = ctx.pullModel(from, 2 * ctx.commTimeout());
+  if (!model || model->payloadCount() != 1 || model->payload(0).size() != ctx.params().size())
+    return false;
+  ctx.compute().upload(ctx.params(), model->payload(0));
+  ctx.optimizer().resetState();
+  ctx.adoptStep(model->step);
+  return true;
+}
+
+void Algorithm::realign(PeerContext& ctx, PeerId ahead) {
+  const std::uint64_t before = ctx.step();
+  if (adoptModelOf(ctx, ahead))
+    log::get("peer")->info(
+        "peer {:016x}: back with {:016x} after a partition: from step {} to its step {} and model",
+        ctx.self(), ahead, before, ctx.step());
+  else
+    log::get("peer")->warn("peer {:016x}: {:016x} sent no model; this side stays at step {}",
+                           ctx.self(), ahead, before);
 }
 
 GatherResult GatherResult::of(std::span<const PeerId> from,

@@ -393,6 +393,17 @@ class Algorithm {
   // in-neighbour that answers pullModel() within twice the comm timeout (of any member when it
   // has none), and resets the local optimizer's state.
   virtual void join(PeerContext& ctx);
+  // After a partition healed: `ahead`, a member back in the view in the life it had before, is
+  // training at a later step than this peer (the two sides went on apart, so their steps and
+  // models differ). The default, for algorithms whose peers go in lockstep (rounds matched by
+  // step), takes its model and step (adoptModelOf) and resets the local optimizer's state, as a
+  // joiner does; this peer's side then rounds with the other again at once. An algorithm whose
+  // peers mix whatever their steps (gossip) overrides it with nothing. Compute thread, at a step
+  // boundary, after setup() with the view that brought `ahead` back.
+  virtual void realign(PeerContext& ctx, PeerId ahead);
+  // Takes `from`'s model and step (pullModel within twice the comm timeout) and resets the local
+  // optimizer's state; false when no model came.
+  static bool adoptModelOf(PeerContext& ctx, PeerId from);
   // Before this peer leaves the cluster on purpose while the others go on (a stop request, a
   // signal): hand over what must not leave with it (gossip weight, a role). Compute thread, at a
   // step boundary; the membership leave follows.

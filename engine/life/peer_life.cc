@@ -55,11 +55,30 @@ void PeerLife::takeShard() {
 void PeerLife::adoptView(bool force) {
   const std::uint64_t epoch = env_.epoch();
   if (!force && epoch == roster_.epoch) return;
+  const std::vector<PeerId> before = std::move(roster_.members);
   roster_.members = env_.members();
   roster_.epoch = epoch;
   takeShard();
   roster_.graph = env_.graph(roster_.members, counters_.step);
   algorithm_.setup(env_.context());
+  if (phase_ == Phase::training) realignWithReturned(before);
+  known_.insert(roster_.members.begin(), roster_.members.end());
+}
+
+void PeerLife::realignWithReturned(const std::vector<PeerId>& before) {
+  std::optional<PeerId> ahead;
+  std::uint64_t aheadStep = counters_.step;
+  for (PeerId member : roster_.members) {
+    if (member == self_ || known_.count(member) == 0 ||
+        std::find(before.begin(), before.end(), member) != before.end())
+      continue;
+    const std::optional<std::uint64_t> step = env_.trainingStep(member);
+    if (step && *step > aheadStep) {
+      ahead = member;
+      aheadStep = *step;
+    }
+  }
+  if (ahead) algorithm_.realign(env_.context(), *ahead);
 }
 
 bool PeerLife::start() {
@@ -78,6 +97,7 @@ bool PeerLife::start() {
           ? plan_.totalSteps
           : env_.totalSteps(std::max(roster_.shardCount, config_.minPeers));
   roster_.graph = env_.graph(roster_.members, counters_.step);
+  known_.insert(roster_.members.begin(), roster_.members.end());
   // The model and step to start from: its checkpoint (going on from the cluster's step when that
   // is later, the algorithm told that the others went on without it), a live peer's (joining
   // late), or the initial model.

@@ -10,6 +10,8 @@
 // virtual time. A fault schedule swept in simulation thus runs the code real peers run.
 //
 //   waiting ──start()──> training ──step()...──> finishing ──finish()──> released
+//                           ^  │ a member back after a partition, ahead of this side:
+//                           └──┘ its model and step (realign)
 //      │                     └────────leave()──────────────────────────> left
 //      └──(joined no one, or the cluster is done)──> notStarted
 //
@@ -20,6 +22,8 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <set>
 #include <vector>
 
 #include "engine/algorithm.h"
@@ -71,6 +75,9 @@ class LifeEnvironment {
   virtual std::shared_ptr<const topology::Graph> graph(const std::vector<PeerId>& members,
                                                        std::uint64_t step) = 0;
   virtual bool timeVaryingGraph() const = 0;
+  // The step `member` is training at (its status), or nullopt when it is not training or does
+  // not answer.
+  virtual std::optional<std::uint64_t> trainingStep(PeerId member) = 0;
   // The run's step count when the plan has none (an initial member): from the shard count.
   virtual std::uint64_t totalSteps(std::size_t shards) = 0;
   // The checkpoint this life resumes from (null: none), and how a resume is reported.
@@ -124,9 +131,15 @@ class PeerLife {
   void release();
 
  private:
-  // Adopts the view when its epoch changed, or when `force`: members, shard, graph, setup().
+  // Adopts the view when its epoch changed, or when `force`: members, shard, graph, setup();
+  // then realigns with members back after a partition.
   void adoptView(bool force);
   void takeShard();
+  // Members of an earlier roster of this life, gone, and now back in `members` (a partition
+  // healed, or a restart): the one training furthest ahead of this peer, if any, is the one whose
+  // model and step this side takes (Algorithm::realign). A restart that joined late is never
+  // ahead (it took the cluster's step), so only the side behind moves, and both sides agree.
+  void realignWithReturned(const std::vector<PeerId>& before);
 
   const PeerId self_;
   const runtime::TrainingConfig& config_;
@@ -137,6 +150,7 @@ class PeerLife {
   train::Learner* learner_ = nullptr;
   Roster roster_;
   StartPlan plan_;
+  std::set<PeerId> known_;  // every member of a roster of this life
   Phase phase_ = Phase::waiting;
   std::uint64_t startStep_ = 0;
 };

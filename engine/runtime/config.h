@@ -69,9 +69,9 @@ struct NetworkConfig {
   // handshakes failed there under load and the message that opened the link was lost. A send to
   // a dead peer waits this long at most, asynchronously on the io thread.
   std::chrono::milliseconds connectTimeout{10000};
-  // Sends that may wait for one link to open (PeerNetwork::send); more fail at once, so that a
-  // dead peer, until it is suspected, holds at most this many of the peer's send slots (Peer
-  // sets it to half of TrainingConfig::sendBuffers).
+  // Sends that may wait for a link that was open and broke to open again (PeerNetwork::send);
+  // more fail at once, so that a dead peer, until it is suspected, holds at most this many of the
+  // peer's send slots (Peer sets it to half of TrainingConfig::sendBuffers).
   std::size_t linkWaitLimit = 4;
 };
 

@@ -213,6 +213,12 @@ StartPlan ClusterControl::awaitStart(std::size_t minPeers, bool resumed, Clock::
   }
 }
 
+std::optional<control::Status> ClusterControl::statusOf(PeerId peer, Clock::duration timeout) {
+  std::vector<control::Status> got = askStatus({peer}, timeout);
+  if (got.empty()) return std::nullopt;
+  return got.front();
+}
+
 std::vector<control::Status> ClusterControl::askStatus(const std::vector<PeerId>& peers,
                                                        Clock::duration timeout) {
   const std::uint64_t tag = tags_.fresh();

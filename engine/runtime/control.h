@@ -71,6 +71,8 @@ class ClusterControl {
   // when stopped.
   StartPlan awaitStart(std::size_t minPeers, bool resumed, Clock::duration timeout,
                        Clock::time_point joinDeadline, const std::string& seeds);
+  // `peer`'s status, when it answers within `timeout`.
+  std::optional<control::Status> statusOf(PeerId peer, Clock::duration timeout);
   // The members this peer starts training with (answers `expected` to them, in the lives it
   // sees now, not to a later life of one: a restarted member joins late like a newcomer).
   void startedWith(const std::vector<PeerId>& members);

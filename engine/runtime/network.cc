@@ -233,6 +233,7 @@ asio::awaitable<std::error_code> PeerNetwork::send(
     std::vector<std::span<const std::byte>> payloads) {
   const LinkKey key{to, channel};
   if (!mesh_) co_return asio::error::operation_aborted;
+  if (mesh_->hasOpenLink(to, channel)) opened_.insert(key);
   if (!mesh_->hasOpenLink(to, channel) || linkWaits_.count(key) > 0) {
     if (const std::error_code error = co_await awaitLink(key)) co_return error;
     if (!mesh_) co_return asio::error::operation_aborted;
@@ -244,12 +245,17 @@ asio::awaitable<std::error_code> PeerNetwork::send(
 }
 
 asio::awaitable<std::error_code> PeerNetwork::awaitLink(LinkKey key) {
-  // A member already suspected gets no new attempt (it would retry a dead port meanwhile).
-  if (suspected(key.first)) co_return asio::error::host_unreachable;
   std::shared_ptr<LinkWait> wait = linkWaits_[key];
   const bool first = wait == nullptr;
-  if (first) linkWaits_[key] = wait = std::make_shared<LinkWait>();
-  if (wait->queue.size() >= std::max<std::size_t>(config_.linkWaitLimit, 1))
+  if (first) {
+    linkWaits_[key] = wait = std::make_shared<LinkWait>();
+    wait->reopening = opened_.count(key) > 0;
+  }
+  // Only while a link that was open before and broke opens again (the peer likely died): the
+  // first sends to a peer whose link opens for the first time may come in a burst and all must
+  // go, as must the sends queued behind an attempt that succeeded.
+  if (wait->reopening && !wait->opened &&
+      wait->queue.size() >= std::max<std::size_t>(config_.linkWaitLimit, 1))
     co_return asio::error::no_buffer_space;
   auto waiter = std::make_shared<LinkWaiter>(io_);
   wait->queue.push_back(waiter);  // before the attempt starts: it may end at once, inline
@@ -261,6 +267,7 @@ asio::awaitable<std::error_code> PeerNetwork::awaitLink(LinkKey key) {
                        endLinkWait(key, wait, outcome.error);
                      } else {
                        wait->opened = true;
+                       opened_.insert(key);
                        releaseNext(key, wait);
                      }
                    });

@@ -16,6 +16,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <span>
 #include <system_error>
 #include <thread>
@@ -102,8 +103,9 @@ class PeerNetwork {
   // their bytes) and all fail as soon as the failure detector suspects the member there
   // (host_unreachable): connecting to a dead peer retries its closed port for connectTimeout, and
   // the sends to it, each holding a send slot meanwhile, would take every slot of this peer. At
-  // most config.linkWaitLimit sends wait for one link; a send beyond them, or to a member
-  // already suspected, fails at once (no_buffer_space, host_unreachable). A send on a link that
+  // most config.linkWaitLimit sends wait again for a link that was open before and broke; a send
+  // beyond them fails at once (no_buffer_space). The first opening of a link has no limit: a
+  // burst of first sends all go. A send on a link that
   // breaks fails (the next send opens a new one).
   asio::awaitable<std::error_code> send(net::Endpoint to, net::Channel channel,
                                         std::shared_ptr<const net::EncodedEnvelope> envelope,
@@ -126,6 +128,7 @@ class PeerNetwork {
   struct LinkWait {
     std::deque<std::shared_ptr<LinkWaiter>> queue;
     bool opened = false, failed = false;
+    bool reopening = false;  // the link was open once before this attempt (linkWaitLimit applies)
   };
   asio::awaitable<std::error_code> awaitLink(LinkKey key);
   void releaseNext(const LinkKey& key, const std::shared_ptr<LinkWait>& wait);
@@ -152,6 +155,7 @@ class PeerNetwork {
   net::membership::View view_;
   std::map<PeerId, net::Endpoint> heardFrom_;
   std::map<LinkKey, std::shared_ptr<LinkWait>> linkWaits_;  // io thread
+  std::set<LinkKey> opened_;  // io thread: links that were open once (linkWaitLimit applies)
   std::atomic<std::uint64_t> epoch_{0};
   std::atomic<bool> joined_{false};
   std::atomic<std::uint64_t> life_{0};

@@ -78,6 +78,12 @@ std::shared_ptr<const topology::Graph> Peer::Impl::graph(const std::vector<PeerI
 
 bool Peer::Impl::timeVaryingGraph() const { return topology->timeVarying(); }
 
+std::optional<std::uint64_t> Peer::Impl::trainingStep(PeerId member) {
+  const std::optional<control::Status> status = comms->control.statusOf(member, std::chrono::seconds(1));
+  if (!status || !status->training) return std::nullopt;
+  return status->step;
+}
+
 std::uint64_t Peer::Impl::totalSteps(std::size_t shards) {
   const TrainingConfig& t = config.training;
   if (t.maxSteps > 0) return t.maxSteps;  // always, for an externally driven peer

@@ -165,6 +165,7 @@ struct Peer::Impl final : private LoopDriver, private life::LifeEnvironment {
   std::shared_ptr<const topology::Graph> graph(const std::vector<PeerId>& members,
                                                std::uint64_t step) override;
   bool timeVaryingGraph() const override;
+  std::optional<std::uint64_t> trainingStep(PeerId member) override;
   std::uint64_t totalSteps(std::size_t shards) override;
   const train::Checkpoint* resumeFrom() override;
   void resumed(std::uint64_t step) override;

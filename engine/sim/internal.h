@@ -182,6 +182,7 @@ class SimLife final : public life::LifeEnvironment {
   std::shared_ptr<const topology::Graph> graph(const std::vector<PeerId>& members,
                                                std::uint64_t step) override;
   bool timeVaryingGraph() const override;
+  std::optional<std::uint64_t> trainingStep(PeerId member) override;
   std::uint64_t totalSteps(std::size_t shards) override;
   const train::Checkpoint* resumeFrom() override { return resumeFrom_; }
   void atEvalPoint(std::uint64_t step, std::uint64_t point) override;

@@ -81,6 +81,13 @@ std::shared_ptr<const topology::Graph> SimLife::graph(const std::vector<PeerId>&
   return p_.world.graph(members, step);
 }
 
+// Read off its life (a real peer asks it: a round trip).
+std::optional<std::uint64_t> SimLife::trainingStep(PeerId member) {
+  const SimPeer* q = p_.world.current(member);
+  if (q == nullptr || q->phase != Phase::training) return std::nullopt;
+  return q->step.load();
+}
+
 bool SimLife::timeVaryingGraph() const { return p_.world.shared().topology->timeVarying(); }
 
 std::uint64_t SimLife::totalSteps(std::size_t) { return p_.world.shared().totalSteps; }

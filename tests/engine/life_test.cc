@@ -2,6 +2,7 @@
 // into its environment and its algorithm, with a recording environment and algorithm (no
 // network, no threads). The runtime and the simulator drive this same object; their own tests
 // (runtime_test, late_arrival_test, the world tests and the sweep) cover it with real I/O.
+#include <map>
 #include <string>
 #include <vector>
 
@@ -99,6 +100,9 @@ class Recorder final : public Algorithm {
   void join(PeerContext&) override { log_.push_back("join"); }
   void leave(PeerContext&) override { log_.push_back("leave"); }
   void resumedLate(PeerContext&) override { log_.push_back("resumedLate"); }
+  void realign(PeerContext&, PeerId ahead) override {
+    log_.push_back("realign " + std::to_string(ahead));
+  }
 
  private:
   std::vector<std::string>& log_;
@@ -170,6 +174,11 @@ class FakeEnvironment final : public LifeEnvironment {
     return std::make_shared<const topology::Graph>(m, std::vector<double>(m.size() * m.size(), w));
   }
   bool timeVaryingGraph() const override { return false; }
+  std::optional<std::uint64_t> trainingStep(PeerId member) override {
+    const auto it = steps.find(member);
+    if (it == steps.end()) return std::nullopt;
+    return it->second;
+  }
   std::uint64_t totalSteps(std::size_t shards) override {
     log_.push_back("totalSteps " + std::to_string(shards));
     return 6;
@@ -201,6 +210,7 @@ class FakeEnvironment final : public LifeEnvironment {
   std::uint64_t viewEpoch = 1;
   std::optional<std::vector<PeerId>> viewAfterFinish;
   std::optional<train::Checkpoint> checkpoint;
+  std::map<PeerId, std::uint64_t> steps;  // the members' steps in training (trainingStep)
 
  private:
   std::vector<std::string>& log_;
@@ -265,6 +275,35 @@ TEST_CASE("life: a late joiner joins at the cluster's step and adopts a changed 
   life.step();
   const std::vector<std::string> expected = {"startedWith 3", "shard 2/3", "join", "setup",
                                              "shard 1/2", "setup", "step"};
+  CHECK(t.log == expected);
+}
+
+TEST_CASE("life: back after a partition, the side behind takes the model of the one ahead") {
+  LifeUnderTest t;
+  t.env.view = {1, 2, 3, 4};
+  PeerLife life = t.make(2);
+  REQUIRE(life.start());
+  t.log.clear();
+  // Cut off: peer 2 alone trains two steps.
+  t.env.view = {2};
+  ++t.env.viewEpoch;
+  life.step();
+  life.step();
+  // Healed: 1 and 3 come back (4 does not yet), with a newcomer 5 far ahead, which was never a
+  // member of this life's rosters: the member of an earlier roster furthest ahead is taken.
+  t.env.view = {1, 2, 3, 5};
+  ++t.env.viewEpoch;
+  t.env.steps = {{1, 6}, {3, 9}, {5, 40}};
+  life.step();
+  // 4 comes back behind this peer: nothing to take.
+  t.env.view = {1, 2, 3, 4, 5};
+  ++t.env.viewEpoch;
+  t.env.steps[4] = 1;
+  life.step();
+  const std::vector<std::string> expected = {
+      "shard 0/1", "setup", "step", "step",                   // alone
+      "shard 1/4", "setup", "realign 3", "step",              // 1 and 3 back, 3 ahead
+      "shard 1/5", "setup", "step"};                          // 4 back, behind
   CHECK(t.log == expected);
 }
 
