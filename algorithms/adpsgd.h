@@ -149,9 +149,7 @@ class AdPsgd final : public engine::Algorithm {
   // Answers what is left and waits for the answers to this peer's offers.
   void finish(engine::PeerContext& ctx) override;
   void leave(engine::PeerContext& ctx) override;
-  // Asynchronous: pairs average whatever their steps, so the two sides of a healed partition mix
-  // by themselves.
-  void realign(engine::PeerContext&, engine::PeerId) override {}
+
 
   // Whether this peer initiates exchanges in the current view.
   bool active() const { return active_; }

@@ -54,6 +54,7 @@ class AllreduceSgd final : public engine::Algorithm {
  public:
   explicit AllreduceSgd(AllreduceSgdOptions options) : options_(options) {}
   std::string name() const override { return "allreduce-sgd"; }
+  bool lockstep() const override { return true; }  // rounds matched by step
   void setup(engine::PeerContext& ctx) override;
   double step(engine::PeerContext& ctx) override;
 

@@ -165,6 +165,7 @@ class Diloco final : public PeriodicAveraging {
  public:
   explicit Diloco(DilocoOptions options);
   std::string name() const override { return "diloco"; }
+  bool lockstep() const override { return true; }  // rounds matched by step
   void setup(engine::PeerContext& ctx) override;
   void afterStep(engine::PeerContext& ctx) override;
   // The last round when the run did not end on one, then endOnConsensus().

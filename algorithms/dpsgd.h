@@ -118,6 +118,7 @@ class Dpsgd final : public engine::Algorithm {
  public:
   explicit Dpsgd(DpsgdOptions options) : options_(options), estimates_("dpsgd") {}
   std::string name() const override { return "dpsgd"; }
+  bool lockstep() const override { return true; }  // rounds matched by step
   // Checks the mixing matrix (see the header comment) and, with dpsgd.plain, warns once when
   // --optimizer has state that the plain rule leaves unused.
   void setup(engine::PeerContext& ctx) override;

@@ -144,6 +144,7 @@ class Dts final : public engine::Algorithm {
   explicit Dts(DtsOptions options);
   ~Dts() override;
   std::string name() const override { return "dts"; }
+  bool lockstep() const override { return true; }  // rounds matched by step
   void setup(engine::PeerContext& ctx) override;
   double step(engine::PeerContext& ctx) override;
   // Sends the last, partial window and compensates every round still in flight, so the peers end

@@ -202,9 +202,6 @@ class Gosgd final : public engine::Algorithm {
   void afterStep(engine::PeerContext& ctx) override;
   void finish(engine::PeerContext& ctx) override;
   void join(engine::PeerContext& ctx) override;
-  // Back after a partition, a life keeps its model and weight: push-sum mixes the two sides
-  // whatever their steps (and its record as dead no longer counts, see "Lives").
-  void realign(engine::PeerContext&, engine::PeerId) override {}
   void leave(engine::PeerContext& ctx) override;
   // A checkpoint keeps this peer's weight with its model (escrow included: unacknowledged
   // transfers are not known to have arrived). A whole cluster resumed together keeps its mass;

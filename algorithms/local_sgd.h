@@ -55,6 +55,7 @@ class LocalSgd final : public PeriodicAveraging {
   explicit LocalSgd(LocalSgdOptions options)
       : PeriodicAveraging(options), pipeline_(options.pipeline) {}
   std::string name() const override { return "local-sgd"; }
+  bool lockstep() const override { return true; }  // rounds matched by step
   void setup(engine::PeerContext& ctx) override;
 
   // Message kinds of the all-reduce: the ring's (models), the direct one's (compressed changes).

@@ -70,6 +70,7 @@ class Sparknet final : public PeriodicAveraging {
  public:
   explicit Sparknet(SparknetOptions options) : PeriodicAveraging(options) {}
   std::string name() const override { return "sparknet"; }
+  bool lockstep() const override { return true; }  // rounds matched by step
   void setup(engine::PeerContext& ctx) override;
 
   // Message kinds: a worker's model (or change) for the master, and the master's average (or mean

@@ -120,6 +120,7 @@ class StreamingDiloco final : public engine::Algorithm {
  public:
   explicit StreamingDiloco(StreamingDilocoOptions options);
   std::string name() const override { return "streaming-diloco"; }
+  bool lockstep() const override { return true; }  // rounds matched by step
   void setup(engine::PeerContext& ctx) override;
   void afterStep(engine::PeerContext& ctx) override;
   void finish(engine::PeerContext& ctx) override;

@@ -393,13 +393,18 @@ class Algorithm {
   // in-neighbour that answers pullModel() within twice the comm timeout (of any member when it
   // has none), and resets the local optimizer's state.
   virtual void join(PeerContext& ctx);
-  // After a partition healed: `ahead`, a member back in the view in the life it had before, is
-  // training at a later step than this peer (the two sides went on apart, so their steps and
-  // models differ). The default, for algorithms whose peers go in lockstep (rounds matched by
-  // step), takes its model and step (adoptModelOf) and resets the local optimizer's state, as a
-  // joiner does; this peer's side then rounds with the other again at once. An algorithm whose
-  // peers mix whatever their steps (gossip) overrides it with nothing. Compute thread, at a step
-  // boundary, after setup() with the view that brought `ahead` back.
+  // Whether this algorithm's peers go in lockstep: their rounds are matched by step (a message
+  // of step s serves the receiver's step s), so peers whose steps came apart (two sides of a
+  // partition that went on apart, rounds that timed out apart) no longer round together and
+  // every round waits out the comm timeout. For such an algorithm the peer's life calls
+  // realign() on the peer behind. The default, false, suits peers that mix whatever their steps
+  // (gossip, elastic averaging).
+  virtual bool lockstep() const { return false; }
+  // Lockstep algorithms: `ahead`, a member of the view, is training at a later step than this
+  // peer: back in the view after a partition, or heard a round ahead while one of this peer's
+  // gathers expired. The default takes its model and step (adoptModelOf) and resets the local
+  // optimizer's state, as a joiner does; this peer then rounds with the others again. Compute
+  // thread, at a step boundary.
   virtual void realign(PeerContext& ctx, PeerId ahead);
   // Takes `from`'s model and step (pullModel within twice the comm timeout) and resets the local
   // optimizer's state; false when no model came.

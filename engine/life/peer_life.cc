@@ -61,7 +61,7 @@ void PeerLife::adoptView(bool force) {
   takeShard();
   roster_.graph = env_.graph(roster_.members, counters_.step);
   algorithm_.setup(env_.context());
-  if (phase_ == Phase::training) realignWithReturned(before);
+  if (phase_ == Phase::training && algorithm_.lockstep()) realignWithReturned(before);
   known_.insert(roster_.members.begin(), roster_.members.end());
 }
 
@@ -123,9 +123,27 @@ bool PeerLife::start() {
   return true;
 }
 
+void PeerLife::realignIfBehind() {
+  const std::uint64_t expired = env_.expiredWaits();
+  if (expired == expiredWaits_) return;
+  expiredWaits_ = expired;
+  std::optional<PeerId> ahead;
+  std::uint64_t aheadStep = counters_.step + 1;
+  for (PeerId member : roster_.members) {
+    if (member == self_) continue;
+    const std::optional<std::uint64_t> step = env_.heardStep(member);
+    if (step && *step > aheadStep) {
+      ahead = member;
+      aheadStep = *step;
+    }
+  }
+  if (ahead) algorithm_.realign(env_.context(), *ahead);
+}
+
 double PeerLife::step() {
   GOSSAMER_ENFORCE(phase_ == Phase::training, "a step of a life that is {}", name(phase_));
   adoptView(false);
+  if (algorithm_.lockstep()) realignIfBehind();
   if (env_.timeVaryingGraph()) roster_.graph = env_.graph(roster_.members, counters_.step);
   const std::uint64_t total = counters_.totalSteps;
   learner_->optimizer().setLearningRate(

@@ -78,6 +78,10 @@ class LifeEnvironment {
   // The step `member` is training at (its status), or nullopt when it is not training or does
   // not answer.
   virtual std::optional<std::uint64_t> trainingStep(PeerId member) = 0;
+  // The latest step of an algorithm message heard from `member` (nullopt: none yet).
+  virtual std::optional<std::uint64_t> heardStep(PeerId member) = 0;
+  // The algorithm's gathers and requests that reached their deadline incomplete, so far.
+  virtual std::uint64_t expiredWaits() = 0;
   // The run's step count when the plan has none (an initial member): from the shard count.
   virtual std::uint64_t totalSteps(std::size_t shards) = 0;
   // The checkpoint this life resumes from (null: none), and how a resume is reported.
@@ -140,6 +144,11 @@ class PeerLife {
   // model and step this side takes (Algorithm::realign). A restart that joined late is never
   // ahead (it took the cluster's step), so only the side behind moves, and both sides agree.
   void realignWithReturned(const std::vector<PeerId>& before);
+  // Lockstep algorithms, at a step boundary: when one of this peer's waits expired since the last
+  // look and a member was heard at least two rounds ahead (one is the ordinary skew of a
+  // lockstep round), this peer fell behind (rounds that timed out apart, a partition too short
+  // for the failure detector): it takes the model and step of the member furthest ahead.
+  void realignIfBehind();
 
   const PeerId self_;
   const runtime::TrainingConfig& config_;
@@ -151,6 +160,7 @@ class PeerLife {
   Roster roster_;
   StartPlan plan_;
   std::set<PeerId> known_;  // every member of a roster of this life
+  std::uint64_t expiredWaits_ = 0;  // as of the last realignIfBehind()
   Phase phase_ = Phase::waiting;
   std::uint64_t startStep_ = 0;
 };

@@ -104,6 +104,7 @@ void ComputeContext::logExpiry(bool gather, const std::vector<PeerId>& missing,
                                Clock::time_point now) {
   // On a lossy or partitioned link this can happen every step: one line per 10 s at most.
   ++expiries_;
+  ++expiredWaits_;
   if (now < lastExpiryLog_ + std::chrono::seconds(10)) return;
   log::get("peer")->warn(
       "peer {:016x}: step {}: a {} expired without {} ({} wait(s) expired since the last such "

@@ -102,6 +102,9 @@ class ComputeContext final : public PeerContext {
   std::mt19937_64& rng() override { return rng_; }
   Metrics& metrics() override { return p_.metrics; }
 
+  // Gathers and requests that reached their deadline incomplete, since the start.
+  std::uint64_t expiredWaits() const { return expiredWaits_; }
+
  private:
   // Sends staged from the Compute, counting a wait for a send slot as communication time.
   void sendOn(std::span<const PeerId> to, const Message& message, Route route,
@@ -122,7 +125,8 @@ class ComputeContext final : public PeerContext {
   TagSource tags_;
   std::mt19937_64 rng_;
   Clock::time_point lastExpiryLog_{};
-  std::uint64_t expiries_ = 0;
+  std::uint64_t expiries_ = 0;      // since the last log line
+  std::uint64_t expiredWaits_ = 0;  // since the start
 };
 
 // What serve() sees on the io thread.

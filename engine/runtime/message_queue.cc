@@ -13,8 +13,17 @@ void MessageQueue::changed(std::unique_lock<std::mutex>& lock) {
 void MessageQueue::push(Incoming message) {
   std::unique_lock lock(mutex_);
   if (closed_) return;
+  std::uint64_t& latest = latestStep_[message.from];
+  latest = std::max(latest, message.step);
   queue_.push_back(std::move(message));
   changed(lock);
+}
+
+std::optional<std::uint64_t> MessageQueue::latestStepFrom(PeerId sender) const {
+  std::lock_guard lock(mutex_);
+  const auto it = latestStep_.find(sender);
+  if (it == latestStep_.end()) return std::nullopt;
+  return it->second;
 }
 
 void MessageQueue::wake() {

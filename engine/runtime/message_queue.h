@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <functional>
 #include <mutex>
 #include <optional>
@@ -31,6 +32,8 @@ class MessageQueue final : public Inbox {
   // Fails every wait from now on and drops what is queued (the peer is shutting down).
   void close();
   bool closed() const;
+  // The latest step of a message `sender` pushed here (nullopt: none yet). Any thread.
+  std::optional<std::uint64_t> latestStepFrom(PeerId sender) const;
 
   // The change counter; pass it to waitChanged() after checking conditions outside the lock.
   std::uint64_t version() const;
@@ -52,6 +55,7 @@ class MessageQueue final : public Inbox {
   mutable std::mutex mutex_;
   std::condition_variable changed_;
   std::deque<Incoming> queue_;
+  std::map<PeerId, std::uint64_t> latestStep_;
   std::uint64_t version_ = 0;
   bool closed_ = false;
 };

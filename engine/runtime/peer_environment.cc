@@ -76,6 +76,14 @@ std::shared_ptr<const topology::Graph> Peer::Impl::graph(const std::vector<PeerI
   return std::make_shared<const topology::Graph>(topology->build(members, step));
 }
 
+std::optional<std::uint64_t> Peer::Impl::heardStep(PeerId member) {
+  return comms->inbox.latestStepFrom(member);
+}
+
+std::uint64_t Peer::Impl::expiredWaits() {
+  return training.context ? training.context->expiredWaits() : 0;
+}
+
 bool Peer::Impl::timeVaryingGraph() const { return topology->timeVarying(); }
 
 std::optional<std::uint64_t> Peer::Impl::trainingStep(PeerId member) {

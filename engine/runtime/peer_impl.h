@@ -166,6 +166,8 @@ struct Peer::Impl final : private LoopDriver, private life::LifeEnvironment {
                                                std::uint64_t step) override;
   bool timeVaryingGraph() const override;
   std::optional<std::uint64_t> trainingStep(PeerId member) override;
+  std::optional<std::uint64_t> heardStep(PeerId member) override;
+  std::uint64_t expiredWaits() override;
   std::uint64_t totalSteps(std::size_t shards) override;
   const train::Checkpoint* resumeFrom() override;
   void resumed(std::uint64_t step) override;

@@ -66,8 +66,12 @@ GatherResult SimContext::gatherFrom(std::span<const PeerId> from, std::uint64_t 
     return done;
   };
   if (!p_.block(settle, deadline)) {
-    for (std::size_t i = 0; i < from.size(); ++i)
+    bool complete = true;
+    for (std::size_t i = 0; i < from.size(); ++i) {
       if (!got[i] && !given[i]) got[i] = p_.inbox.take(from[i], tag);
+      complete = complete && (got[i] || given[i]);
+    }
+    if (!complete) ++p_.expiredWaits;
   }
   p_.commWait += world.now() - start;
   return GatherResult::of(from, got);

@@ -183,6 +183,8 @@ class SimLife final : public life::LifeEnvironment {
                                                std::uint64_t step) override;
   bool timeVaryingGraph() const override;
   std::optional<std::uint64_t> trainingStep(PeerId member) override;
+  std::optional<std::uint64_t> heardStep(PeerId member) override;
+  std::uint64_t expiredWaits() override;
   std::uint64_t totalSteps(std::size_t shards) override;
   const train::Checkpoint* resumeFrom() override { return resumeFrom_; }
   void atEvalPoint(std::uint64_t step, std::uint64_t point) override;
@@ -252,6 +254,10 @@ class SimPeer {
   std::vector<PeerId> view;
   std::uint64_t viewEpoch = 0;
 
+  // The latest step of an algorithm message delivered to its inbox, by sender; and its gathers
+  // and requests that reached their deadline incomplete (the life's realignIfBehind reads them).
+  std::map<PeerId, std::uint64_t> heardSteps;
+  std::uint64_t expiredWaits = 0;
   // Frames sent before their senders finished training, on their way to this life, by sender.
   std::map<PeerId, std::size_t> inflightFrom;
   SimInbox inbox{*this};

@@ -156,6 +156,8 @@ void World::deliver(const std::shared_ptr<const Wire>& wire, PeerId to, std::siz
     peer->poke();
     return;
   }
+  std::uint64_t& heard = peer->heardSteps[wire->header.from];
+  heard = std::max(heard, wire->header.step);
   peer->inbox.push(incomingOf(wire));
   peer->poke();
 }

@@ -88,6 +88,14 @@ std::optional<std::uint64_t> SimLife::trainingStep(PeerId member) {
   return q->step.load();
 }
 
+std::optional<std::uint64_t> SimLife::heardStep(PeerId member) {
+  const auto it = p_.heardSteps.find(member);
+  if (it == p_.heardSteps.end()) return std::nullopt;
+  return it->second;
+}
+
+std::uint64_t SimLife::expiredWaits() { return p_.expiredWaits; }
+
 bool SimLife::timeVaryingGraph() const { return p_.world.shared().topology->timeVarying(); }
 
 std::uint64_t SimLife::totalSteps(std::size_t) { return p_.world.shared().totalSteps; }

@@ -91,6 +91,7 @@ class Recorder final : public Algorithm {
  public:
   explicit Recorder(std::vector<std::string>& log) : log_(log) {}
   std::string name() const override { return "recorder"; }
+  bool lockstep() const override { return true; }
   void setup(PeerContext&) override { log_.push_back("setup"); }
   double step(PeerContext&) override {
     log_.push_back("step");
@@ -174,6 +175,12 @@ class FakeEnvironment final : public LifeEnvironment {
     return std::make_shared<const topology::Graph>(m, std::vector<double>(m.size() * m.size(), w));
   }
   bool timeVaryingGraph() const override { return false; }
+  std::optional<std::uint64_t> heardStep(PeerId member) override {
+    const auto it = heard.find(member);
+    if (it == heard.end()) return std::nullopt;
+    return it->second;
+  }
+  std::uint64_t expiredWaits() override { return expired; }
   std::optional<std::uint64_t> trainingStep(PeerId member) override {
     const auto it = steps.find(member);
     if (it == steps.end()) return std::nullopt;
@@ -211,6 +218,8 @@ class FakeEnvironment final : public LifeEnvironment {
   std::optional<std::vector<PeerId>> viewAfterFinish;
   std::optional<train::Checkpoint> checkpoint;
   std::map<PeerId, std::uint64_t> steps;  // the members' steps in training (trainingStep)
+  std::map<PeerId, std::uint64_t> heard;  // the latest step heard from each (heardStep)
+  std::uint64_t expired = 0;              // expiredWaits
 
  private:
   std::vector<std::string>& log_;
@@ -304,6 +313,26 @@ TEST_CASE("life: back after a partition, the side behind takes the model of the 
       "shard 0/1", "setup", "step", "step",                   // alone
       "shard 1/4", "setup", "realign 3", "step",              // 1 and 3 back, 3 ahead
       "shard 1/5", "setup", "step"};                          // 4 back, behind
+  CHECK(t.log == expected);
+}
+
+TEST_CASE("life: a lockstep peer whose wait expired and that hears a member rounds ahead realigns") {
+  LifeUnderTest t;
+  PeerLife life = t.make(2);
+  REQUIRE(life.start());
+  life.step();  // step 1 done
+  t.log.clear();
+  // Member 3 a round ahead is the ordinary skew; without an expired wait nothing is asked.
+  t.env.heard = {{1, 1}, {3, 2}};
+  life.step();  // step 2 done
+  t.env.heard = {{1, 9}, {3, 2}};
+  life.step();  // no wait expired since the last look: nothing
+  // A wait expired, and member 1 is heard rounds ahead: this peer fell behind.
+  t.env.expired = 1;
+  life.step();
+  // The same expiry is not looked at twice.
+  life.step();
+  const std::vector<std::string> expected = {"step", "step", "realign 1", "step", "step"};
   CHECK(t.log == expected);
 }
 
