@@ -9,10 +9,9 @@
 // compute thread on the cluster-control protocol and the mesh; the simulator's blocks a fiber in
 // virtual time. A fault schedule swept in simulation thus runs the code real peers run.
 //
-//   waiting ──start()──> training ──step()...──> finishing ──finish()──> released
-//                           ^  │ a member back after a partition, ahead of this side:
-//                           └──┘ its model and step (realign)
-//      │                     └────────leave()──────────────────────────> left
+//   waiting ──start()──> training ──finish()──> finishing ──release()──> released
+//      │                    │ ↺ step(); realign when a lockstep peer fell behind a member
+//      │                    └──leave()──> left
 //      └──(joined no one, or the cluster is done)──> notStarted
 //
 // Threading: the driver's one thread (the compute thread, or the simulated peer's fiber). The
