@@ -7,6 +7,24 @@
 #include "engine/train/schedule.h"
 
 namespace gossamer::engine::life {
+namespace {
+
+// The one of `candidates` whose step (`stepOf`: nullopt when unknown) is furthest above `floor`.
+template <typename StepOf>
+std::optional<PeerId> furthestAbove(const std::vector<PeerId>& candidates, std::uint64_t floor,
+                                    StepOf stepOf) {
+  std::optional<PeerId> ahead;
+  for (PeerId member : candidates) {
+    const std::optional<std::uint64_t> step = stepOf(member);
+    if (step && *step > floor) {
+      ahead = member;
+      floor = *step;
+    }
+  }
+  return ahead;
+}
+
+}  // namespace
 
 const char* name(Phase phase) {
   switch (phase) {
@@ -66,18 +84,13 @@ void PeerLife::adoptView(bool force) {
 }
 
 void PeerLife::realignWithReturned(const std::vector<PeerId>& before) {
-  std::optional<PeerId> ahead;
-  std::uint64_t aheadStep = counters_.step;
-  for (PeerId member : roster_.members) {
-    if (member == self_ || known_.count(member) == 0 ||
-        std::find(before.begin(), before.end(), member) != before.end())
-      continue;
-    const std::optional<std::uint64_t> step = env_.trainingStep(member);
-    if (step && *step > aheadStep) {
-      ahead = member;
-      aheadStep = *step;
-    }
-  }
+  std::vector<PeerId> returned;
+  for (PeerId member : roster_.members)
+    if (member != self_ && known_.count(member) > 0 &&
+        std::find(before.begin(), before.end(), member) == before.end())
+      returned.push_back(member);
+  const std::optional<PeerId> ahead = furthestAbove(
+      returned, counters_.step, [this](PeerId member) { return env_.trainingStep(member); });
   if (ahead) algorithm_.realign(env_.context(), *ahead);
 }
 
@@ -127,16 +140,11 @@ void PeerLife::realignIfBehind() {
   const std::uint64_t expired = env_.expiredWaits();
   if (expired == expiredWaits_) return;
   expiredWaits_ = expired;
-  std::optional<PeerId> ahead;
-  std::uint64_t aheadStep = counters_.step + 1;
-  for (PeerId member : roster_.members) {
-    if (member == self_) continue;
-    const std::optional<std::uint64_t> step = env_.heardStep(member);
-    if (step && *step > aheadStep) {
-      ahead = member;
-      aheadStep = *step;
-    }
-  }
+  std::vector<PeerId> others = roster_.members;
+  std::erase(others, self_);
+  // One round ahead is the ordinary skew of a lockstep round.
+  const std::optional<PeerId> ahead = furthestAbove(
+      others, counters_.step + 1, [this](PeerId member) { return env_.heardStep(member); });
   if (ahead) algorithm_.realign(env_.context(), *ahead);
 }
 

@@ -33,7 +33,7 @@ PeerCheckpoints::PeerCheckpoints(const TrainingConfig& config, PeerId self)
 }
 
 bool PeerCheckpoints::dueAfter(std::uint64_t step) const {
-  return enabled() && every_ > 0 && step % static_cast<std::uint64_t>(every_) == 0;
+  return enabled() && dueEvery(every_, step);
 }
 
 train::Checkpoint PeerCheckpoints::capture(const train::Learner& learner,

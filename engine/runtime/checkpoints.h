@@ -26,6 +26,10 @@ class PeerCheckpoints {
   // Whether one is due after `step` steps (every checkpointEvery steps; the last one is written
   // by the caller).
   bool dueAfter(std::uint64_t step) const;
+  // The rule of dueAfter for checkpoints kept elsewhere (the simulator keeps them in memory).
+  static bool dueEvery(std::int64_t every, std::uint64_t step) {
+    return every > 0 && step % static_cast<std::uint64_t>(every) == 0;
+  }
 
   // What a checkpoint holds after `step` steps of `totalSteps`: the learner's part, the
   // algorithm's state (saveState) and the runtime's step, in memory (the simulator keeps it so).

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "engine/base/enforce.h"
+#include "engine/runtime/checkpoints.h"
 #include "engine/sim/context.h"
 
 namespace gossamer::engine::sim::detail {
@@ -103,8 +104,7 @@ std::uint64_t SimLife::totalSteps(std::size_t) { return p_.world.shared().totalS
 void SimLife::atEvalPoint(std::uint64_t, std::uint64_t point) { p_.world.samplePoint(p_, point); }
 
 bool SimLife::checkpointDue(std::uint64_t step) {
-  const std::int64_t every = p_.world.shared().training.checkpointEvery;
-  return every > 0 && step % static_cast<std::uint64_t>(every) == 0;
+  return runtime::PeerCheckpoints::dueEvery(p_.world.shared().training.checkpointEvery, step);
 }
 
 // Kept in memory as a real peer keeps it in its file.
