@@ -347,6 +347,13 @@ RingOutcome AsyncAllReduce::wait(engine::PeerContext& ctx, std::uint64_t round,
     const engine::Clock::time_point slice = std::min(deadline, now + kDoneCheck);
     if (now >= deadline || (!ctx.inbox().wait(options_.kind, slice) && ctx.now() < slice)) {
       poll(ctx);
+      if (r.status != RoundStatus::kPending) break;
+      if (now >= deadline) {
+        std::vector<PeerId> missing;
+        for (std::size_t i = 0; i < r.n(); ++i)
+          if (owes(r, i)) missing.push_back(r.members[i]);
+        ctx.waitExpired(missing);
+      }
       fail(ctx, r, RingOutcome::kMissing);
       break;
     }

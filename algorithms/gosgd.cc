@@ -135,6 +135,7 @@ void Gosgd::merge(engine::PeerContext& ctx, std::vector<engine::Incoming>& trans
       continue;
     }
     delivery_.merged(m.from, id, m.scalar(0));
+    mergedFrom_[m.from] = ctx.now();
     acks[m.from].push_back(id);
     ++merged;
     total += m.scalar(0);

@@ -149,10 +149,17 @@
 // the survivors agree on the weight each ended life held ("gosgd.dead_weight"; the restarted life
 // re-enters with weight 0, see resumedLate). A report is alpha_i without the escrow: what a dead
 // peer had in flight was merged by its receiver or is lost with it (and escrow toward it is in
-// "gosgd.lost"), so the live mass + gosgd.dead_weight is at most 1 beyond what a dead peer merged
-// after its last message. A life that comes back (a partition healed, same life) is alive again:
-// its record no longer counts. Lives compare by the clock: a restart on a host whose clock stepped
-// back more than the downtime would be taken for stale.
+// "gosgd.lost"). Two peers that die close together: if B merged a transfer of A's and then told
+// a survivor its weight, while the survivors' last report of A predates the transfer, the weight
+// would count twice (in both records). So every message also RELAYS the latest reports of the
+// lives whose transfers its sender merged within the last --comm-timeout, and a receiver keeps
+// them as if it had heard them (a report of another life of the peer than the one it knows is
+// ignored); the transfer's own header is later than the weight it carries. The live mass +
+// gosgd.dead_weight is then at most 1 beyond what a dead peer merged from another dead one more
+// than a comm timeout before its last message, with nothing newer heard from the other since. A
+// life that comes back (a partition healed, same life) is alive again: its record no longer counts.
+// Lives compare by the clock: a restart on a host whose clock stepped back more than the downtime
+// would be taken for stale.
 #pragma once
 
 #include <cstdint>
@@ -243,22 +250,27 @@ class Gosgd final : public engine::Algorithm {
   double deadWeight(const std::vector<engine::PeerId>& members, engine::PeerId self) const;
 
   // Message kinds, all to the receiver's inbox. Every message begins with the header: integers
-  // {life, addressee's life or 0, seq}, scalars {alpha} (kHeaderIntegers, kHeaderScalars); after
-  // it: kTransfer: payload w, scalars {weight}, integers {id, floor} (every id below floor toward
-  // the receiver was acknowledged), compressed {id, floor, form, number} with payload w (an
-  // anchor) or the encoded difference (see "Compressed"); kAck: integers = the ids; kSettled: the
-  // sender owes the receiver nothing and will send it nothing new, with the records of ended
-  // lives as kDead; kLeaving: the sender is leaving (choose someone else); kMissed: integers = the
-  // ids of differences the receiver could not decode (resend them as anchors); kDead: records of
-  // ended lives, integers {peer, life, seq}... and scalars {alpha}... (the report).
+  // {life, addressee's life or 0, seq, k} and k relayed reports {peer, life, seq}, scalars
+  // {alpha} and the k relayed weights (headerIntegers, headerScalars; at least kHeaderIntegers
+  // and kHeaderScalars); after it: kTransfer: payload w, scalars {weight}, integers {id, floor}
+  // (every id below floor toward the receiver was acknowledged), compressed {id, floor, form,
+  // number} with payload w (an anchor) or the encoded difference (see "Compressed"); kAck: integers
+  // = the ids; kSettled: the sender owes the receiver nothing and will send it nothing new, with
+  // the records of ended lives as kDead; kLeaving: the sender is leaving (choose someone else);
+  // kMissed: integers = the ids of differences the receiver could not decode (resend them as
+  // anchors); kDead: records of ended lives, integers {peer, life, seq}... and scalars {alpha}...
+  // (the report).
   static constexpr std::uint32_t kTransfer = 1;
   static constexpr std::uint32_t kAck = 2;
   static constexpr std::uint32_t kSettled = 3;
   static constexpr std::uint32_t kLeaving = 4;
   static constexpr std::uint32_t kMissed = 5;
   static constexpr std::uint32_t kDead = 6;
-  static constexpr std::size_t kHeaderIntegers = 3;
+  static constexpr std::size_t kHeaderIntegers = 4;
   static constexpr std::size_t kHeaderScalars = 1;
+  // The header's length in a message with `integers` (kHeaderIntegers + 3k, kHeaderScalars + k).
+  static std::size_t headerIntegers(const std::vector<std::uint64_t>& integers);
+  static std::size_t headerScalars(const std::vector<std::uint64_t>& integers);
 
  private:
   // A peer's report: its weight when it sent message `seq` of its life.
@@ -279,6 +291,9 @@ class Gosgd final : public engine::Algorithm {
   bool admit(engine::PeerContext& ctx, engine::Incoming& m);
   // The current life of `peer` ended (it left the view, or `restarted`: a later life spoke).
   void endLife(engine::PeerContext& ctx, engine::PeerId peer, bool restarted);
+  // A report of `life`, from itself or relayed: the latest of its peer's current life, and of its
+  // record if it ended.
+  void hear(const Life& life, const Report& report);
   // Keeps the report of the ended life `life` if it is later than the one held.
   void noteDead(const Life& life, const Report& report);
   // Reads records of ended lives (kDead, kSettled) after the header.
@@ -333,6 +348,9 @@ class Gosgd final : public engine::Algorithm {
   std::map<engine::PeerId, std::uint64_t> lives_;  // the latest life heard from each peer
   std::map<engine::PeerId, Report> reports_;       // its latest report in that life
   std::map<Life, Report> dead_;                    // ended lives and their last reports
+  // Peers whose transfers this life merged, and when last: their reports go with every message
+  // for a comm timeout after (see "Lives").
+  std::map<engine::PeerId, engine::Clock::time_point> mergedFrom_;
 };
 
 }  // namespace gossamer::algorithms

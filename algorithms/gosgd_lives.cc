@@ -25,20 +25,59 @@ bool contains(const std::vector<PeerId>& ids, PeerId id) {
 engine::Message Gosgd::stamped(engine::PeerContext& ctx, std::uint32_t kind, PeerId to,
                                double alpha) {
   const auto life = lives_.find(to);
-  return engine::Message{.kind = kind,
-                         .step = ctx.step(),
-                         .scalars = {alpha},
-                         .integers = {life_, life == lives_.end() ? 0 : life->second, ++seq_}};
+  engine::Message message{.kind = kind,
+                          .step = ctx.step(),
+                          .scalars = {alpha},
+                          .integers = {life_, life == lives_.end() ? 0 : life->second, ++seq_, 0}};
+  // The reports of the lives whose transfers this peer merged lately (see "Lives"): the weight
+  // in `alpha` came from them after the reports `to` may hold.
+  const engine::Clock::time_point since = ctx.now() - ctx.commTimeout();
+  for (auto it = mergedFrom_.begin(); it != mergedFrom_.end();) {
+    const auto heard = lives_.find(it->first);
+    const auto report = reports_.find(it->first);
+    if (it->second < since || heard == lives_.end() || report == reports_.end()) {
+      it = mergedFrom_.erase(it);
+      continue;
+    }
+    if (it->first != to) {
+      message.integers.insert(message.integers.end(),
+                              {it->first, heard->second, report->second.seq});
+      message.scalars.push_back(report->second.alpha);
+      ++message.integers[3];
+    }
+    ++it;
+  }
+  return message;
+}
+
+std::size_t Gosgd::headerIntegers(const std::vector<std::uint64_t>& integers) {
+  return integers.size() < kHeaderIntegers ? kHeaderIntegers : kHeaderIntegers + 3 * integers[3];
+}
+
+std::size_t Gosgd::headerScalars(const std::vector<std::uint64_t>& integers) {
+  return integers.size() < kHeaderIntegers ? kHeaderScalars : kHeaderScalars + integers[3];
 }
 
 bool Gosgd::admit(engine::PeerContext& ctx, engine::Incoming& m) {
   if (m.integers.size() < kHeaderIntegers || m.scalars.size() < kHeaderScalars ||
-      m.integers[0] == 0 || !(m.scalars[0] >= 0 && m.scalars[0] <= 1))
-    return refuse(ctx, m, "no valid header (life, addressee's life, seq; a weight in [0, 1])");
+      m.integers[0] == 0 || !(m.scalars[0] >= 0 && m.scalars[0] <= 1) ||
+      m.integers[3] > m.integers.size() || m.integers.size() < headerIntegers(m.integers) ||
+      m.scalars.size() < headerScalars(m.integers))
+    return refuse(ctx, m,
+                  "no valid header (life, addressee's life, seq, relayed reports; a weight in "
+                  "[0, 1])");
   const std::uint64_t life = m.integers[0], toLife = m.integers[1];
   const Report report{.seq = m.integers[2], .alpha = m.scalars[0]};
-  m.integers.erase(m.integers.begin(), m.integers.begin() + kHeaderIntegers);
-  m.scalars.erase(m.scalars.begin(), m.scalars.begin() + kHeaderScalars);
+  std::vector<std::pair<Life, Report>> relayed;
+  for (std::size_t k = 0; k < m.integers[3]; ++k) {
+    const Report r{.seq = m.integers[kHeaderIntegers + 3 * k + 2],
+                   .alpha = m.scalars[kHeaderScalars + k]};
+    if (!(r.alpha >= 0 && r.alpha <= 1)) return refuse(ctx, m, "a relayed weight not in [0, 1]");
+    relayed.push_back(
+        {{m.integers[kHeaderIntegers + 3 * k], m.integers[kHeaderIntegers + 3 * k + 1]}, r});
+  }
+  m.integers.erase(m.integers.begin(), m.integers.begin() + headerIntegers(m.integers));
+  m.scalars.erase(m.scalars.begin(), m.scalars.begin() + kHeaderScalars + relayed.size());
   const auto known = lives_.find(m.from);
   if (known != lives_.end() && life < known->second) {
     ctx.metrics().add("gosgd.stale", 1);
@@ -49,15 +88,9 @@ bool Gosgd::admit(engine::PeerContext& ctx, engine::Incoming& m) {
   if (contains(ctx.members(), m.from) && dead_.erase({m.from, life}) > 0)
     log::get("algorithms")
         ->info("gosgd: peer {:016x} is back in the same life (a partition healed)", m.from);
-  Report& latest = reports_[m.from];
-  if (report.seq >= latest.seq) latest = report;
-  // A message of a life already recorded ended, in flight when it ended: its report is later than
-  // the record, and a transfer in it is merged here, so the record follows (the others learn it
-  // with this peer's settled marks, which carry every record). Else the weight it carried would
-  // count twice: in this peer's weight and in the record of the dead.
-  if (const auto dead = dead_.find({m.from, life});
-      dead != dead_.end() && report.seq > dead->second.seq)
-    dead->second = report;
+  hear({m.from, life}, report);
+  for (const auto& [other, r] : relayed)
+    if (other.first != ctx.self() && other.first != m.from) hear(other, r);
   if (toLife != 0 && toLife != life_) {
     // For a previous life of this peer: its ids are not ours, and it may have merged a transfer.
     ctx.metrics().add("gosgd.to_previous_life", 1);
@@ -65,6 +98,24 @@ bool Gosgd::admit(engine::PeerContext& ctx, engine::Incoming& m) {
     return false;
   }
   return true;
+}
+
+void Gosgd::hear(const Life& life, const Report& report) {
+  // A report of a life other than the latest heard of its peer (relayed, of an earlier or a later
+  // life) tells nothing about the weight that peer holds now: only its own messages end a life.
+  const auto known = lives_.find(life.first);
+  if (known == lives_.end())
+    lives_[life.first] = life.second;
+  else if (known->second != life.second)
+    return;
+  Report& latest = reports_[life.first];
+  if (report.seq >= latest.seq) latest = report;
+  // A report of a life already recorded ended, sent before it ended and heard after: later than
+  // the record, and a transfer in that message is merged here, so the record follows (the others
+  // learn it with this peer's settled marks, which carry every record). Else the weight it
+  // carried would count twice: in this peer's weight and in the record of the dead.
+  if (const auto dead = dead_.find(life); dead != dead_.end() && report.seq > dead->second.seq)
+    dead->second = report;
 }
 
 void Gosgd::endLife(engine::PeerContext& ctx, PeerId peer, bool restarted) {

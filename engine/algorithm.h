@@ -292,6 +292,11 @@ class PeerContext {
   // inbox itself (Inbox::wait) asks this to stop waiting for a peer that is done. False for
   // this peer itself.
   virtual bool doneSending(PeerId /*peer*/) const { return false; }
+  // An algorithm that waits in the inbox itself tells the peer when such a wait reached its
+  // deadline without `missing`, as gather() and request() do on their own: the peer logs it and
+  // counts it, and its life looks for a member far ahead after an expiry (a lockstep algorithm
+  // cut off by a short partition realigns; engine/life/peer_life.h).
+  virtual void waitExpired(std::span<const PeerId> /*missing*/) {}
   virtual Tags& tags() = 0;
   // A device view of a received payload (see DeviceView).
   virtual DeviceView upload(std::span<const float> host) = 0;

@@ -1,5 +1,6 @@
 #include "engine/invariants.h"
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 
@@ -85,7 +86,38 @@ std::vector<std::string> invariantViolations(const Invariants& invariants,
     else if (invariants.sameStepCount && p.steps != totalSteps)
       out.push_back(fmt::format("{} took {} of the {} steps", p.name, p.steps, totalSteps));
   }
-  for (const Invariant& rule : invariants.rules) checkRule(rule, peers, out);
+  for (const std::vector<PeerOutcome>& cluster : finalClusters(peers))
+    for (const Invariant& rule : invariants.rules) checkRule(rule, cluster, out);
+  return out;
+}
+
+std::vector<std::vector<PeerOutcome>> finalClusters(std::span<const PeerOutcome> peers) {
+  const bool known =
+      std::all_of(peers.begin(), peers.end(), [](const PeerOutcome& p) { return !p.view.empty(); });
+  if (!known) return {std::vector<PeerOutcome>(peers.begin(), peers.end())};
+  // Union-find over the peers: i and j linked when one has the other in its view.
+  std::vector<std::size_t> root(peers.size());
+  for (std::size_t i = 0; i < root.size(); ++i) root[i] = i;
+  const auto find = [&](std::size_t i) {
+    while (root[i] != i) i = root[i] = root[root[i]];
+    return i;
+  };
+  const auto sees = [](const PeerOutcome& a, const PeerOutcome& b) {
+    return std::find(a.view.begin(), a.view.end(), b.id) != a.view.end();
+  };
+  for (std::size_t i = 0; i < peers.size(); ++i)
+    for (std::size_t j = i + 1; j < peers.size(); ++j)
+      if (sees(peers[i], peers[j]) || sees(peers[j], peers[i])) root[find(i)] = find(j);
+  std::vector<std::vector<PeerOutcome>> out;
+  std::vector<std::size_t> clusterOf(peers.size(), peers.size());
+  for (std::size_t i = 0; i < peers.size(); ++i) {
+    std::size_t& index = clusterOf[find(i)];
+    if (index == peers.size()) {
+      index = out.size();
+      out.emplace_back();
+    }
+    out[index].push_back(peers[i]);
+  }
   return out;
 }
 

@@ -57,12 +57,22 @@ struct PeerOutcome {
   std::string error;  // what it threw, if anything (then nothing else is read of it)
   std::uint64_t steps = 0;
   const MetricValues* metrics = nullptr;  // its algorithm's; null: it counts for no rule
+  // Its id and the membership view it ended with (itself included); an empty view: not known.
+  std::uint64_t id = 0;
+  std::vector<std::uint64_t> view;
 };
 
 // The violations (empty: all kept): each peer ended without an error; with sameStepCount, each
-// took `totalSteps` steps; each declared rule holds over the peers that count for it.
+// took `totalSteps` steps; each declared rule holds over the peers that count for it, within
+// each cluster the run ended as. A partition that heals after each side took the other for
+// failed ends as two clusters when no reconnect of the membership found the other side before
+// the end: each holds its rules, and each took the other's weight for the dead's (so a sum over
+// both would count it twice). Peers are in one cluster when a chain of final views links them;
+// all are, when a view is not known.
 std::vector<std::string> invariantViolations(const Invariants& invariants,
                                              std::span<const PeerOutcome> peers,
                                              std::uint64_t totalSteps);
+// The clusters `peers` ended as (by their final views, as above), each in the order of `peers`.
+std::vector<std::vector<PeerOutcome>> finalClusters(std::span<const PeerOutcome> peers);
 
 }  // namespace gossamer::engine

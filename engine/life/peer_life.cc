@@ -60,10 +60,9 @@ void PeerLife::takeShard() {
   const std::vector<PeerId>& members = roster_.members;
   const std::size_t count = config_.shards > 0 ? config_.shards : members.size();
   const std::size_t rank =
-      config_.shards > 0
-          ? config_.shardIndex
-          : static_cast<std::size_t>(std::find(members.begin(), members.end(), self_) -
-                                     members.begin());
+      config_.shards > 0 ? config_.shardIndex
+                         : static_cast<std::size_t>(
+                               std::find(members.begin(), members.end(), self_) - members.begin());
   if (learner_ != nullptr && count == roster_.shardCount && rank == roster_.shardRank) return;
   roster_.shardCount = count;
   roster_.shardRank = rank;
@@ -105,10 +104,9 @@ bool PeerLife::start() {
   roster_.members = env_.members();
   env_.startedWith(roster_.members);
   takeShard();
-  counters_.totalSteps =
-      plan_.totalSteps > 0
-          ? plan_.totalSteps
-          : env_.totalSteps(std::max(roster_.shardCount, config_.minPeers));
+  counters_.totalSteps = plan_.totalSteps > 0
+                             ? plan_.totalSteps
+                             : env_.totalSteps(std::max(roster_.shardCount, config_.minPeers));
   roster_.graph = env_.graph(roster_.members, counters_.step);
   known_.insert(roster_.members.begin(), roster_.members.end());
   // The model and step to start from: its checkpoint (going on from the cluster's step when that
@@ -148,10 +146,11 @@ void PeerLife::realignIfBehind() {
   if (ahead) algorithm_.realign(env_.context(), *ahead);
 }
 
-double PeerLife::step() {
+std::optional<double> PeerLife::step() {
   GOSSAMER_ENFORCE(phase_ == Phase::training, "a step of a life that is {}", name(phase_));
   adoptView(false);
   if (algorithm_.lockstep()) realignIfBehind();
+  if (counters_.step >= counters_.totalSteps) return std::nullopt;
   if (env_.timeVaryingGraph()) roster_.graph = env_.graph(roster_.members, counters_.step);
   const std::uint64_t total = counters_.totalSteps;
   learner_->optimizer().setLearningRate(

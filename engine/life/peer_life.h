@@ -120,8 +120,9 @@ class PeerLife {
   // joiner, or the initial), then the algorithm's setup.
   bool start();
   // One step at a step boundary: a changed view adopted, the learning rate of the schedule, the
-  // algorithm's step, the step counted. Returns the loss.
-  double step();
+  // algorithm's step, the step counted. Returns the loss; nullopt when no step is left after the
+  // view (a realign took the model of a member that had trained them all).
+  std::optional<double> step();
   // Then, once the driver has taken the step's figures: its evaluation point and checkpoint.
   void afterStep();
   // training -> left: hands over what must not leave with this peer and tells the others.
@@ -158,7 +159,7 @@ class PeerLife {
   train::Learner* learner_ = nullptr;
   Roster roster_;
   StartPlan plan_;
-  std::set<PeerId> known_;  // every member of a roster of this life
+  std::set<PeerId> known_;          // every member of a roster of this life
   std::uint64_t expiredWaits_ = 0;  // as of the last realignIfBehind()
   Phase phase_ = Phase::waiting;
   std::uint64_t startStep_ = 0;

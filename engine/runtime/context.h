@@ -90,6 +90,9 @@ class ComputeContext final : public PeerContext {
                       Clock::duration timeout) override;
   Inbox& inbox() override { return inbox_; }
   bool doneSending(PeerId peer) const override;
+  void waitExpired(std::span<const PeerId> missing) override {
+    logExpiry(true, std::vector<PeerId>(missing.begin(), missing.end()), Clock::now());
+  }
   Tags& tags() override { return tags_; }
   DeviceView upload(std::span<const float> host) override { return p_.staging.upload(host); }
   Clock::duration commTimeout() const override { return p_.config.commTimeout; }

@@ -173,7 +173,7 @@ void Peer::Impl::publishSnapshot(bool final) {
 
 // ---- the loop's driver (compute thread) --------------------------------------------------------
 
-double Peer::Impl::step() { return training.life->step(); }
+std::optional<double> Peer::Impl::step() { return training.life->step(); }
 
 void Peer::Impl::afterStep() {
   training.life->afterStep();

@@ -126,7 +126,8 @@ struct Peer::Impl final : private LoopDriver, private life::LifeEnvironment {
   std::unique_ptr<Algorithm> algorithm;
   std::unique_ptr<topology::Topology> topology;
   PeerCheckpoints checkpoints;
-  std::optional<train::Checkpoint> resumeCheckpoint;  // --resume: loaded and checked at construction
+  std::optional<train::Checkpoint>
+      resumeCheckpoint;  // --resume: loaded and checked at construction
   // A peer with seeds that joined no one by then gives up (TrainingConfig::joinTimeout).
   Clock::time_point joinDeadline = Clock::time_point::max();
   // ---- shared between threads ----
@@ -150,7 +151,7 @@ struct Peer::Impl final : private LoopDriver, private life::LifeEnvironment {
   void onMembershipEvent(const net::membership::Event& event);
 
   // LoopDriver
-  double step() override;
+  std::optional<double> step() override;
   void afterStep() override;
   bool stopping() const override;
   std::uint64_t bytesSent() const override;

@@ -61,7 +61,9 @@ void TrainingLoop::begin() {
 bool TrainingLoop::next(LoopDriver& driver) {
   const std::uint64_t total = status_.totalSteps;
   if (status_.step >= total || driver.stopping()) return false;
-  const double loss = driver.step();
+  const std::optional<double> taken = driver.step();
+  if (!taken) return true;  // the step count is at the total now: the loop ends
+  const double loss = *taken;
   const std::uint64_t step = status_.step;
   recentLosses_.push_back(loss);
   if (recentLosses_.size() > stepsPerEpoch_) recentLosses_.pop_front();

@@ -15,6 +15,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 
 #include "engine/model.h"
@@ -34,8 +35,9 @@ class LoopDriver {
  public:
   virtual ~LoopDriver() = default;
   // One step at a step boundary, counted in the status's step (the peer's life: adopt a changed
-  // view, run the algorithm); returns the loss.
-  virtual double step() = 0;
+  // view, run the algorithm); returns the loss, or nullopt when no step was left to take (the
+  // life took the model and step of a member that had trained them all).
+  virtual std::optional<double> step() = 0;
   // After the loop took the step's figures (the life's evaluation point and checkpoint; publish a
   // snapshot someone waits for).
   virtual void afterStep() = 0;

@@ -39,6 +39,7 @@ class SimContext final : public PeerContext {
   }
   Inbox& inbox() override { return p_.inbox; }
   bool doneSending(PeerId peer) const override;
+  void waitExpired(std::span<const PeerId> /*missing*/) override { ++p_.expiredWaits; }
   Tags& tags() override { return p_.tags; }
   DeviceView upload(std::span<const float> host) override { return DeviceView(host, nullptr); }
   Clock::duration commTimeout() const override {

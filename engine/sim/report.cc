@@ -102,7 +102,9 @@ void World::checkInvariants(SimResult& r) {
       survivors.push_back({.name = fmt::format("peer {}", p.id),
                            .error = p.error,
                            .steps = p.steps,
-                           .metrics = &p.metrics});
+                           .metrics = &p.metrics,
+                           .id = p.id,
+                           .view = p.view});
   for (std::string& what :
        survivorViolations(survivors, r.finals, shared_.totalSteps, shared_.invariants))
     r.violations.push_back({r.virtualSeconds, std::move(what)});

@@ -133,8 +133,7 @@ void SimPeer::run() {
       leaveCluster();
       return;
     }
-    lifecycle->step();
-    lifecycle->afterStep();
+    if (lifecycle->step()) lifecycle->afterStep();
   }
   lifecycle->finish();
   lifecycle->release();

@@ -308,6 +308,7 @@ SimResult World::run() {
     }
     r.metrics = p->metrics.values;
     r.error = p->error;
+    r.view = p->view;
     for (const auto& old : past_)
       if (old->id == id && r.error.empty() && !old->error.empty()) r.error = old->error;
     result_.peers.push_back(std::move(r));

@@ -156,7 +156,8 @@ struct SimPeerResult {
   double finishSeconds = 0;
   double commWaitFraction = 0;
   std::map<std::string, double> metrics;
-  std::string error;  // what its fiber threw, if anything
+  std::string error;         // what its fiber threw, if anything
+  std::vector<PeerId> view;  // the membership view its last life ended with
 };
 
 struct Violation {

@@ -154,12 +154,12 @@ TEST_CASE("gosgd: transfers are sent from the escrow buffer with ids as integers
       ++transfers;
       CHECK(m.owner != nullptr);
       // The header, then {weight} and {id, floor}.
-      CHECK(m.scalars.size() == Gosgd::kHeaderScalars + 1);
-      CHECK(m.integers.size() == Gosgd::kHeaderIntegers + 2);
+      CHECK(m.scalars.size() == Gosgd::headerScalars(m.integers) + 1);
+      CHECK(m.integers.size() == Gosgd::headerIntegers(m.integers) + 2);
     } else if (m.kind == Gosgd::kAck) {
       ++acks;
-      CHECK(m.scalars.size() == Gosgd::kHeaderScalars);
-      CHECK(m.integers.size() > Gosgd::kHeaderIntegers);
+      CHECK(m.scalars.size() == Gosgd::headerScalars(m.integers));
+      CHECK(m.integers.size() > Gosgd::headerIntegers(m.integers));
     }
   }
   CHECK(transfers > 0);

@@ -171,7 +171,8 @@ void checkBytes(const std::string& algorithm, const engine::OptionValues& option
   }
 }
 
-// ---- gosgd ---------------------------------------------------------------------------------------
+// ---- gosgd
+// ---------------------------------------------------------------------------------------
 
 TEST_CASE("gosgd compressed: with learning rate 0 sum alpha_i w_i stays the initial average") {
   test::Watchdog watchdog(180s);
@@ -220,11 +221,10 @@ TEST_CASE("gosgd compressed: a difference costs the codec's share of a float32 m
 // difference after it, would wait for the retransmission timeout (3 s, beyond the training).
 TEST_CASE("gosgd compressed: lost differences are healed by anchors on request, the mass exact") {
   test::Watchdog watchdog(180s);
-  const auto result = runLosing("gosgd", 400, {{"p", "0.5"}, {"retransmit", "0.3"}},
-                                [](const engine::Incoming& m) {
-                                  return m.kind == Gosgd::kTransfer &&
-                                         isDifference(m, Gosgd::kHeaderIntegers + 2);
-                                });
+  const auto result =
+      runLosing("gosgd", 400, {{"p", "0.5"}, {"retransmit", "0.3"}}, [](const engine::Incoming& m) {
+        return m.kind == Gosgd::kTransfer && isDifference(m, Gosgd::headerIntegers(m.integers) + 2);
+      });
   const std::vector<float> oracle = test::averageOfDistinct(4, result.finals[0].params.size());
   const double lost = total(result, "test.lost");
   INFO(lost << " lost; " << total(result, "gosgd.differences") << " differences, "
@@ -295,7 +295,8 @@ TEST_CASE("gosgd compressed: gamma is validated") {
   CHECK(options.gammaFor(kernels::parseCodec("topk:0.05")) == 0.3);
 }
 
-// ---- ad-psgd -------------------------------------------------------------------------------------
+// ---- ad-psgd
+// -------------------------------------------------------------------------------------
 
 TEST_CASE("ad-psgd compressed: with learning rate 0 the sum is exact and the models reach it") {
   test::Watchdog watchdog(180s);

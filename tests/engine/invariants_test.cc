@@ -87,5 +87,34 @@ TEST_CASE("invariants: a conserved sum holds within its tolerance, either way") 
   CHECK(check({{"peer 1", "", 1, &none}}).empty());
 }
 
+// Two sides of a partition that never found each other again: each took the other for dead, so
+// each side's record of the dead holds the other's weight. The rules hold within each cluster;
+// over both, the agreement and the sum would fail. Views link peers in either direction.
+TEST_CASE("invariants: a run that ended as two clusters keeps its rules within each") {
+  const MetricValues left{{"alpha", 0.25}, {"dead", 0.75}};
+  const MetricValues right{{"alpha", 0.25}, {"dead", 0.5}};
+  const MetricValues rightToo{{"alpha", 0.25}, {"dead", 0.5}};
+  const Invariants ledger = weightLedger();
+  const PeerOutcome p1{.name = "peer 1", .steps = 10, .metrics = &left, .id = 1, .view = {1}};
+  const PeerOutcome p2{.name = "peer 2", .steps = 10, .metrics = &right, .id = 2, .view = {2, 3}};
+  const PeerOutcome p3{.name = "peer 3", .steps = 10, .metrics = &rightToo, .id = 3, .view = {3}};
+  const std::vector<PeerOutcome> split{p1, p2, p3};
+  const auto clusters = finalClusters(split);
+  REQUIRE(clusters.size() == 2);
+  CHECK(clusters[0].size() == 1);
+  CHECK(clusters[0][0].name == "peer 1");
+  REQUIRE(clusters[1].size() == 2);
+  CHECK(clusters[1][1].name == "peer 3");
+  CHECK(invariantViolations(ledger, split, 10).empty());
+  // The same peers with one view that spans the split: one cluster, and both rules break.
+  PeerOutcome bridge = p1;
+  bridge.view = {1, 2};
+  CHECK(invariantViolations(ledger, std::vector<PeerOutcome>{bridge, p2, p3}, 10).size() == 2);
+  // A view not known: one cluster with everyone.
+  PeerOutcome unknown = p1;
+  unknown.view.clear();
+  CHECK(finalClusters(std::vector<PeerOutcome>{unknown, p2, p3}).size() == 1);
+}
+
 }  // namespace
 }  // namespace gossamer::engine

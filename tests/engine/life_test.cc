@@ -2,6 +2,7 @@
 // into its environment and its algorithm, with a recording environment and algorithm (no
 // network, no threads). The runtime and the simulator drive this same object; their own tests
 // (runtime_test, late_arrival_test, the world tests and the sweep) cover it with real I/O.
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -30,8 +31,8 @@ std::optional<StartPlan> plan(std::vector<MemberStatus> statuses, std::size_t me
 }
 
 MemberStatus training(std::uint64_t step, bool expected = false, std::size_t members = 3) {
-  return {.training = true, .expected = expected, .step = step, .totalSteps = 100,
-          .members = members};
+  return {
+      .training = true, .expected = expected, .step = step, .totalSteps = 100, .members = members};
 }
 
 MemberStatus done(bool expected = false) {
@@ -40,7 +41,7 @@ MemberStatus done(bool expected = false) {
 
 TEST_CASE("life: the start rule: nobody training, the cluster starts once minPeers are members") {
   CHECK_FALSE(plan({}, 3, 3, false, /*joined=*/false));  // not admitted yet
-  CHECK_FALSE(plan({{}, {}}, 2, 3));                      // 2 of 3
+  CHECK_FALSE(plan({{}, {}}, 2, 3));                     // 2 of 3
   const std::optional<StartPlan> p = plan({{}, {}}, 3, 3);
   REQUIRE(p);
   CHECK_FALSE(p->late);
@@ -103,7 +104,9 @@ class Recorder final : public Algorithm {
   void resumedLate(PeerContext&) override { log_.push_back("resumedLate"); }
   void realign(PeerContext&, PeerId ahead) override {
     log_.push_back("realign " + std::to_string(ahead));
+    if (onRealign) onRealign();
   }
+  std::function<void()> onRealign;  // what taking the model of `ahead` does to the step
 
  private:
   std::vector<std::string>& log_;
@@ -263,12 +266,26 @@ TEST_CASE("life: an initial member starts, steps, finishes and releases in the r
   CHECK(life.roster().members == std::vector<PeerId>{1, 2});
   life.release();
   CHECK(life.phase() == Phase::released);
-  const std::vector<std::string> expected = {
-      "startedWith 3", "shard 1/3", "totalSteps 3", "setup",  // start
-      "step", "step", "step", "point 1 at 3",                  // steps 1-3
-      "step", "checkpoint 4", "step", "step", "point 2 at 6",  // steps 4-6
-      "announce finished", "await finished", "shard 1/2", "setup", "finish",  // finish
-      "announce released", "await released"};
+  const std::vector<std::string> expected = {"startedWith 3",
+                                             "shard 1/3",
+                                             "totalSteps 3",
+                                             "setup",  // start
+                                             "step",
+                                             "step",
+                                             "step",
+                                             "point 1 at 3",  // steps 1-3
+                                             "step",
+                                             "checkpoint 4",
+                                             "step",
+                                             "step",
+                                             "point 2 at 6",  // steps 4-6
+                                             "announce finished",
+                                             "await finished",
+                                             "shard 1/2",
+                                             "setup",
+                                             "finish",  // finish
+                                             "announce released",
+                                             "await released"};
   CHECK(t.log == expected);
   CHECK(t.step == 6);
 }
@@ -283,7 +300,7 @@ TEST_CASE("life: a late joiner joins at the cluster's step and adopts a changed 
   ++t.env.viewEpoch;
   life.step();
   const std::vector<std::string> expected = {"startedWith 3", "shard 2/3", "join", "setup",
-                                             "shard 1/2", "setup", "step"};
+                                             "shard 1/2",     "setup",     "step"};
   CHECK(t.log == expected);
 }
 
@@ -310,13 +327,14 @@ TEST_CASE("life: back after a partition, the side behind takes the model of the 
   t.env.steps[4] = 1;
   life.step();
   const std::vector<std::string> expected = {
-      "shard 0/1", "setup", "step", "step",                   // alone
-      "shard 1/4", "setup", "realign 3", "step",              // 1 and 3 back, 3 ahead
-      "shard 1/5", "setup", "step"};                          // 4 back, behind
+      "shard 0/1", "setup", "step",      "step",  // alone
+      "shard 1/4", "setup", "realign 3", "step",  // 1 and 3 back, 3 ahead
+      "shard 1/5", "setup", "step"};              // 4 back, behind
   CHECK(t.log == expected);
 }
 
-TEST_CASE("life: a lockstep peer whose wait expired and that hears a member rounds ahead realigns") {
+TEST_CASE(
+    "life: a lockstep peer whose wait expired and that hears a member rounds ahead realigns") {
   LifeUnderTest t;
   PeerLife life = t.make(2);
   REQUIRE(life.start());
@@ -334,6 +352,21 @@ TEST_CASE("life: a lockstep peer whose wait expired and that hears a member roun
   life.step();
   const std::vector<std::string> expected = {"step", "step", "realign 1", "step", "step"};
   CHECK(t.log == expected);
+}
+
+// A realign may take the model of a member that trained every step: no step is left to take.
+TEST_CASE("life: a realign to a member at the last step takes no step beyond the total") {
+  LifeUnderTest t;
+  PeerLife life = t.make(2);
+  REQUIRE(life.start());
+  REQUIRE(life.step().has_value());
+  t.log.clear();
+  t.algorithm.onRealign = [&] { t.step = t.total.load(); };
+  t.env.heard = {{1, t.total.load()}};
+  t.env.expired = 1;
+  CHECK_FALSE(life.step().has_value());
+  CHECK(t.log == std::vector<std::string>{"realign 1"});
+  CHECK(t.step == t.total);
 }
 
 TEST_CASE("life: a restart from its checkpoint goes on from the cluster's later step") {
