@@ -5,19 +5,19 @@
 namespace gossamer::engine::sim::detail {
 
 double SimContext::computeGradients() {
-  const double loss = p_.learner->computeGradients();
+  const double loss = p_.parts.learner->computeGradients();
   const Duration stepTime = std::chrono::duration_cast<Duration>(
       p_.world.shared().config.training.minStepTime * p_.stepFactor);
   const TimePoint start = p_.world.now();
   if (stepTime.count() > 0) p_.sleepUntil(start + stepTime);
-  p_.computeTime += p_.world.now() - start;
+  p_.figures.computeTime += p_.world.now() - start;
   return loss;
 }
 
 std::optional<Incoming> SimContext::request(PeerId to, const Message& message,
                                             Clock::duration timeout) {
   Message tagged = message;
-  tagged.tag = p_.tags.fresh();
+  tagged.tag = p_.parts.tags.fresh();
   p_.world.send(p_, std::span<const PeerId>(&to, 1), tagged, true);
   GatherResult got = gatherFrom(std::span<const PeerId>(&to, 1), tagged.tag, timeout, false);
   if (got.messages.empty()) return std::nullopt;
@@ -25,7 +25,7 @@ std::optional<Incoming> SimContext::request(PeerId to, const Message& message,
 }
 
 std::optional<Incoming> SimContext::pullModel(PeerId from, Clock::duration timeout) {
-  Message pull{.kind = kPullKind, .step = p_.step, .tag = p_.tags.fresh()};
+  Message pull{.kind = kPullKind, .step = p_.step, .tag = p_.parts.tags.fresh()};
   p_.world.send(p_, std::span<const PeerId>(&from, 1), pull, true, false);
   GatherResult got = gatherFrom(std::span<const PeerId>(&from, 1), pull.tag, timeout, false);
   if (got.messages.empty()) return std::nullopt;
@@ -34,7 +34,7 @@ std::optional<Incoming> SimContext::pullModel(PeerId from, Clock::duration timeo
 
 bool SimContext::doneSending(PeerId peer) const {
   if (peer == p_.id) return false;
-  if (!std::binary_search(p_.view.begin(), p_.view.end(), peer)) return true;
+  if (!std::binary_search(p_.swim.view.begin(), p_.swim.view.end(), peer)) return true;
   const SimPeer* other = p_.world.current(peer);
   if (other == nullptr || other->phase == Phase::dead) return false;  // until the view drops it
   const Phase mark = p_.roster().finishing ? Phase::released : Phase::finished;
@@ -50,7 +50,7 @@ GatherResult SimContext::gatherFrom(std::span<const PeerId> from, std::uint64_t 
   std::vector<bool> given(from.size(), false);
   auto gone = [&](PeerId peer) {
     if (whileStepping) return doneSending(peer);
-    return peer != p_.id && !std::binary_search(p_.view.begin(), p_.view.end(), peer);
+    return peer != p_.id && !std::binary_search(p_.swim.view.begin(), p_.swim.view.end(), peer);
   };
   auto settle = [&] {
     bool done = true;
@@ -71,9 +71,9 @@ GatherResult SimContext::gatherFrom(std::span<const PeerId> from, std::uint64_t 
       if (!got[i] && !given[i]) got[i] = p_.inbox.take(from[i], tag);
       complete = complete && (got[i] || given[i]);
     }
-    if (!complete) ++p_.expiredWaits;
+    if (!complete) ++p_.heard.expiredWaits;
   }
-  p_.commWait += world.now() - start;
+  p_.figures.commWait += world.now() - start;
   return GatherResult::of(from, got);
 }
 

@@ -18,11 +18,11 @@ class SimContext final : public PeerContext {
   std::uint64_t totalSteps() const override { return p_.totalSteps; }
 
   kernels::Compute& compute() override { return *p_.world.shared().compute; }
-  std::span<float> params() override { return p_.learner->params(); }
-  std::span<float> grads() override { return p_.learner->grads(); }
-  train::Optimizer& optimizer() override { return p_.learner->optimizer(); }
+  std::span<float> params() override { return p_.parts.learner->params(); }
+  std::span<float> grads() override { return p_.parts.learner->grads(); }
+  train::Optimizer& optimizer() override { return p_.parts.learner->optimizer(); }
   double computeGradients() override;
-  void applyOptimizer() override { p_.learner->applyUpdate(); }
+  void applyOptimizer() override { p_.parts.learner->applyUpdate(); }
 
   void send(std::span<const PeerId> to, const Message& message) override {
     p_.world.send(p_, to, message, false);
@@ -39,13 +39,13 @@ class SimContext final : public PeerContext {
   }
   Inbox& inbox() override { return p_.inbox; }
   bool doneSending(PeerId peer) const override;
-  void waitExpired(std::span<const PeerId> /*missing*/) override { ++p_.expiredWaits; }
-  Tags& tags() override { return p_.tags; }
+  void waitExpired(std::span<const PeerId> /*missing*/) override { ++p_.heard.expiredWaits; }
+  Tags& tags() override { return p_.parts.tags; }
   DeviceView upload(std::span<const float> host) override { return DeviceView(host, nullptr); }
   Clock::duration commTimeout() const override {
     return p_.world.shared().config.training.commTimeout;
   }
-  const PayloadCompression& compression() const override { return p_.codec->compression(); }
+  const PayloadCompression& compression() const override { return p_.parts.codec->compression(); }
 
   std::optional<Incoming> pullModel(PeerId from, Clock::duration timeout) override;
   void adoptStep(std::uint64_t step) override { p_.step = step; }
@@ -60,8 +60,8 @@ class SimContext final : public PeerContext {
 
   void pause(Clock::duration duration) override { p_.sleepUntil(p_.world.now() + duration); }
 
-  std::mt19937_64& rng() override { return p_.rng; }
-  Metrics& metrics() override { return p_.metrics; }
+  std::mt19937_64& rng() override { return p_.parts.rng; }
+  Metrics& metrics() override { return p_.parts.metrics; }
 
   // The runtime's gather (engine/runtime/message_queue.cc): each message taken as it comes; a
   // peer that left the view, or (`whileStepping`) finished training (in finish(): released the
@@ -83,7 +83,7 @@ class SimServe final : public ServiceContext {
     answer.tag = request.tag;
     p_.world.send(p_, std::span<const PeerId>(&request.from, 1), answer, false, false);
   }
-  Metrics& metrics() override { return p_.metrics; }
+  Metrics& metrics() override { return p_.parts.metrics; }
 
  private:
   SimPeer& p_;

@@ -238,43 +238,63 @@ class SimPeer {
   Phase phase = Phase::waiting;
   bool killed = false;
   bool leaveRequested = false;  // a graceful leave at its next step boundary
-  bool waiting = false;
   bool serveOpen = false;
-  std::uint64_t blockToken = 0;
-  // When it began training (after setup), finished training, and ended finish() or died.
-  TimePoint trainStart{}, finishedAt{}, releasedAt{};
   std::atomic<std::uint64_t> step{0}, totalSteps{0};
-  std::uint64_t bytesSent = 0;
-  Duration commWait{};
-  Duration computeTime{};
   double stepFactor = 1;  // a straggler's
   std::string error;
 
-  // The membership view (what isMember reads: its protocol's, updated at each of its events).
-  std::vector<PeerId> view;
-  std::uint64_t viewEpoch = 0;
+  // What its life measured, as a real peer's status does.
+  struct Figures {
+    // When it began training (after setup), finished training, and ended finish() or died.
+    TimePoint trainStart{}, finishedAt{}, releasedAt{};
+    std::uint64_t bytesSent = 0;
+    Duration commWait{};
+    Duration computeTime{};
+  } figures;
 
-  // The latest step of an algorithm message delivered to its inbox, by sender; and its gathers
-  // and requests that reached their deadline incomplete (the life's realignIfBehind reads them).
-  std::map<PeerId, std::uint64_t> heardSteps;
-  std::uint64_t expiredWaits = 0;
-  // Frames sent before their senders finished training, on their way to this life, by sender.
-  std::map<PeerId, std::size_t> inflightFrom;
+  // What reached it from the others: the latest step of an algorithm message delivered to its
+  // inbox, by sender, and its waits that reached their deadline incomplete (the life's
+  // realignIfBehind reads both); frames sent before their senders finished training, on their
+  // way to this life, by sender.
+  struct Heard {
+    std::map<PeerId, std::uint64_t> steps;
+    std::uint64_t expiredWaits = 0;
+    std::map<PeerId, std::size_t> inflightFrom;
+  } heard;
+
+  // Its fiber, and whether (and in which wait) it is blocked.
+  struct Blocked {
+    std::unique_ptr<Fiber> fiber;
+    bool waiting = false;
+    std::uint64_t token = 0;
+  } blocked;
+
   SimInbox inbox{*this};
-  SimMetrics metrics;
-  SimTags tags;
-  std::mt19937_64 rng;
-  std::unique_ptr<train::Learner> learner;
-  // The runtime's codec of this life's payloads (seeded as a real peer's: the run seed ^ its id).
-  std::unique_ptr<runtime::PayloadCodec> codec;
-  std::unique_ptr<Algorithm> algorithm;
-  std::unique_ptr<SimContext> context;
-  std::unique_ptr<SimServe> serveContext;
+  // Its algorithm and what the contexts hand it.
+  struct Parts {
+    SimMetrics metrics;
+    SimTags tags;
+    std::mt19937_64 rng;
+    std::unique_ptr<train::Learner> learner;
+    // The runtime's codec of this life's payloads (seeded as a real peer's: the run seed ^ id).
+    std::unique_ptr<runtime::PayloadCodec> codec;
+    std::unique_ptr<Algorithm> algorithm;
+    std::unique_ptr<SimContext> context;
+    std::unique_ptr<SimServe> serveContext;
+  } parts;
+
   SimLife environment{*this};
   std::unique_ptr<life::PeerLife> lifecycle;  // its rules (engine/life)
-  std::unique_ptr<Fiber> fiber;
-  SimMembership membershipEnvironment{*this};
-  std::unique_ptr<net::membership::Protocol> membership;
+
+  // Its membership: the view (what isMember reads: its protocol's, updated at each of its
+  // events), and the SWIM protocol of real peers over the simulated environment.
+  struct Swim {
+    explicit Swim(SimPeer& peer) : environment(peer) {}
+    std::vector<PeerId> view;
+    std::uint64_t viewEpoch = 0;
+    SimMembership environment;
+    std::unique_ptr<net::membership::Protocol> protocol;
+  } swim{*this};
 
  private:
   void body();

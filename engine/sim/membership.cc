@@ -77,9 +77,9 @@ void SimMembership::open(const net::Endpoint& to, std::chrono::milliseconds time
 // ----------------------------------------------------------------------------
 
 void SimPeer::viewChanged() {
-  const net::membership::View v = membership->view();
-  view = v.ids();
-  viewEpoch = v.epoch;
+  const net::membership::View v = swim.protocol->view();
+  swim.view = v.ids();
+  swim.viewEpoch = v.epoch;
   // The fiber looks again from the scheduler, never from inside the protocol's handler.
   world.at(world.now(), [this] { poke(); });
 }
@@ -96,18 +96,18 @@ void World::startMembership(SimPeer& peer) {
   if (!peer.late) {
     // The initial peers form the cluster before training, as the runtime's start waits for:
     // each starts with all of them in its table, at the incarnation they all start with.
-    const auto incarnation = peer.membershipEnvironment.firstIncarnation();
+    const auto incarnation = peer.swim.environment.firstIncarnation();
     for (PeerId id = 1; id <= config_.peers; ++id)
       config.members.push_back(net::membership::Member{id, addressOf(id), incarnation,
                                                        net::membership::MemberState::alive});
   }
-  peer.membership =
-      std::make_unique<net::membership::Protocol>(peer.membershipEnvironment, std::move(config));
-  peer.membership->onEvent([this, &peer](const net::membership::Event& event) {
+  peer.swim.protocol =
+      std::make_unique<net::membership::Protocol>(peer.swim.environment, std::move(config));
+  peer.swim.protocol->onEvent([this, &peer](const net::membership::Event& event) {
     if (config_.onMembership) config_.onMembership(peer.id, Seconds(now_ - kStart).count(), event);
     peer.viewChanged();
   });
-  peer.membership->start();
+  peer.swim.protocol->start();
 }
 
 void World::sendMembership(SimPeer& from, const net::Endpoint& to,
@@ -154,7 +154,7 @@ void World::sendMembership(SimPeer& from, const net::Endpoint& to,
       ++result_.dropped;
       return;
     }
-    peer->membership->handle(sender, std::move(message));
+    peer->swim.protocol->handle(sender, std::move(message));
   });
 }
 

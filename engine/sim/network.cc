@@ -20,10 +20,10 @@ Incoming incomingOf(const std::shared_ptr<const Wire>& wire) {
 
 bool World::phaseSeen(const SimPeer& peer, const SimPeer& observer, Phase phase) const {
   if (peer.phase < phase) return false;
-  if (now_ < (phase == Phase::released ? peer.releasedAt : peer.finishedAt) + markDelay_)
+  if (now_ < (phase == Phase::released ? peer.figures.releasedAt : peer.figures.finishedAt) + markDelay_)
     return false;
-  const auto it = observer.inflightFrom.find(peer.id);
-  return it == observer.inflightFrom.end() || it->second == 0;
+  const auto it = observer.heard.inflightFrom.find(peer.id);
+  return it == observer.heard.inflightFrom.end() || it->second == 0;
 }
 
 double World::extraLoss(PeerId a, PeerId b) const {
@@ -49,7 +49,7 @@ void World::send(SimPeer& from, std::span<const PeerId> to, const Message& messa
   // The payloads as the runtime sends them: encoded where the message marks them compressible and
   // the run has a codec (residuals and `sent` spans updated), else float32. serve()'s replies,
   // which the runtime encodes on its io thread's CPU Compute, encode the same with the one here.
-  const runtime::WirePayloads encoded = from.codec->encode(message);
+  const runtime::WirePayloads encoded = from.parts.codec->encode(message);
   auto wire = std::make_shared<Wire>();
   wire->header.from = from.id;
   wire->header.kind = message.kind;
@@ -66,7 +66,7 @@ void World::send(SimPeer& from, std::span<const PeerId> to, const Message& messa
     const std::span<const std::byte> sent = encoded.bytes.spans[i];
     net::Payload payload(std::span<std::byte>(const_cast<std::byte*>(sent.data()), sent.size()),
                          nullptr);  // read only
-    const runtime::DecodedPayload decoded = from.codec->decode(descriptor, payload);
+    const runtime::DecodedPayload decoded = from.parts.codec->decode(descriptor, payload);
     GOSSAMER_ENFORCE(decoded.error.empty(), "peer {}: its own payload {} was refused: {}", from.id,
                      i, decoded.error);
     wire->payloads.emplace_back(decoded.data.begin(), decoded.data.end());
@@ -79,11 +79,11 @@ void World::send(SimPeer& from, std::span<const PeerId> to, const Message& messa
   for (PeerId target : to) {
     if (target == from.id) {
       // To self: handed over as if it had arrived (the runtime's Messenger does so), no link.
-      if (frozen->beforeFinish) ++from.inflightFrom[from.id];
+      if (frozen->beforeFinish) ++from.heard.inflightFrom[from.id];
       at(now_, [this, frozen, target, life = from.life] { deliver(frozen, target, life); });
       continue;
     }
-    if (checkView && !std::binary_search(from.view.begin(), from.view.end(), target)) {
+    if (checkView && !std::binary_search(from.swim.view.begin(), from.swim.view.end(), target)) {
       log::get("sim")->debug("peer {}: send to {} outside its view skipped", from.id, target);
       continue;
     }
@@ -94,7 +94,7 @@ void World::send(SimPeer& from, std::span<const PeerId> to, const Message& messa
       ++result_.dropped;
       continue;
     }
-    if (message.kind < kMaxAlgorithmKind) from.bytesSent += bytes;
+    if (message.kind < kMaxAlgorithmKind) from.figures.bytesSent += bytes;
     LinkState& link = links_[{from.id, target}];
     if (!link.schedule) {
       // Peer id i is profile index i - 1, as in a local cluster.
@@ -109,7 +109,7 @@ void World::send(SimPeer& from, std::span<const PeerId> to, const Message& messa
       continue;
     }
     link.lastDelivery = slot.deliverAt;
-    if (frozen->beforeFinish) ++receiver->inflightFrom[from.id];
+    if (frozen->beforeFinish) ++receiver->heard.inflightFrom[from.id];
     const std::size_t life = receiver->life;
     at(slot.deliverAt, [this, frozen, target, life] { deliver(frozen, target, life); });
   }
@@ -121,8 +121,8 @@ void World::deliver(const std::shared_ptr<const Wire>& wire, PeerId to, std::siz
     ++result_.dropped;  // sent to a life that has ended
     return;
   }
-  if (auto it = peer->inflightFrom.find(wire->header.from);
-      wire->beforeFinish && it != peer->inflightFrom.end() && it->second > 0)
+  if (auto it = peer->heard.inflightFrom.find(wire->header.from);
+      wire->beforeFinish && it != peer->heard.inflightFrom.end() && it->second > 0)
     --it->second;
   if (peer->phase == Phase::dead || peer->phase == Phase::left ||
       partitioned(wire->header.from, to)) {
@@ -132,7 +132,7 @@ void World::deliver(const std::shared_ptr<const Wire>& wire, PeerId to, std::siz
   if (wire->header.kind == kPullKind) {
     // The runtime's model pull: answered with the params and step as they are now.
     Message reply{.kind = kPullReplyKind, .step = peer->step, .tag = wire->header.tag};
-    if (peer->learner) reply.payloads = {peer->learner->params()};
+    if (peer->parts.learner) reply.payloads = {peer->parts.learner->params()};
     send(*peer, std::span<const PeerId>(&wire->header.from, 1), reply, false, false);
     return;
   }
@@ -141,22 +141,22 @@ void World::deliver(const std::shared_ptr<const Wire>& wire, PeerId to, std::siz
       // Held back until setup in the runtime; here it comes again shortly (rare: a joiner).
       at(now_ + std::chrono::milliseconds(1), [this, wire, to, life] {
         if (SimPeer* p = current(to); p != nullptr && p->life == life && wire->beforeFinish)
-          ++p->inflightFrom[wire->header.from];
+          ++p->heard.inflightFrom[wire->header.from];
         deliver(wire, to, life);
       });
       return;
     }
     try {
-      peer->algorithm->serve(*peer->serveContext, incomingOf(wire));
+      peer->parts.algorithm->serve(*peer->parts.serveContext, incomingOf(wire));
     } catch (const std::exception& e) {
       log::get("sim")->error("peer {}: {}::serve failed on a message of kind {} from {}: {}", to,
-                             peer->algorithm->name(), wire->header.kind, wire->header.from,
+                             peer->parts.algorithm->name(), wire->header.kind, wire->header.from,
                              e.what());
     }
     peer->poke();
     return;
   }
-  std::uint64_t& heard = peer->heardSteps[wire->header.from];
+  std::uint64_t& heard = peer->heard.steps[wire->header.from];
   heard = std::max(heard, wire->header.step);
   peer->inbox.push(incomingOf(wire));
   peer->poke();

@@ -24,10 +24,10 @@ runtime::EvalPoint World::point(std::span<const runtime::Snapshot> snapshots, st
     pt.minStep = std::min(pt.minStep, p->step.load());
     pt.maxStep = std::max(pt.maxStep, p->step.load());
     pt.meanStep += static_cast<double>(p->step);
-    pt.samples += p->learner ? p->learner->samples() : 0;
-    bytes += static_cast<double>(p->bytesSent);
-    wait += Seconds(p->commWait).count();
-    compute += Seconds(p->computeTime).count();
+    pt.samples += p->parts.learner ? p->parts.learner->samples() : 0;
+    bytes += static_cast<double>(p->figures.bytesSent);
+    wait += Seconds(p->figures.commWait).count();
+    compute += Seconds(p->figures.computeTime).count();
   }
   if (count == 0) pt.minStep = 0;
   const double n = std::max<double>(static_cast<double>(count), 1);
@@ -48,14 +48,14 @@ runtime::EvalPoint World::point(std::span<const runtime::Snapshot> snapshots, st
 }
 
 void World::samplePoint(const SimPeer& peer, std::uint64_t point) {
-  const std::span<const float> params = peer.learner->params();
+  const std::span<const float> params = peer.parts.learner->params();
   points_.add(runtime::PointSample{
       .point = point,
       .model = {peer.id, peer.step, std::vector<float>(params.begin(), params.end())},
-      .figures = {Seconds(now_ - peer.trainStart).count(), Seconds(peer.commWait).count(),
-                  Seconds(peer.computeTime).count()},
-      .samples = peer.learner->samples(),
-      .bytesSent = peer.bytesSent});
+      .figures = {Seconds(now_ - peer.figures.trainStart).count(), Seconds(peer.figures.commWait).count(),
+                  Seconds(peer.figures.computeTime).count()},
+      .samples = peer.parts.learner->samples(),
+      .bytesSent = peer.figures.bytesSent});
   evaluatePoints();
 }
 
@@ -80,8 +80,8 @@ void World::evaluate(bool final) {
   std::vector<runtime::Snapshot> snapshots;
   for (const auto& [id, p] : slots_) {
     // A life that left holds no part of the cluster's model.
-    if (p->phase == Phase::dead || p->phase == Phase::left || !p->learner) continue;
-    const std::span<const float> params = p->learner->params();
+    if (p->phase == Phase::dead || p->phase == Phase::left || !p->parts.learner) continue;
+    const std::span<const float> params = p->parts.learner->params();
     snapshots.push_back({id, p->step, std::vector<float>(params.begin(), params.end())});
   }
   if (snapshots.empty()) return;

@@ -16,7 +16,7 @@ life::MemberStatus SimLife::statusOf(const SimPeer& other) const {
                             .expected = other.environment.expects(p_.id, p_.life),
                             .step = other.step,
                             .totalSteps = other.totalSteps,
-                            .members = other.view.size()};
+                            .members = other.swim.view.size()};
 }
 
 bool SimLife::expects(PeerId id, std::size_t life) const {
@@ -33,7 +33,7 @@ life::StartPlan SimLife::awaitStart() {
   std::optional<life::StartPlan> plan;
   const auto ready = [&] {
     std::vector<life::MemberStatus> statuses;
-    for (PeerId other : p_.view) {
+    for (PeerId other : p_.swim.view) {
       const SimPeer* q = p_.world.current(other);
       if (other == p_.id || q == nullptr || q->phase == Phase::dead || q->phase == Phase::left)
         continue;
@@ -41,10 +41,10 @@ life::StartPlan SimLife::awaitStart() {
     }
     // A life that comes late needs someone to learn from: never alone in its view.
     plan = life::planStart({.statuses = statuses,
-                            .members = p_.view.size(),
+                            .members = p_.swim.view.size(),
                             .minPeers = std::max<std::size_t>(s.training.minPeers, 2),
                             .resumed = resumeFrom_ != nullptr,
-                            .joined = p_.membership->joined()});
+                            .joined = p_.swim.protocol->joined()});
     return plan.has_value();
   };
   const bool started = p_.block(ready, p_.world.now() + s.training.startTimeout);
@@ -59,22 +59,22 @@ void SimLife::startedWith(const std::vector<PeerId>& members) {
     if (const SimPeer* q = p_.world.current(member)) startLives_[member] = q->life;
 }
 
-std::vector<PeerId> SimLife::members() { return p_.view; }
+std::vector<PeerId> SimLife::members() { return p_.swim.view; }
 
-std::uint64_t SimLife::epoch() { return p_.viewEpoch; }
+std::uint64_t SimLife::epoch() { return p_.swim.viewEpoch; }
 
-PeerContext& SimLife::context() { return *p_.context; }
+PeerContext& SimLife::context() { return *p_.parts.context; }
 
 train::Learner& SimLife::takeShard(std::size_t count, std::size_t rank) {
   const Shared& s = p_.world.shared();
   const runtime::TrainingConfig& t = s.training;
-  if (!p_.learner) {
-    p_.learner = std::make_unique<train::Learner>(*s.compute, *s.model, t.optimizer, s.data->train,
+  if (!p_.parts.learner) {
+    p_.parts.learner = std::make_unique<train::Learner>(*s.compute, *s.model, t.optimizer, s.data->train,
                                                   p_.world.shard(count, rank), t.batch, t.seed);
   } else {
-    p_.learner->setShard(p_.world.shard(count, rank));
+    p_.parts.learner->setShard(p_.world.shard(count, rank));
   }
-  return *p_.learner;
+  return *p_.parts.learner;
 }
 
 std::shared_ptr<const topology::Graph> SimLife::graph(const std::vector<PeerId>& members,
@@ -90,12 +90,12 @@ std::optional<std::uint64_t> SimLife::trainingStep(PeerId member) {
 }
 
 std::optional<std::uint64_t> SimLife::heardStep(PeerId member) {
-  const auto it = p_.heardSteps.find(member);
-  if (it == p_.heardSteps.end()) return std::nullopt;
+  const auto it = p_.heard.steps.find(member);
+  if (it == p_.heard.steps.end()) return std::nullopt;
   return it->second;
 }
 
-std::uint64_t SimLife::expiredWaits() { return p_.expiredWaits; }
+std::uint64_t SimLife::expiredWaits() { return p_.heard.expiredWaits; }
 
 bool SimLife::timeVaryingGraph() const { return p_.world.shared().topology->timeVarying(); }
 
@@ -115,10 +115,10 @@ void SimLife::keepCheckpoint(train::Checkpoint checkpoint) {
 void SimLife::announce(life::Barrier barrier) {
   if (barrier == life::Barrier::finished) {
     p_.phase = Phase::finished;
-    p_.finishedAt = p_.world.now();
+    p_.figures.finishedAt = p_.world.now();
   } else {
     p_.phase = Phase::released;
-    p_.releasedAt = p_.world.now();
+    p_.figures.releasedAt = p_.world.now();
   }
   p_.world.pokeAll();
 }
@@ -131,7 +131,7 @@ bool SimLife::awaitOthers(life::Barrier barrier) {
   const TimePoint start = p_.world.now();
   const bool done = p_.block([this] { return p_.othersDone(Phase::finished); },
                              start + p_.world.shared().training.finishTimeout);
-  p_.commWait += p_.world.now() - start;
+  p_.figures.commWait += p_.world.now() - start;
   return done;
 }
 

@@ -34,7 +34,7 @@ bool SimInbox::wait(std::optional<std::uint32_t> kind, Clock::time_point deadlin
                            [&](const Incoming& m) { return !kind || m.kind == *kind; });
       },
       deadline);
-  peer_.commWait += peer_.world.now() - start;
+  peer_.figures.commWait += peer_.world.now() - start;
   return queued;
 }
 
@@ -44,25 +44,25 @@ SimPeer::SimPeer(World& w, PeerId peerId, std::size_t lifeNumber, bool joinsLate
     : world(w),
       id(peerId),
       life(lifeNumber),
-      late(joinsLate),
-      rng(w.shared().config.training.seed * 0x9e3779b97f4a7c15ull ^ peerId) {
+      late(joinsLate) {
   const Shared& s = w.shared();
+  parts.rng.seed(s.config.training.seed * 0x9e3779b97f4a7c15ull ^ peerId);
   const runtime::TrainingConfig& t = s.training;
   // Decoded payloads get memory of their own (the simulator has no receive slots).
-  codec = std::make_unique<runtime::PayloadCodec>(
+  parts.codec = std::make_unique<runtime::PayloadCodec>(
       *s.compute, *s.compute, t.compression, t.seed ^ peerId,
       [](std::size_t) { return net::Payload(); }, net::Limits{}.maxFrameBytes);
-  algorithm = s.registry.algorithms.get(s.algorithm).make(t.algorithmOptions);
-  context = std::make_unique<SimContext>(*this);
-  serveContext = std::make_unique<SimServe>(*this);
-  lifecycle = std::make_unique<life::PeerLife>(id, t, *algorithm, *s.compute, environment,
+  parts.algorithm = s.registry.algorithms.get(s.algorithm).make(t.algorithmOptions);
+  parts.context = std::make_unique<SimContext>(*this);
+  parts.serveContext = std::make_unique<SimServe>(*this);
+  lifecycle = std::make_unique<life::PeerLife>(id, t, *parts.algorithm, *s.compute, environment,
                                                life::StepCounters{step, totalSteps});
 }
 
 SimPeer::~SimPeer() = default;
 
 void SimPeer::start() {
-  fiber = std::make_unique<Fiber>([this] { body(); }, world.shared().config.stackBytes);
+  blocked.fiber = std::make_unique<Fiber>([this] { body(); }, world.shared().config.stackBytes);
 }
 
 bool SimPeer::block(const std::function<bool()>& ready, TimePoint deadline) {
@@ -70,25 +70,25 @@ bool SimPeer::block(const std::function<bool()>& ready, TimePoint deadline) {
   for (;;) {
     if (ready()) return true;
     if (world.now() >= deadline) return false;
-    const std::uint64_t token = ++blockToken;
+    const std::uint64_t token = ++blocked.token;
     if (deadline != kNever) {
       world.at(deadline, [this, token] {
-        if (waiting && blockToken == token) world.resume(*this);
+        if (blocked.waiting && blocked.token == token) world.resume(*this);
       });
     }
-    waiting = true;
-    fiber->yield();
-    waiting = false;
+    blocked.waiting = true;
+    blocked.fiber->yield();
+    blocked.waiting = false;
     if (killed) throw Killed{};
   }
 }
 
 void SimPeer::poke() {
-  if (waiting && !killed) world.resume(*this);
+  if (blocked.waiting && !killed) world.resume(*this);
 }
 
 bool SimPeer::othersDone(Phase mark) const {
-  for (PeerId other : view) {
+  for (PeerId other : swim.view) {
     if (other == id) continue;
     const SimPeer* p = world.current(other);
     if (p == nullptr || p->phase == Phase::dead) return false;  // until the view drops it
@@ -109,7 +109,7 @@ void SimPeer::body() {
     phase = Phase::dead;
     serveOpen = false;
     log::get("sim")->warn("peer {} failed: {}", id, e.what());
-    membership->stop();
+    swim.protocol->stop();
   }
 }
 
@@ -125,8 +125,8 @@ void SimPeer::run() {
   serveOpen = true;
   // As a real peer: the clock of its training starts here, and waiting for the others to show
   // up (or pulling a model to join) is not part of its waits.
-  trainStart = world.now();
-  commWait = {};
+  figures.trainStart = world.now();
+  figures.commWait = {};
   while (step < totalSteps) {
     if (leaveRequested) {
       lifecycle->leave();
@@ -141,12 +141,12 @@ void SimPeer::run() {
 
 void SimPeer::leaveCluster() {
   if (phase != Phase::left) {
-    finishedAt = releasedAt = world.now();
+    figures.finishedAt = figures.releasedAt = world.now();
     phase = Phase::left;
   }
   serveOpen = false;
   world.pokeAll();
-  membership->leave(std::chrono::milliseconds(2000), [] {});
+  swim.protocol->leave(std::chrono::milliseconds(2000), [] {});
 }
 
 }  // namespace gossamer::engine::sim::detail

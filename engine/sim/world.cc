@@ -84,9 +84,9 @@ std::shared_ptr<const topology::Graph> World::graph(const std::vector<PeerId>& m
 
 void World::resume(SimPeer& peer) {
   GOSSAMER_ENFORCE(!inFiber_, "a fiber resumed another");
-  if (!peer.fiber || peer.fiber->done()) return;
+  if (!peer.blocked.fiber || peer.blocked.fiber->done()) return;
   inFiber_ = true;
-  peer.fiber->resume();
+  peer.blocked.fiber->resume();
   inFiber_ = false;
 }
 
@@ -95,7 +95,7 @@ void World::pokeAll() {
   at(now_ + markDelay_, [this] {
     std::vector<SimPeer*> waiting;
     for (auto& [id, p] : slots_)
-      if (p->waiting) waiting.push_back(p.get());
+      if (p->blocked.waiting) waiting.push_back(p.get());
     for (SimPeer* p : waiting) p->poke();
   });
 }
@@ -137,12 +137,12 @@ void World::kill(SimPeer& peer) {
   peer.phase = Phase::dead;
   peer.serveOpen = false;
   // Unwind its fiber now (it is blocked: only one fiber runs, and faults run in the scheduler).
-  if (peer.fiber && !peer.fiber->done()) {
+  if (peer.blocked.fiber && !peer.blocked.fiber->done()) {
     inFiber_ = true;
-    peer.fiber->resume();
+    peer.blocked.fiber->resume();
     inFiber_ = false;
   }
-  peer.membership->stop();  // silently, as a process killed: the others' probes find out
+  peer.swim.protocol->stop();  // silently, as a process killed: the others' probes find out
 }
 
 void World::applyFault(const Fault& fault) {
@@ -224,7 +224,7 @@ void World::applyFault(const Fault& fault) {
 
 bool World::anyActive() const {
   for (const auto& [id, p] : slots_)
-    if (p->fiber && !p->fiber->done() && p->phase != Phase::dead) return true;
+    if (p->blocked.fiber && !p->blocked.fiber->done() && p->phase != Phase::dead) return true;
   return false;
 }
 
@@ -294,21 +294,21 @@ SimResult World::run() {
     r.alive = p->phase != Phase::dead;
     r.finished = p->phase == Phase::released;
     r.left = p->phase == Phase::left;
-    r.bytesSent = p->bytesSent;
-    r.commWaitSeconds = Seconds(p->commWait).count();
-    if (p->trainStart != TimePoint{} && p->phase != Phase::dead) {
+    r.bytesSent = p->figures.bytesSent;
+    r.commWaitSeconds = Seconds(p->figures.commWait).count();
+    if (p->figures.trainStart != TimePoint{} && p->phase != Phase::dead) {
       // A life still training or finishing (a stopped run) ends with the run.
-      const TimePoint trained = p->phase == Phase::training ? now_ : p->finishedAt;
+      const TimePoint trained = p->phase == Phase::training ? now_ : p->figures.finishedAt;
       const TimePoint ended =
-          p->phase == Phase::released || p->phase == Phase::left ? p->releasedAt : now_;
-      r.trainSeconds = Seconds(trained - p->trainStart).count();
+          p->phase == Phase::released || p->phase == Phase::left ? p->figures.releasedAt : now_;
+      r.trainSeconds = Seconds(trained - p->figures.trainStart).count();
       r.finishSeconds = Seconds(ended - trained).count();
       const double run = r.trainSeconds + r.finishSeconds;
       r.commWaitFraction = run > 0 ? r.commWaitSeconds / run : 0;
     }
-    r.metrics = p->metrics.values;
+    r.metrics = p->parts.metrics.values;
     r.error = p->error;
-    r.view = p->view;
+    r.view = p->swim.view;
     for (const auto& old : past_)
       if (old->id == id && r.error.empty() && !old->error.empty()) r.error = old->error;
     result_.peers.push_back(std::move(r));
@@ -316,10 +316,10 @@ SimResult World::run() {
   checkInvariants(result_);
   // Fibers still blocked (a stopped run) are unwound before their peers go away.
   for (auto& [id, p] : slots_) {
-    if (p->fiber && !p->fiber->done()) {
+    if (p->blocked.fiber && !p->blocked.fiber->done()) {
       p->killed = true;
       inFiber_ = true;
-      p->fiber->resume();
+      p->blocked.fiber->resume();
       inFiber_ = false;
     }
   }

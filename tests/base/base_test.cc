@@ -1,10 +1,10 @@
 // engine/base: error macros, the JSON writer, logging levels; and the device fallback of the
 // builtin registry.
-#include <doctest/doctest.h>
-
 #include <cmath>
 #include <functional>
 #include <string>
+
+#include <doctest/doctest.h>
 
 #include "engine/base/enforce.h"
 #include "engine/base/json.h"
@@ -25,7 +25,8 @@ Error thrown(const std::function<void()>& f) {
   return Error("");
 }
 
-TEST_CASE("base: GOSSAMER_ENFORCE errors: the sentence in what(), the check and file:line in where()") {
+TEST_CASE(
+    "base: GOSSAMER_ENFORCE errors: the sentence in what(), the check and file:line in where()") {
   const std::size_t got = 3, want = 4;
   const Error eq = thrown([&] { GOSSAMER_ENFORCE_EQ(got, want, "buffer '{}' size", "params"); });
   CHECK(std::string(eq.what()) == "(3 vs 4) buffer 'params' size");
@@ -49,7 +50,9 @@ TEST_CASE("base: JsonObject writes one flat object with escaping and null for no
                                .add("ratio", 0.5)
                                .addRaw("list", "[1,2]")
                                .str();
-  CHECK(json == R"({"name":"a \"quoted\"\nline","steps":42,"ok":true,"nan":null,"ratio":0.5,"list":[1,2]})");
+  CHECK(
+      json ==
+      R"({"name":"a \"quoted\"\nline","steps":42,"ok":true,"nan":null,"ratio":0.5,"list":[1,2]})");
 }
 
 TEST_CASE("base: named loggers share a level and unknown levels are refused") {
@@ -62,7 +65,8 @@ TEST_CASE("base: named loggers share a level and unknown levels are refused") {
   log::setLevel("info");
 }
 
-TEST_CASE("base: --device auto falls back to the CPU and says why; --device cuda fails without a GPU") {
+TEST_CASE(
+    "base: --device auto falls back to the CPU and says why, --device cuda fails without a GPU") {
   std::string reason = "unset";
   auto compute = engine::makeCompute(engine::DeviceChoice::kAuto, &reason);
   REQUIRE(compute != nullptr);
@@ -81,10 +85,12 @@ TEST_CASE("base: --device auto falls back to the CPU and says why; --device cuda
     CHECK(reason.empty());
     CHECK(engine::makeCompute(engine::DeviceChoice::kCuda)->device() == kernels::Device::kCuda);
   }
-  CHECK(engine::makeCompute(engine::DeviceChoice::kCpu, &reason)->device() == kernels::Device::kCpu);
+  CHECK(engine::makeCompute(engine::DeviceChoice::kCpu, &reason)->device() ==
+        kernels::Device::kCpu);
   CHECK(reason.empty());
   CHECK(engine::parseDevice("auto") == engine::DeviceChoice::kAuto);
-  CHECK_THROWS_WITH_AS(engine::parseDevice("tpu"), doctest::Contains("unknown device 'tpu'"), Error);
+  CHECK_THROWS_WITH_AS(engine::parseDevice("tpu"), doctest::Contains("unknown device 'tpu'"),
+                       Error);
 }
 
 }  // namespace

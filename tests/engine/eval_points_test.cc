@@ -95,7 +95,7 @@ std::vector<engine::runtime::EvalPoint> pointsOf(const engine::runtime::ClusterR
 
 // allreduce-sgd's peers take the same steps whatever the network: evaluated at the same steps,
 // the consensus is the same model on lan and across a link of 20 ms, and only the times differ.
-TEST_CASE("eval points: real peers sample at exactly every N-th step; only the times differ") {
+TEST_CASE("eval points: real peers sample at exactly every N-th step, only the times differ") {
   test::Watchdog watchdog(120s);
   std::vector<std::vector<engine::runtime::EvalPoint>> runs;
   for (const auto latency : {0ms, 20ms}) {

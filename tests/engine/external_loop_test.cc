@@ -6,8 +6,8 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
-#include <random>
 #include <memory>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -169,31 +169,30 @@ TEST_CASE("external loop: allreduce-sgd averages the callers' gradients before t
   constexpr std::size_t kPeers = 3, kCount = 1000;
   std::atomic<int> updates{0};
   std::atomic<int> wrongMean{0};
-  const auto results =
-      runExternalCluster(base, kPeers, kCount, [&](Peer& peer, std::size_t rank) {
-        REQUIRE(peer.start());
-        const DataShard shard = peer.shard();
-        CHECK(shard.count == kPeers);
-        CHECK(shard.index == rank);
-        LocalStep local{.loss = static_cast<double>(rank), .samples = 8};
-        // The caller's optimizer: plain SGD of rate 0.5 on the averaged gradient.
-        local.update = [&] {
-          ++updates;
-          const std::span<float> g = peer.grads();
-          if (g[0] != 2.0f || g[kCount - 1] != 2.0f) ++wrongMean;
-          const std::span<float> w = peer.params();
-          for (std::size_t i = 0; i < w.size(); ++i) w[i] -= 0.5f * g[i];
-        };
-        while (true) {
-          // Rank r's gradient is r + 1 everywhere: their mean is 2.
-          std::fill(peer.grads().begin(), peer.grads().end(), static_cast<float>(rank + 1));
-          if (!peer.step(local)) break;
-        }
-        const std::vector<float> params(peer.params().begin(), peer.params().end());
-        PeerResult result = peer.finish();
-        for (float w : params) CHECK(w == doctest::Approx(-0.5 * 2.0 * 20));
-        return result;
-      });
+  const auto results = runExternalCluster(base, kPeers, kCount, [&](Peer& peer, std::size_t rank) {
+    REQUIRE(peer.start());
+    const DataShard shard = peer.shard();
+    CHECK(shard.count == kPeers);
+    CHECK(shard.index == rank);
+    LocalStep local{.loss = static_cast<double>(rank), .samples = 8};
+    // The caller's optimizer: plain SGD of rate 0.5 on the averaged gradient.
+    local.update = [&] {
+      ++updates;
+      const std::span<float> g = peer.grads();
+      if (g[0] != 2.0f || g[kCount - 1] != 2.0f) ++wrongMean;
+      const std::span<float> w = peer.params();
+      for (std::size_t i = 0; i < w.size(); ++i) w[i] -= 0.5f * g[i];
+    };
+    while (true) {
+      // Rank r's gradient is r + 1 everywhere: their mean is 2.
+      std::fill(peer.grads().begin(), peer.grads().end(), static_cast<float>(rank + 1));
+      if (!peer.step(local)) break;
+    }
+    const std::vector<float> params(peer.params().begin(), peer.params().end());
+    PeerResult result = peer.finish();
+    for (float w : params) CHECK(w == doctest::Approx(-0.5 * 2.0 * 20));
+    return result;
+  });
   CHECK(updates == static_cast<int>(kPeers * 20));
   CHECK(wrongMean == 0);
   for (const PeerResult& r : results) {
@@ -204,7 +203,8 @@ TEST_CASE("external loop: allreduce-sgd averages the callers' gradients before t
   }
 }
 
-TEST_CASE("external loop: a peer killed mid-run leaves; the others finish and their shards change") {
+TEST_CASE(
+    "external loop: a peer killed mid-run leaves, the others finish and their shards change") {
   test::Watchdog watchdog(90s);
   PeerConfig base = clusterPeer("gosgd", 400);
   base.training.minStepTime = 5ms;

@@ -52,7 +52,7 @@ TEST_CASE("invariants: a sum with a common part, and agreement, among the peers 
   CHECK(check({{"peer 1", "", 10, &a}, {"peer 2", "", 10, &edge}}).empty());
 }
 
-TEST_CASE("invariants: errors and step counts come first; a peer without metrics counts for none") {
+TEST_CASE("invariants: errors and step counts come first, a peer without metrics counts for none") {
   const MetricValues a{{"alpha", 0.5}, {"dead", 0}};
   const Invariants ledger = weightLedger();
   CHECK(invariantViolations(ledger, std::vector<PeerOutcome>{{"peer 1", "a bug", 3, &a}}, 10) ==

@@ -392,7 +392,7 @@ TEST_CASE("life: a restart from its checkpoint goes on from the cluster's later 
   CHECK(t.log == expected);
 }
 
-TEST_CASE("life: a life that finds the cluster done does not start; a leaver hands over") {
+TEST_CASE("life: a life that finds the cluster done does not start, a leaver hands over") {
   LifeUnderTest t;
   t.env.plan = StartPlan{.totalSteps = 6, .step = 6, .clusterDone = true};
   PeerLife late = t.make(4);

@@ -86,7 +86,7 @@ std::string describe(const Outcome& o) {
          " ms";
 }
 
-TEST_CASE("link wait: the first opening of a link takes every send; a broken one takes a few") {
+TEST_CASE("link wait: the first opening of a link takes every send, a broken one takes a few") {
   test::Watchdog watchdog(60s);
   const NetworkConfig config = tcpConfig();
   PeerNetwork sender(config, 1);

@@ -70,7 +70,7 @@ TEST_CASE("peer cli: the source location of an error goes to the debug log") {
   CHECK(r.output.find("peer_config.cc:") != std::string::npos);  // where the check is
 }
 
-TEST_CASE("peer cli: --device cuda fails at start where no GPU is usable; auto falls back") {
+TEST_CASE("peer cli: --device cuda fails at start where no GPU is usable, auto falls back") {
   std::string reason;
   if (engine::cudaUsable(&reason)) {
     MESSAGE("skipped: this machine has a usable GPU");
@@ -85,7 +85,7 @@ TEST_CASE("peer cli: --device cuda fails at start where no GPU is usable; auto f
   const test::ProcessResult automatic = test::runCommand(peer(run + "--log-level info"));
   INFO(automatic.output);
   CHECK(automatic.exitCode == 0);
-  CHECK(automatic.output.find("no usable GPU (" + reason + "); computing on the CPU") !=
+  CHECK(automatic.output.find("no usable GPU (" + reason + "); computing on the cpu") !=
         std::string::npos);
   CHECK(test::lastLine(automatic.output).find("\"device\":\"cpu") != std::string::npos);
 }

@@ -1,5 +1,7 @@
 // net/wire/handshake_server: the accept loop that authenticates inbound links, over real TCP on
 // loopback, with its bound on pending handshakes.
+#include "net/wire/handshake_server.h"
+
 #include <chrono>
 #include <memory>
 #include <string>
@@ -12,7 +14,6 @@
 
 #include "net/errors.h"
 #include "net/tcp/tcp_transport.h"
-#include "net/wire/handshake_server.h"
 
 using namespace gossamer;
 using namespace gossamer::net;
@@ -72,11 +73,12 @@ TEST_CASE("net handshake server: authenticates inbound links and hands them on")
   REQUIRE_FALSE(server->listen(Endpoint{"127.0.0.1", 0}));
   std::vector<wire::AuthenticatedLink> links;
   auto stats = std::make_shared<wire::HandshakeServerStats>();
-  asio::co_spawn(io,
-                 wire::serveHandshakes(
-                     *server, configFor(1),
-                     [&](wire::AuthenticatedLink link) { links.push_back(std::move(link)); }, stats),
-                 asio::detached);
+  asio::co_spawn(
+      io,
+      wire::serveHandshakes(
+          *server, configFor(1),
+          [&](wire::AuthenticatedLink link) { links.push_back(std::move(link)); }, stats),
+      asio::detached);
 
   auto good = std::make_shared<ClientOutcome>();
   startClient(io, *client, server->localEndpoint(), configFor(2), good);
@@ -99,7 +101,7 @@ TEST_CASE("net handshake server: authenticates inbound links and hands them on")
   io.run_for(50ms);
 }
 
-TEST_CASE("net handshake server: at most maxPendingHandshakes run at once; the rest wait") {
+TEST_CASE("net handshake server: at most maxPendingHandshakes run at once, the rest wait") {
   asio::io_context io;
   tcp::Options serverOptions;
   serverOptions.limits.maxPendingHandshakes = 2;
@@ -110,8 +112,8 @@ TEST_CASE("net handshake server: at most maxPendingHandshakes run at once; the r
   auto stats = std::make_shared<wire::HandshakeServerStats>();
   int handedOn = 0;
   asio::co_spawn(io,
-                 wire::serveHandshakes(*server, configFor(1),
-                                       [&](wire::AuthenticatedLink) { ++handedOn; }, stats),
+                 wire::serveHandshakes(
+                     *server, configFor(1), [&](wire::AuthenticatedLink) { ++handedOn; }, stats),
                  asio::detached);
 
   // Two connections that never say hello occupy both slots.
@@ -150,18 +152,18 @@ TEST_CASE("net handshake server: at most maxPendingHandshakes run at once; the r
   io.run_for(50ms);
 }
 
-TEST_CASE("net handshake server: ends when the transport closes; misuse throws") {
+TEST_CASE("net handshake server: ends when the transport closes, misuse throws") {
   asio::io_context io;
   auto server = tcp::makeTransport(io);
   REQUIRE_FALSE(server->listen(Endpoint{"127.0.0.1", 0}));
   bool ended = false;
-  asio::co_spawn(io,
-                 [&]() -> asio::awaitable<void> {
-                   co_await wire::serveHandshakes(*server, configFor(1),
-                                                  [](wire::AuthenticatedLink) {});
-                   ended = true;
-                 },
-                 asio::detached);
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        co_await wire::serveHandshakes(*server, configFor(1), [](wire::AuthenticatedLink) {});
+        ended = true;
+      },
+      asio::detached);
   io.run_for(20ms);
   CHECK_FALSE(ended);
   server->close();
@@ -170,16 +172,16 @@ TEST_CASE("net handshake server: ends when the transport closes; misuse throws")
   auto noSecret = configFor(1);
   noSecret.secret.clear();
   bool threw = false;
-  asio::co_spawn(io,
-                 [&]() -> asio::awaitable<void> {
-                   try {
-                     co_await wire::serveHandshakes(*server, noSecret,
-                                                    [](wire::AuthenticatedLink) {});
-                   } catch (const std::exception& e) {
-                     threw = std::string(e.what()).find("secret") != std::string::npos;
-                   }
-                 },
-                 asio::detached);
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        try {
+          co_await wire::serveHandshakes(*server, noSecret, [](wire::AuthenticatedLink) {});
+        } catch (const std::exception& e) {
+          threw = std::string(e.what()).find("secret") != std::string::npos;
+        }
+      },
+      asio::detached);
   io.restart();
   REQUIRE(runUntil(io, [&] { return threw; }));
 }

@@ -129,7 +129,7 @@ TEST_CASE("membership protocol: an unanswered member is probed, then indirectly,
   CHECK(gossip[0].updates[0].state == wire::MemberState::suspect);
 }
 
-TEST_CASE("membership protocol: an ack ends the probe early; a late ack for it is ignored") {
+TEST_CASE("membership protocol: an ack ends the probe early, a late ack for it is ignored") {
   FakeEnvironment env;
   Config config;
   config.members = {member(1), member(2)};
@@ -186,7 +186,7 @@ TEST_CASE("membership protocol: a leaving member refuses a join instead of admit
   CHECK(protocol.view().find(3) == nullptr);
 }
 
-TEST_CASE("membership protocol: stop() leaves nothing that acts; a destroyed protocol neither") {
+TEST_CASE("membership protocol: stop() leaves nothing that acts, a destroyed protocol neither") {
   FakeEnvironment env;
   Config config;
   config.members = {member(1), member(2), member(3)};

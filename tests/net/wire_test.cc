@@ -110,7 +110,7 @@ TEST_CASE("net wire: envelope round trip through the typed shorthands") {
         Errc::unexpectedMessage);
 }
 
-TEST_CASE("net wire: the encoding of compressed payloads round trips; raw ones carry none") {
+TEST_CASE("net wire: the encoding of compressed payloads round trips, raw ones carry none") {
   using Codec = wire::PayloadEncoding::Codec;
   wire::EnvelopeHeader envelope{1, 2, 3, 4, {}, {}};
   envelope.payloads = {{1024, wire::Dtype::f32, 256},

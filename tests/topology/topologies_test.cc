@@ -391,7 +391,7 @@ TEST_CASE("topology: non-tree topologies use a BFS tree rooted at the smallest i
   CHECK(mesh.children(members[0]).size() == 7);
 }
 
-TEST_CASE("topology: same members and seed give the same graph; seeds differ") {
+TEST_CASE("topology: same members and seed give the same graph, seeds differ") {
   for (const std::string& name : builtinNamesWithoutFile()) {
     CAPTURE(name);
     CHECK(buildOn(name, 20, {}, 3).mixingMatrix() == buildOn(name, 20, {}, 3).mixingMatrix());

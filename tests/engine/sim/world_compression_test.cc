@@ -194,7 +194,7 @@ TEST_CASE("sim: compressed dpsgd ends with the real peers' models, bit for bit")
   }
 }
 
-TEST_CASE("sim: a compressed run is deterministic; random-k draws from the seed") {
+TEST_CASE("sim: a compressed run is deterministic, random-k draws from the seed") {
   const Registry registry = algorithms::makeRegistry();
   for (const std::string algorithm : {"dpsgd", "gosgd"}) {
     CAPTURE(algorithm);

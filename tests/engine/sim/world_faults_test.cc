@@ -39,7 +39,7 @@ TEST_CASE("sim: the same seed gives the same report byte for byte, another seed 
   }
 }
 
-TEST_CASE("sim: a killed peer leaves the views; the others take every step and finish") {
+TEST_CASE("sim: a killed peer leaves the views, the others take every step and finish") {
   const Registry registry = algorithms::makeRegistry();
   for (const std::string algorithm : {"dpsgd", "gosgd", "allreduce-sgd"}) {
     CAPTURE(algorithm);
@@ -112,7 +112,7 @@ class ThrowsOnce final : public Algorithm {
   }
 };
 
-TEST_CASE("sim: a peer whose algorithm throws is reported; the others drop it and finish") {
+TEST_CASE("sim: a peer whose algorithm throws is reported, the others drop it and finish") {
   Registry registry = algorithms::makeRegistry();
   registry.algorithms.add("throws-once", "test only",
                           AlgorithmSpec{"test only", "ring", {}, [](const OptionValues&) {

@@ -57,7 +57,7 @@ class RecordsTime final : public Algorithm {
   std::vector<std::pair<Clock::time_point, std::chrono::system_clock::time_point>>* out_;
 };
 
-TEST_CASE("sim: an algorithm's now and wallNow read virtual time; the host's clock is untouched") {
+TEST_CASE("sim: an algorithm's now and wallNow read virtual time, the host's clock is untouched") {
   std::vector<std::pair<Clock::time_point, std::chrono::system_clock::time_point>> seen;
   Registry registry = algorithms::makeRegistry();
   registry.algorithms.add("records-time", "test only",
