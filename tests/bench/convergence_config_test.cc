@@ -43,7 +43,7 @@ TEST_CASE("bench convergence: step times are a [run] setting and a [matrix] list
       test::runCommand(bench("--config " + bad + " --print-config"));
   INFO(refused.output);
   CHECK(refused.exitCode != 0);
-  CHECK(refused.output.find(bad + ":3: step-time must not be negative") != std::string::npos);
+  CHECK(refused.output.find(bad + ":3: step-time: '-5' must be at least 0") != std::string::npos);
 }
 
 TEST_CASE("bench convergence: codecs are a [run] setting and a [matrix] list, named in --json") {
