@@ -255,4 +255,25 @@ std::string formatMatrix(const Matrix& m) {
   return out;
 }
 
+std::string experimentFileHelp() {
+  using engine::cli::kMatrix;
+  using engine::cli::kRun;
+  std::string out =
+      "Experiment files (--config; --print-config writes one). [run] keys, checked as "
+      "gossamer-peer's settings of the same meaning:\n";
+  for (const auto& [key, value] : engine::optionValues(RunSettings{})) {
+    const Setting& s = runSetting(key);
+    const std::string& help = engine::cli::helpIn(s, kRun);
+    out += fmt::format("  {} {} (default {}): {}\n", key, s.type, value.empty() ? "none" : value,
+                       help.substr(0, help.find('\n')));
+  }
+  std::vector<std::string> lists = engine::cli::namesIn(benchSettings(), kMatrix);
+  lists.insert(lists.end(), {"peers", "splits"});
+  out += fmt::format(
+      "[matrix] lists (comma-separated; their product is the experiments): {}\n"
+      "[NAME]: the options of algorithm NAME (as gossamer-peer's --NAME.OPTION)\n",
+      fmt::join(lists, ", "));
+  return out;
+}
+
 }  // namespace gossamer::bench

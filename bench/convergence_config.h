@@ -155,5 +155,8 @@ Matrix parseMatrix(const std::string& text, const std::string& source);
 Matrix loadMatrix(const std::string& path);
 // The matrix in the config file format; parseMatrix(formatMatrix(m)) gives m back.
 std::string formatMatrix(const Matrix& matrix);
+// The keys of the config file format, for --help: every [run] key with its type, default and the
+// first line of its setting's help, and the [matrix] lists.
+std::string experimentFileHelp();
 
 }  // namespace gossamer::bench
