@@ -144,7 +144,7 @@ TEST_CASE("bench settings: every simulate setting is a flag that sets its field"
   CHECK(m.run.evalEverySteps == 5);
 }
 
-TEST_CASE("bench settings: every [run] key sets its field; every field is a setting") {
+TEST_CASE("bench settings: every [run] key sets its field, and every field is a setting") {
   std::set<std::string> fields;
   RunSettings run;
   auto bind = [&](const char* name, auto&, const char* = "") { fields.insert(name); };
