@@ -318,6 +318,7 @@ void addConvergenceCommand(CLI::App& app) {
                     "headline figures as one JSON object on the last stdout line");
   command->add_option("--log-level", options->logLevel, "log level of the peers")
       ->capture_default_str();
+  command->footer(experimentFileHelp());
   command->callback([options, command] {
     std::string line = "gossamer-bench convergence";
     if (!options->configPath.empty()) {

@@ -5,9 +5,8 @@
 
 #include <fmt/format.h>
 
-#include "algorithms/builtin.h"
+#include "bench/bench_settings.h"
 #include "engine/base/enforce.h"
-#include "engine/peer_settings.h"
 #include "kernels/codec.h"
 
 namespace gossamer::bench {
@@ -33,38 +32,56 @@ Split parseSplit(const std::string& text, const std::string& where) {
   GOSSAMER_THROW("{}: split '{}' is not iid or dirichlet[:ALPHA]", where, text);
 }
 
-// The [run] keys that are gossamer-peer settings of the same meaning (engine/peer_settings.h)
-// keep that setting's rule: a value gossamer-peer refuses is refused here too, with its reason.
-void checkAsPeerSettings(const engine::OptionValues& run) {
-  static const engine::Registry registry = algorithms::makeRegistry();
-  static const std::vector<engine::cli::Setting> settings = engine::cli::peerSettings(registry);
-  for (const auto& [key, value] : run) {
-    if (key == "transport")
-      continue;  // here the local cluster's: gossamer-peer's --local-transport
-    const engine::cli::Setting* s = engine::cli::findSetting(settings, key);
-    if (s == nullptr || !s->set) continue;
-    const std::string why = s->check(value);
+// Sets the [matrix] list `key` of `m` to `items`: a setting's list (kMatrix), each item checked
+// by the setting's rule, or the peers and splits.
+void setMatrixList(Matrix& m, const std::string& key, const std::vector<std::string>& items,
+                   const std::string& where) {
+  using engine::cli::kMatrix;
+  if (key == "peers") {
+    m.peers.clear();
+    for (const std::string& item : items)
+      engine::detail::parseOne(key, item, m.peers.emplace_back());
+    return;
+  }
+  if (key == "splits") {
+    m.splits.clear();
+    for (const std::string& item : items) m.splits.push_back(parseSplit(item, where));
+    return;
+  }
+  const engine::cli::Setting* s = engine::cli::findSetting(benchSettings(), key, kMatrix);
+  if (s == nullptr) {
+    std::vector<std::string> lists = engine::cli::namesIn(benchSettings(), kMatrix);
+    lists.insert(lists.end(), {"peers", "splits"});
+    GOSSAMER_THROW("unknown matrix list '{}' ({}); did you mean '{}'?", key, fmt::join(lists, ", "),
+                   engine::closestName(key, lists));
+  }
+  for (const std::string& item : items) {
+    const std::string why = s->check(item);
     GOSSAMER_ENFORCE(why.empty(), "{}: {}", key, why);
+  }
+  if (s->name == "algorithm") {
+    m.algorithms = items;
+  } else if (s->name == "topology") {
+    m.topologies = items;
+  } else if (s->name == "network") {
+    m.networks = items;
+  } else if (s->name == "compress") {
+    m.compress = items;
+  } else if (s->name == "step-time") {
+    m.stepTimes.clear();
+    for (const std::string& item : items)
+      engine::detail::parseOne(key, item, m.stepTimes.emplace_back());
+  } else {
+    GOSSAMER_THROW("the [matrix] list '{}' has no field in Matrix", key);
   }
 }
 
 }  // namespace
 
 void RunSettings::validate() const {
-  GOSSAMER_ENFORCE(batch > 0 && epochs > 0 && maxSeconds > 0,
-                   "batch, epochs and max-seconds must be positive");
-  GOSSAMER_ENFORCE(evalSeconds >= 0 && (evalEverySteps > 0 || evalSeconds > 0),
+  for (const auto& [key, value] : engine::optionValues(*this)) checkRunValue(key, value);
+  GOSSAMER_ENFORCE(evalEverySteps > 0 || evalSeconds > 0,
                    "set eval-every-steps (evaluation points) or eval-seconds (by wall time)");
-  GOSSAMER_ENFORCE(targetLoss >= 0, "target-loss must not be negative, not {}", targetLoss);
-  GOSSAMER_ENFORCE(!baseline.empty(), "baseline names an algorithm of the matrix");
-  GOSSAMER_ENFORCE(target > 0 && target <= 1, "target must be a fraction in (0, 1], not {}",
-                   target);
-  GOSSAMER_ENFORCE(transport == "inproc" || transport == "tcp",
-                   "transport must be inproc or tcp, not {}", transport);
-  GOSSAMER_ENFORCE(stepTime >= 0, "step-time must not be negative, not {}", stepTime);
-  kernels::parseCodec(compress);
-  GOSSAMER_ENFORCE(errorFeedback == "on" || errorFeedback == "off",
-                   "error-feedback must be on or off, not {}", errorFeedback);
 }
 
 std::string Split::name() const { return kind == "iid" ? kind : fmt::format("{}:{}", kind, alpha); }
@@ -187,36 +204,12 @@ Matrix parseMatrix(const std::string& text, const std::string& source) {
     GOSSAMER_ENFORCE(!section.empty(), "{}: '{}' is outside any [section]", where, key);
     try {
       if (section == "run") {
+        checkRunValue(key, value);  // by its setting's rule
         run[key] = value;
       } else if (section == "matrix") {
         const std::vector<std::string> items = engine::detail::splitList(value);
         GOSSAMER_ENFORCE(!items.empty(), "'{}' lists nothing", key);
-        if (key == "algorithms") {
-          m.algorithms = items;
-        } else if (key == "topologies") {
-          m.topologies = items;
-        } else if (key == "networks") {
-          m.networks = items;
-        } else if (key == "peers") {
-          engine::detail::parseOne(key, value, m.peers);
-        } else if (key == "step-time" || key == "step-times") {
-          engine::detail::parseOne(key, value, m.stepTimes);
-          for (double t : m.stepTimes)
-            GOSSAMER_ENFORCE(t >= 0, "step-time must not be negative, not {}", t);
-        } else if (key == "compress") {
-          for (const std::string& item : items) kernels::parseCodec(item);
-          m.compress = items;
-        } else if (key == "splits") {
-          m.splits.clear();
-          for (const std::string& item : items) m.splits.push_back(parseSplit(item, where));
-        } else {
-          GOSSAMER_THROW(
-              "unknown matrix list '{}' (algorithms, topologies, networks, peers, splits, "
-              "step-time, compress); did you mean '{}'?",
-              key,
-              engine::closestName(key, {"algorithms", "topologies", "networks", "peers", "splits",
-                                        "step-time", "compress"}));
-        }
+        setMatrixList(m, key, items, where);
       } else {
         m.options[section][key] = value;
       }
@@ -225,7 +218,6 @@ Matrix parseMatrix(const std::string& text, const std::string& source) {
     }
   }
   try {
-    checkAsPeerSettings(run);
     m.run = engine::parseOptions<RunSettings>(run);
   } catch (const Error& e) {
     GOSSAMER_THROW("{}: [run]: {}", source, e.what());
@@ -260,6 +252,27 @@ std::string formatMatrix(const Matrix& m) {
     out += fmt::format("\n[{}]\n", algorithm);
     for (const auto& [key, value] : values) out += fmt::format("{} = {}\n", key, value);
   }
+  return out;
+}
+
+std::string experimentFileHelp() {
+  using engine::cli::kMatrix;
+  using engine::cli::kRun;
+  std::string out =
+      "Experiment files (--config; --print-config writes one). [run] keys, checked as "
+      "gossamer-peer's settings of the same meaning:\n";
+  for (const auto& [key, value] : engine::optionValues(RunSettings{})) {
+    const Setting& s = runSetting(key);
+    const std::string& help = engine::cli::helpIn(s, kRun);
+    out += fmt::format("  {} {} (default {}): {}\n", key, s.type, value.empty() ? "none" : value,
+                       help.substr(0, help.find('\n')));
+  }
+  std::vector<std::string> lists = engine::cli::namesIn(benchSettings(), kMatrix);
+  lists.insert(lists.end(), {"peers", "splits"});
+  out += fmt::format(
+      "[matrix] lists (comma-separated; their product is the experiments): {}\n"
+      "[NAME]: the options of algorithm NAME (as gossamer-peer's --NAME.OPTION)\n",
+      fmt::join(lists, ", "));
   return out;
 }
 

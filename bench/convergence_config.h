@@ -2,13 +2,14 @@
 // comparison is fair), the lists whose product is the matrix, and each algorithm's options.
 //
 // Config file format ('#' starts a comment; `--print-config` writes a preset in it):
-//   [run]                      shared settings, KEY = VALUE (names as in RunSettings below; a
-//                              key that is also a gossamer-peer flag, as lr or compress, is
-//                              checked by that setting's rule, engine/peer_settings.h)
+//   [run]                      shared settings, KEY = VALUE: the run-level settings of
+//                              engine/peer_settings*.cc that front end kRun takes, each checked
+//                              by its setting's rule (lr, compress: as gossamer-peer's flag)
 //   model = mlp                mlp, softmax, lenet or cnn
 //   hidden = 256,256
 //   ...
-//   [matrix]                   comma-separated lists; their product is the experiment list
+//   [matrix]                   comma-separated lists; their product is the experiment list;
+//                              a list of a setting's values (kMatrix) checks each as the setting
 //   algorithms = allreduce-sgd, gosgd, dpsgd
 //   topologies = default       "default": each algorithm's own; else topology names
 //   networks = lan, geo        built-in profiles or profile files (net/shaped)
@@ -20,7 +21,7 @@
 //                              [run]'s; gossamer-peer's --compress)
 //   [gosgd]                    options of one algorithm (as --gosgd.p on gossamer-peer)
 //   p = 0.1
-// Every error is a gossamer::Error naming FILE:LINE.
+// Every error is a gossamer::Error naming FILE:LINE; an unknown key names the closest known one.
 #pragma once
 
 #include <cstdint>
@@ -64,39 +65,36 @@ struct RunSettings {
   std::string compress = "none";     // codec of compressible payloads (kernels/codec.h)
   std::string errorFeedback = "on";  // on or off
 
+  // The fields by the names of their settings (bench/bench_settings.h): every [run] key, its
+  // help, type and check, is declared once with gossamer-peer's (engine/peer_settings*.cc).
   template <typename Bind>
   void bind(Bind& b) {
-    b("model", model, "model of every experiment: mlp, softmax, lenet or cnn");
-    b("hidden", hidden, "hidden widths of the MLP");
-    b("dataset", dataset, "dataset");
-    b("train-samples", trainSamples, "training samples (0: all)");
-    b("test-samples", testSamples, "test samples (0: all)");
-    b("optimizer", optimizer, "local optimizer");
-    b("lr", lr, "learning rate");
-    b("schedule", schedule, "learning-rate schedule: constant or cosine");
-    b("batch", batch, "mini-batch size per peer");
-    b("epochs", epochs, "passes of the cluster over the training set");
-    b("steps", steps, "steps of every peer instead of epochs (0: by epochs)");
-    b("max-seconds", maxSeconds, "wall-clock budget of one experiment");
-    b("eval-every-steps", evalEverySteps,
-      "steps between the evaluation points: every peer's model at exactly that step");
-    b("eval-seconds", evalSeconds,
-      "instead of evaluation points: seconds between consensus evaluations (coarse; 0: points)");
-    b("eval-samples", evalSamples, "test samples per periodic evaluation (the final one uses all)");
-    b("target", target, "consensus accuracy of the time-to-target figures");
-    b("target-loss", targetLoss,
-      "consensus test loss of the time-to-target-loss figures (0: none)");
-    b("baseline", baseline, "the algorithm speed-ups and byte ratios compare with");
-    b("seed", seed, "seed of initialisation, shards and shuffling");
-    b("transport", transport, "inproc or tcp (127.0.0.1) under the emulated network");
-    b("comm-timeout", commTimeout, "seconds: deadline of synchronous waits");
-    b("step-time", stepTime,
-      "milliseconds of emulated compute per step (a step's gradients take at least this long)");
-    b("compress", compress,
-      "codec of the payloads an algorithm lets travel compressed (none, fp16, bf16, int8, int4, "
-      "topk:F, randk:F)");
-    b("error-feedback", errorFeedback, "on or off: keep what compression leaves out");
+    b("model", model);
+    b("hidden", hidden);
+    b("dataset", dataset);
+    b("train-samples", trainSamples);
+    b("test-samples", testSamples);
+    b("optimizer", optimizer);
+    b("lr", lr);
+    b("schedule", schedule);
+    b("batch", batch);
+    b("epochs", epochs);
+    b("steps", steps);
+    b("max-seconds", maxSeconds);
+    b("eval-every-steps", evalEverySteps);
+    b("eval-seconds", evalSeconds);
+    b("eval-samples", evalSamples);
+    b("target", target);
+    b("target-loss", targetLoss);
+    b("baseline", baseline);
+    b("seed", seed);
+    b("transport", transport);
+    b("comm-timeout", commTimeout);
+    b("step-time", stepTime);
+    b("compress", compress);
+    b("error-feedback", errorFeedback);
   }
+  // Each value by its setting's rule, and the rules between them; throws gossamer::Error.
   void validate() const;
 };
 
@@ -157,5 +155,8 @@ Matrix parseMatrix(const std::string& text, const std::string& source);
 Matrix loadMatrix(const std::string& path);
 // The matrix in the config file format; parseMatrix(formatMatrix(m)) gives m back.
 std::string formatMatrix(const Matrix& matrix);
+// The keys of the config file format, for --help: every [run] key with its type, default and the
+// first line of its setting's help, and the [matrix] lists.
+std::string experimentFileHelp();
 
 }  // namespace gossamer::bench

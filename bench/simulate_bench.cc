@@ -36,6 +36,7 @@
 #include "bench/benchmarks.h"
 #include "bench/convergence_config.h"
 #include "bench/convergence_report.h"
+#include "bench/simulate_options.h"
 #include "bench/simulate_sweep.h"
 #include "engine/base/enforce.h"
 #include "engine/base/json.h"
@@ -44,73 +45,6 @@
 
 namespace gossamer::bench {
 namespace {
-
-struct SimulateOptions {
-  std::size_t peers = 16;
-  std::string algorithm = "dpsgd";
-  std::string topology = "default";
-  std::string network = "geo";
-  double stepMs = 300;
-  std::string model = "softmax";
-  std::vector<std::size_t> hidden = {32};
-  std::string dataset = "fashion-mnist";
-  std::size_t trainSamples = 0;
-  std::size_t testSamples = 0;
-  std::uint64_t steps = 200;
-  std::size_t batch = 32;
-  std::string optimizer = "momentum";
-  double lr = 0.05;
-  std::string schedule = "constant";
-  double evalSeconds = 10;
-  std::uint64_t evalEverySteps = 0;  // > 0: evaluation points instead of evalSeconds
-  std::size_t evalSamples = 2000;
-  double target = 0.8;
-  double commTimeout = 30;
-  std::uint64_t seed = 1;
-  std::string compress = "none";
-  std::string errorFeedback = "on";
-  std::size_t faults = 0;
-  std::vector<std::string> faultKinds;
-  double faultWindow = 0;
-  std::int64_t checkpointEvery = 25;  // the chaos benchmark's peers'
-  double maxVirtualSeconds = 0;
-  std::vector<std::string> configPaths;
-  std::string out = "simulate-report";
-  bool json = false;
-  std::string logLevel = "warn";
-  std::uint64_t sweep = 0;              // > 0: a fault-schedule sweep (simulate_sweep.h)
-  std::vector<std::string> algorithms;  // the sweep's (empty: all)
-};
-
-// The matrix of one experiment from the flags.
-Matrix matrixOf(const SimulateOptions& o) {
-  Matrix m;
-  RunSettings& r = m.run;
-  r.model = o.model;
-  r.hidden = o.hidden;
-  r.dataset = o.dataset;
-  r.trainSamples = o.trainSamples;
-  r.testSamples = o.testSamples;
-  r.optimizer = o.optimizer;
-  r.lr = o.lr;
-  r.schedule = o.schedule;
-  r.batch = o.batch;
-  r.steps = o.steps;
-  r.evalSeconds = o.evalEverySteps > 0 ? 0 : o.evalSeconds;
-  r.evalEverySteps = o.evalEverySteps;
-  r.evalSamples = o.evalSamples;
-  r.target = o.target;
-  r.seed = o.seed;
-  r.commTimeout = o.commTimeout;
-  r.stepTime = o.stepMs;
-  r.compress = o.compress;
-  r.errorFeedback = o.errorFeedback;
-  m.algorithms = {o.algorithm};
-  m.topologies = {o.topology};
-  m.networks = {o.network};
-  m.peers = {o.peers};
-  return m;
-}
 
 // Hex SHA-256 of `bytes`.
 std::string sha256Of(const std::string& bytes) {
@@ -244,17 +178,18 @@ std::string commandLine(const SimulateOptions& o, bool withOut) {
   if (!o.configPaths.empty()) {
     for (const std::string& path : o.configPaths) line += " --config " + path;
   } else {
+    const RunSettings& r = o.run;
     line += fmt::format(
         " --peers {} --algorithm {} --topology {} --network {} --step-time {} --model {} "
         "--steps {} --batch {} --lr {} --seed {}",
-        o.peers, o.algorithm, o.topology, o.network, o.stepMs, o.model, o.steps, o.batch, o.lr,
-        o.seed);
-    if (o.model == "mlp") line += fmt::format(" --hidden {}", fmt::join(o.hidden, ","));
-    if (o.dataset != "fashion-mnist") line += " --dataset " + o.dataset;
-    if (o.trainSamples > 0) line += fmt::format(" --train-samples {}", o.trainSamples);
-    if (o.testSamples > 0) line += fmt::format(" --test-samples {}", o.testSamples);
-    if (o.compress != "none")
-      line += fmt::format(" --compress {} --error-feedback {}", o.compress, o.errorFeedback);
+        o.peers, o.algorithm, o.topology, o.network, r.stepTime, r.model, r.steps, r.batch, r.lr,
+        r.seed);
+    if (r.model == "mlp") line += fmt::format(" --hidden {}", fmt::join(r.hidden, ","));
+    if (r.dataset != "fashion-mnist") line += " --dataset " + r.dataset;
+    if (r.trainSamples > 0) line += fmt::format(" --train-samples {}", r.trainSamples);
+    if (r.testSamples > 0) line += fmt::format(" --test-samples {}", r.testSamples);
+    if (r.compress != "none")
+      line += fmt::format(" --compress {} --error-feedback {}", r.compress, r.errorFeedback);
   }
   if (o.faults > 0) {
     line += fmt::format(" --faults {}", o.faults);
@@ -408,106 +343,14 @@ void runSimulate(const SimulateOptions& o) {
 }  // namespace
 
 void addSimulateCommand(CLI::App& app) {
-  auto o = std::make_shared<SimulateOptions>();
-  CLI::App* command = app.add_subcommand(
-      "simulate",
-      "the algorithms on N simulated peers in virtual time (engine/sim): the report and figures "
-      "of `convergence`, replayable from the seed, plus wall time and memory");
-  command->add_option("--peers", o->peers, "simulated peers")->capture_default_str();
-  command->add_option("--algorithm", o->algorithm, "algorithm")->capture_default_str();
-  command->add_option("--topology", o->topology, "topology (default: the algorithm's)")
-      ->capture_default_str();
-  command->add_option("--network", o->network, "network profile: lan, wan, geo or a file")
-      ->capture_default_str();
-  command->add_option("--step-time", o->stepMs, "milliseconds of compute per step (virtual)")
-      ->capture_default_str();
-  command->add_option("--model", o->model, "model: softmax, mlp, lenet or cnn")
-      ->capture_default_str();
-  command->add_option("--hidden", o->hidden, "hidden widths of the MLP")
-      ->delimiter(',')
-      ->capture_default_str();
-  command->add_option("--dataset", o->dataset, "dataset")->capture_default_str();
-  command->add_option("--train-samples", o->trainSamples, "training samples (0: all)");
-  command->add_option("--test-samples", o->testSamples, "test samples (0: all)");
-  command->add_option("--steps", o->steps, "steps of every peer")->capture_default_str();
-  command->add_option("--batch", o->batch, "mini-batch per peer")->capture_default_str();
-  command->add_option("--optimizer", o->optimizer, "local optimizer")->capture_default_str();
-  command->add_option("--lr", o->lr, "learning rate")->capture_default_str();
-  command->add_option("--schedule", o->schedule, "constant or cosine")->capture_default_str();
-  command->add_option("--eval-seconds", o->evalSeconds, "virtual seconds between evaluations")
-      ->capture_default_str();
-  command
-      ->add_option("--eval-every-steps", o->evalEverySteps,
-                   "instead of --eval-seconds: evaluation points, every peer's model at "
-                   "exactly every this many steps (0: none)")
-      ->capture_default_str();
-  command->add_option("--eval-samples", o->evalSamples, "test samples per periodic evaluation")
-      ->capture_default_str();
-  command->add_option("--target", o->target, "consensus accuracy of time to target")
-      ->capture_default_str();
-  command->add_option("--comm-timeout", o->commTimeout, "seconds: deadline of synchronous waits")
-      ->capture_default_str();
-  command->add_option("--seed", o->seed, "seed of everything (model, data, links, faults)")
-      ->capture_default_str();
-  command
-      ->add_option("--compress", o->compress,
-                   "codec of the payloads an algorithm lets travel compressed: none, fp16, bf16, "
-                   "int8[:BLOCK], int4[:BLOCK], topk:FRACTION[:sampled] or randk:FRACTION")
-      ->capture_default_str();
-  command
-      ->add_option("--error-feedback", o->errorFeedback,
-                   "keep what compression leaves out and send it later (on) or drop it (off)")
-      ->check(CLI::IsMember({"on", "off"}))
-      ->capture_default_str();
-  command
-      ->add_option("--faults", o->faults,
-                   "faults drawn from the seed, as the chaos benchmark draws them (0: none)")
-      ->capture_default_str();
-  command
-      ->add_option("--fault-kinds", o->faultKinds,
-                   "kinds to draw from: kill, restart, join, partition, loss, straggler, leave, "
-                   "restart-fresh (default: all)")
-      ->delimiter(',')
-      ->check(CLI::IsMember({"kill", "restart", "join", "partition", "loss", "straggler", "leave",
-                             "restart-fresh"}));
-  command->add_option("--fault-window", o->faultWindow,
-                      "virtual seconds the faults are spread over (default: steps x step time)");
-  command
-      ->add_option("--checkpoint-every", o->checkpointEvery,
-                   "steps between a peer's checkpoints, kept in memory: a restarted peer resumes "
-                   "from its last one, as the chaos benchmark's (0: none, it joins late)")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
-  command->add_option("--max-virtual-seconds", o->maxVirtualSeconds,
-                      "a run still going then is a violation (a deadlock; default: 100 x the "
-                      "compute time + 600 s)");
-  command->add_option("--config", o->configPaths,
-                      "an experiment matrix (`convergence --print-config` shows the format); "
-                      "several: one folder each under --out, named after the files");
-  command->add_option("--out", o->out, "output directory")->capture_default_str();
-  command->add_flag("--json", o->json,
-                    "one experiment: peers, virtual_seconds, wall_seconds, final_accuracy, "
-                    "max_rss_mib and report_sha256 as one JSON object on the last stdout line");
-  command->add_option("--log-level", o->logLevel, "log level")->capture_default_str();
-  command
-      ->add_option(
-          "--sweep", o->sweep,
-          "instead: N seeds from --seed, each a short run of one algorithm (in turn) "
-          "under faults drawn from the seed at any moment, start and finish included; "
-          "checks that every live peer ends and the algorithms' declared invariants, "
-          "and prints the command that replays a failing seed (the experiment flags do not "
-          "apply: each seed draws its own small run)")
-      ->check(CLI::PositiveNumber);
-  command->add_option("--algorithms", o->algorithms, "--sweep: the algorithms (default: all)")
-      ->delimiter(',');
-  command->callback([o] {
-    if (o->sweep == 0) return runSimulate(*o);
-    log::setLevel(o->logLevel == "warn" ? "error" : o->logLevel);  // a killed peer warns
-    const int status = runSweep({.seeds = o->sweep,
-                                 .firstSeed = o->seed,
-                                 .algorithms = o->algorithms,
-                                 .maxVirtualSeconds = o->maxVirtualSeconds,
-                                 .json = o->json});
+  addSimulateFlags(app, [](const SimulateOptions& o) {
+    if (o.sweep == 0) return runSimulate(o);
+    log::setLevel(o.logLevel == "warn" ? "error" : o.logLevel);  // a killed peer warns
+    const int status = runSweep({.seeds = o.sweep,
+                                 .firstSeed = o.run.seed,
+                                 .algorithms = o.algorithms,
+                                 .maxVirtualSeconds = o.maxVirtualSeconds,
+                                 .json = o.json});
     if (status != 0)
       throw Error("some seeds hung or broke an invariant (above, each with its replay command)");
   });

@@ -11,6 +11,8 @@
 // describeOptions<O>() lists (name, default, help, type); parseOptions<O>(values) builds an O
 // from strings, throwing gossamer::Error that names the option for an unknown name or a bad value.
 // Field types: bool, integers, float, double, std::string and vectors of those (comma-separated).
+// A struct whose names and help are declared elsewhere (a run-level setting, peer_settings.h) may
+// leave the help out: b("lr", lr).
 #pragma once
 
 #include <cstdint>
@@ -123,7 +125,7 @@ template <typename O>
 std::vector<OptionInfo> describeOptions() {
   O defaults{};
   std::vector<OptionInfo> out;
-  auto bind = [&](const char* name, auto& field, const char* help) {
+  auto bind = [&](const char* name, auto& field, const char* help = "") {
     using T = std::remove_cvref_t<decltype(field)>;
     out.push_back(OptionInfo{name, detail::formatOne(field), help, detail::typeName<T>()});
   };
@@ -135,7 +137,7 @@ template <typename O>
 O parseOptions(const OptionValues& values) {
   O options{};
   std::set<std::string> known;
-  auto bind = [&](const char* name, auto& field, const char*) {
+  auto bind = [&](const char* name, auto& field, const char* = "") {
     known.insert(name);
     if (const auto it = values.find(name); it != values.end())
       detail::parseOne(name, it->second, field);
@@ -159,7 +161,7 @@ template <typename O>
 OptionValues optionValues(const O& options) {
   OptionValues out;
   O copy = options;
-  auto bind = [&](const char* name, auto& field, const char*) {
+  auto bind = [&](const char* name, auto& field, const char* = "") {
     out[name] = detail::formatOne(field);
   };
   copy.bind(bind);

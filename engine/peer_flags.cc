@@ -79,33 +79,10 @@ class ConfigFile : public CLI::ConfigTOML {
   const CLI::App& app_;
 };
 
-// A setting as a flag of `app`.
+// A setting as a flag of `app`, stored in `o`.
 void addSetting(CLI::App& app, PeerOptions& o, const Setting& s) {
-  std::string names = "--" + s.name;
-  for (const std::string& alias : s.aliases) names += ",--" + alias;
-  std::string help = s.help;
-  CLI::Option* option = nullptr;
-  if (s.flag) {
-    option = app.add_flag_function(
-        names, [&o, &s](std::int64_t count) { s.set(o, count > 0 ? "true" : "false"); }, help);
-  } else if (s.list) {
-    option = app.add_option_function<std::vector<std::string>>(
-                    names,
-                    [&o, &s](const std::vector<std::string>& items) {
-                      s.set(o, fmt::format("{}", fmt::join(items, ",")));
-                    },
-                    help)
-                 ->delimiter(',');
-  } else {
-    option = app.add_option_function<std::string>(
-        names, [&o, &s](const std::string& text) { s.set(o, text); }, help);
-  }
-  if (!s.flag) {
-    option->check(CLI::Validator([&s](std::string& text) { return s.check(text); }, ""));
-    option->type_name(s.type);
-  }
-  if (!s.defaultValue.empty()) option->default_str(s.defaultValue);
-  if (!s.group.empty()) option->group(s.group);
+  addSettingFlag(app, s, namesIn(s, kPeerFlags), s.help, s.defaultValue,
+                 [&o, &s](const std::string& text) { s.set(o, text); });
 }
 
 // Every algorithm's options as --NAME.OPTION flags (a config file's [NAME] section sets them too).
@@ -159,6 +136,35 @@ std::vector<std::string> bindEnvironment(CLI::App& app) {
 
 }  // namespace
 
+CLI::Option* addSettingFlag(CLI::App& app, const Setting& s, const std::vector<std::string>& names,
+                            const std::string& help, const std::string& defaultText,
+                            std::function<void(const std::string& text)> store) {
+  std::string flags;
+  for (const std::string& name : names) flags += (flags.empty() ? "--" : ",--") + name;
+  CLI::Option* option = nullptr;
+  if (s.flag) {
+    option = app.add_flag_function(
+        flags, [store](std::int64_t count) { store(count > 0 ? "true" : "false"); }, help);
+  } else if (s.list) {
+    option = app.add_option_function<std::vector<std::string>>(
+                    flags,
+                    [store](const std::vector<std::string>& items) {
+                      store(fmt::format("{}", fmt::join(items, ",")));
+                    },
+                    help)
+                 ->delimiter(',');
+  } else {
+    option = app.add_option_function<std::string>(flags, store, help);
+  }
+  if (!s.flag) {
+    option->check(CLI::Validator([&s](std::string& text) { return s.check(text); }, ""));
+    option->type_name(s.type);
+  }
+  if (!defaultText.empty()) option->default_str(defaultText);
+  if (!s.group.empty()) option->group(s.group);
+  return option;
+}
+
 std::vector<std::string> addPeerFlags(CLI::App& app, PeerOptions& o,
                                       const std::vector<Setting>& settings,
                                       const Registry& registry) {
@@ -175,6 +181,10 @@ std::vector<std::string> addPeerFlags(CLI::App& app, PeerOptions& o,
 
 void parsePeerFlags(CLI::App& app, int argc, const char* const* argv) {
   app.parse(argc, argv);
+  refuseUnknownFlags(app);
+}
+
+void refuseUnknownFlags(const CLI::App& app) {
   const std::vector<std::string> extras = app.remaining();
   if (extras.empty()) return;
   for (const std::string& extra : extras) {

@@ -18,17 +18,26 @@ void addTrainingSettings(std::vector<Setting>& out, const Registry& registry) {
   constexpr std::type_identity<double> number;
   constexpr std::type_identity<bool> boolean;
 
-  add(text, "model", "model:\n" + registry.models.describe()).field(&PeerOptions::model);
+  constexpr unsigned both = kSimulate | kRun;  // the benchmarks' front ends
+
+  add(text, "model", "model:\n" + registry.models.describe())
+      .field(&PeerOptions::model)
+      .bench(both);
   add(std::type_identity<std::vector<std::size_t>>{}, "hidden",
       "hidden layer widths of the MLP, e.g. 256,256")
-      .field(&PeerOptions::hidden);
-  add(text, "dataset", "dataset:\n" + registry.datasets.describe()).field(&PeerOptions::dataset);
+      .field(&PeerOptions::hidden)
+      .bench(both);
+  add(text, "dataset", "dataset:\n" + registry.datasets.describe())
+      .field(&PeerOptions::dataset)
+      .bench(both);
   add(text, "data-dir", "directory of the dataset files (default: the dataset's install location)")
       .field(&PeerOptions::dataDir);
   add(count, "train-samples", "use only the first N training samples (0: all)")
-      .field(&PeerOptions::trainSamples);
+      .field(&PeerOptions::trainSamples)
+      .bench(both);
   add(count, "test-samples", "use only the first N test samples (0: all)")
-      .field(&PeerOptions::testSamples);
+      .field(&PeerOptions::testSamples)
+      .bench(both);
   add(count, "shards", "single peer: split the training set into this many shards")
       .field(&PeerOptions::shards)
       .above(0);
@@ -48,15 +57,18 @@ void addTrainingSettings(std::vector<Setting>& out, const Registry& registry) {
   add(text, "optimizer", "local optimizer: sgd, momentum, nesterov or adam")
       .field(&PeerOptions::optimizer)
       .oneOf({"sgd", "momentum", "nesterov", "adam"})
+      .bench(both)
       .python("optimizer", [](PeerConfig& c, const std::string& v) {
         c.training.optimizer.kind = engine::train::parseOptimizerKind(v);
       });
   add(std::type_identity<float>{}, "lr", "learning rate")
       .field([](PeerOptions& o) -> float& { return o.optimizerOptions.lr; })
+      .bench(both)
       .python("lr", [](PeerConfig& c, float v) { c.training.optimizer.lr = v; });
   add(text, "lr-schedule", "constant or cosine (decays to 0 at the last step)")
       .field(&PeerOptions::lrSchedule)
       .oneOf({"constant", "cosine"})
+      .bench(both, "schedule")
       .python(
           "lr_schedule",
           [](PeerConfig& c, const std::string& v) {
@@ -73,11 +85,13 @@ void addTrainingSettings(std::vector<Setting>& out, const Registry& registry) {
       .python("weight_decay", [](PeerConfig& c, float v) { c.training.optimizer.weightDecay = v; });
   add(number, "epochs", "passes over the training set (a cluster: of all its peers together)")
       .field(&PeerOptions::epochs)
-      .above(0);
+      .above(0)
+      .bench(kRun);
   add(std::type_identity<std::uint64_t>{}, "steps",
       "a cluster: stop after this many steps per peer instead")
       .field(&PeerOptions::maxSteps)
       .hideDefault()
+      .bench(both, "", "steps of every peer, instead of epochs (0: by epochs)")
       .python(
           "steps",
           [](PeerConfig& c, std::uint64_t v) {
@@ -88,11 +102,15 @@ void addTrainingSettings(std::vector<Setting>& out, const Registry& registry) {
   add(count, "batch", "mini-batch size")
       .field(&PeerOptions::batch)
       .above(0)
+      .bench(both, "", "mini-batch size per peer")
       .python(
           "batch", [](PeerConfig& c, std::size_t v) { c.training.batch = v; },
           "samples per step, for the figures (default 64)");
   add(std::type_identity<std::uint64_t>{}, "seed", "seed of initialisation, sharding and shuffling")
       .field(&PeerOptions::seed)
+      .bench(both, "",
+             "seed of everything: initialisation, shards, shuffling (and the simulated links and "
+             "faults)")
       .python(
           "seed",
           [](PeerConfig& c, std::uint64_t v) {
@@ -113,6 +131,7 @@ void addTrainingSettings(std::vector<Setting>& out, const Registry& registry) {
       "test samples per periodic evaluation (0: all; the final one uses all)")
       .field(&PeerOptions::evalSamples)
       .hideDefault()
+      .bench(both)
       .python(
           "eval_samples", [](PeerConfig& c, std::size_t v) { c.training.evalSamples = v; },
           "test samples per periodic evaluation (default 2000)");
@@ -132,6 +151,10 @@ void addTrainingSettings(std::vector<Setting>& out, const Registry& registry) {
   add(std::type_identity<std::int64_t>{}, "checkpoint-every",
       "steps between checkpoints (0: only at the end)")
       .field(&PeerOptions::checkpointEvery)
+      .atLeast(0)
+      .bench(kSimulate, "",
+             "steps between a peer's checkpoints, kept in memory: a restarted peer resumes from "
+             "its last one, as the chaos benchmark's (0: none, it joins late)")
       .python("checkpoint_every",
               [](PeerConfig& c, std::int64_t v) { c.training.checkpointEvery = v; });
   add(boolean, "resume",
@@ -141,7 +164,9 @@ void addTrainingSettings(std::vector<Setting>& out, const Registry& registry) {
       .field(&PeerOptions::resume)
       .flag()
       .python("resume", [](PeerConfig& c, bool v) { c.training.resume = v; });
-  add(text, "log-level", "trace, debug, info, warn, error, off").field(&PeerOptions::logLevel);
+  add(text, "log-level", "trace, debug, info, warn, error, off")
+      .field(&PeerOptions::logLevel)
+      .bench(kSimulate);
   add(boolean, "json",
       "print one JSON object with the results as the last stdout line (and no progress view)")
       .field(&PeerOptions::json)
@@ -168,6 +193,7 @@ std::vector<Setting> peerSettings(const Registry& registry) {
   std::vector<Setting> out;
   declaring::addTrainingSettings(out, registry);
   declaring::addClusterSettings(out, registry);
+  declaring::addBenchSettings(out);
   return out;
 }
 
@@ -179,6 +205,52 @@ const Setting* findSetting(const std::vector<Setting>& settings, const std::stri
         if (alias == name) return &s;
   }
   return nullptr;
+}
+
+std::string nameIn(const Setting& s, FrontEnd end) {
+  switch (end) {
+    case kPeerFlags:
+      return s.name;
+    case kPython:
+      return s.python;
+    case kMatrix:
+      return s.matrixName;
+    default:
+      return s.benchName.empty() ? s.name : s.benchName;
+  }
+}
+
+std::vector<std::string> namesIn(const Setting& s, FrontEnd end) {
+  std::vector<std::string> out = {nameIn(s, end)};
+  if (end == kPeerFlags || (end == kSimulate && s.benchName.empty()))
+    out.insert(out.end(), s.aliases.begin(), s.aliases.end());
+  if (end == kMatrix) out.insert(out.end(), s.matrixAliases.begin(), s.matrixAliases.end());
+  return out;
+}
+
+const Setting* findSetting(const std::vector<Setting>& settings, const std::string& name,
+                           FrontEnd end) {
+  for (const Setting& s : settings) {
+    if (!takes(s, end)) continue;
+    for (const std::string& known : namesIn(s, end))
+      if (known == name) return &s;
+  }
+  return nullptr;
+}
+
+std::vector<std::string> namesIn(const std::vector<Setting>& settings, FrontEnd end) {
+  std::vector<std::string> out;
+  for (const Setting& s : settings)
+    if (takes(s, end))
+      for (std::string& name : namesIn(s, end)) out.push_back(std::move(name));
+  return out;
+}
+
+const std::string& helpIn(const Setting& s, FrontEnd end) {
+  if (end == kPython && !s.pythonHelp.empty()) return s.pythonHelp;
+  if ((end == kSimulate || end == kRun || end == kMatrix) && !s.benchHelp.empty())
+    return s.benchHelp;
+  return s.help;
 }
 
 std::vector<std::string> pythonKeywords(const std::vector<Setting>& settings) {

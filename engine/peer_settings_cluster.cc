@@ -34,13 +34,14 @@ auto transportOption(const char* key) {
       });
 }
 
-void addSeconds(std::vector<Setting>& out, const char* name, double PeerOptions::*member,
-                bool zeroAllowed, std::string help, const char* python,
-                std::chrono::milliseconds engine::runtime::TrainingConfig::*target) {
+Declare<double> addSeconds(std::vector<Setting>& out, const char* name, double PeerOptions::*member,
+                           bool zeroAllowed, std::string help, const char* python,
+                           std::chrono::milliseconds engine::runtime::TrainingConfig::*target) {
   Declare<double> d(out, name, std::move(help), "Cluster");
   d.field(member).seconds(zeroAllowed);
   if (python != nullptr)
     d.python(python, [target](PeerConfig& c, double v) { c.training.*target = millis(v); });
+  return d;
 }
 
 }  // namespace
@@ -59,6 +60,8 @@ void addClusterSettings(std::vector<Setting>& out, const Registry& registry) {
   }
   Text(out, "algorithm", "decentralized optimizer:" + algorithms, cluster)
       .field(&PeerOptions::algorithm)
+      .bench(kSimulate)
+      .matrix("algorithms")
       .python("algorithm", [&registry](PeerConfig& c, const std::string& v) {
         registry.algorithms.get(v);  // an unknown name lists the known ones
         c.training.algorithm = v;
@@ -67,6 +70,8 @@ void addClusterSettings(std::vector<Setting>& out, const Registry& registry) {
        "communication graph (default: the algorithm's):\n" + registry.topologies.describe(),
        cluster)
       .field(&PeerOptions::topology)
+      .bench(kSimulate)
+      .matrix("topologies")
       .python("topology", [](PeerConfig& c, const std::string& v) { c.training.topology = v; });
   Text(out, "mixing",
        "mixing weights of undirected topologies: metropolis (Metropolis-Hastings, doubly "
@@ -155,7 +160,9 @@ void addClusterSettings(std::vector<Setting>& out, const Registry& registry) {
        "emulated network around the transport: lan (none), wan, geo or a profile file "
        "(net/README.md: Networks and security)",
        cluster)
-      .field(&PeerOptions::network);
+      .field(&PeerOptions::network)
+      .bench(kSimulate)
+      .matrix("networks");
   Count(out, "network-index",
         "this peer's index in the --network profile (its site); --local numbers peers 0..N-1",
         cluster)
@@ -209,13 +216,15 @@ void addClusterSettings(std::vector<Setting>& out, const Registry& registry) {
           },
           getPoll);
   addSeconds(out, "comm-timeout", &PeerOptions::commTimeout, false,
-             "seconds: the deadline of every synchronous wait", "comm_timeout",
-             &Train::commTimeout);
+             "seconds: the deadline of every synchronous wait", "comm_timeout", &Train::commTimeout)
+      .bench(kSimulate | kRun);
   Text(out, "compress",
        "codec of the payloads an algorithm lets travel compressed: none, fp16, bf16, int8[:BLOCK], "
        "int4[:BLOCK], topk:FRACTION[:sampled] or randk:FRACTION",
        cluster)
       .field(&PeerOptions::compress)
+      .bench(kSimulate | kRun)
+      .matrix("compress")
       .valid([](const std::string& v) { kernels::parseCodec(v); })
       .python("compress", [](PeerConfig& c, const std::string& v) {
         c.training.compression.codec = kernels::parseCodec(v);
@@ -224,6 +233,7 @@ void addClusterSettings(std::vector<Setting>& out, const Registry& registry) {
        "keep what compression leaves out and send it later (on) or drop it (off)", cluster)
       .field(&PeerOptions::errorFeedback)
       .oneOf({"on", "off"})
+      .bench(kSimulate | kRun)
       .python("error_feedback", [](PeerConfig& c, const std::string& v) {
         c.training.compression.errorFeedback = v == "on";
       });
@@ -244,6 +254,8 @@ void addClusterSettings(std::vector<Setting>& out, const Registry& registry) {
       .alias("min-step-time")
       .hideDefault()
       .atLeast(0)
+      .bench(kSimulate | kRun)
+      .matrix("step-time", {"step-times"})
       .python(
           "step_time",
           [](PeerConfig& c, double seconds) {
@@ -279,7 +291,10 @@ void addClusterSettings(std::vector<Setting>& out, const Registry& registry) {
       .hideDefault();
   Text(out, "local-transport", "--local peers talk over inproc or tcp (127.0.0.1)", cluster)
       .field(&PeerOptions::localTransport)
-      .oneOf({"inproc", "tcp"});
+      .oneOf({"inproc", "tcp"})
+      .bench(kRun, "transport",
+             "the local cluster's transport under the emulated network: inproc or tcp "
+             "(127.0.0.1)");
   Declare<std::int64_t>(out, "cluster-eval-every",
                         "--local: evaluate the consensus of every peer's model at exactly its "
                         "steps N, 2N, ... (shown in the progress view; 0: none)",

@@ -140,6 +140,7 @@ class Declare {
   template <typename Access>
   Declare& field(Access access) requires std::is_invocable_r_v<T&, Access, PeerOptions&> {
     PeerOptions defaults;
+    setting().frontEnds |= kPeerFlags;
     setting().defaultValue = detail::formatOne(access(defaults));
     setting().set = [access, rules = rules_](PeerOptions& o, const std::string& text) {
       T value{};
@@ -155,8 +156,24 @@ class Declare {
   // ... or stored by `store` (given checked text) and read back by `load`.
   Declare& stored(std::function<void(PeerOptions&, const std::string&)> store,
                   std::function<std::string(const PeerOptions&)> load) {
+    setting().frontEnds |= kPeerFlags;
     setting().set = std::move(store);
     setting().get = std::move(load);
+    return *this;
+  }
+  // Taken by the benchmarks' front ends `ends` (kSimulate, kRun), there named `name` and helped
+  // by `help` when they differ from the setting's.
+  Declare& bench(unsigned ends, std::string name = "", std::string help = "") {
+    setting().frontEnds |= ends;
+    setting().benchName = std::move(name);
+    setting().benchHelp = std::move(help);
+    return *this;
+  }
+  // A [matrix] list of this setting's values, named `list` (and `aliases`).
+  Declare& matrix(std::string list, std::vector<std::string> aliases = {}) {
+    setting().frontEnds |= kMatrix;
+    setting().matrixName = std::move(list);
+    setting().matrixAliases = std::move(aliases);
     return *this;
   }
 
@@ -207,6 +224,7 @@ class Declare {
   // The Python keyword `name`; `apply` is given a checked value.
   template <typename Apply>
   Declare& python(std::string name, Apply apply, std::string help = "") {
+    setting().frontEnds |= kPython;
     setting().python = std::move(name);
     setting().pythonHelp = std::move(help);
     setting().apply = [apply, rules = rules_](PeerConfig& c, const std::string& text) {
@@ -226,10 +244,11 @@ class Declare {
   std::shared_ptr<Rules<T>> rules_;
 };
 
-// The two halves of peerSettings(): model, data and training (peer_settings.cc); the cluster
-// (peer_settings_cluster.cc).
+// The parts of peerSettings(): model, data and training (peer_settings.cc); the cluster
+// (peer_settings_cluster.cc); the benchmarks' own (peer_settings_bench.cc).
 void addTrainingSettings(std::vector<Setting>& out, const Registry& registry);
 void addClusterSettings(std::vector<Setting>& out, const Registry& registry);
+void addBenchSettings(std::vector<Setting>& out);
 
 // A duration of `seconds` (checked: finite, not negative), to the millisecond.
 inline std::chrono::milliseconds millis(double seconds) {

@@ -43,7 +43,7 @@ TEST_CASE("bench convergence: step times are a [run] setting and a [matrix] list
       test::runCommand(bench("--config " + bad + " --print-config"));
   INFO(refused.output);
   CHECK(refused.exitCode != 0);
-  CHECK(refused.output.find(bad + ":3: step-time must not be negative") != std::string::npos);
+  CHECK(refused.output.find(bad + ":3: step-time: '-5' must be at least 0") != std::string::npos);
 }
 
 TEST_CASE("bench convergence: codecs are a [run] setting and a [matrix] list, named in --json") {
@@ -85,7 +85,7 @@ TEST_CASE("bench convergence: codecs are a [run] setting and a [matrix] list, na
 
 // Evaluation points: every evaluation but the final one is the consensus at exactly a multiple
 // of eval-every-steps; the baseline is a setting, and compared with itself it is 1x.
-TEST_CASE("bench convergence: evaluation points are exact steps; the baseline is a setting") {
+TEST_CASE("bench convergence: evaluation points are exact steps, and the baseline is a setting") {
   const std::string run = writeConfig(
       "gossamer-points-run.conf",
       "[run]\ndataset = synthetic\nmodel = softmax\nsteps = 30\ntarget = 0.3\ntarget-loss = 5\n"
