@@ -28,6 +28,7 @@
 #include "engine/base/config.h"
 #include "kernels/compute.h"
 #include "kernels/cpu/cpu_compute.h"
+#include "tests/support/guarded_compute.h"
 #if GOSSAMER_HAVE_CUDA
 #include "kernels/cuda/cuda_compute.h"
 #endif
@@ -57,10 +58,22 @@ struct CudaBackend {
   }
 };
 
+// The CPU kernels over device-like memory the host cannot touch (tests/support/guarded_compute.h):
+// the suite reaches the backend only through allocate/upload/download, and this proves it, on a
+// machine without a GPU.
+struct GuardedBackend {
+  static constexpr const char* kName = "guarded";
+  static constexpr Device kDevice = Device::kCuda;
+  static std::unique_ptr<Compute> make(std::string* /*skipReason*/) {
+    return std::make_unique<test::GuardedCompute>();
+  }
+};
+
 }  // namespace gossamer::kernels::conformance
 
 TYPE_TO_STRING_AS("CpuBackend", gossamer::kernels::conformance::CpuBackend);
 TYPE_TO_STRING_AS("CudaBackend", gossamer::kernels::conformance::CudaBackend);
+TYPE_TO_STRING_AS("GuardedBackend", gossamer::kernels::conformance::GuardedBackend);
 
 namespace gossamer::kernels::conformance {
 

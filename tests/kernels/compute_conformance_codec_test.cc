@@ -111,7 +111,7 @@ Host spreadVector(std::mt19937& rng, std::size_t n, int lo, int hi) {
 }
 
 TEST_CASE_TEMPLATE("kernels: fp16 and bf16 round to nearest even (float64 reference)", Backend,
-                   CpuBackend, CudaBackend) {
+                   CpuBackend, CudaBackend, GuardedBackend) {
   const std::unique_ptr<Compute> compute = makeOrSkip<Backend>();
   if (!compute) return;
   std::mt19937 rng(40);
@@ -179,7 +179,7 @@ TEST_CASE_TEMPLATE("kernels: fp16 and bf16 round to nearest even (float64 refere
 }
 
 TEST_CASE_TEMPLATE("kernels: int8 and int4 are within half a step of their block's scale", Backend,
-                   CpuBackend, CudaBackend) {
+                   CpuBackend, CudaBackend, GuardedBackend) {
   const std::unique_ptr<Compute> compute = makeOrSkip<Backend>();
   if (!compute) return;
   std::mt19937 rng(41);
@@ -226,7 +226,7 @@ TEST_CASE_TEMPLATE("kernels: int8 and int4 are within half a step of their block
 }
 
 TEST_CASE_TEMPLATE("kernels: int8 and int4 keep a non-finite block to itself", Backend, CpuBackend,
-                   CudaBackend) {
+                   CudaBackend, GuardedBackend) {
   const std::unique_ptr<Compute> compute = makeOrSkip<Backend>();
   if (!compute) return;
   for (const char* text : {"int8:4", "int4:4"}) {
@@ -254,7 +254,7 @@ Host distinctMagnitudes(std::mt19937& rng, std::size_t n) {
 }
 
 TEST_CASE_TEMPLATE("kernels: exact top-k keeps exactly the k largest magnitudes", Backend,
-                   CpuBackend, CudaBackend) {
+                   CpuBackend, CudaBackend, GuardedBackend) {
   const std::unique_ptr<Compute> compute = makeOrSkip<Backend>();
   if (!compute) return;
   std::mt19937 rng(42);
@@ -289,7 +289,7 @@ TEST_CASE_TEMPLATE("kernels: exact top-k keeps exactly the k largest magnitudes"
 }
 
 TEST_CASE_TEMPLATE("kernels: sampled top-k keeps the first elements above a sampled threshold",
-                   Backend, CpuBackend, CudaBackend) {
+                   Backend, CpuBackend, CudaBackend, GuardedBackend) {
   const std::unique_ptr<Compute> compute = makeOrSkip<Backend>();
   if (!compute) return;
   std::mt19937 rng(43);
@@ -330,7 +330,7 @@ TEST_CASE_TEMPLATE("kernels: sampled top-k keeps the first elements above a samp
 }
 
 TEST_CASE_TEMPLATE("kernels: random-k sends k distinct seeded positions", Backend, CpuBackend,
-                   CudaBackend) {
+                   CudaBackend, GuardedBackend) {
   const std::unique_ptr<Compute> compute = makeOrSkip<Backend>();
   if (!compute) return;
   std::mt19937 rng(44);
@@ -357,7 +357,8 @@ TEST_CASE_TEMPLATE("kernels: random-k sends k distinct seeded positions", Backen
   }
 }
 
-TEST_CASE_TEMPLATE("kernels: error feedback conserves mass", Backend, CpuBackend, CudaBackend) {
+TEST_CASE_TEMPLATE("kernels: error feedback conserves mass", Backend, CpuBackend, CudaBackend,
+                   GuardedBackend) {
   const std::unique_ptr<Compute> compute = makeOrSkip<Backend>();
   if (!compute) return;
   std::mt19937 rng(45);
@@ -409,7 +410,7 @@ TEST_CASE_TEMPLATE("kernels: error feedback conserves mass", Backend, CpuBackend
 }
 
 TEST_CASE_TEMPLATE("kernels: decode kAccumulate adds the decoded payload", Backend, CpuBackend,
-                   CudaBackend) {
+                   CudaBackend, GuardedBackend) {
   const std::unique_ptr<Compute> compute = makeOrSkip<Backend>();
   if (!compute) return;
   std::mt19937 rng(46);
@@ -429,7 +430,7 @@ TEST_CASE_TEMPLATE("kernels: decode kAccumulate adds the decoded payload", Backe
 }
 
 TEST_CASE_TEMPLATE("kernels: every codec agrees with the CPU reference bit for bit", Backend,
-                   CpuBackend, CudaBackend) {
+                   CpuBackend, CudaBackend, GuardedBackend) {
   const std::unique_ptr<Compute> compute = makeOrSkip<Backend>();
   if (!compute) return;
   const std::unique_ptr<Compute> reference = cpu::makeCompute();
@@ -452,7 +453,8 @@ TEST_CASE_TEMPLATE("kernels: every codec agrees with the CPU reference bit for b
   }
 }
 
-TEST_CASE_TEMPLATE("kernels: codecs on empty input", Backend, CpuBackend, CudaBackend) {
+TEST_CASE_TEMPLATE("kernels: codecs on empty input", Backend, CpuBackend, CudaBackend,
+                   GuardedBackend) {
   const std::unique_ptr<Compute> compute = makeOrSkip<Backend>();
   if (!compute) return;
   for (const char* text : kCodecs) {
@@ -465,8 +467,8 @@ TEST_CASE_TEMPLATE("kernels: codecs on empty input", Backend, CpuBackend, CudaBa
   }
 }
 
-TEST_CASE_TEMPLATE("kernels: codec misuse throws gossamer::Error", Backend, CpuBackend,
-                   CudaBackend) {
+TEST_CASE_TEMPLATE("kernels: codec misuse throws gossamer::Error", Backend, CpuBackend, CudaBackend,
+                   GuardedBackend) {
   const std::unique_ptr<Compute> compute = makeOrSkip<Backend>();
   if (!compute) return;
   const Codec int8 = parseCodec("int8:4");

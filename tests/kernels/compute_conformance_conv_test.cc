@@ -150,7 +150,7 @@ std::string convLabel(const char* op, const Conv2dShape& s) {
 }
 
 TEST_CASE_TEMPLATE("kernels: conv2d forward, with and without bias", Backend, CpuBackend,
-                   CudaBackend) {
+                   CudaBackend, GuardedBackend) {
   const std::unique_ptr<Compute> compute = makeOrSkip<Backend>();
   if (!compute) return;
   std::mt19937 rng(21);
@@ -189,7 +189,8 @@ TEST_CASE_TEMPLATE("kernels: conv2d forward, with and without bias", Backend, Cp
   }
 }
 
-TEST_CASE_TEMPLATE("kernels: conv2d backward data and weights", Backend, CpuBackend, CudaBackend) {
+TEST_CASE_TEMPLATE("kernels: conv2d backward data and weights", Backend, CpuBackend, CudaBackend,
+                   GuardedBackend) {
   const std::unique_ptr<Compute> compute = makeOrSkip<Backend>();
   if (!compute) return;
   std::mt19937 rng(22);
@@ -249,7 +250,8 @@ TEST_CASE_TEMPLATE("kernels: conv2d backward data and weights", Backend, CpuBack
   }
 }
 
-TEST_CASE_TEMPLATE("kernels: conv2d on an empty batch", Backend, CpuBackend, CudaBackend) {
+TEST_CASE_TEMPLATE("kernels: conv2d on an empty batch", Backend, CpuBackend, CudaBackend,
+                   GuardedBackend) {
   const std::unique_ptr<Compute> compute = makeOrSkip<Backend>();
   if (!compute) return;
   const Conv2dShape s{.batch = 0,
@@ -310,7 +312,8 @@ void poolReference(const Pool2dShape& s, const Host& input, Host* output, Labels
   }
 }
 
-TEST_CASE_TEMPLATE("kernels: maxPool2d and its backward", Backend, CpuBackend, CudaBackend) {
+TEST_CASE_TEMPLATE("kernels: maxPool2d and its backward", Backend, CpuBackend, CudaBackend,
+                   GuardedBackend) {
   const std::unique_ptr<Compute> compute = makeOrSkip<Backend>();
   if (!compute) return;
   std::mt19937 rng(23);
@@ -365,7 +368,7 @@ std::string errorOf(F&& f) {
 }
 
 TEST_CASE_TEMPLATE("kernels: convolution and pooling shape errors name the op and the shape",
-                   Backend, CpuBackend, CudaBackend) {
+                   Backend, CpuBackend, CudaBackend, GuardedBackend) {
   const std::unique_ptr<Compute> compute = makeOrSkip<Backend>();
   if (!compute) return;
   const Conv2dShape s{.batch = 2,

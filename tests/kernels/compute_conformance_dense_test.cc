@@ -79,7 +79,8 @@ std::int32_t argmaxReference(const float* row, std::size_t classes) {
 
 // ---- dense algebra and NN ops ----
 
-TEST_CASE_TEMPLATE("kernels: gemm with both transposes", Backend, CpuBackend, CudaBackend) {
+TEST_CASE_TEMPLATE("kernels: gemm with both transposes", Backend, CpuBackend, CudaBackend,
+                   GuardedBackend) {
   const std::unique_ptr<Compute> compute = makeOrSkip<Backend>();
   if (!compute) return;
   std::mt19937 rng(11);
@@ -113,7 +114,8 @@ TEST_CASE_TEMPLATE("kernels: gemm with both transposes", Backend, CpuBackend, Cu
   }
 }
 
-TEST_CASE_TEMPLATE("kernels: biasAdd and biasGrad", Backend, CpuBackend, CudaBackend) {
+TEST_CASE_TEMPLATE("kernels: biasAdd and biasGrad", Backend, CpuBackend, CudaBackend,
+                   GuardedBackend) {
   const std::unique_ptr<Compute> compute = makeOrSkip<Backend>();
   if (!compute) return;
   std::mt19937 rng(12);
@@ -150,7 +152,8 @@ TEST_CASE_TEMPLATE("kernels: biasAdd and biasGrad", Backend, CpuBackend, CudaBac
   }
 }
 
-TEST_CASE_TEMPLATE("kernels: relu and reluBackward", Backend, CpuBackend, CudaBackend) {
+TEST_CASE_TEMPLATE("kernels: relu and reluBackward", Backend, CpuBackend, CudaBackend,
+                   GuardedBackend) {
   const std::unique_ptr<Compute> compute = makeOrSkip<Backend>();
   if (!compute) return;
   std::mt19937 rng(13);
@@ -196,7 +199,7 @@ Reference gradBounds(const Reference& want, float gradScale) {
 }
 
 TEST_CASE_TEMPLATE("kernels: softmaxCrossEntropy loss and gradient", Backend, CpuBackend,
-                   CudaBackend) {
+                   CudaBackend, GuardedBackend) {
   const std::unique_ptr<Compute> compute = makeOrSkip<Backend>();
   if (!compute) return;
   std::mt19937 rng(14);
@@ -249,7 +252,7 @@ TEST_CASE_TEMPLATE("kernels: softmaxCrossEntropy loss and gradient", Backend, Cp
 }
 
 TEST_CASE_TEMPLATE("kernels: softmaxCrossEntropy is stable for large logits", Backend, CpuBackend,
-                   CudaBackend) {
+                   CudaBackend, GuardedBackend) {
   const std::unique_ptr<Compute> compute = makeOrSkip<Backend>();
   if (!compute) return;
   std::mt19937 rng(15);
@@ -273,7 +276,7 @@ TEST_CASE_TEMPLATE("kernels: softmaxCrossEntropy is stable for large logits", Ba
 }
 
 TEST_CASE_TEMPLATE("kernels: softmaxCrossEntropy rejects a label outside 0..classes-1", Backend,
-                   CpuBackend, CudaBackend) {
+                   CpuBackend, CudaBackend, GuardedBackend) {
   const std::unique_ptr<Compute> compute = makeOrSkip<Backend>();
   if (!compute) return;
   std::mt19937 rng(16);
@@ -305,7 +308,8 @@ TEST_CASE_TEMPLATE("kernels: softmaxCrossEntropy rejects a label outside 0..clas
   }
 }
 
-TEST_CASE_TEMPLATE("kernels: argmax and countCorrect", Backend, CpuBackend, CudaBackend) {
+TEST_CASE_TEMPLATE("kernels: argmax and countCorrect", Backend, CpuBackend, CudaBackend,
+                   GuardedBackend) {
   const std::unique_ptr<Compute> compute = makeOrSkip<Backend>();
   if (!compute) return;
   std::mt19937 rng(17);

@@ -23,7 +23,7 @@ namespace {
 // ---- identity and memory ----
 
 TEST_CASE_TEMPLATE("kernels: device identity and upload/download round trip", Backend, CpuBackend,
-                   CudaBackend) {
+                   CudaBackend, GuardedBackend) {
   const std::unique_ptr<Compute> compute = makeOrSkip<Backend>();
   if (!compute) return;
   CHECK(compute->device() == Backend::kDevice);
@@ -45,7 +45,7 @@ TEST_CASE_TEMPLATE("kernels: device identity and upload/download round trip", Ba
 }
 
 TEST_CASE_TEMPLATE("kernels: host staging memory and asynchronous copies to it", Backend,
-                   CpuBackend, CudaBackend) {
+                   CpuBackend, CudaBackend, GuardedBackend) {
   const std::unique_ptr<Compute> compute = makeOrSkip<Backend>();
   if (!compute) return;
   std::mt19937 rng(2);
@@ -69,7 +69,8 @@ TEST_CASE_TEMPLATE("kernels: host staging memory and asynchronous copies to it",
 
 // ---- element-wise BLAS-1 ----
 
-TEST_CASE_TEMPLATE("kernels: copy, fill and scale", Backend, CpuBackend, CudaBackend) {
+TEST_CASE_TEMPLATE("kernels: copy, fill and scale", Backend, CpuBackend, CudaBackend,
+                   GuardedBackend) {
   const std::unique_ptr<Compute> compute = makeOrSkip<Backend>();
   if (!compute) return;
   std::mt19937 rng(2);
@@ -92,7 +93,7 @@ TEST_CASE_TEMPLATE("kernels: copy, fill and scale", Backend, CpuBackend, CudaBac
   }
 }
 
-TEST_CASE_TEMPLATE("kernels: axpby", Backend, CpuBackend, CudaBackend) {
+TEST_CASE_TEMPLATE("kernels: axpby", Backend, CpuBackend, CudaBackend, GuardedBackend) {
   const std::unique_ptr<Compute> compute = makeOrSkip<Backend>();
   if (!compute) return;
   std::mt19937 rng(3);
@@ -153,7 +154,7 @@ struct WeightedSumCase {
 };
 
 TEST_CASE_TEMPLATE("kernels: weightedSum for k = 1..kMaxWeightedInputs", Backend, CpuBackend,
-                   CudaBackend) {
+                   CudaBackend, GuardedBackend) {
   const std::unique_ptr<Compute> compute = makeOrSkip<Backend>();
   if (!compute) return;
   std::mt19937 rng(4);
@@ -175,7 +176,7 @@ TEST_CASE_TEMPLATE("kernels: weightedSum for k = 1..kMaxWeightedInputs", Backend
 }
 
 TEST_CASE_TEMPLATE("kernels: weightedSum with out aliasing an input", Backend, CpuBackend,
-                   CudaBackend) {
+                   CudaBackend, GuardedBackend) {
   const std::unique_ptr<Compute> compute = makeOrSkip<Backend>();
   if (!compute) return;
   std::mt19937 rng(5);
@@ -207,7 +208,7 @@ TEST_CASE_TEMPLATE("kernels: weightedSum with out aliasing an input", Backend, C
                 "weightedSum with a repeated input");
 }
 
-TEST_CASE_TEMPLATE("kernels: elasticPull", Backend, CpuBackend, CudaBackend) {
+TEST_CASE_TEMPLATE("kernels: elasticPull", Backend, CpuBackend, CudaBackend, GuardedBackend) {
   const std::unique_ptr<Compute> compute = makeOrSkip<Backend>();
   if (!compute) return;
   std::mt19937 rng(6);
@@ -253,8 +254,8 @@ TEST_CASE_TEMPLATE("kernels: elasticPull", Backend, CpuBackend, CudaBackend) {
   }
 }
 
-TEST_CASE_TEMPLATE("kernels: dot and norm2 accumulate accurately", Backend, CpuBackend,
-                   CudaBackend) {
+TEST_CASE_TEMPLATE("kernels: dot and norm2 accumulate accurately", Backend, CpuBackend, CudaBackend,
+                   GuardedBackend) {
   const std::unique_ptr<Compute> compute = makeOrSkip<Backend>();
   if (!compute) return;
   std::mt19937 rng(7);
@@ -292,7 +293,7 @@ TEST_CASE_TEMPLATE("kernels: dot and norm2 accumulate accurately", Backend, CpuB
 
 // ---- optimizer steps ----
 
-TEST_CASE_TEMPLATE("kernels: sgdStep", Backend, CpuBackend, CudaBackend) {
+TEST_CASE_TEMPLATE("kernels: sgdStep", Backend, CpuBackend, CudaBackend, GuardedBackend) {
   const std::unique_ptr<Compute> compute = makeOrSkip<Backend>();
   if (!compute) return;
   std::mt19937 rng(8);
@@ -316,7 +317,7 @@ TEST_CASE_TEMPLATE("kernels: sgdStep", Backend, CpuBackend, CudaBackend) {
 }
 
 TEST_CASE_TEMPLATE("kernels: momentumStep, plain and Nesterov, over 3 steps", Backend, CpuBackend,
-                   CudaBackend) {
+                   CudaBackend, GuardedBackend) {
   const std::unique_ptr<Compute> compute = makeOrSkip<Backend>();
   if (!compute) return;
   std::mt19937 rng(9);
@@ -352,7 +353,8 @@ TEST_CASE_TEMPLATE("kernels: momentumStep, plain and Nesterov, over 3 steps", Ba
   }
 }
 
-TEST_CASE_TEMPLATE("kernels: adamStep over 3 steps", Backend, CpuBackend, CudaBackend) {
+TEST_CASE_TEMPLATE("kernels: adamStep over 3 steps", Backend, CpuBackend, CudaBackend,
+                   GuardedBackend) {
   const std::unique_ptr<Compute> compute = makeOrSkip<Backend>();
   if (!compute) return;
   std::mt19937 rng(10);

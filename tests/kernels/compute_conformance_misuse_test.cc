@@ -17,7 +17,7 @@ namespace {
 // ---- misuse ----
 
 TEST_CASE_TEMPLATE("kernels: mismatched sizes throw gossamer::Error", Backend, CpuBackend,
-                   CudaBackend) {
+                   CudaBackend, GuardedBackend) {
   const std::unique_ptr<Compute> compute = makeOrSkip<Backend>();
   if (!compute) return;
   Buffer<float> a = toDevice(*compute, Host(8, 1.0f));
@@ -67,7 +67,8 @@ TEST_CASE_TEMPLATE("kernels: mismatched sizes throw gossamer::Error", Backend, C
   CHECK_THROWS_AS(compute->countCorrect(a, threeLabels, 4), gossamer::Error);
 }
 
-TEST_CASE_TEMPLATE("kernels: empty spans are no-ops", Backend, CpuBackend, CudaBackend) {
+TEST_CASE_TEMPLATE("kernels: empty spans are no-ops", Backend, CpuBackend, CudaBackend,
+                   GuardedBackend) {
   const std::unique_ptr<Compute> compute = makeOrSkip<Backend>();
   if (!compute) return;
   Buffer<float> x = compute->allocate<float>(0);
