@@ -84,6 +84,9 @@ struct TrainingConfig {
   topology::TopologyOptions topologyOptions;
   // The CPU (the reference backend) unless asked; gossamer-peer's --device defaults to auto.
   DeviceChoice device = DeviceChoice::kCpu;
+  // A Compute of the caller's instead of `device`'s (an embedding's own backend, or a test's
+  // device-like one); each peer calls it once.
+  std::function<std::unique_ptr<kernels::Compute>()> makeCompute;
   train::OptimizerOptions optimizer;
   train::ScheduleOptions schedule;  // the learning rate over the run's steps
   std::size_t batch = 64;

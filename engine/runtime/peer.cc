@@ -97,7 +97,7 @@ Peer::Impl::Impl(PeerConfig c, const Registry& r, std::shared_ptr<const DatasetP
   algorithm = spec.make(t.algorithmOptions);
   topology = registry.topologies.get(t.topology.empty() ? spec.defaultTopology
                                                         : t.topology)(t.topologyOptions);
-  compute = makeCompute(t.device);
+  compute = t.makeCompute ? t.makeCompute() : makeCompute(t.device);
   compute->setMemoryMeter(&memory);
   if (external) {
     model = std::make_unique<LayoutModel>(*compute, external->layout);

@@ -29,6 +29,7 @@
 #include "engine/runtime/stall_watch.h"
 #include "kernels/cpu/cpu_compute.h"
 #include "net/errors.h"
+#include "tests/support/guarded_compute.h"
 
 namespace gossamer::engine::runtime {
 namespace {
@@ -322,143 +323,9 @@ TEST_CASE("runtime parts: gather ends at its deadline, or early when the missing
 
 // ---- staging -----------------------------------------------------------------------------------
 
-// A Compute that behaves as a GPU would for staging: it says it is CUDA, its allocations are
-// "device memory", and its asynchronous copies land only when the test says so, in any order.
-// The arithmetic is the CPU backend's.
-class DeviceLike final : public kernels::Compute {
- public:
-  kernels::Device device() const override { return kernels::Device::kCuda; }
-  std::string describe() const override { return "device-like (test)"; }
-  void* allocateBytes(std::size_t bytes) override {
-    void* p = cpu_->allocateBytes(bytes);
-    std::lock_guard lock(mutex_);
-    allocations_.insert(p);
-    return p;
-  }
-  void freeBytes(void* pointer) override {
-    {
-      std::lock_guard lock(mutex_);
-      allocations_.erase(pointer);
-    }
-    cpu_->freeBytes(pointer);
-  }
-  bool isDeviceMemory(const void* pointer) const override {
-    std::lock_guard lock(mutex_);
-    return allocations_.count(const_cast<void*>(pointer)) > 0;
-  }
-  std::size_t allocations() const {
-    std::lock_guard lock(mutex_);
-    return allocations_.size();
-  }
-  void copyToDevice(void* d, const void* h, std::size_t n) override { std::memcpy(d, h, n); }
-  void copyToHost(void* h, const void* d, std::size_t n) override { std::memcpy(h, d, n); }
-  void synchronize() override {}
-  void copyToHostAsync(void* h, const void* d, std::size_t n, std::function<void()> done) override {
-    std::memcpy(h, d, n);
-    std::lock_guard lock(mutex_);
-    pending_.push_back(std::move(done));
-  }
-  // Lands the pending copies, last first.
-  void landInReverse() {
-    std::vector<std::function<void()>> pending;
-    {
-      std::lock_guard lock(mutex_);
-      pending.swap(pending_);
-    }
-    for (auto it = pending.rbegin(); it != pending.rend(); ++it) (*it)();
-  }
-
-  void copy(std::span<float> d, std::span<const float> s) override { cpu_->copy(d, s); }
-  void fill(std::span<float> x, float v) override { cpu_->fill(x, v); }
-  void scale(std::span<float> x, float a) override { cpu_->scale(x, a); }
-  void axpby(std::span<float> y, float a, std::span<const float> x, float b) override {
-    cpu_->axpby(y, a, x, b);
-  }
-  void weightedSum(std::span<float> out, std::span<const kernels::WeightedInput> in) override {
-    cpu_->weightedSum(out, in);
-  }
-  void elasticPull(std::span<float> x, std::span<float> c, float a, float b) override {
-    cpu_->elasticPull(x, c, a, b);
-  }
-  double dot(std::span<const float> x, std::span<const float> y) override {
-    return cpu_->dot(x, y);
-  }
-  double norm2(std::span<const float> x) override { return cpu_->norm2(x); }
-  void sgdStep(std::span<float> w, std::span<const float> g, const kernels::SgdHyper& h) override {
-    cpu_->sgdStep(w, g, h);
-  }
-  void momentumStep(std::span<float> w, std::span<const float> g, std::span<float> v,
-                    const kernels::MomentumHyper& h) override {
-    cpu_->momentumStep(w, g, v, h);
-  }
-  void adamStep(std::span<float> w, std::span<const float> g, std::span<float> m,
-                std::span<float> v, std::int64_t step, const kernels::AdamHyper& h) override {
-    cpu_->adamStep(w, g, m, v, step, h);
-  }
-  std::size_t encode(const kernels::Codec& codec, std::span<const float> in, std::span<float> res,
-                     std::span<std::byte> out, std::uint64_t seed) override {
-    return cpu_->encode(codec, in, res, out, seed);
-  }
-  void decode(const kernels::Codec& codec, std::span<const std::byte> payload, std::span<float> out,
-              kernels::DecodeMode mode) override {
-    cpu_->decode(codec, payload, out, mode);
-  }
-  void gemm(kernels::Transpose ta, kernels::Transpose tb, std::size_t m, std::size_t n,
-            std::size_t k, float alpha, std::span<const float> a, std::span<const float> b,
-            float beta, std::span<float> c) override {
-    cpu_->gemm(ta, tb, m, n, k, alpha, a, b, beta, c);
-  }
-  void biasAdd(std::span<float> y, std::span<const float> b, std::size_t rows) override {
-    cpu_->biasAdd(y, b, rows);
-  }
-  void biasGrad(std::span<float> db, std::span<const float> dy, std::size_t rows) override {
-    cpu_->biasGrad(db, dy, rows);
-  }
-  void relu(std::span<float> x) override { cpu_->relu(x); }
-  void reluBackward(std::span<float> dy, std::span<const float> y) override {
-    cpu_->reluBackward(dy, y);
-  }
-  double softmaxCrossEntropy(std::span<const float> logits, std::span<const std::int32_t> labels,
-                             std::size_t classes, std::span<float> dlogits,
-                             float gradScale) override {
-    return cpu_->softmaxCrossEntropy(logits, labels, classes, dlogits, gradScale);
-  }
-  void argmax(std::span<const float> x, std::size_t classes, std::span<std::int32_t> out) override {
-    cpu_->argmax(x, classes, out);
-  }
-  std::size_t countCorrect(std::span<const float> logits, std::span<const std::int32_t> labels,
-                           std::size_t classes) override {
-    return cpu_->countCorrect(logits, labels, classes);
-  }
-  void conv2d(const kernels::Conv2dShape& s, std::span<const float> x, std::span<const float> w,
-              std::span<const float> b, std::span<float> y, std::span<float> ws) override {
-    cpu_->conv2d(s, x, w, b, y, ws);
-  }
-  void conv2dBackwardData(const kernels::Conv2dShape& s, std::span<const float> dy,
-                          std::span<const float> w, std::span<float> dx,
-                          std::span<float> ws) override {
-    cpu_->conv2dBackwardData(s, dy, w, dx, ws);
-  }
-  void conv2dBackwardWeights(const kernels::Conv2dShape& s, std::span<const float> x,
-                             std::span<const float> dy, std::span<float> dw, std::span<float> db,
-                             std::span<float> ws) override {
-    cpu_->conv2dBackwardWeights(s, x, dy, dw, db, ws);
-  }
-  void maxPool2d(const kernels::Pool2dShape& s, std::span<const float> x, std::span<float> y,
-                 std::span<std::int32_t> at) override {
-    cpu_->maxPool2d(s, x, y, at);
-  }
-  void maxPool2dBackward(const kernels::Pool2dShape& s, std::span<const float> dy,
-                         std::span<const std::int32_t> at, std::span<float> dx) override {
-    cpu_->maxPool2dBackward(s, dy, at, dx);
-  }
-
- private:
-  std::unique_ptr<kernels::Compute> cpu_ = kernels::cpu::makeCompute({.blasThreads = 1});
-  mutable std::mutex mutex_;
-  std::set<void*> allocations_;
-  std::vector<std::function<void()>> pending_;
-};
+// Staging over a device-like Compute (tests/support/guarded_compute.h): it says it is CUDA, its
+// allocations are device memory that faults on host access, and its asynchronous copies land
+// when the test says so, in any order.
 
 TEST_CASE("runtime parts: on the CPU a send with an owner leaves from where it is, others copy") {
   auto compute = kernels::cpu::makeCompute({.blasThreads = 1});
@@ -481,7 +348,8 @@ TEST_CASE("runtime parts: on the CPU a send with an owner leaves from where it i
 }
 
 TEST_CASE("runtime parts: staged sends leave in staging order whatever order their copies land") {
-  DeviceLike compute;
+  test::GuardedCompute compute;
+  compute.deferAsyncCopies(true);
   Staging staging(compute, 16 * sizeof(float), {});
   kernels::Buffer<float> a = compute.allocate<float>(16), b = compute.allocate<float>(16);
   compute.fill(a.span(), 1.0f);
@@ -500,7 +368,7 @@ TEST_CASE("runtime parts: staged sends leave in staging order whatever order the
 }
 
 TEST_CASE("runtime parts: received payloads go to pooled device buffers, overflow is counted") {
-  DeviceLike compute;
+  test::GuardedCompute compute;
   const std::size_t slots = 3;
   Staging staging(compute, 8 * sizeof(float), {.receiveSlots = slots});
   const std::size_t preallocated = compute.allocations();
@@ -509,7 +377,9 @@ TEST_CASE("runtime parts: received payloads go to pooled device buffers, overflo
   for (int round = 0; round < 5; ++round) {  // uploads released each round: slots reused
     DeviceView view = staging.upload(host);
     CHECK(compute.isDeviceMemory(view.span().data()));
-    CHECK(view.span()[7] == 0.25f);
+    std::vector<float> back(8);
+    compute.download(std::span<float>(back), view.span());
+    CHECK(back == host);
   }
   CHECK(staging.deviceOverflows() == 0);
   CHECK(compute.allocations() == preallocated);

@@ -18,6 +18,7 @@
 #include <mutex>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -75,10 +76,37 @@ class GuardedCompute final : public kernels::Compute {
     Open open(*this);
     if (bytes > 0) std::memcpy(hostDst, deviceSrc, bytes);
   }
+  // The bytes are copied at once; `done` runs at once too, or, with deferAsyncCopies(true), when
+  // the test lands the pending copies (landInReverse: in an order no real stream would give).
   void copyToHostAsync(void* hostDst, const void* deviceSrc, std::size_t bytes,
                        std::function<void()> done) override {
     copyToHost(hostDst, deviceSrc, bytes);
+    {
+      std::lock_guard lock(mutex_);
+      if (deferAsync_) {
+        pending_.push_back(std::move(done));
+        return;
+      }
+    }
     done();
+  }
+  void deferAsyncCopies(bool defer) {
+    std::lock_guard lock(mutex_);
+    deferAsync_ = defer;
+  }
+  // Runs the `done` of every pending asynchronous copy, the last first.
+  void landInReverse() {
+    std::vector<std::function<void()>> pending;
+    {
+      std::lock_guard lock(mutex_);
+      pending.swap(pending_);
+    }
+    for (auto it = pending.rbegin(); it != pending.rend(); ++it) (*it)();
+  }
+  // Allocations alive now.
+  std::size_t allocations() const {
+    std::lock_guard lock(mutex_);
+    return regions_.size();
   }
   void synchronize() override {}
 
@@ -219,6 +247,8 @@ class GuardedCompute final : public kernels::Compute {
   mutable std::mutex mutex_;
   std::map<char*, std::size_t> regions_;  // every live allocation: address, mapped bytes
   int opens_ = 0;                         // calls in progress (the mappings are open while > 0)
+  bool deferAsync_ = false;
+  std::vector<std::function<void()>> pending_;  // deferred asynchronous copies' `done`
 };
 
 }  // namespace gossamer::test
