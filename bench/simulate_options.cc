@@ -2,7 +2,11 @@
 
 #include <memory>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include "bench/bench_settings.h"
+#include "engine/sim/faults.h"
 
 namespace gossamer::bench {
 
@@ -46,11 +50,10 @@ CLI::App* addSimulateFlags(CLI::App& app, std::function<void(const SimulateOptio
       ->capture_default_str();
   command
       ->add_option("--fault-kinds", o->faultKinds,
-                   "kinds to draw from: kill, restart, join, partition, loss, straggler, leave, "
-                   "restart-fresh (default: all)")
+                   fmt::format("kinds to draw from: {} (default: all)",
+                               fmt::join(engine::sim::faultKindNames(), ", ")))
       ->delimiter(',')
-      ->check(CLI::IsMember(
-          {"kill", "restart", "join", "partition", "loss", "straggler", "leave", "restart-fresh"}));
+      ->check(CLI::IsMember(engine::sim::faultKindNames()));
   command->add_option("--fault-window", o->faultWindow,
                       "virtual seconds the faults are spread over (default: steps x step time)");
   command->add_option("--max-virtual-seconds", o->maxVirtualSeconds,

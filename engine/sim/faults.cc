@@ -31,22 +31,24 @@ const char* name(FaultKind kind) {
 }
 
 std::optional<FaultKind> faultKindNamed(std::string_view text) {
-  for (FaultKind k : {FaultKind::kill, FaultKind::restart, FaultKind::join, FaultKind::partition,
-                      FaultKind::loss, FaultKind::straggler, FaultKind::leave,
-                      FaultKind::restartFresh})
+  for (FaultKind k : kFaultKinds)
     if (text == name(k)) return k;
   return std::nullopt;
 }
 
+std::vector<std::string> faultKindNames() {
+  std::vector<std::string> out;
+  for (FaultKind k : kFaultKinds) out.push_back(name(k));
+  return out;
+}
+
 std::vector<Fault> drawFaults(std::uint64_t seed, std::size_t count, double windowSeconds,
                               const std::vector<FaultKind>& kinds) {
-  constexpr FaultKind kKinds[] = {
-      FaultKind::kill, FaultKind::restart,   FaultKind::join,  FaultKind::partition,
-      FaultKind::loss, FaultKind::straggler, FaultKind::leave, FaultKind::restartFresh};
+  // In the order of kFaultKinds.
   std::vector<double> weights = {0.25, 0.2, 0.1, 0.15, 0.15, 0.15, 0.1, 0.1};
   if (!kinds.empty()) {
     for (std::size_t k = 0; k < weights.size(); ++k)
-      if (std::find(kinds.begin(), kinds.end(), kKinds[k]) == kinds.end()) weights[k] = 0;
+      if (std::find(kinds.begin(), kinds.end(), kFaultKinds[k]) == kinds.end()) weights[k] = 0;
   }
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<double> unit(0, 1);
@@ -55,7 +57,7 @@ std::vector<Fault> drawFaults(std::uint64_t seed, std::size_t count, double wind
   for (std::size_t i = 0; i < count; ++i) {
     Fault f;
     f.at = windowSeconds * (0.1 + 0.75 * unit(rng));
-    f.kind = kKinds[kind(rng)];
+    f.kind = kFaultKinds[kind(rng)];
     f.seconds = 2 + 4 * unit(rng);
     f.magnitude = f.kind == FaultKind::loss ? 0.1 + 0.2 * unit(rng) : 3 + 2 * unit(rng);
     f.pick = rng();

@@ -20,9 +20,15 @@ namespace gossamer::engine::sim {
 // a graceful leave (SIGTERM) and a restart without --resume (a new life at the same address that
 // has no checkpoint, which the others must take for a newcomer).
 enum class FaultKind { kill, restart, join, partition, loss, straggler, leave, restartFresh };
+// Every kind, in the order above.
+inline constexpr FaultKind kFaultKinds[] = {
+    FaultKind::kill, FaultKind::restart,   FaultKind::join,  FaultKind::partition,
+    FaultKind::loss, FaultKind::straggler, FaultKind::leave, FaultKind::restartFresh};
 // "kill", "restart", "join", "partition", "loss", "straggler", "leave", "restart-fresh"
 const char* name(FaultKind kind);
 std::optional<FaultKind> faultKindNamed(std::string_view text);
+// The names of kFaultKinds, in order (what a --fault-kinds flag takes).
+std::vector<std::string> faultKindNames();
 
 struct Fault {
   double at = 0;  // virtual seconds after training starts
