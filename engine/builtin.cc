@@ -230,6 +230,18 @@ std::unique_ptr<kernels::Compute> makeCompute(DeviceChoice choice, std::string* 
   return compute;
 }
 
+std::unique_ptr<kernels::Compute> makeCompute(const kernels::MemoryPlace& place) {
+  if (place.device == kernels::Device::kCpu) return makeCompute(DeviceChoice::kCpu);
+  std::string reason;
+  GOSSAMER_ENFORCE(cudaUsable(&reason), "buffers on {}: no usable GPU: {}", place.describe(),
+                   reason);
+#if GOSSAMER_HAVE_CUDA
+  return kernels::cuda::makeCompute({.deviceIndex = place.index});
+#else
+  GOSSAMER_THROW("buffers on {}: this build has no CUDA backend", place.describe());
+#endif
+}
+
 net::DeviceMemory deviceMemoryOf(kernels::Compute& compute) {
   if (compute.device() == kernels::Device::kCpu) return {};
   kernels::Compute* c = &compute;

@@ -34,6 +34,11 @@ bool cudaUsable(std::string* reason);
 std::unique_ptr<kernels::Compute> makeCompute(DeviceChoice choice,
                                               std::string* fallbackReason = nullptr);
 
+// The Compute for memory a caller owns at `place`: the CPU backend for host memory, the CUDA
+// backend on device place.index otherwise (throws gossamer::Error, giving the reason, without a
+// usable GPU or CUDA backend).
+std::unique_ptr<kernels::Compute> makeCompute(const kernels::MemoryPlace& place);
+
 // What a transport sees of memory on `compute`: which pointers are device memory and the copies
 // between it and the host. Empty on the CPU backend (all memory is host memory).
 net::DeviceMemory deviceMemoryOf(kernels::Compute& compute);

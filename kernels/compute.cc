@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <string>
 
 namespace gossamer::kernels {
 
@@ -18,6 +19,11 @@ void Compute::copyToHostAsync(void* hostDst, const void* deviceSrc, std::size_t 
                               std::function<void()> done) {
   copyToHost(hostDst, deviceSrc, bytes);
   done();
+}
+
+std::string MemoryPlace::describe() const {
+  return device == Device::kCpu ? std::string("cpu")
+                                : std::string(deviceName(device)) + ":" + std::to_string(index);
 }
 
 const char* deviceName(Device device) {

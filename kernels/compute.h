@@ -34,6 +34,16 @@ enum class Device { kCpu, kCuda };
 
 const char* deviceName(Device device);
 
+// Where memory the caller owns lives (a framework's tensors, say): host memory, or the device
+// memory of CUDA device `index`, whose work the caller orders on `stream` (a cudaStream_t of that
+// device; null: its default stream).
+struct MemoryPlace {
+  Device device = Device::kCpu;
+  int index = 0;
+  void* stream = nullptr;
+  std::string describe() const;  // "cpu", "cuda:1"
+};
+
 class Compute;
 
 // Owning, move-only buffer of `T` in a Compute's memory. Freed through the Compute that made it,
@@ -120,14 +130,21 @@ class Compute {
   // Raw allocation in device memory; contents are unspecified. Throws on exhaustion.
   virtual void* allocateBytes(std::size_t bytes) = 0;
   virtual void freeBytes(void* pointer) = 0;
-  // True when `pointer` points into device memory (allocateBytes' on CUDA); never on the CPU,
-  // where "device" memory is host memory. Any thread.
+  // True when `pointer` points into this Compute's device memory (CUDA: of its device, whoever
+  // allocated it); never on the CPU, where "device" memory is host memory. Any thread.
   virtual bool isDeviceMemory(const void* /*pointer*/) const { return false; }
   // Host <-> device copies of `bytes` bytes; block until done.
   virtual void copyToDevice(void* deviceDst, const void* hostSrc, std::size_t bytes) = 0;
   virtual void copyToHost(void* hostDst, const void* deviceSrc, std::size_t bytes) = 0;
   // Waits until every enqueued operation has finished.
   virtual void synchronize() = 0;
+  // Ordering with a stream of the caller's (MemoryPlace::stream, e.g. torch's current stream),
+  // so that neither side needs to wait on the host: after waitForStream, work enqueued here
+  // starts after everything `stream` held at the call; after orderStreamAfter, work enqueued on
+  // `stream` starts after everything enqueued here so far. Both record an event and return at
+  // once. Nothing to order on the CPU backend, where an operation is done when it returns.
+  virtual void waitForStream(void* /*stream*/) {}
+  virtual void orderStreamAfter(void* /*stream*/) {}
   // Host memory for staging exchanges with other peers: page-locked (pinned) on CUDA, so that
   // copies to and from the device run at full speed and without a bounce buffer; ordinary
   // 64-byte-aligned memory on the CPU. Any thread. Throws on exhaustion.

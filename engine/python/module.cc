@@ -163,15 +163,44 @@ py::dict resultDict(const engine::runtime::PeerResult& r) {
   return d;
 }
 
+// "cpu" or "cuda:N" (the place of a caller's buffers).
+kernels::MemoryPlace placeNamed(const std::string& device, std::uintptr_t stream) {
+  kernels::MemoryPlace place;
+  place.stream = reinterpret_cast<void*>(stream);
+  if (device == "cpu") return place;
+  GOSSAMER_ENFORCE(device.rfind("cuda:", 0) == 0 && device.size() > 5 &&
+                       device.find_first_not_of("0123456789", 5) == std::string::npos,
+                   "buffers' device '{}' is neither 'cpu' nor 'cuda:N'", device);
+  place.device = kernels::Device::kCuda;
+  place.index = std::stoi(device.substr(5));
+  return place;
+}
+
+// gossamer.Buffers as the runtime takes them: (params, grads, count, device, stream, owner).
+std::optional<engine::runtime::CallerBuffers> callerBuffers(const py::object& buffers) {
+  if (buffers.is_none()) return std::nullopt;
+  const auto t = buffers.cast<py::tuple>();
+  GOSSAMER_ENFORCE(t.size() == 5, "buffers are (params, grads, count, device, stream)");
+  return engine::runtime::CallerBuffers{
+      .params = reinterpret_cast<float*>(t[0].cast<std::uintptr_t>()),
+      .grads = reinterpret_cast<float*>(t[1].cast<std::uintptr_t>()),
+      .count = t[2].cast<std::size_t>(),
+      .place = placeNamed(t[3].cast<std::string>(), t[4].cast<std::uintptr_t>())};
+}
+
 // One peer of the externally driven loop, as Python sees it.
 class PyPeer {
  public:
   // `layout`: (name, shape) per tensor, in order; `evaluate(params, samples)` returns
-  // (correct, samples, loss_sum) or None for no evaluations.
+  // (correct, samples, loss_sum) or None for no evaluations; `buffers`: the caller's (a tuple,
+  // callerBuffers) or None.
   PyPeer(const PeerConfig& config,
          const std::vector<std::pair<std::string, std::vector<std::size_t>>>& layout,
-         py::object evaluate, std::uint64_t stepsPerEpoch) {
+         py::object evaluate, std::uint64_t stepsPerEpoch, const py::object& buffers) {
     engine::runtime::ExternalModel model;
+    model.buffers = callerBuffers(buffers);
+    onDevice_ = model.buffers && model.buffers->place.device != kernels::Device::kCpu;
+    const float* const ownParams = model.buffers ? model.buffers->params : nullptr;
     for (const auto& [name, shape] : layout) {
       GOSSAMER_ENFORCE(!shape.empty(), "tensor '{}' has no shape", name);
       model.layout.add(name, shape);
@@ -180,12 +209,16 @@ class PyPeer {
     if (!evaluate.is_none()) {
       GOSSAMER_ENFORCE(PyCallable_Check(evaluate.ptr()), "evaluate must be callable");
       evaluate_ = std::make_shared<py::object>(std::move(evaluate));
-      model.evaluate = [this](std::span<const float> params, std::size_t samples) {
+      model.evaluate = [this, ownParams](std::span<const float> params, std::size_t samples) {
         py::gil_scoped_acquire gil;
-        // A view for the length of the call: the peer's buffer (or the consensus's).
+        // A view for the length of the call: the peer's buffer (or the consensus's); the address
+        // of the caller's own device buffer, which the host cannot read.
         float* data = const_cast<float*>(params.data());
         py::object params_view =
-            view(std::span<float>(data, params.size()), py::capsule(data, [](void*) {}));
+            onDevice_ && data == ownParams
+                ? py::object(py::int_(reinterpret_cast<std::uintptr_t>(data)))
+                : py::object(view(std::span<float>(data, params.size()),
+                                  py::capsule(data, [](void*) {})));
         const py::tuple got = (*evaluate_)(params_view, samples).cast<py::tuple>();
         GOSSAMER_ENFORCE(got.size() == 3,
                          "evaluate must return (correct, samples, loss_sum), got {} values",
@@ -213,8 +246,10 @@ class PyPeer {
     return peer_->start();
   }
 
-  bool step(double loss, std::size_t samples, py::object gradients, py::object update) {
+  bool step(double loss, std::size_t samples, py::object gradients, py::object update,
+            std::optional<std::uintptr_t> stream) {
     engine::runtime::LocalStep local{.loss = loss, .samples = samples};
+    if (stream) local.stream = reinterpret_cast<void*>(*stream);
     if (!gradients.is_none()) {
       GOSSAMER_ENFORCE(PyCallable_Check(gradients.ptr()), "gradients must be callable");
       local.gradients = [&gradients] {
@@ -247,7 +282,17 @@ class PyPeer {
     peer_->kill();
   }
 
+  // A NumPy view of one of the peer's buffers; device memory is refused (the host cannot read it).
+  py::array buffer(std::span<float> data, py::handle owner, const char* what) const {
+    GOSSAMER_ENFORCE(!onDevice_,
+                     "the {} are the caller's device memory: read them through the framework "
+                     "that owns them (gossamer.torch: the module's tensors)",
+                     what);
+    return view(data, owner);
+  }
+
  private:
+  bool onDevice_ = false;  // the caller's buffers are device memory
   std::shared_ptr<py::object> evaluate_;
   std::unique_ptr<Peer> peer_;
 };
@@ -321,34 +366,41 @@ PYBIND11_MODULE(_gossamer, m) {
       .def(py::init<const py::dict&>())
       .def("make",
            [](const PyLocalConfigs& c, std::size_t index, std::optional<std::string> seed,
-              py::list layout, py::object evaluate, std::uint64_t stepsPerEpoch) {
+              py::list layout, py::object evaluate, std::uint64_t stepsPerEpoch,
+              py::object buffers) {
              return std::make_unique<PyPeer>(
                  c.make(index, seed),
                  layout.cast<std::vector<std::pair<std::string, std::vector<std::size_t>>>>(),
-                 std::move(evaluate), stepsPerEpoch);
+                 std::move(evaluate), stepsPerEpoch, buffers);
            })
       .def("listening", &PyLocalConfigs::listening);
 
   py::class_<PyPeer>(m, "_Peer")
       .def(py::init([](const py::dict& options, py::list layout, py::object evaluate,
-                       std::uint64_t stepsPerEpoch) {
+                       std::uint64_t stepsPerEpoch, py::object buffers) {
         return std::make_unique<PyPeer>(
             peerConfig(options),
             layout.cast<std::vector<std::pair<std::string, std::vector<std::size_t>>>>(),
-            std::move(evaluate), stepsPerEpoch);
+            std::move(evaluate), stepsPerEpoch, buffers);
       }))
       .def("start", &PyPeer::start)
       .def("step", &PyPeer::step, py::arg("loss"), py::arg("samples"), py::arg("gradients"),
-           py::arg("update"))
+           py::arg("update"), py::arg("stream"))
       .def("finish", &PyPeer::finish)
       .def("kill", &PyPeer::kill)
       .def("request_stop", [](PyPeer& p) { p.peer().requestStop(); })
       .def("request_leave", [](PyPeer& p) { p.peer().requestLeave(); })
       .def_property_readonly(
           "params",
-          [](py::object self) { return view(self.cast<PyPeer&>().peer().params(), self); })
-      .def_property_readonly(
-          "grads", [](py::object self) { return view(self.cast<PyPeer&>().peer().grads(), self); })
+          [](py::object self) {
+            PyPeer& p = self.cast<PyPeer&>();
+            return p.buffer(p.peer().params(), self, "params");
+          })
+      .def_property_readonly("grads",
+                             [](py::object self) {
+                               PyPeer& p = self.cast<PyPeer&>();
+                               return p.buffer(p.peer().grads(), self, "grads");
+                             })
       .def_property_readonly("id", [](PyPeer& p) { return p.peer().id(); })
       .def_property_readonly("endpoint", [](PyPeer& p) { return p.peer().endpoint().str(); })
       .def_property_readonly("shard",

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <functional>
+#include <optional>
 
 namespace gossamer::engine::runtime {
 
@@ -25,6 +26,9 @@ struct LocalStep {
   // optimizer into their own rule read the peer's optimizer options either way (dts's
   // compensation, dpsgd.plain, eamsgd's momentum check): run those with the peer's optimizer.
   std::function<void()> update;
+  // The caller's stream for this step and the calls above (buffers on CUDA, CallerBuffers): from
+  // now on the place's stream. Empty: as before.
+  std::optional<void*> stream;
 };
 
 }  // namespace gossamer::engine::runtime

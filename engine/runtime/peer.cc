@@ -72,6 +72,36 @@ std::uint64_t peerIdFor(const net::Endpoint& listen) {
 
 // ---- construction ----------------------------------------------------------------------------
 
+std::pair<std::span<float>, std::span<float>> Peer::Impl::callerSpans(const CallerBuffers& b) const {
+  GOSSAMER_ENFORCE(b.params != nullptr && b.grads != nullptr, "the caller's buffers are null");
+  GOSSAMER_ENFORCE(reinterpret_cast<std::uintptr_t>(b.params) % alignof(float) == 0 &&
+                       reinterpret_cast<std::uintptr_t>(b.grads) % alignof(float) == 0,
+                   "the caller's buffers are not aligned to floats");
+  GOSSAMER_ENFORCE(compute->device() == b.place.device,
+                   "the caller's buffers are on {} but the peer computes on {}",
+                   b.place.describe(), compute->describe());
+  // Host memory is host memory to every Compute; device memory must be this one's device's.
+  const bool onDevice = b.place.device != kernels::Device::kCpu;
+  for (const float* buffer : {b.params, b.grads})
+    GOSSAMER_ENFORCE(compute->isDeviceMemory(buffer) == onDevice,
+                     "the caller's {} buffer is not {} memory",
+                     buffer == b.params ? "params" : "grads",
+                     onDevice ? b.place.describe() + " device" : std::string("host"));
+  return {std::span<float>(b.params, b.count), std::span<float>(b.grads, b.count)};
+}
+
+void* Peer::Impl::callerStream() const {
+  return external && external->buffers ? external->buffers->place.stream : nullptr;
+}
+
+EvaluateFn Peer::Impl::inCallerOrder(EvaluateFn evaluate) {
+  return [this, evaluate = std::move(evaluate)](std::span<const float> params,
+                                                std::size_t samples) {
+    auto call = [&] { return evaluate(params, samples); };
+    return inCallerTurn(*compute, callerStream(), call);
+  };
+}
+
 Peer::Impl::Impl(PeerConfig c, const Registry& r, std::shared_ptr<const DatasetPair> d,
                  std::optional<ExternalModel> e)
     : config(std::move(c)),
@@ -97,12 +127,20 @@ Peer::Impl::Impl(PeerConfig c, const Registry& r, std::shared_ptr<const DatasetP
   algorithm = spec.make(t.algorithmOptions);
   topology = registry.topologies.get(t.topology.empty() ? spec.defaultTopology
                                                         : t.topology)(t.topologyOptions);
-  compute = t.makeCompute ? t.makeCompute() : makeCompute(t.device);
+  const CallerBuffers* buffers = external && external->buffers ? &*external->buffers : nullptr;
+  compute = t.makeCompute ? t.makeCompute()
+            : buffers     ? makeCompute(buffers->place)
+                          : makeCompute(t.device);
   compute->setMemoryMeter(&memory);
   if (external) {
     model = std::make_unique<LayoutModel>(*compute, external->layout);
-    // The buffers exist from the start: the caller lays its tensors out over them.
-    training.learner = std::make_unique<train::Learner>(*compute, *model, t.optimizer, t.seed);
+    // The buffers exist from the start: the caller lays its tensors out over them, or gave them.
+    training.learner = buffers ? std::make_unique<train::Learner>(
+                                     *compute, *model, t.optimizer, callerSpans(*buffers).first,
+                                     callerSpans(*buffers).second)
+                               : std::make_unique<train::Learner>(*compute, *model, t.optimizer,
+                                                                  t.seed);
+    if (external->evaluate) external->evaluate = inCallerOrder(std::move(external->evaluate));
   } else {
     t.modelConfig.inputs = data->train.features;
     t.modelConfig.classes = data->train.classes;
@@ -285,6 +323,7 @@ bool Peer::start() {
                    "this one trains its own model with run()");
   GOSSAMER_ENFORCE(impl_->phase == Impl::Phase::constructed, "Peer::start() is called once");
   impl_->phase = Impl::Phase::started;
+  impl_->compute->waitForStream(impl_->callerStream());  // the caller's initial model
   if (!impl_->start()) {
     impl_->training.cannotJoin = !impl_->training.clusterDone;
     return false;
@@ -297,12 +336,29 @@ bool Peer::step(const LocalStep& local) {
   GOSSAMER_ENFORCE(impl_->phase == Impl::Phase::started, "Peer::step() {}",
                    impl_->phase == Impl::Phase::constructed ? "before start()" : "after finish()");
   if (impl_->training.cannotJoin || impl_->training.clusterDone) return false;
+  if (local.stream && impl_->external->buffers) impl_->external->buffers->place.stream = *local.stream;
+  // The caller's callbacks run in its turn on its stream (inCallerTurn), the rest in the peer's.
+  LocalStep ordered = local;
+  void* const stream = impl_->callerStream();
+  kernels::Compute& compute = *impl_->compute;
+  if (ordered.gradients)
+    ordered.gradients = [&compute, stream, &local] {
+      return inCallerTurn(compute, stream, local.gradients);
+    };
+  if (ordered.update)
+    ordered.update = [&compute, stream, &local] { inCallerTurn(compute, stream, local.update); };
+  compute.waitForStream(stream);  // the caller's gradients and writes since the last step
   ComputeContext& context = *impl_->training.context;
-  context.setLocalStep(&local);
+  context.setLocalStep(&ordered);
   struct Reset {
     ComputeContext& context;
-    ~Reset() { context.setLocalStep(nullptr); }
-  } reset{context};
+    kernels::Compute& compute;
+    void* stream;
+    ~Reset() {
+      context.setLocalStep(nullptr);
+      compute.orderStreamAfter(stream);  // the caller's next forward reads the merged params
+    }
+  } reset{context, compute, stream};
   return impl_->training.loop->next(impl_->driver());
 }
 
@@ -312,6 +368,7 @@ PeerResult Peer::finish() {
   impl_->phase = Impl::Phase::finished;
   PeerResult result = impl_->training.loop ? impl_->finish(impl_->training.loop->end())
                                            : impl_->finish(LoopFigures{});
+  impl_->compute->orderStreamAfter(impl_->callerStream());  // the final model, to the caller
   impl_->comms->network.stop(!impl_->requests.killed);
   return result;
 }

@@ -139,6 +139,22 @@ struct PeerStatus {
   std::string waitingFor;
 };
 
+// Parameter and gradient buffers the caller owns (a framework's flat tensors): `count` floats
+// each at `params` and `grads`, disjoint, where `place` says. The peer trains over them without a
+// copy of the model: its Compute is made for the place (host memory: the CPU backend; CUDA device
+// N: the CUDA backend on N, unless TrainingConfig::makeCompute gives one), merges and the local
+// update write into them, and receives land in pooled buffers on the same device; staging keeps
+// its snapshots of what asynchronous sends are sending. Their values at start() are the initial
+// model. On CUDA the peer's work is ordered after the caller's stream, and the stream's after the
+// peer's, around every step and every call into the caller's code (events: neither side waits
+// on the host); LocalStep::stream names the stream of a step when it changes.
+struct CallerBuffers {
+  float* params = nullptr;
+  float* grads = nullptr;
+  std::size_t count = 0;
+  kernels::MemoryPlace place;
+};
+
 // A model that the caller trains (the externally driven loop, above).
 struct ExternalModel {
   // The tensors of the flat buffers, in order (their fingerprint must be the same on every peer
@@ -152,6 +168,9 @@ struct ExternalModel {
   // Steps of one pass over this peer's data (epochs in the log, TrainingConfig::kEachEpoch);
   // 0: the whole run is one pass.
   std::uint64_t stepsPerEpoch = 0;
+  // The caller's buffers (they must outlive the peer); without them the peer allocates its own,
+  // zeroed, in its Compute's memory.
+  std::optional<CallerBuffers> buffers;
 };
 
 // This peer's part of the training data: shard `index` of `count` (the rank among the members,
@@ -169,7 +188,8 @@ class Peer {
   // listen).
   Peer(PeerConfig config, const Registry& registry, std::shared_ptr<const DatasetPair> data);
   // A peer of the externally driven loop (above): no model or data of its own; its flat params
-  // (initialised to zeros) and grads exist from construction. config.training.maxSteps gives the
+  // and grads exist from construction (model.buffers, or its own, zeroed). Throws
+  // gossamer::Error on buffers that do not fit the layout, overlap, or are not at their place. config.training.maxSteps gives the
   // run's steps (required); model, modelConfig and the data settings other than the shards are
   // not used.
   Peer(PeerConfig config, const Registry& registry, ExternalModel model);
@@ -197,8 +217,9 @@ class Peer {
   bool step(const LocalStep& local);
   // Steps 5-6 of run() and the result. Once, after start().
   PeerResult finish();
-  // The flat buffers (the Compute's memory), for as long as the peer lives; the caller may write
-  // params before start() and between steps, and writes grads for the algorithm to use.
+  // The flat buffers (the Compute's memory; the caller's own, given CallerBuffers), for as long
+  // as the peer lives; the caller may write params before start() and between steps, and writes
+  // grads for the algorithm to use.
   std::span<float> params();
   std::span<float> grads();
   // This peer's part of the data, valid from start(); it changes when the members change.

@@ -8,6 +8,8 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "engine/base/log.h"
@@ -99,6 +101,22 @@ class EventLog {
   std::deque<net::membership::Event> events_;
 };
 
+// Runs `call` (the caller's code: its gradients, optimizer or evaluation) in the caller's turn on
+// its stream (CallerBuffers on CUDA): the caller's work starts after the peer's so far, and the
+// peer's after the caller's once `call` returns. No-ops on the CPU.
+template <typename Call>
+std::invoke_result_t<Call&> inCallerTurn(kernels::Compute& compute, void* stream, Call& call) {
+  compute.orderStreamAfter(stream);
+  if constexpr (std::is_void_v<std::invoke_result_t<Call&>>) {
+    call();
+    compute.waitForStream(stream);
+  } else {
+    auto result = call();
+    compute.waitForStream(stream);
+    return result;
+  }
+}
+
 // The peer: its parts, the driver of its training loop, and the environment of its life (the
 // life's I/O: the cluster-control protocol, the view, the data, checkpoints, evaluation points).
 struct Peer::Impl final : private LoopDriver, private life::LifeEnvironment {
@@ -112,6 +130,8 @@ struct Peer::Impl final : private LoopDriver, private life::LifeEnvironment {
   PeerResult finish(const LoopFigures& figures);
   void kill();
   LoopDriver& driver() { return *this; }
+  // The caller's current stream (CallerBuffers::place), null without caller buffers.
+  void* callerStream() const;
 
   // ---- fixed after construction ----
   PeerConfig config;
@@ -142,6 +162,10 @@ struct Peer::Impl final : private LoopDriver, private life::LifeEnvironment {
 
  private:
   EvaluateFn evaluation();
+  // The caller's buffers as spans, checked against the layout and this peer's Compute.
+  std::pair<std::span<float>, std::span<float>> callerSpans(const CallerBuffers& buffers) const;
+  // `evaluate`, run in the caller's turn on its stream.
+  EvaluateFn inCallerOrder(EvaluateFn evaluate);
   std::vector<std::size_t> shardOf(std::size_t count, std::size_t rank) const;
   void publishSnapshot(bool final);
   void finishWithOthers(bool leaving);

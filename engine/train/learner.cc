@@ -14,8 +14,10 @@ Learner::Learner(kernels::Compute& compute, Model& model, const OptimizerOptions
       train_(&train),
       seed_(seed),
       batchSize_(batchSize),
-      params_(compute.allocate<float>(model.parameterCount())),
-      grads_(compute.allocate<float>(model.parameterCount())),
+      ownParams_(compute.allocate<float>(model.parameterCount())),
+      ownGrads_(compute.allocate<float>(model.parameterCount())),
+      params_(ownParams_),
+      grads_(ownGrads_),
       optimizer_(compute, optimizer, model.parameterCount()),
       sampler_(std::in_place, train, std::move(shard), batchSize, seed),
       hostInputs_(batchSize * train.features),
@@ -42,13 +44,35 @@ Learner::Learner(kernels::Compute& compute, Model& model, const OptimizerOptions
       train_(nullptr),
       seed_(seed),
       batchSize_(0),
-      params_(compute.allocate<float>(model.parameterCount())),
-      grads_(compute.allocate<float>(model.parameterCount())),
+      ownParams_(compute.allocate<float>(model.parameterCount())),
+      ownGrads_(compute.allocate<float>(model.parameterCount())),
+      params_(ownParams_),
+      grads_(ownGrads_),
       optimizer_(compute, optimizer, model.parameterCount()),
       inputs_(compute.allocate<float>(0)),
       labels_(compute.allocate<std::int32_t>(0)) {
   model.initialize(params_, seed);
   compute.fill(grads_, 0.0f);
+}
+
+Learner::Learner(kernels::Compute& compute, Model& model, const OptimizerOptions& optimizer,
+                 std::span<float> params, std::span<float> grads)
+    : compute_(compute),
+      model_(model),
+      train_(nullptr),
+      seed_(0),
+      batchSize_(0),
+      params_(params),
+      grads_(grads),
+      optimizer_(compute, optimizer, model.parameterCount()),
+      inputs_(compute.allocate<float>(0)),
+      labels_(compute.allocate<std::int32_t>(0)) {
+  GOSSAMER_ENFORCE(params.size() == model.parameterCount() && grads.size() == params.size(),
+                   "the caller's buffers hold {} and {} floats; the model has {} parameters",
+                   params.size(), grads.size(), model.parameterCount());
+  GOSSAMER_ENFORCE(params.data() + params.size() <= grads.data() ||
+                       grads.data() + grads.size() <= params.data(),
+                   "the caller's params and grads buffers overlap");
 }
 
 const data::BatchSampler& Learner::sampler() const {
@@ -132,7 +156,7 @@ void Learner::restore(const Checkpoint& c, bool position) {
                    "checkpoint position is invalid (step {}, epoch {}, cursor {} of {})", step,
                    epoch, cursor, sampler_ ? sampler_->size() : 0);
 
-  compute_.upload(params_.span(), std::span<const float>(params));
+  compute_.upload(params_, std::span<const float>(params));
   for (auto& [name, buffer] : state) {
     compute_.upload(buffer, std::span<const float>(c.tensor("optimizer." + name)));
   }

@@ -31,6 +31,11 @@ class Learner {
   // computeGradients(), setShard() and sampler() throw gossamer::Error.
   Learner(kernels::Compute& compute, Model& model, const OptimizerOptions& optimizer,
           std::uint64_t seed);
+  // The same over buffers the caller owns (in `compute`'s memory, model.parameterCount() floats
+  // each, disjoint, outliving the learner): no copy of them is made, and their values are the
+  // initial model (nothing is initialised).
+  Learner(kernels::Compute& compute, Model& model, const OptimizerOptions& optimizer,
+          std::span<float> params, std::span<float> grads);
 
   // One local step on the next mini-batch of the shard: forward, backward, optimizer update.
   // Returns the batch's mean loss. The same as computeGradients() then applyUpdate().
@@ -71,8 +76,10 @@ class Learner {
   const data::Dataset* train_;  // null: no data
   std::uint64_t seed_;
   std::size_t batchSize_;
-  kernels::Buffer<float> params_;
-  kernels::Buffer<float> grads_;
+  kernels::Buffer<float> ownParams_;  // empty over the caller's buffers
+  kernels::Buffer<float> ownGrads_;
+  std::span<float> params_;  // ownParams_, or the caller's
+  std::span<float> grads_;
   Optimizer optimizer_;
   std::optional<data::BatchSampler> sampler_;
   std::vector<float> hostInputs_;  // staging of one batch on the host

@@ -76,6 +76,7 @@ CudaCompute::CudaCompute(int device) : device_(device) {
     }
     GOSSAMER_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     GOSSAMER_CUDA_CHECK(cudaStreamCreateWithFlags(&copyStream_, cudaStreamNonBlocking));
+    GOSSAMER_CUDA_CHECK(cudaEventCreateWithFlags(&order_, cudaEventDisableTiming));
     GOSSAMER_CUBLAS_CHECK(cublasCreate(&blas_));
     GOSSAMER_CUBLAS_CHECK(cublasSetStream(blas_, stream_));
     GOSSAMER_CUBLAS_CHECK(cublasSetPointerMode(blas_, CUBLAS_POINTER_MODE_HOST));
@@ -110,6 +111,8 @@ void CudaCompute::release() noexcept {
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
   if (copyStream_ != nullptr) cudaStreamDestroy(copyStream_);
   copyStream_ = nullptr;
+  if (order_ != nullptr) cudaEventDestroy(order_);
+  order_ = nullptr;
   if (scratch_ != nullptr) cudaFree(scratch_);
   if (hostResults_ != nullptr) cudaFreeHost(hostResults_);
   blas_ = nullptr;
@@ -141,7 +144,8 @@ bool CudaCompute::isDeviceMemory(const void* pointer) const {
     cudaGetLastError();  // an unknown host pointer is not an error worth keeping
     return false;
   }
-  return attributes.type == cudaMemoryTypeDevice || attributes.type == cudaMemoryTypeManaged;
+  return (attributes.type == cudaMemoryTypeDevice || attributes.type == cudaMemoryTypeManaged) &&
+         attributes.device == device_;
 }
 
 void* CudaCompute::allocateBytes(std::size_t bytes) {
@@ -236,6 +240,20 @@ void CudaCompute::copyToHostAsync(void* hostDst, const void* deviceSrc, std::siz
   auto callback = std::make_unique<std::function<void()>>(std::move(done));
   GOSSAMER_CUDA_CHECK(cudaLaunchHostFunc(copyStream_, runDone, callback.get()));
   callback.release();  // runDone owns it now
+}
+
+// cudaStreamWaitEvent waits for the event as recorded at the call, so one event serves every
+// ordering in turn: re-recording it later does not change what an earlier wait waits for.
+void CudaCompute::waitForStream(void* stream) {
+  activate();
+  GOSSAMER_CUDA_CHECK(cudaEventRecord(order_, static_cast<cudaStream_t>(stream)));
+  GOSSAMER_CUDA_CHECK(cudaStreamWaitEvent(stream_, order_, 0));
+}
+
+void CudaCompute::orderStreamAfter(void* stream) {
+  activate();
+  GOSSAMER_CUDA_CHECK(cudaEventRecord(order_, stream_));
+  GOSSAMER_CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), order_, 0));
 }
 
 void CudaCompute::synchronize() {

@@ -65,6 +65,9 @@ class CudaCompute final : public Compute {
   void copyToDevice(void* deviceDst, const void* hostSrc, std::size_t bytes) override;
   void copyToHost(void* hostDst, const void* deviceSrc, std::size_t bytes) override;
   void synchronize() override;
+  // One event of this Compute's (`order_`), recorded on one stream and waited for by the other.
+  void waitForStream(void* stream) override;
+  void orderStreamAfter(void* stream) override;
   void* allocateHost(std::size_t bytes) override;
   // Never throws: a failure is logged.
   void freeHost(void* pointer) override;
@@ -140,6 +143,7 @@ class CudaCompute final : public Compute {
   cudaStream_t stream_ = nullptr;
   cudaStream_t copyStream_ = nullptr;  // device-to-host staging, overlapped with stream_
   cublasHandle_t blas_ = nullptr;
+  cudaEvent_t order_ = nullptr;  // waitForStream, orderStreamAfter (re-recorded at each call)
   detail::Scratch* scratch_ = nullptr;             // device memory
   detail::ScratchResults* hostResults_ = nullptr;  // pinned host memory
 };

@@ -20,18 +20,13 @@
 #include "engine/runtime/cluster.h"
 #include "engine/train/learner.h"
 #include "tests/algorithms/algorithm_testing.h"
+#include "tests/engine/external_cluster.h"
 #include "tests/support/watchdog.h"
 
 namespace gossamer::engine::runtime {
 namespace {
 
 using namespace std::chrono_literals;
-
-ParamLayout flatLayout(std::size_t count) {
-  ParamLayout layout;
-  layout.add("w", {count});
-  return layout;
-}
 
 // What the external caller of the equivalence test owns: a softmax model, its data sampler and
 // the evaluator, the same as the built-in peer's.
@@ -122,45 +117,6 @@ TEST_CASE("external loop: the caller's gradients take the same steps as the buil
     CHECK(result.testAccuracy > 0.9);
     CHECK(test::maxAbsDiff(finalParams(peer), expectedParams) == 0);
   }
-}
-
-PeerConfig clusterPeer(const std::string& algorithm, std::uint64_t steps) {
-  PeerConfig config;
-  config.network.transport = "inproc";
-  config.training.algorithm = algorithm;
-  config.training.maxSteps = steps;
-  return config;
-}
-
-// `peers` external peers in one process (inproc), each driven by `drive` on a thread of its own;
-// returns their results in peer order.
-template <typename Drive>
-std::vector<PeerResult> runExternalCluster(PeerConfig base, std::size_t peers, std::size_t count,
-                                           Drive drive) {
-  base.training.minPeers = peers;
-  LocalPeerConfigs configs(base, test::registry());
-  std::vector<std::unique_ptr<Peer>> all;
-  for (std::size_t i = 0; i < peers; ++i) {
-    all.push_back(std::make_unique<Peer>(
-        configs.make(i, i == 0 ? std::nullopt : std::optional(all.front()->endpoint())),
-        test::registry(), ExternalModel{flatLayout(count), {}}));
-    configs.listening(all.back()->endpoint(), i);
-  }
-  std::vector<PeerResult> results(peers);
-  std::vector<std::exception_ptr> errors(peers);
-  std::vector<std::thread> threads;
-  for (std::size_t i = 0; i < peers; ++i)
-    threads.emplace_back([&, i] {
-      try {
-        results[i] = drive(*all[i], i);
-      } catch (...) {
-        errors[i] = std::current_exception();
-      }
-    });
-  for (std::thread& t : threads) t.join();
-  for (const std::exception_ptr& e : errors)
-    if (e) std::rethrow_exception(e);
-  return results;
 }
 
 TEST_CASE("external loop: allreduce-sgd averages the callers' gradients before their optimizer") {

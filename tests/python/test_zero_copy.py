@@ -27,41 +27,6 @@ def test_numpy_views_are_the_peers_buffers():
     assert result["steps"] == 2 and result["samples"] == 4
 
 
-def test_writing_through_torch_is_seen_by_the_peers(watchdog):
-    torch = pytest.importorskip("torch", reason="torch is not installed (Debian: python3-torch)")
-    import gossamer.torch as gt
-
-    # Two peers average their gradients (allreduce-sgd): each writes its own through torch
-    # autograd into its module's .grad, which are views of the peer's buffer.
-    peers = gossamer.local_cluster(2, layout=[("w", (3, 2)), ("b", (2,))], algorithm="allreduce-sgd",
-                                   steps=1, optimizer="sgd", lr=1.0)
-    modules = []
-    for rank, peer in enumerate(peers):
-        module = torch.nn.Linear(3, 2)
-        with torch.no_grad():
-            module.weight.fill_(rank)  # differs from the peer's zeros: copied in by attach
-            module.bias.fill_(0)
-        attached = gt.attach(module, peer)
-        assert attached.flat_params.data_ptr() == module.weight.data_ptr()
-        modules.append(module)
-    assert peers[1].params[:6].tolist() == [1.0] * 6  # written through torch, seen by NumPy
-
-    def drive(peer, rank):
-        module = modules[rank]
-        assert peer.start()
-        # d/dW of sum(W x) with x = (rank + 1) everywhere: rank + 1 in every entry.
-        module(torch.full((1, 3), float(rank + 1))).sum().backward()
-        assert peer.grads[0] == rank + 1  # autograd accumulated into the peer's buffer
-        assert peer.step(loss=0.0, samples=1)
-        return peer.finish()
-
-    run_peers(peers, drive)
-    # The averaged gradient (1 + 2) / 2 = 1.5, applied by each peer's own SGD of rate 1.
-    for rank, module in enumerate(modules):
-        np.testing.assert_allclose(module.weight.detach().numpy(), np.full((2, 3), rank - 1.5))
-        np.testing.assert_allclose(module.bias.detach().numpy(), np.full(2, -1.0))
-
-
 def test_torch_optimizer_wrapped_steps_through_the_views():
     torch = pytest.importorskip("torch", reason="torch is not installed (Debian: python3-torch)")
     import gossamer.torch as gt
@@ -114,25 +79,6 @@ def test_bad_input_is_refused_with_a_sentence():
         peer.step()
     with pytest.raises(ZeroDivisionError):  # the caller's own exception comes through
         peer.step(gradients=lambda: 1 / 0)
-
-
-def test_torch_bad_modules_are_refused():
-    torch = pytest.importorskip("torch", reason="torch is not installed (Debian: python3-torch)")
-    import gossamer.torch as gt
-
-    peer = gossamer.Peer(parameters=5, steps=1, transport="inproc")
-    with pytest.raises(gossamer.Error, match="has 6 parameters but the peer's buffer holds 5"):
-        gt.attach(torch.nn.Linear(2, 2), peer)
-    with pytest.raises(gossamer.Error, match="float64"):
-        gt.attach(torch.nn.Linear(2, 2).double(), peer)
-    with pytest.raises(gossamer.Error, match="no parameters"):
-        gt.attach(torch.nn.ReLU(), peer)
-    module = torch.nn.Linear(2, 2)
-    other = gt.make_peer(module, steps=1, transport="inproc")
-    with pytest.raises(gossamer.Error, match="outside the peer's buffer"):
-        gt.Optimizer(torch.optim.SGD(torch.nn.Linear(2, 2).parameters(), lr=0.1), other)
-    with pytest.raises(gossamer.Error, match="torch.optim.Optimizer"):
-        gt.Optimizer(object(), other)
 
 
 def test_the_gil_is_released_while_a_peer_waits_for_the_others(watchdog):

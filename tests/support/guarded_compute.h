@@ -9,6 +9,11 @@
 // While any thread is inside one of its calls every guarded mapping is open, so a concurrent
 // host access from another thread can go unnoticed then: the guard catches host accesses, it
 // does not prove their absence. Memory is counted against a MemoryMeter as the backends' is.
+//
+// Several GuardedComputes may share one GuardedDevice, as a framework's allocator and a peer's
+// Compute share one GPU: each sees the other's allocations as device memory and opens them.
+// waitForStream and orderStreamAfter are recorded (orderings()), so a test can check when the
+// runtime orders itself with a caller's stream.
 #pragma once
 
 #include <cstring>
@@ -18,6 +23,7 @@
 #include <mutex>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <sys/mman.h>
@@ -29,12 +35,26 @@
 
 namespace gossamer::test {
 
+// The "device": its live mappings, and how many calls hold them open.
+struct GuardedDevice {
+  std::mutex mutex;
+  std::map<char*, std::size_t> regions;  // every live allocation: address, mapped bytes
+  int opens = 0;                         // calls in progress (the mappings are open while > 0)
+  ~GuardedDevice() {
+    for (const auto& [address, bytes] : regions) ::munmap(address, bytes);
+  }
+};
+
+// One ordering with a caller's stream, as the runtime asked for it.
+struct StreamOrdering {
+  enum Kind { kWaitForStream, kOrderStreamAfter } kind;
+  void* stream;
+};
+
 class GuardedCompute final : public kernels::Compute {
  public:
-  GuardedCompute() : inner_(kernels::cpu::makeCompute()) {}
-  ~GuardedCompute() override {
-    for (const auto& [address, bytes] : regions_) ::munmap(address, bytes);
-  }
+  explicit GuardedCompute(std::shared_ptr<GuardedDevice> device = std::make_shared<GuardedDevice>())
+      : inner_(kernels::cpu::makeCompute()), device_(std::move(device)) {}
 
   kernels::Device device() const override { return kernels::Device::kCuda; }
   std::string describe() const override {
@@ -45,26 +65,27 @@ class GuardedCompute final : public kernels::Compute {
 
   void* allocateBytes(std::size_t bytes) override {
     const std::size_t mapped = roundUp(std::max<std::size_t>(bytes, 1));
-    std::lock_guard lock(mutex_);
-    void* address = ::mmap(nullptr, mapped, opens_ > 0 ? PROT_READ | PROT_WRITE : PROT_NONE,
+    std::lock_guard lock(device_->mutex);
+    void* address = ::mmap(nullptr, mapped, device_->opens > 0 ? PROT_READ | PROT_WRITE : PROT_NONE,
                            MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     GOSSAMER_ENFORCE(address != MAP_FAILED, "guarded compute: cannot map {} bytes", mapped);
-    regions_[static_cast<char*>(address)] = mapped;
+    device_->regions[static_cast<char*>(address)] = mapped;
     return address;
   }
   void freeBytes(void* pointer) override {
     if (pointer == nullptr) return;
-    std::lock_guard lock(mutex_);
-    const auto it = regions_.find(static_cast<char*>(pointer));
-    GOSSAMER_ENFORCE(it != regions_.end(), "guarded compute: freeing memory it did not allocate");
+    std::lock_guard lock(device_->mutex);
+    const auto it = device_->regions.find(static_cast<char*>(pointer));
+    GOSSAMER_ENFORCE(it != device_->regions.end(),
+                     "guarded compute: freeing memory its device did not allocate");
     ::munmap(it->first, it->second);
-    regions_.erase(it);
+    device_->regions.erase(it);
   }
   bool isDeviceMemory(const void* pointer) const override {
-    std::lock_guard lock(mutex_);
+    std::lock_guard lock(device_->mutex);
     const char* p = static_cast<const char*>(pointer);
-    auto it = regions_.upper_bound(const_cast<char*>(p));
-    if (it == regions_.begin()) return false;
+    auto it = device_->regions.upper_bound(const_cast<char*>(p));
+    if (it == device_->regions.begin()) return false;
     --it;
     return p < it->first + it->second;
   }
@@ -103,12 +124,25 @@ class GuardedCompute final : public kernels::Compute {
     }
     for (auto it = pending.rbegin(); it != pending.rend(); ++it) (*it)();
   }
-  // Allocations alive now.
+  // Allocations alive now (on the device: of every Compute sharing it).
   std::size_t allocations() const {
-    std::lock_guard lock(mutex_);
-    return regions_.size();
+    std::lock_guard lock(device_->mutex);
+    return device_->regions.size();
   }
   void synchronize() override {}
+  void waitForStream(void* stream) override {
+    std::lock_guard lock(mutex_);
+    orderings_.push_back({StreamOrdering::kWaitForStream, stream});
+  }
+  void orderStreamAfter(void* stream) override {
+    std::lock_guard lock(mutex_);
+    orderings_.push_back({StreamOrdering::kOrderStreamAfter, stream});
+  }
+  // The orderings asked for since the last call, oldest first.
+  std::vector<StreamOrdering> takeOrderings() {
+    std::lock_guard lock(mutex_);
+    return std::exchange(orderings_, {});
+  }
 
   // ---- the kernels: the CPU backend's, with the device memory open ----
   void copy(std::span<float> dst, std::span<const float> src) override {
@@ -228,13 +262,14 @@ class GuardedCompute final : public kernels::Compute {
     return kernel();
   }
   void protect(int delta) {
-    std::lock_guard lock(mutex_);
-    const bool was = opens_ > 0;
-    opens_ += delta;
-    if (was == (opens_ > 0)) return;
-    for (const auto& [address, bytes] : regions_)
+    GuardedDevice& d = *device_;
+    std::lock_guard lock(d.mutex);
+    const bool was = d.opens > 0;
+    d.opens += delta;
+    if (was == (d.opens > 0)) return;
+    for (const auto& [address, bytes] : d.regions)
       GOSSAMER_ENFORCE(
-          ::mprotect(address, bytes, opens_ > 0 ? PROT_READ | PROT_WRITE : PROT_NONE) == 0,
+          ::mprotect(address, bytes, d.opens > 0 ? PROT_READ | PROT_WRITE : PROT_NONE) == 0,
           "guarded compute: mprotect failed");
   }
   static std::size_t roundUp(std::size_t bytes) {
@@ -244,11 +279,11 @@ class GuardedCompute final : public kernels::Compute {
 
   std::unique_ptr<kernels::Compute> inner_;
   kernels::MemoryMeter* meter_ = nullptr;
-  mutable std::mutex mutex_;
-  std::map<char*, std::size_t> regions_;  // every live allocation: address, mapped bytes
-  int opens_ = 0;                         // calls in progress (the mappings are open while > 0)
+  std::shared_ptr<GuardedDevice> device_;
+  mutable std::mutex mutex_;  // this Compute's own state, below
   bool deferAsync_ = false;
   std::vector<std::function<void()>> pending_;  // deferred asynchronous copies' `done`
+  std::vector<StreamOrdering> orderings_;
 };
 
 }  // namespace gossamer::test

@@ -1,8 +1,9 @@
 """gossamer from Python: decentralized, elastic training where you own the training loop.
 
-A Peer holds the model's parameters in one flat float32 buffer and the gradients in a second one;
-``peer.params`` and ``peer.grads`` are NumPy views of them (no copies; ``torch.from_numpy`` makes
-torch views of the same memory, and ``gossamer.torch`` lays a ``torch.nn.Module`` out over them).
+A Peer holds the model's parameters in one flat float32 buffer and the gradients in a second one:
+its own (``peer.params`` and ``peer.grads`` are NumPy views of them, no copies), or memory you own
+on the host or a GPU (``gossamer.Buffers``; ``gossamer.torch`` hands over a ``torch.nn.Module``'s
+parameters and gradients laid out over two flat tensors on the module's device).
 Each step, compute the gradients into ``peer.grads`` and call ``peer.step``: the peer runs its
 decentralized algorithm around them (exchanges, merges, the local update with its optimizer or
 yours) exactly as gossamer's own training loop does, with the same membership, elasticity,
@@ -65,6 +66,34 @@ def _layout(parameters, layout):
     return out
 
 
+class Buffers:
+    """Parameter and gradient memory you own, for a Peer to train over without a copy: ``count``
+    float32 values at each of the addresses ``params`` and ``grads`` (disjoint), in host memory
+    (``device="cpu"``) or on a GPU (``"cuda:N"``, work ordered on ``stream``, a CUDA stream's
+    address; 0: the default stream). The peer's merges and updates write into them, and its own
+    GPU work is ordered after your stream's and yours after its own (events: no host waits).
+    ``owner`` (any object: your tensors, say) is kept alive as long as the peer.
+    ``Buffers.from_numpy(params, grads)`` takes two float32 NumPy arrays."""
+
+    def __init__(self, params, grads, count, device="cpu", stream=0, owner=None):
+        self.params, self.grads, self.count = int(params), int(grads), int(count)
+        self.device, self.stream, self.owner = str(device), int(stream), owner
+
+    @classmethod
+    def from_numpy(cls, params, grads):
+        import numpy as np
+
+        for name, array in (("params", params), ("grads", grads)):
+            if not isinstance(array, np.ndarray) or array.dtype != np.float32 or not array.flags.c_contiguous:
+                raise Error("%s must be a C-contiguous float32 NumPy array" % name)
+        if params.size != grads.size:
+            raise Error("params hold %d values and grads %d" % (params.size, grads.size))
+        return cls(params.ctypes.data, grads.ctypes.data, params.size, "cpu", 0, (params, grads))
+
+    def _native(self):
+        return (self.params, self.grads, self.count, self.device, self.stream)
+
+
 class Peer:
     """One peer of a decentralized training run whose loop you own (see the module's doc).
 
@@ -73,14 +102,18 @@ class Peer:
     ``evaluate(params, samples)``, when given, evaluates a flat float32 array of params on the
     first ``samples`` test samples (0: all) and returns ``(correct, samples, loss_sum)``; it
     serves the periodic evaluations (eval_every), the final one and the consensus.
-    ``steps_per_epoch`` (0: the whole run) counts epochs in the figures. The other keyword options
-    are listed in ``gossamer.Peer.OPTIONS``.
+    ``steps_per_epoch`` (0: the whole run) counts epochs in the figures. ``buffers``
+    (``gossamer.Buffers``) gives memory of yours to train over, its values the initial model
+    (default: the peer's own, zeroed); ``evaluate`` then gets the address (an int) when the
+    params are your GPU memory. The other keyword options are listed in
+    ``gossamer.Peer.OPTIONS``.
     """
 
     OPTIONS = _OPTIONS
 
     def __init__(self, parameters=None, *, layout=None, evaluate=None, steps_per_epoch=0,
-                 _native=None, **options):
+                 buffers=None, _native=None, **options):
+        self._buffers = buffers  # keeps the owner of the memory alive
         if _native is not None:
             self._peer = _native
         else:
@@ -94,13 +127,14 @@ class Peer:
                     "(the same on every peer)"
                 )
             self._peer = _gossamer._Peer(dict(options), _layout(parameters, layout), evaluate,
-                                         int(steps_per_epoch))
+                                         int(steps_per_epoch), _native_buffers(buffers))
         self._done = False
 
     # ---- the model ----
     @property
     def params(self):
-        """The flat float32 parameters: a NumPy view (writes go to the peer, no copy)."""
+        """The flat float32 parameters: a NumPy view (writes go to the peer, no copy); an error
+        when they are your GPU memory (Buffers)."""
         return self._peer.params
 
     @property
@@ -114,17 +148,19 @@ class Peer:
         one within join_timeout (finish() says why)."""
         return self._peer.start()
 
-    def step(self, loss=0.0, samples=0, *, gradients=None, update=None):
+    def step(self, loss=0.0, samples=0, *, gradients=None, update=None, stream=None):
         """One step around your gradients: False (nothing done) once the run is over.
 
         ``loss``/``samples``: the loss and size of the mini-batch whose gradients ``grads`` holds.
         ``gradients()``, instead, computes them when the algorithm asks (after it sent what it
         sends first) and returns the loss. ``update()`` applies your optimizer to ``params``
-        with ``grads`` (default: the peer's optimizer).
+        with ``grads`` (default: the peer's optimizer). ``stream``: the CUDA stream your work
+        is on from now on, when it is not the one your Buffers named.
         """
         if self._done:
             return False
-        stepped = self._peer.step(float(loss), int(samples), gradients, update)
+        stepped = self._peer.step(float(loss), int(samples), gradients, update,
+                                  None if stream is None else int(stream))
         self._done = not stepped
         return stepped
 
@@ -180,12 +216,21 @@ class Peer:
         return self._peer.status()
 
 
+def _native_buffers(buffers):
+    if buffers is None:
+        return None
+    if not isinstance(buffers, Buffers):
+        raise Error("buffers must be a gossamer.Buffers, not %s" % type(buffers).__name__)
+    return buffers._native()
+
+
 def local_cluster(count, parameters=None, *, layout=None, evaluate=None, steps_per_epoch=0,
-                  **options):
+                  buffers=None, **options):
     """``count`` peers in this process, joined by seeds over the in-process transport (or tcp on
     127.0.0.1 with transport="tcp"), sharing one fresh secret; min_peers defaults to count.
     Drive each from a thread of its own (start, step, finish): the GIL is released while they
-    wait on each other. ``evaluate`` may be one callable for all or a list of one per peer."""
+    wait on each other. ``evaluate`` may be one callable for all or a list of one per peer;
+    ``buffers`` a list of one gossamer.Buffers per peer."""
     _check_options(options)
     if count < 1:
         raise Error("a local cluster needs at least one peer")
@@ -198,10 +243,14 @@ def local_cluster(count, parameters=None, *, layout=None, evaluate=None, steps_p
     evaluations = evaluate if isinstance(evaluate, (list, tuple)) else [evaluate] * count
     if len(evaluations) != count:
         raise Error("evaluate holds %d callables for %d peers" % (len(evaluations), count))
+    memory = [None] * count if buffers is None else list(buffers)
+    if len(memory) != count:
+        raise Error("buffers holds %d entries for %d peers" % (len(memory), count))
     peers = []
     for index in range(count):
         seed = peers[0].endpoint if peers else None
-        native = configs.make(index, seed, shapes, evaluations[index], int(steps_per_epoch))
+        native = configs.make(index, seed, shapes, evaluations[index], int(steps_per_epoch),
+                              _native_buffers(memory[index]))
         configs.listening(native.endpoint, index)
-        peers.append(Peer(_native=native))
+        peers.append(Peer(_native=native, buffers=memory[index]))
     return peers
