@@ -1,8 +1,10 @@
 """One peer of a decentralized PyTorch run on Fashion-MNIST (launch.py starts several).
 
-The model is an ordinary torch.nn.Module and the optimizer an ordinary torch.optim.SGD; gossamer
-lays the module's parameters and gradients out over its peer's flat buffers and makes
-opt.step() the local step plus the decentralized algorithm's exchange (gosgd by default).
+The model is an ordinary torch.nn.Module (on the CPU or, with --device cuda, a GPU) and the
+optimizer an ordinary torch.optim.SGD; gossamer trains over the module's own parameters and
+gradients (laid out over two flat tensors on its device) and makes opt.step() the local step plus
+the decentralized algorithm's exchange (gosgd by default). --amp trains under torch.autocast with
+a GradScaler (bfloat16 on the CPU, float16 on a GPU; the parameters stay float32).
 Each peer trains on its shard of the training set (peer.shard: it changes when peers join or
 leave), and the run takes the same number of steps on every peer.
 
@@ -54,13 +56,15 @@ def evaluator(images, labels):
     x_all, y_all = torch.from_numpy(images), torch.from_numpy(labels)
 
     def evaluate(module, samples):
+        device = next(module.parameters()).device
         n = len(y_all) if samples == 0 else min(samples, len(y_all))
         was_training = module.training
         module.eval()
         correct, loss_sum = 0, 0.0
         with torch.no_grad():
             for begin in range(0, n, 1000):
-                x, y = x_all[begin:min(n, begin + 1000)], y_all[begin:min(n, begin + 1000)]
+                x = x_all[begin:min(n, begin + 1000)].to(device)
+                y = y_all[begin:min(n, begin + 1000)].to(device)
                 out = module(x)
                 loss_sum += F.cross_entropy(out, y, reduction="sum").item()
                 correct += (out.argmax(1) == y).sum().item()
@@ -109,12 +113,15 @@ def main():
     parser.add_argument("--threads", type=int, default=1, help="torch threads of this process")
     parser.add_argument("--data-dir", default=fashion_mnist.DEFAULT_DIR)
     parser.add_argument("--log-level", default="warn")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    parser.add_argument("--amp", action="store_true", help="torch.autocast with a GradScaler")
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)
     gossamer.set_log_level(args.log_level)
     torch.manual_seed(args.seed)  # the same initial model on every peer
-    model = MODELS[args.model]()
+    device = torch.device(args.device)
+    model = MODELS[args.model]().to(device)
     train_x, train_y = fashion_mnist.load("train", args.data_dir)
     test_x, test_y = fashion_mnist.load("test", args.data_dir)
     per_pass = math.ceil(len(train_y) / (args.min_peers * args.batch))
@@ -132,14 +139,20 @@ def main():
         torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum), peer)
 
     batches = Batches(train_x, train_y, args.batch, args.seed)
+    # torch scales float16 gradients on CUDA only; bfloat16 on the CPU needs no scaling.
+    scaler = torch.cuda.amp.GradScaler(enabled=args.amp and device.type == "cuda")
+    low = torch.float16 if device.type == "cuda" else torch.bfloat16
     started = time.time()
     if peer.start():
         while not peer.done:
             x, y = batches.next(peer.shard)
+            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
             opt.zero_grad()
-            loss = F.cross_entropy(model(x), y)
-            loss.backward()
-            opt.step(loss=loss, samples=len(y))
+            with torch.autocast(device_type=device.type, dtype=low, enabled=args.amp):
+                loss = F.cross_entropy(model(x), y)
+            scaler.scale(loss).backward()
+            scaler.step(opt, loss=loss, samples=len(y))
+            scaler.update()
     result = peer.finish()
     result["seconds"] = time.time() - started
     result["events"] = peer.events()

@@ -32,3 +32,18 @@ def test_four_processes_reach_the_target_accuracy():
         assert peer["bytes_sent"] > 0
         assert peer["test_accuracy"] >= 0.80, peer
         assert sum(1 for e in peer["events"] if e["kind"] == "joined") >= 4  # everyone, itself too
+
+
+@pytest.mark.skipif(not os.path.exists(os.path.join(DATA, "t10k-labels-idx1-ubyte.gz")),
+                    reason="Fashion-MNIST is not installed (Debian: dataset-fashion-mnist)")
+def test_mixed_precision_trains_float32_parameters():
+    # torch.autocast (bfloat16 on the CPU) with a GradScaler around gossamer's optimizer.
+    out = subprocess.run(
+        [sys.executable, LAUNCH, "--processes", "2", "--json", "--max-steps", "150", "--model", "mlp",
+         "--amp"],
+        capture_output=True, text=True, timeout=300, env=os.environ.copy())
+    assert out.returncode == 0, out.stderr[-3000:]
+    peers = json.loads(out.stdout.splitlines()[-1])["peers"]
+    for peer in peers:
+        assert peer["steps"] == 150
+        assert peer["test_accuracy"] >= 0.70, peer
