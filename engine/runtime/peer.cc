@@ -324,7 +324,10 @@ bool Peer::start() {
   GOSSAMER_ENFORCE(impl_->phase == Impl::Phase::constructed, "Peer::start() is called once");
   impl_->phase = Impl::Phase::started;
   impl_->compute->waitForStream(impl_->callerStream());  // the caller's initial model
-  if (!impl_->start()) {
+  const bool started = impl_->start();
+  // What start() wrote (a checkpoint restored, a late joiner's model) before the caller's next use.
+  impl_->compute->orderStreamAfter(impl_->callerStream());
+  if (!started) {
     impl_->training.cannotJoin = !impl_->training.clusterDone;
     return false;
   }
