@@ -19,6 +19,9 @@ struct Limits {
   // Inbound links whose handshake has not finished, per listening peer: net/wire's
   // serveHandshakes stops accepting at the bound, and TCP uses it as the listen backlog.
   std::size_t maxPendingHandshakes = 128;
+  // Of those, from one source address: a further link from it is closed at once (a scanner or
+  // a flood from one host cannot take every slot).
+  std::size_t maxPendingHandshakesPerSource = 16;
 };
 
 }  // namespace gossamer::net

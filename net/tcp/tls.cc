@@ -398,8 +398,9 @@ asio::awaitable<std::error_code> handshake(Stream& stream, bool client, const st
     if (ec) co_return ec;
     if (peeked == 0) co_return asio::error::eof;
     if (first != kTlsHandshakeRecord) {
-      logger->warn("TLS handshake (server side) with {} refused: {}", remote,
-                   mismatchAdvice(remote, "plaintext"));
+      // The accepting side's refusals are logged rate-limited by net/wire's handshake server.
+      logger->debug("TLS handshake (server side) with {} refused: {}", remote,
+                    mismatchAdvice(remote, "plaintext"));
       // Best effort, we are failing anyway: the alert, then what the remote sent is read and
       // dropped, so that closing sends a FIN (not a reset that could overtake the alert).
       co_await asio::async_write(stream.socket(), asio::buffer(kProtocolVersionAlert),
@@ -419,14 +420,15 @@ asio::awaitable<std::error_code> handshake(Stream& stream, bool client, const st
                  ec.message());
     co_return Errc::peerSpeaksPlaintext;
   }
+  const auto level = client ? spdlog::level::warn : spdlog::level::debug;
   if (!isSslError(ec)) {
-    logger->warn("TLS handshake ({} side) with {} failed: {}", side, remote, ec.message());
+    logger->log(level, "TLS handshake ({} side) with {} failed: {}", side, remote, ec.message());
     co_return ec;
   }
-  logger->warn(
-      "TLS handshake ({} side) with {} failed: {}: the peer does not hold this cluster's secret "
-      "(or a certificate this peer trusts), or does not trust ours",
-      side, remote, ec.message());
+  logger->log(level,
+              "TLS handshake ({} side) with {} failed: {}: the peer does not hold this cluster's "
+              "secret (or a certificate this peer trusts), or does not trust ours",
+              side, remote, ec.message());
   co_return Errc::authenticationFailed;
 }
 

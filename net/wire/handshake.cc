@@ -509,8 +509,11 @@ asio::awaitable<HandshakeResult> runHandshake(Link& link, HandshakeConfig config
   const char* side = client ? "client" : "server";
   if (result.error) {
     link.close();
-    log::get("net")->warn("handshake ({} side) with {} refused: {} ({})", side,
-                          link.remoteAddress(), result.reason, result.error.message());
+    // The accepting side's refusals are logged by its caller, rate-limited with their cause
+    // (handshake_server.h): a scan must not become a warning per connection.
+    log::get("net")->log(client ? spdlog::level::warn : spdlog::level::debug,
+                         "handshake ({} side) with {} refused: {} ({})", side,
+                         link.remoteAddress(), result.reason, result.error.message());
   } else {
     log::get("net")->debug("handshake ({} side) with {} ok: peer {} listening on {}", side,
                            link.remoteAddress(), result.remotePeerId, result.remoteListen.str());

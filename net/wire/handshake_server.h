@@ -2,10 +2,14 @@
 // handshake on each, and hands on the links that pass. It is what bounds pending handshakes
 // (Limits::maxPendingHandshakes, 128 by default): at the bound it stops accepting, so further
 // connects wait in the kernel's listen backlog (sized by the same limit) and are then refused,
-// instead of costing memory or a coroutine each.
+// instead of costing memory or a coroutine each; and one source address may hold at most
+// Limits::maxPendingHandshakesPerSource of them. Refused handshakes are logged with their cause,
+// rate-limited (net/wire/refusals.h).
 #pragma once
 
+#include <array>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <system_error>
@@ -14,6 +18,7 @@
 
 #include "net/transport.h"
 #include "net/wire/handshake.h"
+#include "net/wire/refusals.h"
 
 namespace gossamer::net::wire {
 
@@ -30,12 +35,13 @@ struct HandshakeServerStats {
   std::size_t pending = 0;      // handshakes running now
   std::size_t maxPending = 0;   // the most that ever ran at once
   std::size_t accepted = 0;     // links that passed
-  std::size_t refused = 0;      // links whose handshake failed (each logged by the handshake)
+  std::size_t refused = 0;      // links whose handshake failed, or that were closed at once
+  std::array<std::uint64_t, kRefusalKinds> refusedBy{};  // the same, per cause
 };
 
 // Accepts on `transport` (already listening) until it is closed, running at most
-// transport.limits().maxPendingHandshakes server handshakes at once. Failed handshakes are
-// logged and their links closed; a transient accept error (out of file descriptors) is logged
+// transport.limits().maxPendingHandshakes server handshakes at once (maxPendingHandshakesPerSource
+// from one address). Failed handshakes are logged (RefusalLog) and their links closed; a transient accept error (out of file descriptors) is logged
 // and retried after a short pause. Completes when accept fails with operation_aborted (the
 // transport was closed). `stats`, if given, is updated on the io thread and must outlive the
 // returned awaitable and every handshake it started.

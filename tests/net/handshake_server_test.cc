@@ -4,16 +4,22 @@
 
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
 #include <asio/io_context.hpp>
+#include <asio/ip/tcp.hpp>
+#include <spdlog/sinks/base_sink.h>
 #include <doctest/doctest.h>
 
+#include "engine/base/log.h"
 #include "net/errors.h"
 #include "net/tcp/tcp_transport.h"
+#include "tests/net/tls_support.h"
 
 using namespace gossamer;
 using namespace gossamer::net;
@@ -184,4 +190,111 @@ TEST_CASE("net handshake server: ends when the transport closes, misuse throws")
       asio::detached);
   io.restart();
   REQUIRE(runUntil(io, [&] { return threw; }));
+}
+
+namespace {
+
+// Counts the warnings a logger writes while it lives.
+class WarningCounter final : public spdlog::sinks::base_sink<std::mutex> {
+ public:
+  std::size_t warnings = 0;
+  std::vector<std::string> lines;
+
+ protected:
+  void sink_it_(const spdlog::details::log_msg& message) override {
+    if (message.level < spdlog::level::warn) return;
+    ++warnings;
+    lines.emplace_back(message.payload.data(), message.payload.size());
+  }
+  void flush_() override {}
+};
+
+struct CountWarnings {
+  std::shared_ptr<spdlog::logger> logger = gossamer::log::get("net");
+  std::shared_ptr<WarningCounter> counter = std::make_shared<WarningCounter>();
+  CountWarnings() { logger->sinks().push_back(counter); }
+  ~CountWarnings() { logger->sinks().pop_back(); }
+};
+
+// Opens and at once closes `count` plain TCP connections to `at` (a scanner's probes), on a
+// thread of its own while the server's io_context runs.
+std::thread connectAndClose(const Endpoint& at, int count) {
+  return std::thread([at, count] {
+    asio::io_context io;
+    const asio::ip::tcp::endpoint target(asio::ip::make_address(at.host), at.port);
+    for (int i = 0; i < count; ++i) {
+      asio::ip::tcp::socket socket(io);
+      socket.connect(target);
+      socket.close();
+    }
+  });
+}
+
+}  // namespace
+
+TEST_CASE("net handshake server: a scan of a TLS peer logs one line per cause, not per probe") {
+  asio::io_context io;
+  tcp::Options options;
+  options.tls = test::pskContext("shared secret");
+  auto server = tcp::makeTransport(io, options);
+  REQUIRE_FALSE(server->listen(Endpoint{"127.0.0.1", 0}));
+  auto stats = std::make_shared<wire::HandshakeServerStats>();
+  asio::co_spawn(io,
+                 wire::serveHandshakes(*server, configFor(1), [](wire::AuthenticatedLink) {},
+                                       stats),
+                 asio::detached);
+  CountWarnings count;
+  std::thread scanner = connectAndClose(server->localEndpoint(), 300);
+  const bool allRefused = runUntil(io, [&] { return stats->refused == 300 && stats->pending == 0; });
+  scanner.join();
+  REQUIRE(allRefused);
+  const auto& by = stats->refusedBy;
+  // Every probe is refused for what it was: closed before a byte (or, with more than 16 still
+  // pending from this host, closed at once).
+  CHECK(by[static_cast<std::size_t>(wire::Refusal::closedEarly)] +
+            by[static_cast<std::size_t>(wire::Refusal::tooManyPending)] ==
+        300);
+  CHECK(by[static_cast<std::size_t>(wire::Refusal::closedEarly)] > 0);
+  CHECK(count.counter->warnings <= 2);  // the first of each cause; the rest wait for the summary
+  for (const std::string& line : count.counter->lines) {
+    CAPTURE(line);
+    CHECK(line.find("from 127.0.0.1") != std::string::npos);
+    CHECK(line.find("plaintext") == std::string::npos);  // not the old, wrong cause
+  }
+  server->close();
+  io.run_for(50ms);
+}
+
+TEST_CASE("net handshake server: one source holds at most its share of pending handshakes") {
+  asio::io_context io;
+  tcp::Options options;
+  options.limits.maxPendingHandshakesPerSource = 2;
+  auto server = tcp::makeTransport(io, options);
+  auto client = tcp::makeTransport(io);
+  REQUIRE_FALSE(server->listen(Endpoint{"127.0.0.1", 0}));
+  const Endpoint at = server->localEndpoint();
+  auto stats = std::make_shared<wire::HandshakeServerStats>();
+  asio::co_spawn(io,
+                 wire::serveHandshakes(*server, configFor(1), [](wire::AuthenticatedLink) {},
+                                       stats),
+                 asio::detached);
+  // Five connections that never say hello: two are pending, three are closed at once.
+  std::vector<std::unique_ptr<Link>> silent;
+  for (int i = 0; i < 5; ++i)
+    asio::co_spawn(
+        io,
+        [&]() -> asio::awaitable<void> {
+          LinkResult connected = co_await client->connect(at, 5s);
+          if (!connected.error) silent.push_back(std::move(connected.link));
+        },
+        asio::detached);
+  REQUIRE(runUntil(io, [&] {
+    return silent.size() == 5 &&
+           stats->refusedBy[static_cast<std::size_t>(wire::Refusal::tooManyPending)] == 3;
+  }));
+  CHECK(stats->pending == 2);
+  CHECK(stats->maxPending == 2);
+  server->close();
+  client->close();
+  io.run_for(50ms);
 }
