@@ -70,6 +70,41 @@ void startClient(asio::io_context& io, Transport& transport, Endpoint server,
       asio::detached);
 }
 
+// A listening TCP transport serving handshakes and a client transport, on one io_context.
+struct Served {
+  asio::io_context io;
+  std::unique_ptr<Transport> server;
+  std::unique_ptr<Transport> client = tcp::makeTransport(io);
+  std::shared_ptr<wire::HandshakeServerStats> stats =
+      std::make_shared<wire::HandshakeServerStats>();
+  Endpoint at;
+
+  explicit Served(const tcp::Options& options,
+                  wire::OnAuthenticatedLink onLink = [](wire::AuthenticatedLink) {})
+      : server(tcp::makeTransport(io, options)) {
+    REQUIRE_FALSE(server->listen(Endpoint{"127.0.0.1", 0}));
+    at = server->localEndpoint();
+    asio::co_spawn(io, wire::serveHandshakes(*server, configFor(1), std::move(onLink), stats),
+                   asio::detached);
+  }
+  ~Served() {
+    server->close();
+    client->close();
+    io.run_for(50ms);
+  }
+  // Opens `count` links from the client that never say hello, into `links`.
+  void openSilent(int count, std::vector<std::unique_ptr<Link>>& links) {
+    for (int i = 0; i < count; ++i)
+      asio::co_spawn(
+          io,
+          [this, &links]() -> asio::awaitable<void> {
+            LinkResult connected = co_await client->connect(at, 5s);
+            if (!connected.error) links.push_back(std::move(connected.link));
+          },
+          asio::detached);
+  }
+};
+
 }  // namespace
 
 TEST_CASE("net handshake server: authenticates inbound links and hands them on") {
@@ -108,31 +143,15 @@ TEST_CASE("net handshake server: authenticates inbound links and hands them on")
 }
 
 TEST_CASE("net handshake server: at most maxPendingHandshakes run at once, the rest wait") {
-  asio::io_context io;
   tcp::Options serverOptions;
   serverOptions.limits.maxPendingHandshakes = 2;
-  auto server = tcp::makeTransport(io, serverOptions);
-  auto client = tcp::makeTransport(io);
-  REQUIRE_FALSE(server->listen(Endpoint{"127.0.0.1", 0}));
-  const Endpoint at = server->localEndpoint();
-  auto stats = std::make_shared<wire::HandshakeServerStats>();
   int handedOn = 0;
-  asio::co_spawn(io,
-                 wire::serveHandshakes(
-                     *server, configFor(1), [&](wire::AuthenticatedLink) { ++handedOn; }, stats),
-                 asio::detached);
+  Served s(serverOptions, [&](wire::AuthenticatedLink) { ++handedOn; });
+  auto& [io, server, client, stats, at] = s;
 
   // Two connections that never say hello occupy both slots.
   std::vector<std::unique_ptr<Link>> silent;
-  for (int i = 0; i < 2; ++i) {
-    asio::co_spawn(
-        io,
-        [&]() -> asio::awaitable<void> {
-          LinkResult connected = co_await client->connect(at, 5s);
-          if (!connected.error) silent.push_back(std::move(connected.link));
-        },
-        asio::detached);
-  }
+  s.openSilent(2, silent);
   REQUIRE(runUntil(io, [&] { return silent.size() == 2 && stats->pending == 2; }));
 
   // A genuine client now connects (the kernel's backlog takes it) but is not served in time.
@@ -153,9 +172,6 @@ TEST_CASE("net handshake server: at most maxPendingHandshakes run at once, the r
   REQUIRE(runUntil(io, [&] { return served->done && handedOn == 1; }));
   CHECK(served->result.ok());
   CHECK(stats->maxPending == 2);
-  server->close();
-  client->close();
-  io.run_for(50ms);
 }
 
 TEST_CASE("net handshake server: ends when the transport closes, misuse throws") {
@@ -233,22 +249,16 @@ std::thread connectAndClose(const Endpoint& at, int count) {
 }  // namespace
 
 TEST_CASE("net handshake server: a scan of a TLS peer logs one line per cause, not per probe") {
-  asio::io_context io;
   tcp::Options options;
   options.tls = test::pskContext("shared secret");
-  auto server = tcp::makeTransport(io, options);
-  REQUIRE_FALSE(server->listen(Endpoint{"127.0.0.1", 0}));
-  auto stats = std::make_shared<wire::HandshakeServerStats>();
-  asio::co_spawn(io,
-                 wire::serveHandshakes(*server, configFor(1), [](wire::AuthenticatedLink) {},
-                                       stats),
-                 asio::detached);
+  Served s(options);
   CountWarnings count;
-  std::thread scanner = connectAndClose(server->localEndpoint(), 300);
-  const bool allRefused = runUntil(io, [&] { return stats->refused == 300 && stats->pending == 0; });
+  std::thread scanner = connectAndClose(s.at, 300);
+  const bool allRefused =
+      runUntil(s.io, [&] { return s.stats->refused == 300 && s.stats->pending == 0; });
   scanner.join();
   REQUIRE(allRefused);
-  const auto& by = stats->refusedBy;
+  const auto& by = s.stats->refusedBy;
   // Every probe is refused for what it was: closed before a byte (or, with more than 16 still
   // pending from this host, closed at once).
   CHECK(by[static_cast<std::size_t>(wire::Refusal::closedEarly)] +
@@ -261,40 +271,19 @@ TEST_CASE("net handshake server: a scan of a TLS peer logs one line per cause, n
     CHECK(line.find("from 127.0.0.1") != std::string::npos);
     CHECK(line.find("plaintext") == std::string::npos);  // not the old, wrong cause
   }
-  server->close();
-  io.run_for(50ms);
 }
 
 TEST_CASE("net handshake server: one source holds at most its share of pending handshakes") {
-  asio::io_context io;
   tcp::Options options;
   options.limits.maxPendingHandshakesPerSource = 2;
-  auto server = tcp::makeTransport(io, options);
-  auto client = tcp::makeTransport(io);
-  REQUIRE_FALSE(server->listen(Endpoint{"127.0.0.1", 0}));
-  const Endpoint at = server->localEndpoint();
-  auto stats = std::make_shared<wire::HandshakeServerStats>();
-  asio::co_spawn(io,
-                 wire::serveHandshakes(*server, configFor(1), [](wire::AuthenticatedLink) {},
-                                       stats),
-                 asio::detached);
+  Served s(options);
   // Five connections that never say hello: two are pending, three are closed at once.
   std::vector<std::unique_ptr<Link>> silent;
-  for (int i = 0; i < 5; ++i)
-    asio::co_spawn(
-        io,
-        [&]() -> asio::awaitable<void> {
-          LinkResult connected = co_await client->connect(at, 5s);
-          if (!connected.error) silent.push_back(std::move(connected.link));
-        },
-        asio::detached);
-  REQUIRE(runUntil(io, [&] {
+  s.openSilent(5, silent);
+  REQUIRE(runUntil(s.io, [&] {
     return silent.size() == 5 &&
-           stats->refusedBy[static_cast<std::size_t>(wire::Refusal::tooManyPending)] == 3;
+           s.stats->refusedBy[static_cast<std::size_t>(wire::Refusal::tooManyPending)] == 3;
   }));
-  CHECK(stats->pending == 2);
-  CHECK(stats->maxPending == 2);
-  server->close();
-  client->close();
-  io.run_for(50ms);
+  CHECK(s.stats->pending == 2);
+  CHECK(s.stats->maxPending == 2);
 }
