@@ -94,8 +94,12 @@ TEST_CASE("join processes: a wrong-secret peer (TLS by default) exits within 15 
   checkCannotJoin("--hidden 16 --min-peers 2 --seeds " + seed.address() + " --secret-file " +
                       otherSecret(scratch),
                   "every seed refused authentication (wrong --secret-file?)", 10, 15.0);
-  // The seed refused it in the TLS handshake: its key is derived from another secret.
-  CHECK(seed.output().find("TLS handshake (server side)") != std::string::npos);
+  // The seed refused it in the TLS handshake (its key is derived from another secret), and says
+  // so in its log of refused handshakes.
+  CHECK(test::waitUntil(10s, [&] {
+    return seed.output().find("refused an inbound handshake from 127.0.0.1: wrong secret or "
+                              "identity") != std::string::npos;
+  }));
 }
 
 TEST_CASE("join processes: a plaintext peer and a TLS seed each say that the other differs") {
@@ -106,8 +110,10 @@ TEST_CASE("join processes: a plaintext peer and a TLS seed each say that the oth
                       " --secret-file " + scratch.secret,
                   "the seeds and this peer disagree on TLS (");
   CHECK(test::waitUntil(10s, [&] {
-    return seed.output().find("speaks plaintext; start both with or without "
-                              "--insecure-plaintext") != std::string::npos;
+    const std::string& out = seed.output();
+    return out.find("refused an inbound handshake from 127.0.0.1: not TLS") != std::string::npos &&
+           out.find("speaks plaintext and this side TLS; start both with or without "
+                    "--insecure-plaintext") != std::string::npos;
   }));
 }
 
