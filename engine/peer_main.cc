@@ -129,7 +129,10 @@ int runLocalCluster(const PeerOptions& o, const engine::Registry& registry) {
       utilization += r.utilization / static_cast<double>(result.peers.size());
     JsonObject json = clusterJson(o, topologyName, result.peers.size(), result.consensus, steps,
                                   result.wallSeconds, bytes, wait);
-    json.add("finish_s", finish).add("utilization", utilization);
+    // The Compute every peer trained on (one device choice for the whole local cluster).
+    json.add("device", result.peers.empty() ? std::string() : result.peers.front().device)
+        .add("finish_s", finish)
+        .add("utilization", utilization);
     std::cout << addMemory(json, result.peers).str() << std::endl;
   }
   return 0;
@@ -212,6 +215,7 @@ int runPeer(const PeerOptions& o, const engine::Registry& registry) {
         clusterJson(o, result.topology, result.peers, consensus, result.steps, result.wallSeconds,
                     static_cast<double>(result.bytesSent), result.commWaitFraction);
     json.add("peer_id", fmt::format("{:016x}", result.peer))
+        .add("device", result.device)
         .add("peer_test_accuracy", result.testAccuracy)
         .add("finish_s", result.finishSeconds)
         .add("loop_end_unix_s", result.loopEndUnixSeconds)

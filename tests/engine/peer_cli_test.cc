@@ -152,6 +152,7 @@ TEST_CASE("peer cli: --step-time paces the steps and --json reports the compute 
   // The waits and the time they are a fraction of: the loop and the finish.
   CHECK(test::jsonNumber(json, "comm_wait_fraction") <= 1.0);
   CHECK(test::jsonNumber(json, "finish_s") > 0);
+  CHECK(json.find("\"device\":\"cpu") != std::string::npos);  // what the peers computed on
   // Memory: the largest peer's tracked peak, against the model, and the process's.
   // (the synthetic dataset's 64 features and 10 classes through a hidden layer of 8).
   const double modelBytes = 4.0 * ((64 * 8 + 8) + (8 * 10 + 10));

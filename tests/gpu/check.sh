@@ -219,6 +219,10 @@ train() {
     --device "$1" --seed 1 --json --log-level warn || rc=$?
   [[ $rc -eq 0 ]] || { failed_because $rc; return 1; }
   json=$(last_json)
+  if [[ $json != *"\"device\":\"$1"* ]]; then
+    reason="the peers did not compute on $1: ${json:0:200}"
+    return 1
+  fi
   accuracy=$(echo "$json" | grep -o '"test_accuracy":[0-9.e-]*' | cut -d: -f2)
   if [[ -z $accuracy ]]; then
     reason="no test_accuracy in the run's JSON: ${json:0:200}"
