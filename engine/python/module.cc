@@ -176,7 +176,7 @@ kernels::MemoryPlace placeNamed(const std::string& device, std::uintptr_t stream
   return place;
 }
 
-// gossamer.Buffers as the runtime takes them: (params, grads, count, device, stream, owner).
+// gossamer.Buffers as the runtime takes them: (params, grads, count, device, stream).
 std::optional<engine::runtime::CallerBuffers> callerBuffers(const py::object& buffers) {
   if (buffers.is_none()) return std::nullopt;
   const auto t = buffers.cast<py::tuple>();

@@ -135,11 +135,13 @@ Peer::Impl::Impl(PeerConfig c, const Registry& r, std::shared_ptr<const DatasetP
   if (external) {
     model = std::make_unique<LayoutModel>(*compute, external->layout);
     // The buffers exist from the start: the caller lays its tensors out over them, or gave them.
-    training.learner = buffers ? std::make_unique<train::Learner>(
-                                     *compute, *model, t.optimizer, callerSpans(*buffers).first,
-                                     callerSpans(*buffers).second)
-                               : std::make_unique<train::Learner>(*compute, *model, t.optimizer,
-                                                                  t.seed);
+    if (buffers) {
+      const auto [params, grads] = callerSpans(*buffers);
+      training.learner =
+          std::make_unique<train::Learner>(*compute, *model, t.optimizer, params, grads);
+    } else {
+      training.learner = std::make_unique<train::Learner>(*compute, *model, t.optimizer, t.seed);
+    }
     if (external->evaluate) external->evaluate = inCallerOrder(std::move(external->evaluate));
   } else {
     t.modelConfig.inputs = data->train.features;
@@ -339,11 +341,14 @@ bool Peer::step(const LocalStep& local) {
   GOSSAMER_ENFORCE(impl_->phase == Impl::Phase::started, "Peer::step() {}",
                    impl_->phase == Impl::Phase::constructed ? "before start()" : "after finish()");
   if (impl_->training.cannotJoin || impl_->training.clusterDone) return false;
-  if (local.stream && impl_->external->buffers) impl_->external->buffers->place.stream = *local.stream;
-  // The caller's callbacks run in its turn on its stream (inCallerTurn), the rest in the peer's.
-  LocalStep ordered = local;
+  std::optional<CallerBuffers>& buffers = impl_->external->buffers;
+  if (local.stream && buffers) buffers->place.stream = *local.stream;
+  // With the caller's buffers, its callbacks run in its turn on its stream (inCallerTurn), the
+  // rest in the peer's; without them there is nothing to order (no copy of `local` either).
+  LocalStep ordered;
   void* const stream = impl_->callerStream();
   kernels::Compute& compute = *impl_->compute;
+  if (buffers) ordered = local;
   if (ordered.gradients)
     ordered.gradients = [&compute, stream, &local] {
       return inCallerTurn(compute, stream, local.gradients);
@@ -352,7 +357,7 @@ bool Peer::step(const LocalStep& local) {
     ordered.update = [&compute, stream, &local] { inCallerTurn(compute, stream, local.update); };
   compute.waitForStream(stream);  // the caller's gradients and writes since the last step
   ComputeContext& context = *impl_->training.context;
-  context.setLocalStep(&ordered);
+  context.setLocalStep(buffers ? &ordered : &local);
   struct Reset {
     ComputeContext& context;
     kernels::Compute& compute;

@@ -82,10 +82,10 @@ std::vector<std::string> RefusalLog::record(Refusal cause, const std::string& so
 
 std::optional<std::string> RefusalLog::flush(Clock::time_point now) {
   if (!open_ || now - windowStart_ < options_.window) return std::nullopt;
-  return closeWindow(now);
+  return closeWindow();
 }
 
-std::optional<std::string> RefusalLog::closeWindow(Clock::time_point /*now*/) {
+std::optional<std::string> RefusalLog::closeWindow() {
   open_ = false;
   std::vector<std::pair<std::uint64_t, std::pair<Refusal, std::string>>> held;
   std::uint64_t total = 0;

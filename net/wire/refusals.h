@@ -68,7 +68,7 @@ class RefusalLog {
   const std::array<std::uint64_t, kRefusalKinds>& totals() const { return totals_; }
 
  private:
-  std::optional<std::string> closeWindow(Clock::time_point now);
+  std::optional<std::string> closeWindow();
 
   Options options_;
   Clock::time_point windowStart_{};

@@ -65,6 +65,13 @@ def _averaged_buffers(module, buffers):
     return [(name, b) for name, b in module.named_buffers() if b.dtype == torch.float32]
 
 
+def _layout(params, stats):
+    """The (name, shape) list of the flat buffer: the parameters, then the averaged buffers."""
+    return [(name, tuple(p.shape)) for name, p in params] + [
+        ("buffer." + name, tuple(b.shape) or (1,)) for name, b in stats
+    ]
+
+
 def _device_name(device):
     if device.type == "cpu":
         return "cpu"
@@ -93,17 +100,16 @@ class Attached:
         self._slots = []
         # (owning module, buffer name, offset, count, address)
         self._stats = []
-        self._layout = []
+        self._layout = _layout(params, stats)
         offset = 0
         with torch.no_grad():
-            for name, p in params:
+            for _, p in params:
                 n = p.numel()
                 value = self.flat_params[offset:offset + n].view_as(p)
                 value.copy_(p)
                 p.data = value
                 p.grad = self.flat_grads[offset:offset + n].view_as(p)
                 self._slots.append((p, offset, n, value.data_ptr(), p.grad.data_ptr()))
-                self._layout.append((name, tuple(p.shape)))
                 offset += n
             for name, b in stats:
                 n = b.numel()
@@ -113,7 +119,6 @@ class Attached:
                 view.copy_(b)
                 holder._buffers[attribute] = view
                 self._stats.append((holder, attribute, offset, n, view.data_ptr()))
-                self._layout.append(("buffer." + name, tuple(b.shape) or (1,)))
                 offset += n
         self._hook = module.register_forward_pre_hook(self._before_forward)
 
@@ -183,9 +188,7 @@ def layout_of(module, buffers="average"):
     """The (name, shape) list of the module's flat buffer: parameters() order, then the
     averaged buffers (``buffer.<name>``)."""
     params, _ = _check_module(module)
-    return [(name, tuple(p.shape)) for name, p in params] + [
-        ("buffer." + name, tuple(b.shape) or (1,)) for name, b in _averaged_buffers(module, buffers)
-    ]
+    return _layout(params, _averaged_buffers(module, buffers))
 
 
 def attach(module, buffers="average"):
