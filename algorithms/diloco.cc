@@ -159,9 +159,39 @@ void serveOuterState(engine::ServiceContext& ctx, const engine::Incoming& reques
   ctx.metrics().add(who + ".served_joiners", 1);
 }
 
+std::optional<engine::SharedState> sharedOuterState(const OuterState& outer, std::uint64_t step) {
+  if (outer.busy()) return std::nullopt;
+  std::vector<float> theta, momentum;
+  std::uint64_t rounds = 0;
+  if (!outer.snapshot(theta, momentum, rounds)) return std::nullopt;
+  theta.insert(theta.end(), momentum.begin(), momentum.end());
+  return engine::SharedState{step, rounds, {rounds}, std::move(theta)};
+}
+
 bool joinFromOuterState(engine::PeerContext& ctx, OuterState& outer, const std::string& who,
                         std::uint32_t requestKind) {
   const std::size_t size = ctx.params().size();
+  std::vector<engine::PeerId> others;
+  for (engine::PeerId member : ctx.members())
+    if (member != ctx.self()) others.push_back(member);
+  const std::size_t floats = size * (outer.hasMomentum() ? 2 : 1);
+  if (std::optional<engine::CaughtUpModel> state =
+          ctx.catchUpState(others, floats, 2 * ctx.commTimeout());
+      state && state->integers.size() == 1) {
+    const std::span<const float> all = state->params();
+    ctx.compute().upload(ctx.params(), all.first(size));
+    outer.adopt(std::vector<float>(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(size)),
+                std::vector<float>(all.begin() + static_cast<std::ptrdiff_t>(size), all.end()),
+                state->integers[0]);
+    ctx.optimizer().resetState();
+    ctx.adoptStep(state->step);
+    log::get("algorithms")
+        ->info("{}: peer {:016x} joined at step {} with the outer state of {} member(s)", who,
+               ctx.self(), state->step, state->from.size());
+    ctx.metrics().add(who + ".joined", 1);
+    ctx.metrics().add(who + ".joined_from_members", static_cast<double>(state->from.size()));
+    return true;
+  }
   engine::Expected expected{.integers = 1};
   expected.payloads.push_back(size);
   if (outer.hasMomentum()) expected.payloads.push_back(size);

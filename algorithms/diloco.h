@@ -33,8 +33,11 @@
 // (periodic_averaging.h). Then every peer takes the mean of the thetas (endOnConsensus: one more
 // all-reduce of |w| per run), so that the run ends on one model even if the thetas drifted apart.
 //
-// Joiner: requests theta, m and the step count from a live member (serve() answers from host
-// memory under a mutex), takes w_i = theta and that step, and starts with a fresh inner optimizer.
+// Joiner: fetches theta, m and the outer round count from the members at once, in verified
+// chunks (PeerContext::catchUpState over sharedState(): theta is the same on every member after
+// a round), or, where the runtime has no such fetch (the simulator) or no member has a state to
+// give, requests them from one live member (serve() answers from host memory under a mutex); it
+// takes w_i = theta and that member's step, and starts with a fresh inner optimizer.
 // When nobody answers, it falls back to Algorithm::join (a member's model) with theta = that
 // model and m = 0 ("diloco.join_fallbacks"). Checkpoints keep theta, m and the round count.
 //
@@ -161,6 +164,11 @@ class OuterState {
   std::uint64_t rounds_ = 0;                           // outer steps done; guarded by mutex_
 };
 
+// What a member gives a joiner's catch-up (Algorithm::sharedState): theta then m as the floats,
+// the outer rounds done as the version and the one integer, `step` as the step; none while a
+// round is half merged (busy) or before setup.
+std::optional<engine::SharedState> sharedOuterState(const OuterState& outer, std::uint64_t step);
+
 class Diloco final : public PeriodicAveraging {
  public:
   explicit Diloco(DilocoOptions options);
@@ -172,6 +180,9 @@ class Diloco final : public PeriodicAveraging {
   void finish(engine::PeerContext& ctx) override;
   void serve(engine::ServiceContext& ctx, const engine::Incoming& request) override;
   void join(engine::PeerContext& ctx) override;
+  std::optional<engine::SharedState> sharedState() const override {
+    return sharedOuterState(outer_, step_);
+  }
   void saveState(engine::AlgorithmState& state) const override;
   void loadState(const engine::AlgorithmState& state) override;
 
@@ -194,9 +205,10 @@ class Diloco final : public PeriodicAveraging {
   std::atomic<std::uint64_t> step_{0};  // the compute thread's step, for replies to joiners
 };
 
-// The joiner's side shared with streaming-diloco: asks every other member in turn for its outer
-// state, again after 1 ms while one is busy, for at most --comm-timeout; true (params = theta,
-// step adopted, inner optimizer reset) when one answered.
+// The joiner's side shared with streaming-diloco: the members' outer state fetched in verified
+// chunks (PeerContext::catchUpState); failing that, asks every other member in turn for it,
+// again after 1 ms while one is busy, for at most --comm-timeout; true (params = theta, step
+// adopted, inner optimizer reset) when one answered.
 bool joinFromOuterState(engine::PeerContext& ctx, OuterState& outer, const std::string& who,
                         std::uint32_t requestKind);
 // serve()'s side: answers a request of the joiner with `outer`'s snapshot and `step`; without a

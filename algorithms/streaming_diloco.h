@@ -126,6 +126,9 @@ class StreamingDiloco final : public engine::Algorithm {
   void finish(engine::PeerContext& ctx) override;
   void serve(engine::ServiceContext& ctx, const engine::Incoming& request) override;
   void join(engine::PeerContext& ctx) override;
+  std::optional<engine::SharedState> sharedState() const override {
+    return sharedOuterState(outer_, step_);
+  }
   void saveState(engine::AlgorithmState& state) const override;
   void loadState(const engine::AlgorithmState& state) override;
 

@@ -26,6 +26,9 @@ void addTransportCommand(CLI::App& app);
 // `membership`: SWIM failure detection and join times in units of T, false failures under loss,
 // protocol bytes per member (membership_bench.cc).
 void addMembershipCommand(CLI::App& app);
+// `join`: a joiner catching up a large model in verified chunks from 1, 2 and 4 members, against
+// bytes over the sources' total bandwidth (join_bench.cc).
+void addJoinCommand(CLI::App& app);
 
 // `convergence`: a matrix of decentralized training runs; report, CSV and plots
 // (convergence_bench.cc).

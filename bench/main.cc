@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   gossamer::bench::addShapedCommand(app);
   gossamer::bench::addTransportCommand(app);
   gossamer::bench::addMembershipCommand(app);
+  gossamer::bench::addJoinCommand(app);
   gossamer::bench::addConvergenceCommand(app);
   gossamer::bench::addChaosCommand(app);
   gossamer::bench::addSimulateCommand(app);

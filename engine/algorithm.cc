@@ -2,7 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <string>
+
+#include <fmt/format.h>
+#include <sys/mman.h>
 
 #include "engine/base/enforce.h"
 #include "engine/base/log.h"
@@ -170,6 +175,52 @@ double Algorithm::step(PeerContext& ctx) {
   return loss;
 }
 
+CaughtUpModel::CaughtUpModel(std::uint64_t step, std::vector<PeerId> from, std::size_t floats)
+    : step(step), from(std::move(from)), size_(floats) {
+  // In 2 MiB pages where the kernel allows it (transparent huge pages on madvise): a gigabyte
+  // touched page by page costs 262144 faults, each zeroing 4 KiB, on the thread that merges.
+  constexpr std::size_t kHuge = std::size_t{2} << 20;
+  const std::size_t bytes = std::max<std::size_t>((floats * sizeof(float) + kHuge - 1) / kHuge * kHuge, kHuge);
+  void* memory = std::aligned_alloc(kHuge, bytes);
+  GOSSAMER_ENFORCE(memory != nullptr, "cannot allocate {} bytes for a model", bytes);
+  if (bytes >= kHuge) madvise(memory, bytes, MADV_HUGEPAGE);
+  data_.reset(static_cast<float*>(memory));
+}
+
+void CaughtUpModel::Free::operator()(float* p) const { std::free(p); }
+
+std::optional<CaughtUpModel> PeerContext::catchUp(std::span<const PeerId> candidates,
+                                                  ModelHolders /*holders*/,
+                                                  Clock::duration timeout) {
+  for (PeerId from : candidates) {
+    if (from == self()) continue;
+    std::optional<Incoming> model = pullModel(from, timeout);
+    if (!model || model->payloadCount() != 1 || model->payload(0).size() != params().size())
+      continue;
+    CaughtUpModel out(model->step, {from}, params().size());
+    std::copy(model->payload(0).begin(), model->payload(0).end(), out.params().begin());
+    return out;
+  }
+  return std::nullopt;
+}
+
+namespace {
+
+std::string peerList(const std::vector<PeerId>& peers) {
+  std::string out;
+  for (PeerId p : peers) out += fmt::format("{}{:016x}", out.empty() ? "" : ", ", p);
+  return out;
+}
+
+// Takes a caught-up model: params, step, a fresh optimizer state.
+void adopt(PeerContext& ctx, const CaughtUpModel& model) {
+  ctx.compute().upload(ctx.params(), model.params());
+  ctx.optimizer().resetState();
+  ctx.adoptStep(model.step);
+}
+
+}  // namespace
+
 void Algorithm::join(PeerContext& ctx) {
   std::vector<PeerId> candidates;
   for (const topology::WeightedPeer& n : ctx.graph().inNeighbors(ctx.self()))
@@ -181,11 +232,13 @@ void Algorithm::join(PeerContext& ctx) {
   }
   // A member answers at its next step boundary, and a step of a synchronous algorithm may itself
   // wait a whole comm timeout (for this very joiner, among others): a pull waits twice that, or
-  // a loaded machine's joiner would start alone from the initial model at step 0.
-  for (PeerId from : candidates) {
-    if (!adoptModelOf(ctx, from)) continue;
-    log::get("peer")->info("peer {:016x} joined at step {} with the model of {:016x}", ctx.self(),
-                           ctx.step(), from);
+  // a loaded machine's joiner would start alone from the initial model at step 0. The members of
+  // a lockstep algorithm hold one model: it comes from several of them at once.
+  const ModelHolders holders = lockstep() ? ModelHolders::identical : ModelHolders::one;
+  if (std::optional<CaughtUpModel> model = ctx.catchUp(candidates, holders, 2 * ctx.commTimeout())) {
+    adopt(ctx, *model);
+    log::get("peer")->info("peer {:016x} joined at step {} with the model of {}", ctx.self(),
+                           ctx.step(), peerList(model->from));
     return;
   }
   log::get("peer")->warn("peer {:016x}: no member sent its model; starting from the initial one",
@@ -193,12 +246,10 @@ void Algorithm::join(PeerContext& ctx) {
 }
 
 bool Algorithm::adoptModelOf(PeerContext& ctx, PeerId from) {
-  std::optional<Incoming> model = ctx.pullModel(from, 2 * ctx.commTimeout());
-  if (!model || model->payloadCount() != 1 || model->payload(0).size() != ctx.params().size())
-    return false;
-  ctx.compute().upload(ctx.params(), model->payload(0));
-  ctx.optimizer().resetState();
-  ctx.adoptStep(model->step);
+  std::optional<CaughtUpModel> model =
+      ctx.catchUp(std::span<const PeerId>(&from, 1), ModelHolders::one, 2 * ctx.commTimeout());
+  if (!model) return false;
+  adopt(ctx, *model);
   return true;
 }
 

@@ -130,6 +130,44 @@ class Incoming {
   std::vector<Held> payloads_;
 };
 
+// Which members hold the model a peer catches up with (PeerContext::catchUp): `identical`, the
+// one model of a synchronous algorithm that every member holds after a round, fetched from
+// several at once; `one`, a model that is one peer's own (gossip), fetched from exactly one.
+enum class ModelHolders { one, identical };
+
+// A state of an algorithm that its members hold identically, for a joiner to fetch in verified
+// chunks from several of them at once (Algorithm::sharedState, PeerContext::catchUpState): its
+// floats, the integers that go with them, the member's step, and `version`, what members holding
+// the same state agree on (e.g. the outer rounds done).
+struct SharedState {
+  std::uint64_t step = 0;
+  std::uint64_t version = 0;
+  std::vector<std::uint64_t> integers;
+  std::vector<float> floats;
+};
+
+// A model a peer caught up with: its params, the step it was taken at, and the members that sent
+// it (one, or each whose chunks were merged).
+struct CaughtUpModel {
+  CaughtUpModel() = default;
+  CaughtUpModel(std::uint64_t step, std::vector<PeerId> from, std::size_t floats);
+
+  std::uint64_t step = 0;
+  std::vector<PeerId> from;
+  std::vector<std::uint64_t> integers;  // an algorithm state's (Algorithm::sharedState)
+  std::span<float> params() { return {data_.get(), size_}; }
+  std::span<const float> params() const { return {data_.get(), size_}; }
+
+ private:
+  // Not zeroed: a fresh gigabyte's pages are touched as its chunks land, while the transfer waits
+  // on the network, not all at once before it.
+  struct Free {
+    void operator()(float* p) const;
+  };
+  std::unique_ptr<float[], Free> data_;
+  std::size_t size_ = 0;
+};
+
 // What gather() returns: one message per peer that answered in time (in the order of `from`),
 // and the peers that did not (or that left the view while it waited).
 struct GatherResult {
@@ -313,6 +351,24 @@ class PeerContext {
   // pauses), with the step it had reached; nullopt when none came within `timeout`. The message
   // holds the params as payload(0) and the step in `step`.
   virtual std::optional<Incoming> pullModel(PeerId from, Clock::duration timeout) = 0;
+  // The params and step of the members, for a peer catching up with them (Algorithm::join,
+  // realign), fetched in verified chunks (engine/runtime/catch_up.h): with
+  // ModelHolders::identical from several of `candidates` at once, each chunk checked by two of
+  // them; with ModelHolders::one from the first candidate that answers, checked against its own
+  // digests. nullopt when no complete, verified model came (`timeout` bounds the wait for the
+  // holders' copies and any source's silence). The default pulls the whole model from the first
+  // candidate that answers pullModel() (the simulator's).
+  virtual std::optional<CaughtUpModel> catchUp(std::span<const PeerId> candidates,
+                                               ModelHolders holders, Clock::duration timeout);
+  // The same for the algorithm's own state of `floats` floats (Algorithm::sharedState), from
+  // members holding it identically (grouped by its version); params() holds the state's floats,
+  // `integers` its integers. The default (the simulator's) has none: the algorithm falls back
+  // to its own request.
+  virtual std::optional<CaughtUpModel> catchUpState(std::span<const PeerId> /*candidates*/,
+                                                    std::size_t /*floats*/,
+                                                    Clock::duration /*timeout*/) {
+    return std::nullopt;
+  }
   // Moves this peer's step count to `step` (forward or back): a peer joining a cluster that is
   // already training, or one that fell behind, lines its rounds up with the others'. The run
   // still ends at totalSteps().
@@ -398,6 +454,10 @@ class Algorithm {
   // in-neighbour that answers pullModel() within twice the comm timeout (of any member when it
   // has none), and resets the local optimizer's state.
   virtual void join(PeerContext& ctx);
+  // The state a joiner fetches with PeerContext::catchUpState (a diloco's outer state), copied
+  // now; nullopt while there is none to give (before setup, or a round half merged). Any thread.
+  // The default: none.
+  virtual std::optional<SharedState> sharedState() const { return std::nullopt; }
   // Whether this algorithm's peers go in lockstep: their rounds are matched by step (a message
   // of step s serves the receiver's step s), so peers whose steps came apart (two sides of a
   // partition that went on apart, rounds that timed out apart) no longer round together and

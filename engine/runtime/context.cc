@@ -122,6 +122,30 @@ std::optional<Incoming> ComputeContext::pullModel(PeerId from, Clock::duration t
   return model;
 }
 
+std::optional<CaughtUpModel> ComputeContext::catchUp(std::span<const PeerId> candidates,
+                                                     ModelHolders holders,
+                                                     Clock::duration timeout) {
+  const WaitBoard::Scope waiting(p_.status.waits, "a model",
+                                 std::vector<PeerId>(candidates.begin(), candidates.end()));
+  const Clock::time_point start = Clock::now();
+  std::optional<CaughtUpModel> model =
+      p_.control.catchUp(candidates, holders, params().size(), timeout);
+  p_.status.addCommWait(Clock::now() - start);
+  return model;
+}
+
+std::optional<CaughtUpModel> ComputeContext::catchUpState(std::span<const PeerId> candidates,
+                                                          std::size_t floats,
+                                                          Clock::duration timeout) {
+  const WaitBoard::Scope waiting(p_.status.waits, "the algorithm's state",
+                                 std::vector<PeerId>(candidates.begin(), candidates.end()));
+  const Clock::time_point start = Clock::now();
+  std::optional<CaughtUpModel> state = p_.control.catchUp(candidates, ModelHolders::identical,
+                                                          floats, timeout, StateKind::algorithm);
+  p_.status.addCommWait(Clock::now() - start);
+  return state;
+}
+
 void ServeContext::reply(const Incoming& request, const Message& message) {
   Message answer = message;
   answer.tag = request.tag;

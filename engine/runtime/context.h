@@ -100,6 +100,10 @@ class ComputeContext final : public PeerContext {
   NormBound normBound() const override { return p_.config.normBound; }
 
   std::optional<Incoming> pullModel(PeerId from, Clock::duration timeout) override;
+  std::optional<CaughtUpModel> catchUp(std::span<const PeerId> candidates, ModelHolders holders,
+                                       Clock::duration timeout) override;
+  std::optional<CaughtUpModel> catchUpState(std::span<const PeerId> candidates, std::size_t floats,
+                                            Clock::duration timeout) override;
   void adoptStep(std::uint64_t step) override { p_.status.step = step; }
 
   std::mt19937_64& rng() override { return rng_; }

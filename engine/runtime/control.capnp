@@ -17,6 +17,11 @@ struct Control {
     pullModel @4 :Void;      # "send me your params at your next step boundary"
     model @5 :Void;          # the answer: the params as the payload, their step in the envelope
     statusRequestOf @6 :StatusRequest;  # statusRequest naming the asker's life (sent instead)
+    # A verified catch-up in chunks (catch_up.h). Their fields travel as the envelope's integers:
+    stateRequest @7 :Void;   # "hold a copy of your params at your next step boundary for me"
+    stateHeader @8 :Void;    # the answer: {copy id, floats}; its step in the envelope
+    chunkRequest @9 :Void;   # {copy id, chunk, chunk floats, attempt, send bytes, send digest}
+    chunk @10 :Void;         # {copy id, chunk, attempt, held, [4 digest words]}; bytes as payload
   }
 }
 

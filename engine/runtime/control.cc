@@ -34,7 +34,8 @@ constexpr net::Channel kMarkChannels[] = {net::Channel::control, net::Channel::d
 
 ClusterControl::ClusterControl(PeerNetwork& network, Messenger& messenger, SnapshotBoard& snapshots,
                                const LoopStatus& status)
-    : network_(network), messenger_(messenger), snapshots_(snapshots), status_(status) {}
+    : network_(network), messenger_(messenger), snapshots_(snapshots), status_(status),
+      catchUpServer_(messenger) {}
 
 std::vector<PeerId> ClusterControl::others() const {
   std::vector<PeerId> out = network_.members();
@@ -94,9 +95,36 @@ void ClusterControl::onMessage(Incoming message, std::vector<std::byte> bytes) {
     }
     wake();
   } else if (std::holds_alternative<control::PullModel>(decoded)) {
+    message.kind = 0;
     if (std::shared_ptr<const Snapshot> snapshot = snapshots_.pull(message))
       answerPulls({message}, std::move(snapshot));
+  } else if (std::holds_alternative<control::StateRequest>(decoded) &&
+             message.integers == std::vector<std::uint64_t>{
+                                     static_cast<std::uint64_t>(StateKind::algorithm)}) {
+    // Copied on the catch-up server's thread: a large state's copy would hold the io thread.
+    catchUpServer_.answerStateWith(message, [this]() -> std::shared_ptr<const Snapshot> {
+      std::optional<SharedState> state = sharedState_ ? sharedState_() : std::nullopt;
+      if (!state) return nullptr;
+      return std::make_shared<const Snapshot>(Snapshot{network_.self(), state->step,
+                                                       std::move(state->floats), state->version,
+                                                       std::move(state->integers)});
+    });
+  } else if (std::holds_alternative<control::StateRequest>(decoded)) {
+    message.kind = kStateRequestKind;
+    if (std::shared_ptr<const Snapshot> snapshot = snapshots_.pull(message))
+      answerPulls({message}, std::move(snapshot));
+  } else if (std::holds_alternative<control::ChunkRequest>(decoded)) {
+    catchUpServer_.onChunkRequest(message);
+  } else if (std::holds_alternative<control::StateHeader>(decoded) ||
+             std::holds_alternative<control::ChunkReply>(decoded)) {
+    // Kept only for the catch-up in flight: a late reply to an earlier one holds a receive
+    // buffer that nobody would release.
+    if (message.tag != catchUpTag_.load()) return;
+    message.kind = std::holds_alternative<control::StateHeader>(decoded) ? kStateHeaderKind
+                                                                         : kChunkReplyKind;
+    replies_.push(std::move(message));
   } else {  // control::Model: the answer to a pull
+    message.kind = 0;
     replies_.push(std::move(message));
   }
 }
@@ -104,6 +132,10 @@ void ClusterControl::onMessage(Incoming message, std::vector<std::byte> bytes) {
 void ClusterControl::answerPulls(const std::vector<Incoming>& pulls,
                                  std::shared_ptr<const Snapshot> snapshot) {
   for (const Incoming& pull : pulls) {
+    if (pull.kind == kStateRequestKind) {
+      catchUpServer_.answerState(pull, snapshot);
+      continue;
+    }
     messenger_.sendFromHost(
         std::span<const PeerId>(&pull.from, 1),
         Message{.step = snapshot->step,
@@ -314,6 +346,43 @@ GatherResult ClusterControl::pullModels(const std::vector<PeerId>& from, Clock::
   return gather(replies_, from, tag, Clock::now() + timeout, [this](PeerId peer) {
     return peer != network_.self() && !network_.isMember(peer);
   });
+}
+
+}  // namespace gossamer::engine::runtime
+
+namespace gossamer::engine::runtime {
+
+std::optional<CaughtUpModel> ClusterControl::catchUp(std::span<const PeerId> candidates,
+                                                     ModelHolders holders, std::size_t floats,
+                                                     Clock::duration timeout, StateKind kind) {
+  const std::uint64_t tag = tags_.fresh();
+  catchUpTag_ = tag;
+  CatchUpClient client(
+      network_.self(), messenger_, replies_,
+      [this](PeerId peer) { return peer != network_.self() && !network_.isMember(peer); },
+      catchUpOptions_);
+  const Clock::time_point start = Clock::now();
+  std::optional<CaughtUpModel> model =
+      client.fetch(candidates, holders, floats, tag, timeout, kind);
+  catchUpTag_ = 0;
+  while (replies_.take([tag](const Incoming& m) { return m.tag == tag; })) {
+  }
+  const CatchUpReport& report = client.report();
+  if (model) {
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    log::get("peer")->info(
+        "peer {:016x}: caught up with {:.1f} MiB{} at step {} in {:.2f} s from {} member(s) "
+        "({}), {} chunk(s){}{}",
+        network_.self(), static_cast<double>(floats) * sizeof(float) / (1 << 20),
+        kind == StateKind::algorithm ? " of the algorithm's state" : "", model->step,
+        seconds, model->from.size(), peerList(model->from), report.chunks,
+        report.agreed ? ", each checked by a second member" : ", checked by the sender's digests",
+        report.rejected > 0
+            ? fmt::format(", {} rejected and fetched again (members that disagreed: {})",
+                          report.rejected, peerList(report.disagreeing))
+            : std::string());
+  }
+  return model;
 }
 
 }  // namespace gossamer::engine::runtime

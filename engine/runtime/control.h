@@ -14,7 +14,10 @@
 //                  gossiped here late) gets the marks then: it waits for them like the others.
 //   released       "I have what I need from the others (their final models): they may leave".
 //   pull / model   a copy of the receiver's params at its next step boundary (SnapshotBoard),
-//                  for a joiner and for the final consensus.
+//                  for the final consensus.
+//   stateRequest / stateHeader / chunkRequest / chunk
+//                  a joiner's verified catch-up in chunks from one or several members
+//                  (catch_up.h, catch_up_server.h).
 //
 // Replies to the runtime's own requests go to a queue of their own, never to the algorithm's
 // inbox. Threading: onMessage() on the io thread; wake() on any thread; everything else on the
@@ -33,6 +36,8 @@
 #include <vector>
 
 #include "engine/life/start_rule.h"
+#include "engine/runtime/catch_up.h"
+#include "engine/runtime/catch_up_server.h"
 #include "engine/runtime/control_codec.h"
 #include "engine/runtime/message_queue.h"
 #include "engine/runtime/messenger.h"
@@ -93,7 +98,21 @@ class ClusterControl {
   // The same from several peers at once (the final consensus).
   GatherResult pullModels(const std::vector<PeerId>& from, Clock::duration timeout);
 
-  // Any thread: answers pulls with `snapshot` (sent from it in place, no copy).
+  // The members' model in verified chunks (catch_up.h): what PeerContext::catchUp does. Logs
+  // what came from whom.
+  std::optional<CaughtUpModel> catchUp(std::span<const PeerId> candidates, ModelHolders holders,
+                                       std::size_t floats, Clock::duration timeout,
+                                       StateKind kind = StateKind::params);
+  // Where a request for the algorithm's shared state is answered from (Peer: the algorithm's
+  // sharedState()); called on the catch-up server's thread. Unset: none.
+  void setSharedState(std::function<std::optional<SharedState>()> provider) {
+    sharedState_ = std::move(provider);
+  }
+  void setCatchUpOptions(const CatchUpOptions& options) { catchUpOptions_ = options; }
+  const CatchUpServer& catchUpServer() const { return catchUpServer_; }
+
+  // Any thread: answers pulls with `snapshot` (sent from it in place, no copy): model pulls with
+  // the params, catch-up state requests by holding the copy (CatchUpServer).
   void answerPulls(const std::vector<Incoming>& pulls, std::shared_ptr<const Snapshot> snapshot);
 
   MessageQueue& replies() { return replies_; }
@@ -126,6 +145,10 @@ class ClusterControl {
   std::map<PeerId, control::Status> statuses_;
   std::uint64_t wakeups_ = 0;  // counts wake(): a wait returns when the view may have changed
   bool stopped_ = false;
+  CatchUpServer catchUpServer_;
+  CatchUpOptions catchUpOptions_;
+  std::atomic<std::uint64_t> catchUpTag_{0};
+  std::function<std::optional<SharedState>()> sharedState_;  // of the catch-up in flight: its replies are kept
 };
 
 }  // namespace gossamer::engine::runtime

@@ -42,6 +42,14 @@ Message toMessage(s::Control::Reader r) {
       return PullModel{};
     case s::Control::MODEL:
       return Model{};
+    case s::Control::STATE_REQUEST:
+      return StateRequest{};
+    case s::Control::STATE_HEADER:
+      return StateHeader{};
+    case s::Control::CHUNK_REQUEST:
+      return ChunkRequest{};
+    case s::Control::CHUNK:
+      return ChunkReply{};
   }
   throw net::wire::Malformed{};  // a union member from a newer schema
 }
@@ -66,6 +74,10 @@ std::vector<std::byte> encode(const Message& message) {
                  [&](const Released& v) { root.initReleased().setChannel(v.channel); },
                  [&](const PullModel&) { root.setPullModel(); },
                  [&](const Model&) { root.setModel(); },
+                 [&](const StateRequest&) { root.setStateRequest(); },
+                 [&](const StateHeader&) { root.setStateHeader(); },
+                 [&](const ChunkRequest&) { root.setChunkRequest(); },
+                 [&](const ChunkReply&) { root.setChunk(); },
              },
              message);
   return net::wire::flatten(builder);

@@ -41,7 +41,22 @@ struct Model {
   friend bool operator==(const Model&, const Model&) = default;
 };
 
-using Message = std::variant<StatusRequest, Status, Finished, Released, PullModel, Model>;
+// A verified catch-up in chunks (catch_up.h); their fields travel as the envelope's integers.
+struct StateRequest {
+  friend bool operator==(const StateRequest&, const StateRequest&) = default;
+};
+struct StateHeader {
+  friend bool operator==(const StateHeader&, const StateHeader&) = default;
+};
+struct ChunkRequest {
+  friend bool operator==(const ChunkRequest&, const ChunkRequest&) = default;
+};
+struct ChunkReply {
+  friend bool operator==(const ChunkReply&, const ChunkReply&) = default;
+};
+
+using Message = std::variant<StatusRequest, Status, Finished, Released, PullModel, Model,
+                             StateRequest, StateHeader, ChunkRequest, ChunkReply>;
 
 std::vector<std::byte> encode(const Message& message);
 // net::Errc::malformedMessage for anything but one well-formed message (an unknown union member,

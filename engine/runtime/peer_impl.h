@@ -47,7 +47,9 @@ struct Comms {
         snapshots(self),
         control(network, messenger, snapshots, status),
         serveContext(self, *hostCompute, messenger, metrics, training.normBound),
-        serveGate(algorithm, serveContext) {}
+        serveGate(algorithm, serveContext) {
+    control.setSharedState([&algorithm] { return algorithm.sharedState(); });
+  }
   // The io thread goes first: no handler may run on parts being destroyed.
   ~Comms() { network.shutdown(); }
 

@@ -4,7 +4,7 @@ namespace gossamer::engine::runtime {
 
 std::vector<Incoming> SnapshotBoard::publish(std::uint64_t step, std::vector<float> params,
                                              bool final) {
-  auto snapshot = std::make_shared<const Snapshot>(Snapshot{self_, step, std::move(params)});
+  auto snapshot = std::make_shared<const Snapshot>(Snapshot{self_, step, std::move(params), step, {}});
   std::vector<Incoming> pulls;
   {
     std::lock_guard lock(mutex_);

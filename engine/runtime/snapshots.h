@@ -24,6 +24,11 @@ struct Snapshot {
   PeerId peer = 0;
   std::uint64_t step = 0;
   std::vector<float> params;
+  // For a catch-up (catch_up.h): what members holding one state agree on (the step for params; an
+  // algorithm's own count for its state, Algorithm::sharedState), and the integers that travel
+  // with the floats.
+  std::uint64_t version = 0;
+  std::vector<std::uint64_t> integers;
 };
 
 class SnapshotBoard {

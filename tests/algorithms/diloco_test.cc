@@ -285,9 +285,12 @@ void checkJoinerReceivesOuterState(const std::string& algorithm, engine::OptionV
   CHECK(late->result.steps == 400);
   CHECK(metric(late->result, algorithm + ".joined") == 1);
   CHECK(metric(late->result, algorithm + ".join_fallbacks") == -1);
+  // It came in verified chunks from the members (the runtime's catch-up), not by the request to one
+  // member that serve() answers (the simulator's way).
+  CHECK(metric(late->result, algorithm + ".joined_from_members") >= 1);
   double served = 0;
   for (const auto& p : result.peers) served += std::max(0.0, metric(p, algorithm + ".served_joiners"));
-  CHECK(served == 1);
+  CHECK(served == 0);
   CHECK(metric(late->result, algorithm + ".rounds") > 0);
   // Every peer, the joiner included, ends on the last outer step's theta.
   for (std::size_t i = 0; i < 3; ++i) {

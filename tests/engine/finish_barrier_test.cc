@@ -10,11 +10,8 @@
 
 #include <doctest/doctest.h>
 
-#include "engine/runtime/control.h"
-#include "engine/runtime/messenger.h"
-#include "engine/runtime/network.h"
-#include "kernels/cpu/cpu_compute.h"
-#include "tests/algorithms/algorithm_testing.h"
+#include "engine/runtime/control_node.h"
+#include "tests/engine/control_nodes.h"
 #include "tests/support/watchdog.h"
 
 namespace gossamer::engine::runtime {
@@ -22,82 +19,27 @@ namespace {
 
 using namespace std::chrono_literals;
 
-// One peer's network and control protocol, wired as runtime::Peer wires them.
-struct ControlNode {
-  ControlNode(PeerId id, std::optional<net::Endpoint> seed)
-      : config(makeConfig(seed)),
-        staging(*compute, 64, {}),
-        codec(
-            *compute, *compute, {}, id,
-            [this](std::size_t bytes) { return staging.receiveSlot(bytes); }, 1 << 20),
-        network(config, id),
-        messenger(network, staging, codec),
-        snapshots(id),
-        control(network, messenger, snapshots, status) {
-    messenger.setRoutes(Routes{.inbox = &inbox,
-                               .serve = [](Incoming) {},
-                               .runtime =
-                                   [this](Incoming m, std::vector<std::byte> bytes) {
-                                     control.onMessage(std::move(m), std::move(bytes));
-                                   }});
-    network.start(
-        PeerNetwork::Handlers{
-            .target = [this](const net::Remote&, const net::wire::EnvelopeHeader&, std::size_t,
-                             std::size_t size) { return messenger.receiveTarget(size); },
-            .envelope =
-                [this](const net::Remote& from, net::wire::EnvelopeHeader header,
-                       std::vector<net::Payload> payloads) {
-                  messenger.onEnvelope(from, std::move(header), std::move(payloads));
-                },
-            .membershipChanged = [this](const net::membership::Event&) { control.onViewChanged(); },
-            .registerMemory = [](net::Transport&) {},
-            .deviceMemory = {}},
-        net::wire::ModelFingerprint{16, "f32", 0x5eed}, 1);
-  }
-  ~ControlNode() { network.shutdown(); }
+NetworkConfig makeConfig(std::optional<net::Endpoint> seed) {
+  return test::controlNodeConfig(seed, std::byte{7});
+}
 
-  // The same hub and secret for every node of the test.
-  static NetworkConfig makeConfig(std::optional<net::Endpoint> seed) {
-    static const TransportMaker hub = test::sharedInprocNetwork();
-    NetworkConfig c;
-    c.transport = "inproc";
-    c.transportMaker = hub;
-    c.secret = std::vector<std::byte>(32, std::byte{7});
-    c.membership = net::membership::Options::local();
-    if (seed) c.seeds = {*seed};
-    prepareTransport(c, test::registry());
-    return c;
-  }
-
-  NetworkConfig config;
-  std::unique_ptr<kernels::Compute> compute = kernels::cpu::makeCompute({.blasThreads = 1});
-  Staging staging;
-  PayloadCodec codec;
-  MessageQueue inbox;
-  PeerNetwork network;
-  Messenger messenger;
-  SnapshotBoard snapshots;
-  LoopStatus status;
-  ClusterControl control;
+struct Node : ControlNode {
+  Node(PeerId id, std::optional<net::Endpoint> seed)
+      : ControlNode(id, makeConfig(seed), net::wire::ModelFingerprint{16, "f32", 0x5eed}, 64) {}
 };
 
 bool waitForMembers(const ControlNode& node, std::size_t count) {
-  const auto deadline = Clock::now() + 20s;
-  while (node.network.members().size() < count) {
-    if (Clock::now() > deadline) return false;
-    std::this_thread::sleep_for(10ms);
-  }
-  return true;
+  return node.waitForMembers(count, 20s);
 }
 
 TEST_CASE("finish barrier: a member that enters the view after the announcement gets the marks") {
   test::Watchdog watchdog(60s);
-  ControlNode first(1, std::nullopt);
+  Node first(1, std::nullopt);
   // Alone, the first peer ends its loop: its marks go to nobody (no member yet).
   first.control.announce(ClusterControl::Barrier::finished, {}, 1s);
   first.control.announce(ClusterControl::Barrier::released, {}, 1s);
 
-  ControlNode second(2, first.network.endpoint());
+  Node second(2, first.network.endpoint());
   REQUIRE(waitForMembers(second, 2));
   REQUIRE(waitForMembers(first, 2));
   // Before, the second waited the whole timeout for marks that had gone to nobody.
