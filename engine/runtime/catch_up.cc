@@ -154,7 +154,10 @@ bool CatchUpClient::transfer(const std::vector<Source>& sources, std::span<float
   const Populate populate(out);
   const std::size_t chunkFloats = std::max<std::size_t>(options_.chunkBytes / sizeof(float), 1);
   const std::size_t chunks = (out.size() + chunkFloats - 1) / chunkFloats;
-  ChunkPlan plan(chunks, sources.size(), options_.window);
+  // The window, shared out so that every chunk in flight has a receive buffer.
+  const std::size_t window = std::clamp<std::size_t>(options_.maxInFlight / sources.size(), 1,
+                                                     options_.window);
+  ChunkPlan plan(chunks, sources.size(), window);
   std::map<std::size_t, Incoming> kept;  // bytes waiting for their digest
   // Per source, the (chunk, attempt) of each request it has not answered.
   std::vector<std::set<std::pair<std::size_t, std::uint32_t>>> owed(sources.size());

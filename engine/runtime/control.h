@@ -145,10 +145,11 @@ class ClusterControl {
   std::map<PeerId, control::Status> statuses_;
   std::uint64_t wakeups_ = 0;  // counts wake(): a wait returns when the view may have changed
   bool stopped_ = false;
-  CatchUpServer catchUpServer_;
   CatchUpOptions catchUpOptions_;
-  std::atomic<std::uint64_t> catchUpTag_{0};
-  std::function<std::optional<SharedState>()> sharedState_;  // of the catch-up in flight: its replies are kept
+  std::atomic<std::uint64_t> catchUpTag_{0};  // of the catch-up in flight: its replies are kept
+  std::function<std::optional<SharedState>()> sharedState_;
+  // Last: destroyed first, its thread joined while what its jobs use (sharedState_) still lives.
+  CatchUpServer catchUpServer_;
 };
 
 }  // namespace gossamer::engine::runtime

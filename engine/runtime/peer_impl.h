@@ -49,6 +49,7 @@ struct Comms {
         serveContext(self, *hostCompute, messenger, metrics, training.normBound),
         serveGate(algorithm, serveContext) {
     control.setSharedState([&algorithm] { return algorithm.sharedState(); });
+    control.setCatchUpOptions({.maxInFlight = training.receiveBuffers});
   }
   // The io thread goes first: no handler may run on parts being destroyed.
   ~Comms() { network.shutdown(); }
