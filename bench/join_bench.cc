@@ -21,10 +21,9 @@
 #include <thread>
 #include <vector>
 
-#include <sys/resource.h>
-
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <sys/resource.h>
 
 #include "bench/bench_util.h"
 #include "bench/benchmarks.h"
@@ -95,7 +94,7 @@ struct Measured {
 
 // One catch-up of `model` from `count` fresh members.
 Measured measure(const std::vector<float>& model, std::size_t count, bool tls,
-               const JoinBenchOptions& options) {
+                 const JoinBenchOptions& options) {
   const engine::Registry registry = engine::makeBuiltinRegistry();
   std::vector<std::byte> secret(32);
   std::mt19937_64 rng(count);
@@ -104,9 +103,10 @@ Measured measure(const std::vector<float>& model, std::size_t count, bool tls,
   const net::wire::ModelFingerprint fingerprint{model.size(), "f32", 0x101};
   ControlNode joiner(1, nodeConfig(registry, 0, std::nullopt, tls, secret, options), fingerprint,
                      chunkBytes);
-  joiner.control.setCatchUpOptions(
-      {.chunkBytes = chunkBytes, .window = options.window, .maxInFlight = engine::runtime::StagingSizes{}.receiveSlots,
-       .maxSources = count});
+  joiner.control.setCatchUpOptions({.chunkBytes = chunkBytes,
+                                    .window = options.window,
+                                    .maxInFlight = engine::runtime::StagingSizes{}.receiveSlots,
+                                    .maxSources = count});
   std::vector<std::unique_ptr<ControlNode>> members;
   std::vector<engine::PeerId> ids;
   for (std::size_t i = 0; i < count; ++i) {
@@ -116,7 +116,8 @@ Measured measure(const std::vector<float>& model, std::size_t count, bool tls,
     members.back()->serve(7, model);
     ids.push_back(100 + i);
   }
-  GOSSAMER_ENFORCE(joiner.waitForMembers(count + 1, 60s), "join bench: the members did not all join");
+  GOSSAMER_ENFORCE(joiner.waitForMembers(count + 1, 60s),
+                   "join bench: the members did not all join");
   const double cpuStart = cpuSeconds();
   const auto start = std::chrono::steady_clock::now();
   const std::optional<engine::CaughtUpModel> got =
@@ -125,7 +126,8 @@ Measured measure(const std::vector<float>& model, std::size_t count, bool tls,
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const double cpu = cpuSeconds() - cpuStart;
   GOSSAMER_ENFORCE(got.has_value(), "join bench: the catch-up failed (see the log)");
-  GOSSAMER_ENFORCE(std::ranges::equal(got->params(), model), "join bench: the model caught up differs from the members'");
+  GOSSAMER_ENFORCE(std::ranges::equal(got->params(), model),
+                   "join bench: the model caught up differs from the members'");
   GOSSAMER_ENFORCE(got->from.size() == count, "join bench: {} of {} members sent chunks",
                    got->from.size(), count);
   return {seconds, cpu};
@@ -135,7 +137,7 @@ struct Series {
   std::vector<double> seconds;  // per options.sources
   std::vector<double> vsIdeal;
   std::vector<double> coresBusy;  // CPU seconds over wall seconds: 2 is every core of this VM
-  double speedup = 0;  // first count over last
+  double speedup = 0;             // first count over last
 };
 
 Series run(const std::vector<float>& model, bool tls, const JoinBenchOptions& options) {
@@ -145,8 +147,8 @@ Series run(const std::vector<float>& model, bool tls, const JoinBenchOptions& op
   // favour whichever count came later.
   measure(model, *std::max_element(options.sources.begin(), options.sources.end()), tls, options);
   const double bits = static_cast<double>(model.size()) * sizeof(float) * 8;
-  fmt::print("\n{}\n{:>8} {:>12} {:>12} {:>10} {:>12}\n", tls ? "TLS 1.3" : "plaintext",
-             "sources", "seconds", "ideal s", "vs ideal", "cores busy");
+  fmt::print("\n{}\n{:>8} {:>12} {:>12} {:>10} {:>12}\n", tls ? "TLS 1.3" : "plaintext", "sources",
+             "seconds", "ideal s", "vs ideal", "cores busy");
   for (std::size_t count : options.sources) {
     const Measured measured = measure(model, count, tls, options);
     const double seconds = measured.seconds;
@@ -188,11 +190,12 @@ void runJoinBench(const JoinBenchOptions& options) {
   std::optional<Series> tls;
   if (options.tls) tls = run(model, true, options);
   const double worst = *std::max_element(plain.vsIdeal.begin(), plain.vsIdeal.end());
-  fmt::print("\nspeedup {} vs {} sources: {:.2f} plaintext{} (target >= {}); worst vs ideal "
-             "{:.2f} (target <= {})\n",
-             options.sources.back(), options.sources.front(), plain.speedup,
-             tls ? fmt::format(", {:.2f} TLS", tls->speedup) : std::string(), kTargetSpeedup,
-             worst, kTargetVsIdeal);
+  fmt::print(
+      "\nspeedup {} vs {} sources: {:.2f} plaintext{} (target >= {}); worst vs ideal "
+      "{:.2f} (target <= {})\n",
+      options.sources.back(), options.sources.front(), plain.speedup,
+      tls ? fmt::format(", {:.2f} TLS", tls->speedup) : std::string(), kTargetSpeedup, worst,
+      kTargetVsIdeal);
   if (options.common.json) {
     JsonObject json;
     json.add("benchmark", "join");
@@ -229,7 +232,9 @@ void addJoinCommand(CLI::App& app) {
   command->add_option("--model-mib", options->modelMib, "model size in MiB")
       ->capture_default_str()
       ->check(CLI::Range(0.001, 4096.0));
-  command->add_option("--sources", options->sources, "member counts, in order (the speedup is the last's over the first's)")
+  command
+      ->add_option("--sources", options->sources,
+                   "member counts, in order (the speedup is the last's over the first's)")
       ->delimiter(',')
       ->capture_default_str()
       ->check(CLI::Range(1, 16));
@@ -242,7 +247,9 @@ void addJoinCommand(CLI::App& app) {
   command->add_option("--chunk-mib", options->chunkMib, "chunk size")
       ->capture_default_str()
       ->check(CLI::Range(0.0625, 256.0));
-  command->add_option("--window", options->window, "chunks in flight per member (at most 16 in all: the joiner's receive buffers)")
+  command
+      ->add_option("--window", options->window,
+                   "chunks in flight per member (at most 16 in all: the joiner's receive buffers)")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
   command->add_option("--log-level", options->logLevel, "log level of the peers")

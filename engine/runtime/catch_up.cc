@@ -1,21 +1,20 @@
 #include "engine/runtime/catch_up.h"
 
 #include <algorithm>
-#include <cstring>
 #include <atomic>
+#include <cstring>
 #include <map>
 #include <set>
 #include <thread>
 
+#include <fmt/format.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include <fmt/format.h>
-
+#include "engine/base/log.h"
 #include "engine/runtime/catch_up_server.h"
 #include "engine/runtime/chunk_plan.h"
 #include "engine/runtime/control_codec.h"
-#include "engine/base/log.h"
 
 namespace gossamer::engine::runtime {
 
@@ -69,9 +68,9 @@ std::vector<CatchUpClient::Source> CatchUpClient::askHolders(std::span<const Pee
         });
         const bool none = header && header->integers.size() >= 3 && header->integers[0] == 0;
         if (header && !none && header->integers.size() >= 3 && header->integers[1] == floats) {
-          got.push_back(Source{to[i], header->integers[0], header->step, header->integers[2],
-                               std::vector<std::uint64_t>(header->integers.begin() + 3,
-                                                          header->integers.end())});
+          got.push_back(Source{
+              to[i], header->integers[0], header->step, header->integers[2],
+              std::vector<std::uint64_t>(header->integers.begin() + 3, header->integers.end())});
           done[i] = true;
           if (!enough) {
             const Clock::duration took = Clock::now() - start;
@@ -84,8 +83,8 @@ std::vector<CatchUpClient::Source> CatchUpClient::askHolders(std::span<const Pee
           ++open;
         } else if (header) {
           log::get("peer")->warn("peer {:016x}: {:016x} offered a state of {} floats, not {}",
-                                 self_, to[i], header->integers.size() >= 3 ? header->integers[1] : 0,
-                                 floats);
+                                 self_, to[i],
+                                 header->integers.size() >= 3 ? header->integers[1] : 0, floats);
           done[i] = true;
         } else if (gone_(to[i])) {
           done[i] = true;
@@ -102,7 +101,9 @@ std::vector<CatchUpClient::Source> CatchUpClient::askHolders(std::span<const Pee
     ask(asked);
     collect(asked);
     // In the caller's order of preference, whatever order they answered in.
-    const auto rank = [&](const Source& s) { return std::find(asked.begin(), asked.end(), s.peer); };
+    const auto rank = [&](const Source& s) {
+      return std::find(asked.begin(), asked.end(), s.peer);
+    };
     std::sort(got.begin(), got.end(),
               [&](const Source& a, const Source& b) { return rank(a) < rank(b); });
   } else {
@@ -155,8 +156,8 @@ bool CatchUpClient::transfer(const std::vector<Source>& sources, std::span<float
   const std::size_t chunkFloats = std::max<std::size_t>(options_.chunkBytes / sizeof(float), 1);
   const std::size_t chunks = (out.size() + chunkFloats - 1) / chunkFloats;
   // The window, shared out so that every chunk in flight has a receive buffer.
-  const std::size_t window = std::clamp<std::size_t>(options_.maxInFlight / sources.size(), 1,
-                                                     options_.window);
+  const std::size_t window =
+      std::clamp<std::size_t>(options_.maxInFlight / sources.size(), 1, options_.window);
   ChunkPlan plan(chunks, sources.size(), window);
   std::map<std::size_t, Incoming> kept;  // bytes waiting for their digest
   // Per source, the (chunk, attempt) of each request it has not answered.
@@ -210,8 +211,7 @@ bool CatchUpClient::transfer(const std::vector<Source>& sources, std::span<float
     const std::size_t c = f->chunk;
     if (m.payloadCount() == 1) {
       if (m.payload(0).size() != chunkSize(c)) return lose(s, "sent a chunk of the wrong size");
-      ChunkVerdict verdict =
-          plan.onData(c, s, f->attempt, sha256(std::as_bytes(m.payload(0))));
+      ChunkVerdict verdict = plan.onData(c, s, f->attempt, sha256(std::as_bytes(m.payload(0))));
       if (f->digest && verdict == ChunkVerdict::waiting)
         verdict = plan.onDigest(c, s, f->attempt, *f->digest);
       act(verdict, c, s, &m);
@@ -222,8 +222,8 @@ bool CatchUpClient::transfer(const std::vector<Source>& sources, std::span<float
 
   while (!plan.done()) {
     for (const ChunkAsk& ask : plan.asks()) {
-      const ChunkRequestFields fields{sources[ask.source].copy, ask.chunk, chunkFloats,
-                                      ask.attempt, ask.data, ask.digest};
+      const ChunkRequestFields fields{
+          sources[ask.source].copy, ask.chunk, chunkFloats, ask.attempt, ask.data, ask.digest};
       const bool sent = messenger_.sendFromHost(
           std::span<const PeerId>(&sources[ask.source].peer, 1),
           Message{.tag = tag, .integers = fields.integers()},
@@ -240,9 +240,8 @@ bool CatchUpClient::transfer(const std::vector<Source>& sources, std::span<float
     if (plan.done()) break;
     const std::uint64_t seen = replies_.version();
     bool handled = false;
-    while (std::optional<Incoming> m = replies_.take([&](const Incoming& q) {
-             return q.tag == tag && q.kind == kChunkReplyKind;
-           })) {
+    while (std::optional<Incoming> m = replies_.take(
+               [&](const Incoming& q) { return q.tag == tag && q.kind == kChunkReplyKind; })) {
       handle(*m);
       handled = true;
     }
@@ -255,9 +254,10 @@ bool CatchUpClient::transfer(const std::vector<Source>& sources, std::span<float
       } else if (!owed[s].empty() && now - heard[s] > silence) {
         // Replies lost on the way (a send that failed at the source): what it owes is asked
         // again; a source silent kMaxSilences times in a row is lost.
-        log::get("peer")->warn("peer {:016x}: catch-up source {} sent nothing for {} s; asking "
-                               "again what it owes",
-                               self_, name(s), std::chrono::duration_cast<std::chrono::seconds>(silence).count());
+        log::get("peer")->warn(
+            "peer {:016x}: catch-up source {} sent nothing for {} s; asking "
+            "again what it owes",
+            self_, name(s), std::chrono::duration_cast<std::chrono::seconds>(silence).count());
         for (std::size_t c : plan.onSourceSilent(s)) kept.erase(c);
         if (!plan.alive(s)) report_.sourcesLost.push_back(sources[s].peer);
         owed[s].clear();

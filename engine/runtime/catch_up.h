@@ -7,15 +7,16 @@
 //      ModelHolders::identical (a synchronous algorithm: the members hold one model) every
 //      candidate at once, up to CatchUpOptions::maxSources; with ModelHolders::one the first
 //      candidate that answers (a gossip model is one peer's own).
-//   2. Identical holders are grouped by step (an algorithm's state by its version): the largest group (the latest step on a tie) is
-//      fetched from all of its members at once, each chunk's bytes from one checked against the
-//      SHA-256 another computed (chunk_plan.h: a chunk two sources agree on). A group of one, or
-//      a group that turns out to disagree, is fetched from one source, checked against that
-//      source's own digests.
-//   3. A source that leaves the view or drops its copy is replaced by the others of the group; one
-//      silent for half of `timeout` while it owes replies is asked again (a reply lost on the
-//      way), and replaced after three such silences; a rejected chunk is asked again elsewhere. Only a complete,
-//      verified state is returned; anything less returns nullopt with the reason logged.
+//   2. Identical holders are grouped by step (an algorithm's state by its version): the largest
+//      group (the latest on a tie) is fetched from all of its members at once, each chunk's
+//      bytes from one checked against the SHA-256 another computed (chunk_plan.h: a chunk two
+//      sources agree on). A group of one, or a group that turns out to disagree, is fetched from
+//      one source (the first candidate), checked against that source's own digests.
+//   3. A source that leaves the view or drops its copy is replaced by the others of the group;
+//      one silent for half of `timeout` while it owes replies is asked again (a reply lost on
+//      the way), and replaced after three such silences; a rejected chunk is asked again
+//      elsewhere. Only a complete, verified state is returned; anything less returns nullopt
+//      with the reason logged.
 //
 // Threading: the compute thread (it waits on the runtime's reply queue).
 #pragma once

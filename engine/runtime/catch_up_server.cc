@@ -34,8 +34,8 @@ std::vector<std::uint64_t> ChunkRequestFields::integers() const {
 
 std::optional<ChunkRequestFields> ChunkRequestFields::of(const std::vector<std::uint64_t>& in) {
   if (in.size() != 6 || in[3] > UINT32_MAX || in[4] > 1 || in[5] > 1) return std::nullopt;
-  return ChunkRequestFields{in[0], in[1], in[2], static_cast<std::uint32_t>(in[3]), in[4] == 1,
-                            in[5] == 1};
+  return ChunkRequestFields{in[0],      in[1],     in[2], static_cast<std::uint32_t>(in[3]),
+                            in[4] == 1, in[5] == 1};
 }
 
 std::vector<std::uint64_t> ChunkReplyFields::integers() const {
@@ -58,8 +58,13 @@ struct CatchUpServer::Held {
   std::map<std::pair<std::uint64_t, std::uint64_t>, Digest> digests;  // (chunk floats, chunk)
 };
 
-CatchUpServer::CatchUpServer(Messenger& messenger)
-    : messenger_(messenger), nextCopy_(std::random_device{}() | (std::uint64_t{1} << 40)) {}
+// Copy ids count up from a random start, so that a joiner's id from this server's earlier life
+// (a restart) names no copy of this one.
+CatchUpServer::CatchUpServer(Messenger& messenger) : messenger_(messenger) {
+  std::random_device random;
+  // Far from wrapping: never 0 once incremented.
+  nextCopy_ = (std::uint64_t{random()} << 32 | random()) >> 1;
+}
 
 CatchUpServer::~CatchUpServer() { stop(); }
 
@@ -80,10 +85,11 @@ void CatchUpServer::answerStateWith(const Incoming& request,
 
 void CatchUpServer::answerState(const Incoming& request, std::shared_ptr<const Snapshot> snapshot) {
   if (!snapshot) {
-    messenger_.sendFromHost(
-        std::span<const PeerId>(&request.from, 1), Message{.tag = request.tag, .integers = {0, 0, 0}},
-        Envelope{.route = Route::runtime, .control = control::encode(control::StateHeader{})},
-        true, {});
+    messenger_.sendFromHost(  // "none": id 0
+        std::span<const PeerId>(&request.from, 1),
+        Message{.tag = request.tag, .integers = {0, 0, 0}},
+        Envelope{.route = Route::runtime, .control = control::encode(control::StateHeader{})}, true,
+        {});
     return;
   }
   std::uint64_t copy = 0;
@@ -95,9 +101,9 @@ void CatchUpServer::answerState(const Incoming& request, std::shared_ptr<const S
     }
     if (copy == 0) {
       if (held_.size() >= kMaxHeld) {
-        auto oldest = std::min_element(held_.begin(), held_.end(), [](const auto& a, const auto& b) {
-          return a.second->lastUse < b.second->lastUse;
-        });
+        auto oldest = std::min_element(
+            held_.begin(), held_.end(),
+            [](const auto& a, const auto& b) { return a.second->lastUse < b.second->lastUse; });
         held_.erase(oldest);
       }
       copy = ++nextCopy_;

@@ -13,9 +13,9 @@
 //
 // A chunk asked for without its digest is answered at once on the io thread; digests are
 // computed on this server's own thread, started on first use (a 4 MiB chunk takes about 3 ms),
-// once per chunk of a copy, so the io thread never hashes. A copy is held while joiners use it: at most kMaxHeld
-// copies, each dropped after kHeldIdle without a request (an unknown or dropped id is answered
-// `held` = 0, and the joiner asks elsewhere).
+// once per chunk of a copy, so the io thread never hashes. A copy is held while joiners use it:
+// at most kMaxHeld copies, each dropped after kHeldIdle without a request (an unknown or dropped
+// id is answered `held` = 0, and the joiner asks elsewhere).
 //
 // Threading: answerState() on any thread (the compute thread's publish or the io thread);
 // onChunkRequest() on the io thread; replies leave from either or from the hashing thread

@@ -62,9 +62,9 @@ std::optional<std::pair<std::size_t, std::size_t>> ChunkPlan::choosePair(std::si
     }
   }
   if (!untried) {
-    failure_ = alone ? fmt::format("chunk {} failed its digest {} times", chunk,
-                                   kMaxSingleSourceTries)
-                     : fmt::format("the sources disagree on chunk {}: every pair was tried", chunk);
+    failure_ =
+        alone ? fmt::format("chunk {} failed its digest {} times", chunk, kMaxSingleSourceTries)
+              : fmt::format("the sources disagree on chunk {}: every pair was tried", chunk);
   }
   return best;
 }

@@ -117,15 +117,30 @@ void ClusterControl::onMessage(Incoming message, std::vector<std::byte> bytes) {
     catchUpServer_.onChunkRequest(message);
   } else if (std::holds_alternative<control::StateHeader>(decoded) ||
              std::holds_alternative<control::ChunkReply>(decoded)) {
-    // Kept only for the catch-up in flight: a late reply to an earlier one holds a receive
-    // buffer that nobody would release.
-    if (message.tag != catchUpTag_.load()) return;
     message.kind = std::holds_alternative<control::StateHeader>(decoded) ? kStateHeaderKind
                                                                          : kChunkReplyKind;
-    replies_.push(std::move(message));
+    std::lock_guard lock(mutex_);
+    if (awaited_.contains(message.tag)) replies_.push(std::move(message));
   } else {  // control::Model: the answer to a pull
     message.kind = 0;
-    replies_.push(std::move(message));
+    std::lock_guard lock(mutex_);
+    if (awaited_.contains(message.tag)) replies_.push(std::move(message));
+  }
+}
+
+std::uint64_t ClusterControl::openReplies() {
+  const std::uint64_t tag = tags_.fresh();
+  std::lock_guard lock(mutex_);
+  awaited_.insert(tag);
+  return tag;
+}
+
+void ClusterControl::closeReplies(std::uint64_t tag) {
+  {
+    std::lock_guard lock(mutex_);
+    awaited_.erase(tag);
+  }
+  while (replies_.take([tag](const Incoming& m) { return m.tag == tag; })) {
   }
 }
 
@@ -341,11 +356,13 @@ std::optional<Incoming> ClusterControl::pullModel(PeerId from, Clock::duration t
 }
 
 GatherResult ClusterControl::pullModels(const std::vector<PeerId>& from, Clock::duration timeout) {
-  const std::uint64_t tag = tags_.fresh();
+  const std::uint64_t tag = openReplies();
   request(from, control::PullModel{}, tag);
-  return gather(replies_, from, tag, Clock::now() + timeout, [this](PeerId peer) {
+  GatherResult got = gather(replies_, from, tag, Clock::now() + timeout, [this](PeerId peer) {
     return peer != network_.self() && !network_.isMember(peer);
   });
+  closeReplies(tag);
+  return got;
 }
 
 }  // namespace gossamer::engine::runtime
@@ -355,8 +372,7 @@ namespace gossamer::engine::runtime {
 std::optional<CaughtUpModel> ClusterControl::catchUp(std::span<const PeerId> candidates,
                                                      ModelHolders holders, std::size_t floats,
                                                      Clock::duration timeout, StateKind kind) {
-  const std::uint64_t tag = tags_.fresh();
-  catchUpTag_ = tag;
+  const std::uint64_t tag = openReplies();
   CatchUpClient client(
       network_.self(), messenger_, replies_,
       [this](PeerId peer) { return peer != network_.self() && !network_.isMember(peer); },
@@ -364,9 +380,7 @@ std::optional<CaughtUpModel> ClusterControl::catchUp(std::span<const PeerId> can
   const Clock::time_point start = Clock::now();
   std::optional<CaughtUpModel> model =
       client.fetch(candidates, holders, floats, tag, timeout, kind);
-  catchUpTag_ = 0;
-  while (replies_.take([tag](const Incoming& m) { return m.tag == tag; })) {
-  }
+  closeReplies(tag);
   const CatchUpReport& report = client.report();
   if (model) {
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();

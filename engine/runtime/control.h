@@ -119,6 +119,9 @@ class ClusterControl {
 
  private:
   void request(const std::vector<PeerId>& to, const control::Message& message, std::uint64_t tag);
+  // A fresh tag whose replies are queued until closeReplies(tag), which also drops those left.
+  std::uint64_t openReplies();
+  void closeReplies(std::uint64_t tag);
   // The status of each of `peers` that answers within `timeout`.
   std::vector<control::Status> askStatus(const std::vector<PeerId>& peers, Clock::duration timeout);
   std::vector<PeerId> others() const;
@@ -146,7 +149,9 @@ class ClusterControl {
   std::uint64_t wakeups_ = 0;  // counts wake(): a wait returns when the view may have changed
   bool stopped_ = false;
   CatchUpOptions catchUpOptions_;
-  std::atomic<std::uint64_t> catchUpTag_{0};  // of the catch-up in flight: its replies are kept
+  // The tags of the model pulls and catch-ups in flight: only their replies are queued (a late
+  // reply to a wait that ended would hold its receive buffer for good).
+  std::set<std::uint64_t> awaited_;
   std::function<std::optional<SharedState>()> sharedState_;
   // Last: destroyed first, its thread joined while what its jobs use (sharedState_) still lives.
   CatchUpServer catchUpServer_;

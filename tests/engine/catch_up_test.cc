@@ -21,7 +21,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-constexpr std::size_t kFloats = 100'003;        // not a multiple of the chunk
+constexpr std::size_t kFloats = 100'003;       // not a multiple of the chunk
 constexpr std::size_t kChunkBytes = 64 << 10;  // 16384 floats: 7 chunks
 
 NetworkConfig makeConfig(std::optional<net::Endpoint> seed) {
@@ -37,12 +37,11 @@ std::vector<float> model(float seed) {
 // A joiner and `sources` members, each serving the params it is given at step 40.
 struct Cluster {
   explicit Cluster(const std::vector<std::vector<float>>& held) {
-    joiner = std::make_unique<ControlNode>(1, makeConfig(std::nullopt), fingerprint(),
-                                           kChunkBytes);
+    joiner = std::make_unique<ControlNode>(1, makeConfig(std::nullopt), fingerprint(), kChunkBytes);
     joiner->control.setCatchUpOptions({.chunkBytes = kChunkBytes, .window = 2, .maxSources = 8});
     for (std::size_t i = 0; i < held.size(); ++i) {
-      sources.push_back(std::make_unique<ControlNode>(10 + i, makeConfig(joiner->network.endpoint()),
-                                                      fingerprint(), kChunkBytes));
+      sources.push_back(std::make_unique<ControlNode>(
+          10 + i, makeConfig(joiner->network.endpoint()), fingerprint(), kChunkBytes));
       sources.back()->serve(40, held[i]);
       ids.push_back(10 + i);
     }
@@ -78,7 +77,8 @@ TEST_CASE("catch-up: the model of identical members comes from all of them, ever
   CHECK(digests == 7);  // and hashed once, by a member other than its sender
 }
 
-TEST_CASE("catch-up: a member holding other bytes is outvoted, and nothing of its state is merged") {
+TEST_CASE(
+    "catch-up: a member holding other bytes is outvoted, and nothing of its state is merged") {
   test::Watchdog watchdog(60s);
   const std::vector<float> truth = model(1.0f);
   std::vector<float> corrupt = truth;
@@ -129,7 +129,9 @@ TEST_CASE("catch-up: an algorithm's shared state comes from its holders, grouped
     const std::uint64_t rounds = i == 2 ? 4 : 5;
     cluster.sources[i]->control.setSharedState([=]() -> std::optional<SharedState> {
       if (i == 0 && busy->fetch_sub(1) > 0) return std::nullopt;
-      return SharedState{.step = 100 + i, .version = rounds, .integers = {rounds},
+      return SharedState{.step = 100 + i,
+                         .version = rounds,
+                         .integers = {rounds},
                          .floats = rounds == 5 ? outer : model(9.0f)};
     });
   }
@@ -153,8 +155,8 @@ TEST_CASE("catch-up: members that are gone or hold another model give nothing") 
   // A peer that is not a member: nothing to wait for.
   CHECK_FALSE(cluster.fetch(ModelHolders::identical, {77}).has_value());
   // The size asked for differs from what the member holds (another model): refused.
-  CHECK_FALSE(cluster.joiner->control.catchUp(cluster.ids, ModelHolders::one, kFloats - 1, 2s)
-                  .has_value());
+  CHECK_FALSE(
+      cluster.joiner->control.catchUp(cluster.ids, ModelHolders::one, kFloats - 1, 2s).has_value());
 }
 
 }  // namespace

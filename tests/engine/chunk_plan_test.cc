@@ -1,6 +1,8 @@
 // ChunkPlan, the joiner's rules for a verified catch-up (engine/runtime/chunk_plan.h), driven by
 // a small world of sources whose chunks are known, so every outcome has a closed form: which
 // bytes end up merged, how often a chunk is asked again, when the plan gives up.
+#include "engine/runtime/chunk_plan.h"
+
 #include <algorithm>
 #include <cstddef>
 #include <map>
@@ -9,14 +11,10 @@
 
 #include <doctest/doctest.h>
 
-#include "engine/runtime/chunk_plan.h"
-
 namespace gossamer::engine::runtime {
 namespace {
 
-Digest digestOf(int value) {
-  return sha256(std::as_bytes(std::span<const int>(&value, 1)));
-}
+Digest digestOf(int value) { return sha256(std::as_bytes(std::span<const int>(&value, 1))); }
 
 // Sources each holding `chunks` chunks whose content is a number (the digest of it stands for
 // the chunk's bytes). Runs the plan until done or failed, answering every ask at once, digests
@@ -94,7 +92,8 @@ TEST_CASE("chunk plan: identical sources give the state whichever half of a chec
   }
 }
 
-TEST_CASE("chunk plan: a source holding a corrupt chunk is outvoted and nothing corrupt is merged") {
+TEST_CASE(
+    "chunk plan: a source holding a corrupt chunk is outvoted and nothing corrupt is merged") {
   for (std::size_t bad = 0; bad < 3; ++bad) {
     for (std::size_t chunk = 0; chunk < 6; ++chunk) {
       World world{.held = {contents(6), contents(6), contents(6)}};
@@ -153,9 +152,8 @@ TEST_CASE("chunk plan: a lost source's chunks go to the others, and a late reply
   ChunkPlan plan(4, 3, 1);
   const std::vector<ChunkAsk> asks = plan.asks();
   REQUIRE(asks.size() == 6);  // 3 chunks (window 1 per server), each a data and a digest ask
-  const ChunkAsk lostData = *std::find_if(asks.begin(), asks.end(), [](const ChunkAsk& a) {
-    return a.data && a.source == 2;
-  });
+  const ChunkAsk lostData = *std::find_if(
+      asks.begin(), asks.end(), [](const ChunkAsk& a) { return a.data && a.source == 2; });
   // Its bytes came, then it failed before the other half of the check.
   CHECK(plan.onData(lostData.chunk, 2, lostData.attempt, digestOf(7)) == ChunkVerdict::waiting);
   const std::vector<std::size_t> dropped = plan.onSourceLost(2);
