@@ -94,22 +94,22 @@ std::vector<ChunkAsk> ChunkPlan::asks() {
 
 ChunkVerdict ChunkPlan::onData(std::size_t chunk, std::size_t source, std::uint32_t attempt,
                                const Digest& actual) {
-  if (chunk >= chunks_.size()) return ChunkVerdict::stale;
-  Chunk& c = chunks_[chunk];
-  if (c.state != State::asked || c.attempt != attempt || c.server != source || c.actual)
-    return ChunkVerdict::stale;
-  c.actual = actual;
-  sources_[source].silences = 0;
-  return check(chunk);
+  return record(chunk, source, attempt, actual, &Chunk::server, &Chunk::actual);
 }
 
 ChunkVerdict ChunkPlan::onDigest(std::size_t chunk, std::size_t source, std::uint32_t attempt,
                                  const Digest& claimed) {
+  return record(chunk, source, attempt, claimed, &Chunk::verifier, &Chunk::claimed);
+}
+
+ChunkVerdict ChunkPlan::record(std::size_t chunk, std::size_t source, std::uint32_t attempt,
+                               const Digest& digest, std::size_t Chunk::*from,
+                               std::optional<Digest> Chunk::*half) {
   if (chunk >= chunks_.size()) return ChunkVerdict::stale;
   Chunk& c = chunks_[chunk];
-  if (c.state != State::asked || c.attempt != attempt || c.verifier != source || c.claimed)
+  if (c.state != State::asked || c.attempt != attempt || c.*from != source || c.*half)
     return ChunkVerdict::stale;
-  c.claimed = claimed;
+  c.*half = digest;
   sources_[source].silences = 0;
   return check(chunk);
 }

@@ -120,6 +120,11 @@ class ChunkPlan {
   // The best untried pair for `chunk` among live sources with room; nullopt when none has room
   // now. Sets failure_ when every pair was tried.
   std::optional<std::pair<std::size_t, std::size_t>> choosePair(std::size_t chunk);
+  // One half of a chunk's check came from `source`: the bytes' digest (`from` = server,
+  // `half` = actual) or the verifier's (verifier, claimed).
+  ChunkVerdict record(std::size_t chunk, std::size_t source, std::uint32_t attempt,
+                      const Digest& digest, std::size_t Chunk::*from,
+                      std::optional<Digest> Chunk::*half);
   ChunkVerdict check(std::size_t chunk);
   void release(Chunk& c);
 
