@@ -41,7 +41,7 @@ void ElasticCenter::setup(engine::PeerContext& ctx) {
   modelSize_ = ctx.params().size();
   if (!isCenter && holdsCenter_) {
     lock.unlock();
-    handOver(ctx, centerPeer_);  // the center moved: w~ goes with it
+    handOver(ctx, centerPeer_, false);  // the center moved: w~ goes with it
     return;
   }
   if (!isCenter || holdsCenter_) return;
@@ -58,7 +58,7 @@ void ElasticCenter::setup(engine::PeerContext& ctx) {
   }
 }
 
-void ElasticCenter::handOver(engine::PeerContext& ctx, engine::PeerId to) {
+void ElasticCenter::handOver(engine::PeerContext& ctx, engine::PeerId to, bool awaitReceipt) {
   std::vector<float> center;
   {
     std::lock_guard lock(mutex_);
@@ -68,8 +68,24 @@ void ElasticCenter::handOver(engine::PeerContext& ctx, engine::PeerId to) {
   }
   log::get("algorithms")
       ->info("{}: peer {:016x} hands the center over to {:016x}", name_, ctx.self(), to);
-  ctx.notify(to, engine::Message{.kind = kHandover, .step = ctx.step(), .payloads = {center}});
+  engine::Message handover{.kind = kHandover,
+                           .step = ctx.step(),
+                           .integers = {awaitReceipt ? 1u : 0u},
+                           .payloads = {center}};
   ctx.metrics().add(metric("handovers"), 1);
+  if (!awaitReceipt) {
+    ctx.notify(to, handover);
+    return;
+  }
+  // A leaving center waits for the receipt before its membership leave goes out: otherwise the
+  // view change can reach the next center first, which then rebuilds a w~ the handover replaces.
+  if (!ctx.request(to, handover, ctx.commTimeout()))
+    log::get("algorithms")
+        ->warn(
+            "{}: peer {:016x} got no receipt for its handover from {:016x} within {} ms; it "
+            "leaves anyway (that member rebuilds w~ if the handover was lost)",
+            name_, ctx.self(), to,
+            std::chrono::duration_cast<std::chrono::milliseconds>(ctx.commTimeout()).count());
 }
 
 void ElasticCenter::leave(engine::PeerContext& ctx) {
@@ -79,7 +95,7 @@ void ElasticCenter::leave(engine::PeerContext& ctx) {
   const auto self = std::find(members.begin(), members.end(), ctx.self());
   if (members.size() < 2 || self == members.end()) return;
   const auto next = std::next(self) == members.end() ? members.begin() : std::next(self);
-  handOver(ctx, *next);
+  handOver(ctx, *next, true);
 }
 
 bool ElasticCenter::join(engine::PeerContext& ctx) {
@@ -320,11 +336,14 @@ void ElasticCenter::serve(engine::ServiceContext& ctx, const engine::Incoming& r
     case kHandover: {
       // The handed-over w~ carries every delta the old center applied: it replaces a w~ rebuilt
       // here in the meantime.
-      if (!engine::acceptMessage(request, {.payloads = {modelSize_}}, ctx.metrics(), name_)) return;
+      if (!engine::acceptMessage(request, {.payloads = {modelSize_}, .integers = 1}, ctx.metrics(),
+                                 name_))
+        return;
       const std::span<const float> center = request.payload(0);
       center_.assign(center.begin(), center.end());
       holdsCenter_ = true;
       ctx.metrics().add(metric("handovers_received"), 1);
+      if (request.integer(0) == 1) ctx.reply(request, engine::Message{.kind = kHandover});
       return;
     }
     default:

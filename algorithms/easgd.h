@@ -112,13 +112,15 @@
 //                   the way), so the new center's own model is a recent, slightly noisier w~ that
 //                   the workers' next deltas pull back to their mean. A replica pushed every few
 //                   exchanges would cost |w| per push and still be stale by those exchanges.
-//   center leaves   leave() hands w~ over (a notify carrying it) to the next candidate, the
+//   center leaves   leave() hands w~ over (a request carrying it) to the next candidate, the
 //                   member after it in the sorted view (the star's center position then holds
-//                   that member), and stops serving it; the receiver adopts it as its w~.
+//                   that member), and stops serving it; the receiver adopts it as its w~ and
+//                   answers, and only then does the leave go out, so the handover is there before
+//                   the view without the old center (no rebuild in between).
 //   center moves    (a joiner with a smaller id, --star-center) the old center hands w~ over to
 //                   the new one in setup(); a handover that reaches a peer that is not the center
 //                   of its next view is passed on to that view's center by that setup() (not
-//                   before: a handover from a leaving center arrives ahead of its leave).
+//                   before: a leaving center's handover is received ahead of its leave).
 //   pull timeout    the worker keeps its own model and trains on ("easgd.missed"); so does a
 //                   pull answered by a peer that does not hold the center (yet).
 //   joiner          receives w~ from the center peer as its model, and the center peer's step.
@@ -146,7 +148,7 @@ struct EasgdOptions {
   std::uint64_t tau = 8;
   double alpha = 0;  // moving rate; 0: 0.9 / n, the paper's beta = n alpha = 0.9
   std::int64_t timeoutMs = 0;
-  bool finalCenter = true;  // finish() replaces w_i with w~
+  bool finalCenter = true;     // finish() replaces w_i with w~
   std::uint64_t prefetch = 0;  // pull K steps ahead of the exchange (0: blocking pull)
 
   template <typename Bind>
@@ -212,7 +214,8 @@ class ElasticCenter {
 
   // Message kinds: a pull (request, no payload), its reply (w~ as payload 0 and the center peer's
   // step, or no payload when the peer asked does not hold the center), a delta (notify, payload
-  // 0) and a handover of w~ to a new center (notify, payload 0).
+  // 0) and a handover of w~ to a new center (payload 0; integer 0 is 1 when the sender waits for
+  // a receipt, a reply of the same kind without payload: a leaving center).
   static constexpr std::uint32_t kPull = 1;
   static constexpr std::uint32_t kCenter = 2;
   static constexpr std::uint32_t kDelta = 3;
@@ -242,8 +245,9 @@ class ElasticCenter {
   void replyCompressed(engine::ServiceContext& ctx, const engine::Incoming& request,
                        std::uint64_t seen);
   engine::Clock::duration pullTimeout(engine::PeerContext& ctx) const;
-  // Sends w~ to `to` and stops holding it.
-  void handOver(engine::PeerContext& ctx, engine::PeerId to);
+  // Sends w~ to `to` and stops holding it; with awaitReceipt, returns once `to` has it (or after
+  // the comm timeout).
+  void handOver(engine::PeerContext& ctx, engine::PeerId to, bool awaitReceipt);
   std::string metric(const char* what) const { return name_ + "." + what; }
 
   std::string name_;
@@ -270,9 +274,9 @@ class ElasticCenter {
   std::uint64_t estimateSeq_ = 0;
 
   mutable std::mutex mutex_;
-  bool holdsCenter_ = false;    // guarded by mutex_
-  std::vector<float> center_;   // w~, host memory; guarded by mutex_
-  std::size_t modelSize_ = 0;   // from setup(), for handovers; guarded by mutex_
+  bool holdsCenter_ = false;   // guarded by mutex_
+  std::vector<float> center_;  // w~, host memory; guarded by mutex_
+  std::size_t modelSize_ = 0;  // from setup(), for handovers; guarded by mutex_
   // The center's copy of each worker's estimate of w~ and the number of its last reply, and the
   // scratch of a compressed reply (host memory; guarded by mutex_).
   struct WorkerEstimate {
