@@ -182,6 +182,7 @@ class BenchPeer {
       meshOptions.handshake.peerId = id;
       meshOptions.handshake.secret = {std::byte{'b'}, std::byte{'e'}, std::byte{'n'},
                                       std::byte{'c'}};
+      meshOptions.handshake.identity = net::wire::Identity::generate();
       mesh_ = std::make_unique<net::Mesh>(io_, *transport_, meshOptions);
       service_ = membership::makeService(io_, *mesh_,
                                          membership::Config{std::move(seeds), options, 7 + id});

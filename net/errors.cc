@@ -36,6 +36,9 @@ class NetCategory final : public std::error_category {
                "--insecure-plaintext";
       case Errc::tlsRecordRejected:
         return "a TLS record failed its integrity check (bytes altered in transit); link closed";
+      case Errc::identityMismatch:
+        return "the peer's identity does not verify, or its peer id is bound to another identity "
+               "key";
     }
     return "unknown gossamer.net error";
   }
@@ -53,7 +56,8 @@ std::error_code make_error_code(Errc e) { return {static_cast<int>(e), netCatego
 bool isRefusal(std::error_code error) {
   return error == Errc::authenticationFailed || error == Errc::versionMismatch ||
          error == Errc::clusterMismatch || error == Errc::modelMismatch ||
-         error == Errc::peerSpeaksTls || error == Errc::peerSpeaksPlaintext;
+         error == Errc::peerSpeaksTls || error == Errc::peerSpeaksPlaintext ||
+         error == Errc::identityMismatch;
 }
 
 }  // namespace gossamer::net

@@ -28,13 +28,15 @@ enum class Errc {
   peerSpeaksTls,         // a plaintext link's remote started a TLS handshake (tcp)
   peerSpeaksPlaintext,   // a TLS link's remote speaks plaintext (tcp)
   tlsRecordRejected,     // a TLS record failed its integrity check: bytes altered in transit
+  identityMismatch,      // a peer's identity signature failed, or its id is bound to another key
 };
 
 const std::error_category& netCategory();
 std::error_code make_error_code(Errc e);
 
 // Whether `error` is a handshake refusal: the remote answered but will not have this peer (wrong
-// secret, or another protocol version, cluster id or model, or TLS on one side only), as opposed
+// secret or identity, or another protocol version, cluster id or model, or TLS on one side only),
+// as opposed
 // to not being reached.
 bool isRefusal(std::error_code error);
 

@@ -55,6 +55,7 @@ struct PeerInfo {
   peerId @2 :UInt64;
   listen @3 :Address;
   model @4 :ModelFingerprint;
+  identityKey @5 :Data;   # the peer's Ed25519 public key (32 bytes; protocol version 2 on)
 }
 
 # Frame 1, client -> server: who the client is and a fresh 32-byte random challenge.
@@ -70,12 +71,14 @@ struct ServerHello {
   info @0 :PeerInfo;
   nonce @1 :Data;
   tag @2 :Data;
+  signature @3 :Data;  # the server's Ed25519 signature of the same transcript (its identity)
 }
 
 # Frame 3, client -> server: HMAC-SHA256(secret, "client" transcript), proving the client knows
 # the secret and is live for the server's nonce.
 struct ClientProof {
   tag @0 :Data;
+  signature @1 :Data;  # the client's Ed25519 signature of the same transcript (its identity)
 }
 
 # Why a side refuses the handshake.
@@ -85,6 +88,7 @@ enum RefusalCode {
   cluster @2;         # cluster ids differ
   model @3;           # model fingerprints differ
   protocol @4;        # an unexpected or malformed handshake message
+  identity @5;        # a signature did not verify, or the peer id is bound to another key
 }
 
 # Sent by either side instead of its next message (or as the server's verdict) to end the
@@ -123,6 +127,7 @@ struct MemberUpdate {
   incarnation @2 :UInt64;
   state @3 :MemberState;
   accuser @4 :UInt64;  # suspect: the member whose probes failed (0: unknown)
+  identityKey @5 :Data;  # the member's Ed25519 public key (empty: not known to the sender)
 }
 
 # A new peer asks a member (its seed) to be admitted.

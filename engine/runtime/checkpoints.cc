@@ -32,6 +32,14 @@ PeerCheckpoints::PeerCheckpoints(const TrainingConfig& config, PeerId self)
   }
 }
 
+std::string PeerCheckpoints::identityPath() const {
+  if (path_.empty()) return {};
+  const std::filesystem::path checkpoint(path_);
+  if (checkpoint.extension() == ".ckpt" && checkpoint.stem() == fmt::format("peer-{:016x}", self_))
+    return (checkpoint.parent_path() / fmt::format("peer-{:016x}.key", self_)).string();
+  return path_ + ".key";
+}
+
 bool PeerCheckpoints::dueAfter(std::uint64_t step) const {
   return enabled() && dueEvery(every_, step);
 }

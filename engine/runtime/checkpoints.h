@@ -23,6 +23,9 @@ class PeerCheckpoints {
 
   bool enabled() const { return !path_.empty(); }
   const std::string& path() const { return path_; }
+  // Where this peer's identity key is kept: beside its checkpoint ("<checkpoint>.key" for a
+  // checkpoint file, "peer-<id>.key" in the checkpoint directory); empty without checkpoints.
+  std::string identityPath() const;
   // Whether one is due after `step` steps (every checkpointEvery steps; the last one is written
   // by the caller).
   bool dueAfter(std::uint64_t step) const;

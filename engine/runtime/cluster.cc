@@ -55,8 +55,16 @@ struct LocalPeerConfigs::EndpointIndex {
   std::map<net::Endpoint, std::size_t> index;
 };
 
+// Peer id -> its identity key, made on first use.
+struct LocalPeerConfigs::Identities {
+  std::mutex mutex;
+  std::map<PeerId, std::shared_ptr<const net::wire::Identity>> keys;
+};
+
 LocalPeerConfigs::LocalPeerConfigs(PeerConfig base, const Registry& registry)
-    : base_(std::move(base)), index_(std::make_shared<EndpointIndex>()) {
+    : base_(std::move(base)),
+      index_(std::make_shared<EndpointIndex>()),
+      identities_(std::make_shared<Identities>()) {
   if (base_.network.secret.empty()) {
     // The peers share a process: a fresh random secret is as good as any.
     std::random_device random;
@@ -76,6 +84,14 @@ PeerConfig LocalPeerConfigs::make(std::size_t index, std::optional<net::Endpoint
   PeerConfig c = base_;
   c.network.peerId = index + 1;
   c.network.profileIndex = index;
+  const bool keptBesideCheckpoints =
+      !c.training.checkpointDir.empty() || !c.training.checkpointFile.empty();
+  if (!c.network.identity && !keptBesideCheckpoints) {
+    std::lock_guard lock(identities_->mutex);
+    auto& key = identities_->keys[c.network.peerId];
+    if (!key) key = net::wire::Identity::generate();
+    c.network.identity = key;
+  }
   c.network.seeds.clear();
   if (seed) c.network.seeds = {*seed};
   return c;

@@ -60,7 +60,9 @@ struct ClusterResult {
 // for all (inproc peers share its hub), a fresh random secret unless one is set, and the endpoint
 // -> index map the shaped transport needs. Peer `index` (0-based) gets id index + 1 and profile
 // index `index`; peers may be added while the others run (the chaos benchmark's joins and
-// restarts). Thread-safe.
+// restarts). Each peer id keeps one identity key for the life of this object, so that a peer
+// restarted under its id is the same peer to the others (unless the base configuration keeps
+// keys beside checkpoints: then the peers load theirs). Thread-safe.
 class LocalPeerConfigs {
  public:
   LocalPeerConfigs(PeerConfig base, const Registry& registry);
@@ -72,8 +74,10 @@ class LocalPeerConfigs {
 
  private:
   struct EndpointIndex;
+  struct Identities;
   PeerConfig base_;
   std::shared_ptr<EndpointIndex> index_;
+  std::shared_ptr<Identities> identities_;
 };
 
 // Runs the cluster to the end. Throws gossamer::Error when a peer fails (its message first).

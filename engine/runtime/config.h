@@ -23,6 +23,7 @@
 #include "net/endpoint.h"
 #include "net/membership/membership.h"
 #include "net/shaped/profile.h"
+#include "net/wire/identity.h"
 #include "topology/topology.h"
 
 namespace gossamer::net::shaped {
@@ -48,6 +49,12 @@ struct NetworkConfig {
   std::uint64_t peerId = 0;
   std::string clusterId = "gossamer";
   std::vector<std::byte> secret;  // the cluster secret; never logged; empty: a random one
+  // This peer's identity key pair (net/wire/identity.h), which every link proves. Null: a Peer
+  // loads or makes it beside its checkpoints (peer-<id>.key in the checkpoint directory, or the
+  // checkpoint file's name with ".key"), else in the state directory ($GOSSAMER_STATE_DIR, else
+  // $XDG_STATE_HOME/gossamer, else ~/.local/state/gossamer; CLUSTER-ID/peer-<id>.key); a peer of
+  // a random id gets a fresh one for this process.
+  std::shared_ptr<const net::wire::Identity> identity;
   // How TCP connections (tcp, and ibverbs' control connections) are secured: TLS 1.3 with a key
   // derived from `secret` (the default), TLS 1.3 with certificates, or plaintext.
   enum class Security { tlsPsk, tlsCertificates, plaintext };

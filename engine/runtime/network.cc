@@ -59,6 +59,13 @@ PeerNetwork::PeerNetwork(NetworkConfig config, PeerId self)
     std::random_device random;
     for (int i = 0; i < 32; ++i) config_.secret.push_back(static_cast<std::byte>(random()));
   }
+  if (!config_.identity) {
+    config_.identity = net::wire::Identity::generate();
+    log::get("net")->info(
+        "peer {:016x}: identity key {} is this process's own (a random id, no key file): after a "
+        "restart this peer comes back under a new id",
+        self_, config_.identity->fingerprint());
+  }
 }
 
 PeerNetwork::~PeerNetwork() { shutdown(); }
@@ -112,6 +119,8 @@ std::error_code PeerNetwork::startOnIo(Handlers& handlers, net::wire::ModelFinge
   meshOptions.handshake.clusterId = n.clusterId;
   meshOptions.handshake.peerId = self_;
   meshOptions.handshake.secret = n.secret;
+  meshOptions.handshake.identity = n.identity;
+  meshOptions.handshake.book = std::make_shared<net::wire::IdentityBook>();
   meshOptions.handshake.model = std::move(model);
   meshOptions.advertise = n.advertise;
   {

@@ -1,7 +1,11 @@
 #include "engine/runtime/peer.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
 #include <random>
 
 #include <asio/post.hpp>
@@ -33,6 +37,31 @@ PeerId chooseId(const NetworkConfig& n) {
   if (n.listen.port != 0) return peerIdFor(n.advertise.host.empty() ? n.listen : n.advertise);
   std::random_device random;
   return random() | (std::uint64_t{random()} << 32);
+}
+
+// Where a peer keeps its identity key when it has no checkpoints to keep it beside: the state
+// directory ($GOSSAMER_STATE_DIR, else $XDG_STATE_HOME/gossamer, else ~/.local/state/gossamer),
+// per cluster id and peer id, so that a process restarted under its id is the same peer. Empty
+// for a random id (it never comes back) or without a home.
+std::string stateKeyPath(const NetworkConfig& n, PeerId self) {
+  if (n.peerId == 0 && n.listen.port == 0) return {};
+  std::filesystem::path dir;
+  if (const char* state = std::getenv("GOSSAMER_STATE_DIR"); state && *state) {
+    dir = state;
+  } else if (const char* xdg = std::getenv("XDG_STATE_HOME"); xdg && *xdg) {
+    dir = std::filesystem::path(xdg) / "gossamer";
+  } else if (const char* home = std::getenv("HOME"); home && *home) {
+    dir = std::filesystem::path(home) / ".local" / "state" / "gossamer";
+  } else {
+    return {};
+  }
+  std::string cluster;  // the cluster id as a file name: its safe characters, else its hash
+  for (char c : n.clusterId)
+    cluster +=
+        std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.' ? c : '_';
+  if (cluster.empty() || cluster.front() == '.' || cluster.size() > 64)
+    cluster = fmt::format("{:016x}", std::hash<std::string>{}(n.clusterId));
+  return (dir / cluster / fmt::format("peer-{:016x}.key", self)).string();
 }
 
 // The model of an externally driven peer: only the layout of the flat buffers; the caller computes
@@ -72,14 +101,15 @@ std::uint64_t peerIdFor(const net::Endpoint& listen) {
 
 // ---- construction ----------------------------------------------------------------------------
 
-std::pair<std::span<float>, std::span<float>> Peer::Impl::callerSpans(const CallerBuffers& b) const {
+std::pair<std::span<float>, std::span<float>> Peer::Impl::callerSpans(
+    const CallerBuffers& b) const {
   GOSSAMER_ENFORCE(b.params != nullptr && b.grads != nullptr, "the caller's buffers are null");
   GOSSAMER_ENFORCE(reinterpret_cast<std::uintptr_t>(b.params) % alignof(float) == 0 &&
                        reinterpret_cast<std::uintptr_t>(b.grads) % alignof(float) == 0,
                    "the caller's buffers are not aligned to floats");
   GOSSAMER_ENFORCE(compute->device() == b.place.device,
-                   "the caller's buffers are on {} but the peer computes on {}",
-                   b.place.describe(), compute->describe());
+                   "the caller's buffers are on {} but the peer computes on {}", b.place.describe(),
+                   compute->describe());
   // Host memory is host memory to every Compute; device memory must be this one's device's.
   const bool onDevice = b.place.device != kernels::Device::kCpu;
   for (const float* buffer : {b.params, b.grads})
@@ -95,11 +125,11 @@ void* Peer::Impl::callerStream() const {
 }
 
 EvaluateFn Peer::Impl::inCallerOrder(EvaluateFn evaluate) {
-  return [this, evaluate = std::move(evaluate)](std::span<const float> params,
-                                                std::size_t samples) {
-    auto call = [&] { return evaluate(params, samples); };
-    return inCallerTurn(*compute, callerStream(), call);
-  };
+  return
+      [this, evaluate = std::move(evaluate)](std::span<const float> params, std::size_t samples) {
+        auto call = [&] { return evaluate(params, samples); };
+        return inCallerTurn(*compute, callerStream(), call);
+      };
 }
 
 Peer::Impl::Impl(PeerConfig c, const Registry& r, std::shared_ptr<const DatasetPair> d,
@@ -154,6 +184,13 @@ Peer::Impl::Impl(PeerConfig c, const Registry& r, std::shared_ptr<const DatasetP
     resumeCheckpoint = checkpoints.load(*model, *algorithm);
   }
 
+  // The identity outlives a restart (the others bound this id to it): beside the checkpoints,
+  // else in the state directory; a random id's is this process's own (PeerNetwork makes it).
+  if (!config.network.identity) {
+    const std::string path =
+        checkpoints.enabled() ? checkpoints.identityPath() : stateKeyPath(config.network, self);
+    if (!path.empty()) config.network.identity = net::wire::Identity::loadOrCreate(path);
+  }
   config.network.linkWaitLimit = std::max<std::size_t>(t.sendBuffers / 2, 1);
   prepareTransport(config.network, registry);
   comms = std::make_unique<Comms>(config.network, self, *compute, *algorithm,

@@ -169,6 +169,23 @@ class MeshEnvironment final : public Environment {
   }
   void disconnect(const Endpoint& to) override { mesh_.disconnect(to); }
 
+  std::vector<std::byte> identityKeyOf(std::uint64_t id) const override {
+    if (id == mesh_.selfId()) {
+      const wire::IdentityKey& own = mesh_.identityKey();
+      return {own.begin(), own.end()};
+    }
+    if (!mesh_.identityBook()) return {};
+    const std::optional<wire::IdentityKey> key = mesh_.identityBook()->keyOf(id);
+    if (!key) return {};
+    return {key->begin(), key->end()};
+  }
+  bool bindIdentity(std::uint64_t id, std::span<const std::byte> bytes) override {
+    const std::optional<wire::IdentityKey> key = wire::identityKeyFrom(bytes);
+    if (!key) return false;  // not a key at all
+    return !mesh_.identityBook() ||
+           mesh_.identityBook()->bind(id, *key) != wire::IdentityBook::Verdict::conflict;
+  }
+
  private:
   struct Timers {
     TimerId next = 0;

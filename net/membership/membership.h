@@ -110,6 +110,9 @@ struct Member {
   Endpoint address;  // where it listens
   std::uint64_t incarnation = 0;
   MemberState state = MemberState::alive;
+  // Its Ed25519 identity key (net/wire/identity.h) as the member records carry it; empty where
+  // it is not known (the simulator keeps none).
+  std::vector<std::byte> identityKey;
   friend bool operator==(const Member&, const Member&) = default;
 };
 

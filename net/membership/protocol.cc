@@ -71,7 +71,8 @@ void Core::start() {
   GOSSAMER_ENFORCE(!started_, "membership service started twice");
   started_ = true;
   running_ = true;
-  self_ = Member{env_.selfId(), env_.selfAddress(), env_.firstIncarnation(), MemberState::alive};
+  self_ = Member{env_.selfId(), env_.selfAddress(), env_.firstIncarnation(), MemberState::alive,
+                 env_.identityKeyOf(env_.selfId())};
   std::erase(config_.seeds, self_.address);
   const Clock::time_point now = env_.now();
   const bool formed = !config_.members.empty();
@@ -206,11 +207,23 @@ void Core::apply(wire::MemberUpdate update, Source source) {
     aboutSelf(update.incarnation, state);
     return;
   }
+  // A record whose key is not the one this peer bound to the id is another peer posing as it:
+  // refused whole (a record without a key says nothing about identity).
+  if (!update.identityKey.empty() && !env_.bindIdentity(update.peerId, update.identityKey)) {
+    logger_->warn(
+        "refused a member record of {:016x} ({}): it carries another identity key than "
+        "the one bound to that id",
+        update.peerId, update.address.str());
+    return;
+  }
   const Clock::time_point now = env_.now();
   auto it = members_.find(update.peerId);
   if (it == members_.end()) {
     // A stranger: remember it; a dead or left one only as a tombstone, without an event.
-    Record record{Member{update.peerId, update.address, update.incarnation, state}, now, {}};
+    Record record{
+        Member{update.peerId, update.address, update.incarnation, state, update.identityKey},
+        now,
+        {}};
     members_.emplace(update.peerId, record);
     enqueue(update);
     if (isLive(state)) {
@@ -220,6 +233,7 @@ void Core::apply(wire::MemberUpdate update, Source source) {
     return;
   }
   Member& member = it->second.member;
+  if (member.identityKey.empty()) member.identityKey = update.identityKey;
   if (source == Source::table && state == MemberState::dead && isLive(member.state))
     state = MemberState::suspect;
   if (state == MemberState::suspect && member.state == MemberState::suspect &&

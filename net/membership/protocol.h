@@ -9,9 +9,11 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <system_error>
 #include <vector>
 
@@ -53,6 +55,14 @@ class Environment {
                     std::function<void(LinkOutcome)> done) = 0;
   // Closes the links to `to` (a member that failed or left).
   virtual void disconnect(const Endpoint& to) = 0;
+
+  // Identity keys (net/wire/identity.h): the key bound to `id` (this peer's own for selfId()),
+  // empty when none is; and binding `id` to the key a member record carries: false when `id` is
+  // bound to another key (the record is refused). By default none are kept (the simulator).
+  virtual std::vector<std::byte> identityKeyOf(std::uint64_t /*id*/) const { return {}; }
+  virtual bool bindIdentity(std::uint64_t /*id*/, std::span<const std::byte> /*key*/) {
+    return true;
+  }
 };
 
 class Core;

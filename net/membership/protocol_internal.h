@@ -44,7 +44,7 @@ inline wire::MemberState toWire(MemberState state) {
 }
 
 inline wire::MemberUpdate toUpdate(const Member& m) {
-  return wire::MemberUpdate{m.id, m.address, m.incarnation, toWire(m.state)};
+  return wire::MemberUpdate{m.id, m.address, m.incarnation, toWire(m.state), 0, m.identityKey};
 }
 
 // How a rumour entered: piggybacked or gossiped (taken as said), or inside a whole table of

@@ -34,8 +34,9 @@ void Core::on(const Remote& from, wire::JoinRequest& request) {
                              wire::MemberState::dead},
           Source::rumour);
   }
+  // The joiner's key is the one its link's handshake proved (and bound).
   apply(wire::MemberUpdate{request.peerId, request.address, request.incarnation,
-                           wire::MemberState::alive},
+                           wire::MemberState::alive, 0, env_.identityKeyOf(request.peerId)},
         Source::rumour);
   send(from.listen, wire::JoinReply{true, "", table()});
 }

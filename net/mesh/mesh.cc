@@ -410,6 +410,12 @@ std::error_code Mesh::listen(const Endpoint& local) {
 
 Endpoint Mesh::localEndpoint() const { return state_->options.handshake.listen; }
 std::uint64_t Mesh::selfId() const { return state_->options.handshake.peerId; }
+const wire::IdentityKey& Mesh::identityKey() const {
+  return state_->options.handshake.identity->publicKey();
+}
+const std::shared_ptr<wire::IdentityBook>& Mesh::identityBook() const {
+  return state_->options.handshake.book;
+}
 
 asio::awaitable<LinkOutcome> Mesh::open(Endpoint to, Channel channel,
                                         std::chrono::milliseconds connectTimeout) {

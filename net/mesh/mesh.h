@@ -125,6 +125,10 @@ class Mesh final {
   // Where other peers reach this one (the advertised or bound endpoint), after listen().
   Endpoint localEndpoint() const;
   std::uint64_t selfId() const;
+  // This peer's identity key, and the book binding ids to keys its handshakes use (null when the
+  // options gave none). Any thread.
+  const wire::IdentityKey& identityKey() const;
+  const std::shared_ptr<wire::IdentityBook>& identityBook() const;
 
   // Opens this peer's own link to the peer listening at `to` for `channel` (connect and client
   // handshake) unless it is open already, within `connectTimeout`; the next send there uses it.

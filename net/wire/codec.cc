@@ -36,7 +36,8 @@ std::vector<MemberUpdate> toUpdates(capnp::List<m::MemberUpdate>::Reader list) {
   out.reserve(list.size());  // bounded by the traversal limit, which counted the elements
   for (auto u : list) {
     out.push_back(MemberUpdate{u.getPeerId(), toEndpoint(u.getAddress()), u.getIncarnation(),
-                               toEnum(u.getState(), MemberState::left), u.getAccuser()});
+                               toEnum(u.getState(), MemberState::left), u.getAccuser(),
+                               toBytes(u.getIdentityKey())});
   }
   return out;
 }
@@ -46,8 +47,9 @@ ModelFingerprint toModel(m::ModelFingerprint::Reader r) {
 }
 
 PeerInfo toPeerInfo(m::PeerInfo::Reader r) {
-  return PeerInfo{r.getProtocolVersion(), toString(r.getClusterId()), r.getPeerId(),
-                  toEndpoint(r.getListen()), toModel(r.getModel())};
+  return PeerInfo{r.getProtocolVersion(), toString(r.getClusterId()),
+                  r.getPeerId(),          toEndpoint(r.getListen()),
+                  toModel(r.getModel()),  toBytes(r.getIdentityKey())};
 }
 
 HandshakeMessage toHandshake(m::Handshake::Reader r) {
@@ -58,15 +60,17 @@ HandshakeMessage toHandshake(m::Handshake::Reader r) {
     }
     case m::Handshake::SERVER_HELLO: {
       auto h = r.getServerHello();
-      return ServerHello{toPeerInfo(h.getInfo()), toBytes(h.getNonce()), toBytes(h.getTag())};
+      return ServerHello{toPeerInfo(h.getInfo()), toBytes(h.getNonce()), toBytes(h.getTag()),
+                         toBytes(h.getSignature())};
     }
     case m::Handshake::CLIENT_PROOF:
-      return ClientProof{toBytes(r.getClientProof().getTag())};
+      return ClientProof{toBytes(r.getClientProof().getTag()),
+                         toBytes(r.getClientProof().getSignature())};
     case m::Handshake::ACCEPT:
       return HandshakeAccept{};
     case m::Handshake::REFUSAL: {
       auto f = r.getRefusal();
-      return HandshakeRefusal{toEnum(f.getCode(), RefusalCode::protocol), toString(f.getReason())};
+      return HandshakeRefusal{toEnum(f.getCode(), RefusalCode::identity), toString(f.getReason())};
     }
   }
   throw Malformed{};  // a union member from a newer schema
@@ -177,6 +181,7 @@ void setUpdates(ListBuilder list, const std::vector<MemberUpdate>& updates) {
     b.setIncarnation(updates[i].incarnation);
     b.setState(static_cast<m::MemberState>(updates[i].state));
     b.setAccuser(updates[i].accuser);
+    if (!updates[i].identityKey.empty()) b.setIdentityKey(data(updates[i].identityKey));
   }
 }
 
@@ -189,6 +194,7 @@ void setPeerInfo(m::PeerInfo::Builder b, const PeerInfo& info) {
   model.setParameters(info.model.parameters);
   model.setDtype(text(info.model.dtype));
   model.setLayoutHash(info.model.layoutHash);
+  b.setIdentityKey(data(info.identityKey));
 }
 
 // Overload set for std::visit over the plain variants.
@@ -211,8 +217,13 @@ void setHandshake(m::Handshake::Builder b, const HandshakeMessage& message) {
                    setPeerInfo(s.initInfo(), h.info);
                    s.setNonce(data(h.nonce));
                    s.setTag(data(h.tag));
+                   s.setSignature(data(h.signature));
                  },
-                 [&](const ClientProof& p) { b.initClientProof().setTag(data(p.tag)); },
+                 [&](const ClientProof& p) {
+                   auto c = b.initClientProof();
+                   c.setTag(data(p.tag));
+                   c.setSignature(data(p.signature));
+                 },
                  [&](const HandshakeAccept&) { b.setAccept(); },
                  [&](const HandshakeRefusal& r) {
                    auto f = b.initRefusal();

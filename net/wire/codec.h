@@ -76,7 +76,8 @@ struct MemberUpdate {
   Endpoint address;
   std::uint64_t incarnation = 0;
   MemberState state = MemberState::alive;
-  std::uint64_t accuser = 0;  // suspect: the member whose probes failed (0: unknown)
+  std::uint64_t accuser = 0;           // suspect: the member whose probes failed (0: unknown)
+  std::vector<std::byte> identityKey;  // its Ed25519 public key; empty: not known to the sender
   friend bool operator==(const MemberUpdate&, const MemberUpdate&) = default;
 };
 
@@ -156,6 +157,7 @@ struct PeerInfo {
   std::uint64_t peerId = 0;
   Endpoint listen;
   ModelFingerprint model;
+  std::vector<std::byte> identityKey;  // Ed25519 public key
   friend bool operator==(const PeerInfo&, const PeerInfo&) = default;
 };
 
@@ -168,12 +170,14 @@ struct ClientHello {
 struct ServerHello {
   PeerInfo info;
   std::vector<std::byte> nonce;
-  std::vector<std::byte> tag;  // HMAC-SHA256 over the "server" transcript
+  std::vector<std::byte> tag;        // HMAC-SHA256 over the "server" transcript
+  std::vector<std::byte> signature;  // Ed25519 over the same transcript
   friend bool operator==(const ServerHello&, const ServerHello&) = default;
 };
 
 struct ClientProof {
-  std::vector<std::byte> tag;  // HMAC-SHA256 over the "client" transcript
+  std::vector<std::byte> tag;        // HMAC-SHA256 over the "client" transcript
+  std::vector<std::byte> signature;  // Ed25519 over the same transcript
   friend bool operator==(const ClientProof&, const ClientProof&) = default;
 };
 
@@ -181,7 +185,14 @@ struct HandshakeAccept {
   friend bool operator==(const HandshakeAccept&, const HandshakeAccept&) = default;
 };
 
-enum class RefusalCode : std::uint16_t { authentication, version, cluster, model, protocol };
+enum class RefusalCode : std::uint16_t {
+  authentication,
+  version,
+  cluster,
+  model,
+  protocol,
+  identity
+};
 
 struct HandshakeRefusal {
   RefusalCode code = RefusalCode::protocol;

@@ -1,8 +1,6 @@
 #include "net/wire/handshake.h"
 
 #include <exception>
-#include <filesystem>
-#include <fstream>
 #include <new>
 #include <optional>
 #include <span>
@@ -16,195 +14,22 @@
 #include <asio/this_coro.hpp>
 #include <asio/use_awaitable.hpp>
 #include <fmt/format.h>
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/rand.h>
 
 #include "engine/base/enforce.h"
 #include "engine/base/log.h"
 #include "net/errors.h"
+#include "net/wire/handshake_checks.h"
 
 namespace gossamer::net::wire {
 namespace {
 
-using Bytes = std::vector<std::byte>;
-
-// Domain separation: a tag made for this protocol cannot be valid in any other use of the secret.
-constexpr std::string_view kDomain = "gossamer handshake v1";
-constexpr std::size_t kMaxSecretFileBytes = 64 * 1024;
-// Remote-supplied text is cut to this many characters before it reaches a reason or a log.
-constexpr std::size_t kMaxReasonText = 200;
-
-// ---- transcript and crypto ------------------------------------------------------------------
-
-void appendU64(Bytes& out, std::uint64_t v) {
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<std::byte>(v >> (8 * i)));
-}
-
-// Length-prefixed, so that no two different field sequences encode to the same bytes.
-void appendBytes(Bytes& out, std::span<const std::byte> bytes) {
-  appendU64(out, bytes.size());
-  out.insert(out.end(), bytes.begin(), bytes.end());
-}
-
-void appendText(Bytes& out, std::string_view text) {
-  appendBytes(out, std::as_bytes(std::span(text.data(), text.size())));
-}
-
-void appendInfo(Bytes& out, const PeerInfo& info) {
-  appendU64(out, info.protocolVersion);
-  appendText(out, info.clusterId);
-  appendU64(out, info.peerId);
-  appendText(out, info.listen.host);
-  appendU64(out, info.listen.port);
-  appendU64(out, info.model.parameters);
-  appendText(out, info.model.dtype);
-  appendU64(out, info.model.layoutHash);
-}
-
-// T(role): what each side's tag covers. Both hellos and both nonces are in it, so a tag is
-// bound to this exchange; the role keeps the server's tag from passing as the client's.
-Bytes transcript(std::string_view role, const PeerInfo& client, const Bytes& clientNonce,
-                 const PeerInfo& server, const Bytes& serverNonce) {
-  Bytes out;
-  out.reserve(512);
-  appendText(out, kDomain);
-  appendText(out, role);
-  appendInfo(out, client);
-  appendBytes(out, clientNonce);
-  appendInfo(out, server);
-  appendBytes(out, serverNonce);
-  return out;
-}
-
-bool hmacSha256(std::span<const std::byte> secret, const Bytes& message, Bytes& tag) {
-  tag.assign(kTagBytes, std::byte{0});
-  std::size_t length = 0;
-  const unsigned char* done =
-      EVP_Q_mac(nullptr, "HMAC", nullptr, "SHA256", nullptr, secret.data(), secret.size(),
-                reinterpret_cast<const unsigned char*>(message.data()), message.size(),
-                reinterpret_cast<unsigned char*>(tag.data()), tag.size(), &length);
-  return done != nullptr && length == kTagBytes;
-}
-
-bool randomNonce(Bytes& nonce) {
-  nonce.assign(kNonceBytes, std::byte{0});
-  return RAND_bytes(reinterpret_cast<unsigned char*>(nonce.data()),
-                    static_cast<int>(nonce.size())) == 1;
-}
-
-// Constant-time comparison of a computed tag with a received one of the right length.
-bool tagsEqual(const Bytes& expected, const Bytes& received) {
-  return received.size() == expected.size() &&
-         CRYPTO_memcmp(expected.data(), received.data(), expected.size()) == 0;
-}
-
-// ---- reasons --------------------------------------------------------------------------------
-
-// Remote-controlled text made safe for a log line: printable ASCII, bounded length.
-std::string printable(std::string_view text) {
-  std::string out;
-  out.reserve(std::min(text.size(), kMaxReasonText) + 3);
-  for (std::size_t i = 0; i < text.size() && i < kMaxReasonText; ++i) {
-    const char c = text[i];
-    out.push_back(c >= 0x20 && c < 0x7f ? c : '?');
-  }
-  if (text.size() > kMaxReasonText) out += "...";
-  return out;
-}
-
-struct Mismatch {
-  Errc error;
-  RefusalCode code;
-  std::string reason;  // in this side's words ("here" / "remote")
-  std::string wire;    // in words the remote reads correctly
-};
-
-// The first incompatibility between this side's and the remote's introduction, or none.
-// `here` / `there` name the two sides in the reason text.
-std::optional<std::pair<Errc, std::string>> compareInfo(const PeerInfo& self,
-                                                        const PeerInfo& remote,
-                                                        std::string_view here,
-                                                        std::string_view there) {
-  if (self.protocolVersion != remote.protocolVersion) {
-    return std::pair{Errc::versionMismatch,
-                     fmt::format("protocol version differs: {} {} vs {} {}", self.protocolVersion,
-                                 here, remote.protocolVersion, there)};
-  }
-  if (self.clusterId != remote.clusterId) {
-    return std::pair{Errc::clusterMismatch, fmt::format("cluster id differs: '{}' {} vs '{}' {}",
-                                                        printable(self.clusterId), here,
-                                                        printable(remote.clusterId), there)};
-  }
-  if (self.model != remote.model) {
-    std::string parts;
-    const auto add = [&parts](const std::string& part) {
-      parts += parts.empty() ? part : ", " + part;
-    };
-    if (self.model.parameters != remote.model.parameters) {
-      add(fmt::format("parameters {} {} vs {} {}", self.model.parameters, here,
-                      remote.model.parameters, there));
-    }
-    if (self.model.dtype != remote.model.dtype) {
-      add(fmt::format("dtype '{}' {} vs '{}' {}", printable(self.model.dtype), here,
-                      printable(remote.model.dtype), there));
-    }
-    if (self.model.layoutHash != remote.model.layoutHash) {
-      add(fmt::format("layout hash {:#018x} {} vs {:#018x} {}", self.model.layoutHash, here,
-                      remote.model.layoutHash, there));
-    }
-    return std::pair{Errc::modelMismatch, "model fingerprint differs: " + parts};
-  }
-  return std::nullopt;
-}
-
-std::optional<Mismatch> findMismatch(const PeerInfo& self, const PeerInfo& remote) {
-  auto local = compareInfo(self, remote, "here", "remote");
-  if (!local) return std::nullopt;
-  auto wire = compareInfo(self, remote, "at the refusing peer", "at yours");
-  const RefusalCode code = local->first == Errc::versionMismatch   ? RefusalCode::version
-                           : local->first == Errc::clusterMismatch ? RefusalCode::cluster
-                                                                   : RefusalCode::model;
-  return Mismatch{local->first, code, std::move(local->second), std::move(wire->second)};
-}
-
-// What is wrong with a remote's introduction as a message, if anything.
-std::optional<std::string> checkIntroduction(const PeerInfo& info, const Bytes& nonce) {
-  if (nonce.size() != kNonceBytes) {
-    return fmt::format("nonce has {} bytes, expected {}", nonce.size(), kNonceBytes);
-  }
-  if (info.clusterId.size() > kMaxIdentityText || info.listen.host.size() > kMaxIdentityText ||
-      info.model.dtype.size() > kMaxIdentityText) {
-    return fmt::format("cluster id, host or dtype longer than {} bytes", kMaxIdentityText);
-  }
-  return std::nullopt;
-}
-
-const char* messageName(const HandshakeMessage& message) {
-  constexpr const char* kNames[] = {"a client hello", "a server hello", "a client proof",
-                                    "an accept", "a refusal"};
-  return kNames[message.index()];
-}
-
-Errc errorOf(RefusalCode code) {
-  switch (code) {
-    case RefusalCode::authentication:
-      return Errc::authenticationFailed;
-    case RefusalCode::version:
-      return Errc::versionMismatch;
-    case RefusalCode::cluster:
-      return Errc::clusterMismatch;
-    case RefusalCode::model:
-      return Errc::modelMismatch;
-    case RefusalCode::protocol:
-      break;
-  }
-  return Errc::malformedMessage;
-}
+using namespace handshake_detail;
 
 PeerInfo introductionOf(const HandshakeConfig& config) {
-  return PeerInfo{config.protocolVersion, config.clusterId, config.peerId, config.listen,
-                  config.model};
+  const IdentityKey& key = config.identity->publicKey();
+  return PeerInfo{config.protocolVersion, config.clusterId,
+                  config.peerId,          config.listen,
+                  config.model,           std::vector<std::byte>(key.begin(), key.end())};
 }
 
 // ---- the two sides --------------------------------------------------------------------------
@@ -236,6 +61,16 @@ class Session {
   asio::awaitable<void> refuse(Errc error, RefusalCode code, std::string reason,
                                std::string wireReason = {});
   void remoteRefused(const HandshakeRefusal& refusal, const std::optional<Mismatch>& local);
+  // Signs T(role) with this peer's identity key (empty, with the failure recorded, if the crypto
+  // library fails).
+  Bytes sign(const Bytes& transcriptBytes);
+  // Verifies the remote's signature of T(role) and its id's binding; refuses and returns false
+  // when either fails.
+  asio::awaitable<bool> checkIdentity(const PeerInfo& remote, const Bytes& transcriptBytes,
+                                      const Bytes& signature);
+  // Binds the remote's id to its key (the handshake succeeded on this side); refuses and
+  // returns false when another peer bound that id first.
+  asio::awaitable<bool> bindIdentity(const PeerInfo& remote);
   void noteRemote(const PeerInfo& info) {
     result.remotePeerId = info.peerId;
     result.remoteListen = info.listen;
@@ -309,6 +144,37 @@ void Session::remoteRefused(const HandshakeRefusal& refusal, const std::optional
        fmt::format("the remote refused the handshake: {}", printable(refusal.reason)));
 }
 
+Bytes Session::sign(const Bytes& transcriptBytes) {
+  Bytes signature = config_.identity->sign(transcriptBytes);
+  if (signature.empty()) fail(Errc::cryptoFailure, "OpenSSL Ed25519 signing failed");
+  return signature;
+}
+
+asio::awaitable<bool> Session::checkIdentity(const PeerInfo& remote, const Bytes& transcriptBytes,
+                                             const Bytes& signature) {
+  if (verifySignature(remote.identityKey, transcriptBytes, signature)) co_return true;
+  co_await refuse(Errc::identityMismatch, RefusalCode::identity,
+                  fmt::format("peer {:016x}'s identity signature does not verify", remote.peerId),
+                  "your identity signature does not verify");
+  co_return false;
+}
+
+asio::awaitable<bool> Session::bindIdentity(const PeerInfo& remote) {
+  const IdentityKey key = *identityKeyFrom(remote.identityKey);  // length checked on receipt
+  if (!config_.book || config_.book->bind(remote.peerId, key) != IdentityBook::Verdict::conflict)
+    co_return true;
+  const std::optional<IdentityKey> bound = config_.book->keyOf(remote.peerId);
+  const std::string boundTo = bound ? fingerprintOf(*bound) : std::string("(the book is full)");
+  co_await refuse(Errc::identityMismatch, RefusalCode::identity,
+                  fmt::format("peer id {:016x} is bound to identity key {}, and this remote "
+                              "holds key {}: it is not that peer",
+                              remote.peerId, boundTo, fingerprintOf(key)),
+                  fmt::format("peer id {:016x} is bound to another identity key ({}) than yours "
+                              "({}); a peer that lost its key joins under a new --peer-id",
+                              remote.peerId, boundTo, fingerprintOf(key)));
+  co_return false;
+}
+
 asio::awaitable<void> Session::runClient() {
   Bytes clientNonce;
   if (!randomNonce(clientNonce)) {
@@ -331,15 +197,20 @@ asio::awaitable<void> Session::runClient() {
     co_return;
   }
   noteRemote(hello->info);
+  if (auto version = findVersionMismatch(self_, hello->info)) {
+    co_await refuse(version->error, version->code, version->reason, version->wire);
+    co_return;
+  }
   if (auto problem = checkIntroduction(hello->info, hello->nonce)) {
     co_await refuse(Errc::malformedMessage, RefusalCode::protocol, "server hello: " + *problem);
     co_return;
   }
 
   // Authentication first: nothing the server says is believed before its tag verifies.
+  const Bytes serverTranscript =
+      transcript("server", self_, clientNonce, hello->info, hello->nonce);
   Bytes expected;
-  if (!hmacSha256(config_.secret,
-                  transcript("server", self_, clientNonce, hello->info, hello->nonce), expected)) {
+  if (!hmacSha256(config_.secret, serverTranscript, expected)) {
     fail(Errc::cryptoFailure, "OpenSSL HMAC-SHA256 failed");
     co_return;
   }
@@ -351,22 +222,30 @@ asio::awaitable<void> Session::runClient() {
                     "or a replayed handshake");
     co_return;
   }
+  if (!co_await checkIdentity(hello->info, serverTranscript, hello->signature)) co_return;
   if (auto mismatch = findMismatch(self_, hello->info)) {
     co_await refuse(mismatch->error, mismatch->code, mismatch->reason, mismatch->wire);
     co_return;
   }
+  if (!co_await bindIdentity(hello->info)) co_return;
+  // `hello` points into `message`, which the verdict below replaces.
+  const std::optional<IdentityKey> serverIdentity = identityKeyFrom(hello->info.identityKey);
 
+  const Bytes clientTranscript =
+      transcript("client", self_, clientNonce, hello->info, hello->nonce);
   Bytes proof;
-  if (!hmacSha256(config_.secret,
-                  transcript("client", self_, clientNonce, hello->info, hello->nonce), proof)) {
+  if (!hmacSha256(config_.secret, clientTranscript, proof)) {
     fail(Errc::cryptoFailure, "OpenSSL HMAC-SHA256 failed");
     co_return;
   }
-  outgoing = ClientProof{proof};
+  Bytes signature = sign(clientTranscript);
+  if (signature.empty()) co_return;
+  outgoing = ClientProof{proof, std::move(signature)};
   if (!co_await send(std::move(outgoing))) co_return;
 
   if (!co_await receive(message, "server's verdict")) co_return;
   if (std::holds_alternative<HandshakeAccept>(message)) {
+    result.remoteIdentity = serverIdentity;
     succeeded = true;
   } else if (const auto* refusal = std::get_if<HandshakeRefusal>(&message)) {
     remoteRefused(*refusal, std::nullopt);
@@ -390,6 +269,10 @@ asio::awaitable<void> Session::runServer() {
   }
   const ClientHello hello = std::get<ClientHello>(std::move(message));
   noteRemote(hello.info);
+  if (auto version = findVersionMismatch(self_, hello.info)) {
+    co_await refuse(version->error, version->code, version->reason, version->wire);
+    co_return;
+  }
   if (auto problem = checkIntroduction(hello.info, hello.nonce)) {
     co_await refuse(Errc::malformedMessage, RefusalCode::protocol, "client hello: " + *problem);
     co_return;
@@ -402,12 +285,14 @@ asio::awaitable<void> Session::runServer() {
     fail(Errc::cryptoFailure, "OpenSSL RAND_bytes could not produce a nonce");
     co_return;
   }
-  if (!hmacSha256(config_.secret, transcript("server", hello.info, hello.nonce, self_, serverNonce),
-                  tag)) {
+  const Bytes serverTranscript = transcript("server", hello.info, hello.nonce, self_, serverNonce);
+  if (!hmacSha256(config_.secret, serverTranscript, tag)) {
     fail(Errc::cryptoFailure, "OpenSSL HMAC-SHA256 failed");
     co_return;
   }
-  HandshakeMessage outgoing = ServerHello{self_, serverNonce, tag};
+  Bytes signature = sign(serverTranscript);
+  if (signature.empty()) co_return;
+  HandshakeMessage outgoing = ServerHello{self_, serverNonce, tag, std::move(signature)};
   if (!co_await send(std::move(outgoing))) co_return;
   const std::optional<Mismatch> mismatch = findMismatch(self_, hello.info);
 
@@ -422,9 +307,9 @@ asio::awaitable<void> Session::runServer() {
                     fmt::format("expected the client proof, got {}", messageName(message)));
     co_return;
   }
+  const Bytes clientTranscript = transcript("client", hello.info, hello.nonce, self_, serverNonce);
   Bytes expected;
-  if (!hmacSha256(config_.secret, transcript("client", hello.info, hello.nonce, self_, serverNonce),
-                  expected)) {
+  if (!hmacSha256(config_.secret, clientTranscript, expected)) {
     fail(Errc::cryptoFailure, "OpenSSL HMAC-SHA256 failed");
     co_return;
   }
@@ -436,10 +321,13 @@ asio::awaitable<void> Session::runServer() {
                     "or a replayed handshake");
     co_return;
   }
+  if (!co_await checkIdentity(hello.info, clientTranscript, proof->signature)) co_return;
   if (mismatch) {
     co_await refuse(mismatch->error, mismatch->code, mismatch->reason, mismatch->wire);
     co_return;
   }
+  if (!co_await bindIdentity(hello.info)) co_return;
+  result.remoteIdentity = identityKeyFrom(hello.info.identityKey);
   outgoing = HandshakeAccept{};
   if (!co_await send(std::move(outgoing))) co_return;
   succeeded = true;
@@ -482,6 +370,7 @@ asio::awaitable<void> closeAtDeadline(asio::steady_timer& timer, Link& link, Rac
 // even when they co_spawn the handshake instead of awaiting it.
 asio::awaitable<HandshakeResult> runHandshake(Link& link, HandshakeConfig config, bool client) {
   GOSSAMER_ENFORCE(!config.secret.empty(), "the handshake needs a non-empty cluster secret");
+  GOSSAMER_ENFORCE(config.identity != nullptr, "the handshake needs this peer's identity key");
   GOSSAMER_ENFORCE(config.timeout.count() > 0, "handshake timeout must be positive, got {} ms",
                    config.timeout.count());
   using namespace asio::experimental::awaitable_operators;
@@ -512,8 +401,8 @@ asio::awaitable<HandshakeResult> runHandshake(Link& link, HandshakeConfig config
     // The accepting side's refusals are logged by its caller, rate-limited with their cause
     // (handshake_server.h): a scan must not become a warning per connection.
     log::get("net")->log(client ? spdlog::level::warn : spdlog::level::debug,
-                         "handshake ({} side) with {} refused: {} ({})", side,
-                         link.remoteAddress(), result.reason, result.error.message());
+                         "handshake ({} side) with {} refused: {} ({})", side, link.remoteAddress(),
+                         result.reason, result.error.message());
   } else {
     log::get("net")->debug("handshake ({} side) with {} ok: peer {} listening on {}", side,
                            link.remoteAddress(), result.remotePeerId, result.remoteListen.str());
@@ -529,38 +418,6 @@ asio::awaitable<HandshakeResult> clientHandshake(Link& link, const HandshakeConf
 
 asio::awaitable<HandshakeResult> serverHandshake(Link& link, const HandshakeConfig& config) {
   return runHandshake(link, config, false);
-}
-
-std::vector<std::byte> readSecretFile(const std::string& path) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  const fs::file_status status = fs::status(path, ec);
-  GOSSAMER_ENFORCE(!ec && fs::exists(status), "cluster secret file '{}' cannot be accessed: {}",
-                   path, ec ? ec.message() : std::string("no such file"));
-  GOSSAMER_ENFORCE(fs::is_regular_file(status), "cluster secret file '{}' is not a regular file",
-                   path);
-  const std::uintmax_t size = fs::file_size(path, ec);
-  GOSSAMER_ENFORCE(!ec, "cannot read the size of cluster secret file '{}': {}", path, ec.message());
-  GOSSAMER_ENFORCE(size <= kMaxSecretFileBytes,
-                   "cluster secret file '{}' has {} bytes; a secret file has at most {}", path,
-                   size, kMaxSecretFileBytes);
-  std::ifstream in(path, std::ios::binary);
-  GOSSAMER_ENFORCE(in.good(), "cannot open cluster secret file '{}'", path);
-  std::vector<std::byte> secret(static_cast<std::size_t>(size));
-  in.read(reinterpret_cast<char*>(secret.data()), static_cast<std::streamsize>(secret.size()));
-  GOSSAMER_ENFORCE(static_cast<std::uintmax_t>(in.gcount()) == size,
-                   "cannot read cluster secret file '{}'", path);
-  while (!secret.empty() &&
-         (secret.back() == std::byte{'\n'} || secret.back() == std::byte{'\r'})) {
-    secret.pop_back();
-  }
-  GOSSAMER_ENFORCE(!secret.empty(), "cluster secret file '{}' is empty", path);
-  if ((status.permissions() & (fs::perms::group_read | fs::perms::others_read)) !=
-      fs::perms::none) {
-    log::get("net")->warn("cluster secret file '{}' is readable by other users; chmod 600 it",
-                          path);
-  }
-  return secret;
 }
 
 }  // namespace gossamer::net::wire

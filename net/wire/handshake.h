@@ -1,31 +1,44 @@
 // The handshake that opens every link: both peers prove knowledge of the shared cluster secret
-// (mutual HMAC-SHA256 challenge-response with fresh nonces) and check that they run the same
-// protocol version, belong to the same cluster and train the same model.
+// (mutual HMAC-SHA256 challenge-response with fresh nonces: membership), each proves it holds
+// the identity key of the peer id it claims (an Ed25519 signature of the same transcript), and
+// they check that they run the same protocol version, belong to the same cluster and train the
+// same model.
 //
 //   client                                                      server
 //   ClientHello(info_c, nonce_c)                       ->
-//                                                      <-   ServerHello(info_s, nonce_s, tag_s)
-//     verifies tag_s, then compares info_s with its own
-//   ClientProof(tag_c)  or  Refusal(code, reason)      ->
-//                                                           verifies tag_c, compares info_c
+//                                                           compares protocol versions
+//                                                      <-   ServerHello(info_s, nonce_s, tag_s,
+//                                                                       sig_s)
+//     compares versions, verifies tag_s and sig_s, checks the server's id against its binding,
+//     then compares info_s with its own
+//   ClientProof(tag_c, sig_c)  or  Refusal(code, reason) ->
+//                                                           verifies tag_c and sig_c, checks
+//                                                           the binding, compares info_c
 //                                                      <-   Accept  or  Refusal(code, reason)
 //
-//   tag_s = HMAC-SHA256(secret, T("server")), tag_c = HMAC-SHA256(secret, T("client")), where
+//   tag_s = HMAC-SHA256(secret, T("server")), tag_c = HMAC-SHA256(secret, T("client")),
+//   sig_s = Ed25519(server's identity key, T("server")), sig_c likewise with the client's, where
 //   T(role) is an unambiguous (length-prefixed) encoding of a domain string, the role and
-//   info_c, nonce_c, info_s, nonce_s. Nonces are 32 bytes from OpenSSL's RAND_bytes; tags are
-//   compared in constant time (CRYPTO_memcmp). A replayed hello or proof fails because the
-//   verifier's own nonce is fresh; the role label stops a tag being reflected back. The
-//   handshake authenticates the peers' identities, not the traffic that follows it (no
-//   encryption or per-frame MAC: that would be TLS's job).
+//   info_c, nonce_c, info_s, nonce_s (each info carries its side's public identity key). Nonces
+//   are 32 bytes from OpenSSL's RAND_bytes; tags are compared in constant time (CRYPTO_memcmp).
+//   A replayed hello or proof fails because the verifier's own nonce is fresh; the role label
+//   stops a tag or signature being reflected back. A member that knows the secret but not
+//   another's identity key cannot sign as that member, so it cannot claim its id (identity.h's
+//   IdentityBook binds ids to keys). The handshake authenticates the peers, not the traffic that
+//   follows it (no encryption or per-frame MAC: that is TLS's job).
 //
-// Authentication is checked before compatibility, so a peer with the wrong secret is told
-// "authentication failed" and nothing else. Each side decides on its own checks; a refusal from
-// the remote only supplies the reason when the local side has none of its own.
+// The protocol version is compared first (a peer of another version may not compute the same
+// transcript), and named with both values; then authentication, so a peer with the wrong secret
+// is told "authentication failed" and nothing else; then identity; then compatibility. Each side
+// decides on its own checks; a refusal from the remote only supplies the reason when the local
+// side has none of its own.
 #pragma once
 
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -35,11 +48,13 @@
 #include "net/endpoint.h"
 #include "net/transport.h"
 #include "net/wire/codec.h"
+#include "net/wire/identity.h"
 
 namespace gossamer::net::wire {
 
-// The protocol version this build speaks; peers with another version are refused.
-inline constexpr std::uint32_t kProtocolVersion = 1;
+// The protocol version this build speaks; peers with another version are refused. 2: identity
+// keys and signatures in the handshake.
+inline constexpr std::uint32_t kProtocolVersion = 2;
 inline constexpr std::size_t kNonceBytes = 32;
 inline constexpr std::size_t kTagBytes = 32;  // HMAC-SHA256
 // Longest cluster id, host name and dtype accepted from a remote (longer: malformedMessage).
@@ -52,13 +67,18 @@ struct HandshakeConfig {
   Endpoint listen;  // where this peer accepts links, told to the remote
   ModelFingerprint model;
   std::vector<std::byte> secret;             // the cluster secret; must not be empty; never logged
+  std::shared_ptr<const Identity> identity;  // this peer's key pair; must be set
+  // The bindings of peer ids to identity keys: a remote whose id is bound to another key is
+  // refused; one not bound yet is bound to its key when the handshake succeeds. Null: no
+  // bindings are kept (a tool or test that talks to one peer); signatures are still checked.
+  std::shared_ptr<IdentityBook> book;
   std::chrono::milliseconds timeout{10000};  // for the whole handshake
 };
 
 struct HandshakeResult {
-  // Empty on success; otherwise Errc::authenticationFailed, versionMismatch, clusterMismatch,
-  // modelMismatch, handshakeTimeout, malformedMessage, unexpectedMessage, cryptoFailure, or the
-  // link's error (e.g. asio::error::eof when the remote hung up).
+  // Empty on success; otherwise Errc::authenticationFailed, identityMismatch, versionMismatch,
+  // clusterMismatch, modelMismatch, handshakeTimeout, malformedMessage, unexpectedMessage,
+  // cryptoFailure, or the link's error (e.g. asio::error::eof when the remote hung up).
   std::error_code error;
   // Human text for logs, empty on success: which field differs with both values ("protocol
   // version differs: 2 here vs 1 remote"), which side's proof failed, or what the remote said.
@@ -69,6 +89,7 @@ struct HandshakeResult {
   Endpoint remoteListen;
   std::uint32_t remoteProtocolVersion = 0;
   ModelFingerprint remoteModel;
+  std::optional<IdentityKey> remoteIdentity;  // set, and verified, on success
 
   bool ok() const { return !error; }
 };
@@ -79,14 +100,8 @@ struct HandshakeResult {
 // config.timeout (then with Errc::handshakeTimeout). On failure the refusal (if any) is sent, a
 // warning naming the remote address and the reason is logged, and the link is closed; on success
 // the link is open for traffic. Never throws for anything the remote does; throws gossamer::Error
-// on misuse (empty secret, non-positive timeout).
+// on misuse (empty secret, no identity, non-positive timeout).
 asio::awaitable<HandshakeResult> clientHandshake(Link& link, const HandshakeConfig& config);
 asio::awaitable<HandshakeResult> serverHandshake(Link& link, const HandshakeConfig& config);
-
-// Reads the cluster secret from `path`: the file's bytes with trailing "\n" / "\r\n" removed
-// (so `echo secret > file` and an editor's file agree). Throws gossamer::Error naming the path
-// (never the contents) when the file is missing, not a regular file, larger than 64 KiB or empty.
-// Logs a warning when the file is readable by group or others.
-std::vector<std::byte> readSecretFile(const std::string& path);
 
 }  // namespace gossamer::net::wire

@@ -38,7 +38,8 @@ Refusal classify(std::error_code error, std::uint64_t bytesReceived) {
       error == Errc::unexpectedMessage || error == Errc::frameTooLarge ||
       error == Errc::tooManyPayloads)
     return Refusal::notGossamer;
-  if (error == Errc::authenticationFailed) return Refusal::wrongSecret;
+  if (error == Errc::authenticationFailed || error == Errc::identityMismatch)
+    return Refusal::wrongSecret;
   if (error == Errc::versionMismatch) return Refusal::wrongVersion;
   if (error == Errc::clusterMismatch || error == Errc::modelMismatch) return Refusal::wrongCluster;
   if (error == Errc::handshakeTimeout) return Refusal::timedOut;

@@ -147,8 +147,8 @@ int main(int argc, char** argv) {
   write(handshake / "raw_client_silent", t::rawHandshakeInput(true, {}));
 
   // Man in the middle: byte 0 = 2 | differences (bit 2 secret, 3 version, 4 cluster,
-  // 5 parameters, 6 layout hash), then one op per frame (0-2 pass, 3 flip, 4 truncate,
-  // 5 replace, 6 add payload, 7 drop).
+  // 5 parameters, 6 layout hash, 7 the server's id known to the client by another key), then one
+  // op per frame (0-2 pass, 3 flip, 4 truncate, 5 replace, 6 add payload, 7 drop).
   const std::vector<std::pair<std::string, std::vector<std::uint8_t>>> mitm = {
       {"mitm_honest", {2}},
       {"mitm_wrong_secret", {2 | 4}},
@@ -156,6 +156,8 @@ int main(int argc, char** argv) {
       {"mitm_cluster", {2 | 16}},
       {"mitm_parameters", {2 | 32}},
       {"mitm_layout", {2 | 64}},
+      {"mitm_identity", {2 | 128}},
+      {"mitm_identity_and_cluster", {2 | 16 | 128}},
       {"mitm_secret_and_version", {2 | 4 | 8}},
       {"mitm_flip_client_hello", {2, 3, 40, 0, 0x55}},
       {"mitm_flip_server_hello", {2, 0, 3, 90, 0, 0x01}},

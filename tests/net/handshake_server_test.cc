@@ -35,6 +35,7 @@ wire::HandshakeConfig configFor(std::uint64_t peerId, std::chrono::milliseconds 
   config.model = wire::ModelFingerprint{1234, "f32", 0x42};
   const std::string secret = "shared secret";
   for (char c : secret) config.secret.push_back(static_cast<std::byte>(c));
+  config.identity = wire::Identity::generate();
   config.timeout = timeout;
   return config;
 }

@@ -2,7 +2,9 @@
 // time, a timer queue, and a record of every send. The contracts the Service and the simulator
 // rely on: events and replies, callbacks never made from inside the call that asked, and
 // nothing at all after stop().
+#include <algorithm>
 #include <map>
+#include <span>
 #include <variant>
 #include <vector>
 
@@ -43,6 +45,15 @@ class FakeEnvironment final : public Environment {
     at(now_, [to, done] { done(LinkOutcome{{}, "", Remote{to.port, to}}); });
   }
   void disconnect(const Endpoint&) override {}
+  // The bindings of ids to identity keys, as a mesh's IdentityBook keeps them.
+  std::vector<std::byte> identityKeyOf(std::uint64_t id) const override {
+    const auto it = keys.find(id);
+    return it == keys.end() ? std::vector<std::byte>{} : it->second;
+  }
+  bool bindIdentity(std::uint64_t id, std::span<const std::byte> key) override {
+    const auto [it, fresh] = keys.try_emplace(id, key.begin(), key.end());
+    return fresh || std::equal(key.begin(), key.end(), it->second.begin(), it->second.end());
+  }
 
   // Runs every timer due by `until`, in time order; time ends at `until`.
   void runUntil(Clock::time_point until) {
@@ -57,6 +68,7 @@ class FakeEnvironment final : public Environment {
   std::size_t pendingTimers() const { return timers_.size(); }
 
   std::vector<Sent> sent;
+  std::map<std::uint64_t, std::vector<std::byte>> keys;
 
  private:
   Clock::time_point now_{std::chrono::hours(1)};
@@ -184,6 +196,39 @@ TEST_CASE("membership protocol: a leaving member refuses a join instead of admit
   CHECK(replies[0].reason.find("leaving") != std::string::npos);
   CHECK(replies[0].members.empty());
   CHECK(protocol.view().find(3) == nullptr);
+}
+
+TEST_CASE("membership protocol: member records carry identity keys and another key is refused") {
+  const auto key = [](std::uint8_t b) { return std::vector<std::byte>(32, std::byte{b}); };
+  FakeEnvironment env;
+  env.keys[1] = key(1);  // this peer's own
+  env.keys[3] = key(3);  // the joiner's, bound by its link's handshake
+  Protocol protocol(env, Config{});
+  protocol.start();
+  protocol.handle(Remote{3, Endpoint{"fake", 3}}, wire::JoinRequest{3, Endpoint{"fake", 3}, 1000});
+  const auto replies = sentOf<wire::JoinReply>(env);
+  REQUIRE(replies.size() == 1);
+  REQUIRE(replies[0].members.size() == 2);
+  for (const wire::MemberUpdate& record : replies[0].members)
+    CHECK(record.identityKey == key(static_cast<std::uint8_t>(record.peerId)));
+
+  // A rumour of peer 4 with its key binds it; one of "peer 4" with another key is a poser.
+  const wire::MemberUpdate four{4, Endpoint{"fake", 4}, 1000, wire::MemberState::alive, 0, key(4)};
+  protocol.handle(Remote{3, Endpoint{"fake", 3}}, wire::Gossip{3, {four}});
+  REQUIRE(protocol.view().find(4) != nullptr);
+  CHECK(protocol.view().find(4)->identityKey == key(4));
+  CHECK(env.keys.at(4) == key(4));
+  const wire::MemberUpdate poser{4,     Endpoint{"elsewhere", 9}, 2000, wire::MemberState::alive, 0,
+                                 key(9)};
+  protocol.handle(Remote{3, Endpoint{"fake", 3}}, wire::Gossip{3, {poser}});
+  CHECK(protocol.view().find(4)->address == Endpoint{"fake", 4});
+  CHECK(protocol.view().find(4)->incarnation == 1000);
+  CHECK(env.keys.at(4) == key(4));
+  // A record without a key says nothing about identity: it is taken as before.
+  const wire::MemberUpdate newer{4, Endpoint{"fake", 4}, 1001, wire::MemberState::alive, 0, {}};
+  protocol.handle(Remote{3, Endpoint{"fake", 3}}, wire::Gossip{3, {newer}});
+  CHECK(protocol.view().find(4)->incarnation == 1001);
+  CHECK(protocol.view().find(4)->identityKey == key(4));
 }
 
 TEST_CASE("membership protocol: stop() leaves nothing that acts, a destroyed protocol neither") {

@@ -90,6 +90,7 @@ class TestPeer {
       meshOptions.handshake.clusterId = "membership-test";
       meshOptions.handshake.peerId = id;
       meshOptions.handshake.secret = secretOf(secret);
+      meshOptions.handshake.identity = wire::Identity::generate();
       meshOptions.handshake.timeout = 2s;
       mesh_ = std::make_unique<Mesh>(io_.io(), *transport_, meshOptions);
       service_ = makeService(io_.io(), *mesh_, Config{std::move(seeds), options, 100 + id});

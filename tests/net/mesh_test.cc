@@ -51,6 +51,7 @@ class MeshPeer {
       options.handshake.clusterId = "mesh-test";
       options.handshake.peerId = id;
       options.handshake.secret = bytesOf(secret);
+      options.handshake.identity = wire::Identity::generate();
       options.handshake.timeout = 2s;
       mesh_ = std::make_unique<Mesh>(io_.io(), *transport_, options);
       mesh_->onEnvelope(
@@ -272,6 +273,7 @@ TEST_CASE("mesh: a malformed header after the handshake closes only that link") 
     config.clusterId = "mesh-test";
     config.peerId = 3;
     config.secret = bytesOf("s3cret");
+    config.identity = wire::Identity::generate();
     const wire::HandshakeResult hello = co_await wire::clientHandshake(*link.link, config);
     if (!hello.ok()) co_return hello.error;
     const std::vector<std::byte> garbage(24, std::byte{0x7f});

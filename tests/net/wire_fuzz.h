@@ -121,6 +121,10 @@ inline wire::HandshakeConfig fuzzConfig(std::uint64_t peerId) {
   const std::string secret = "fuzz cluster secret";
   config.secret.assign(reinterpret_cast<const std::byte*>(secret.data()),
                        reinterpret_cast<const std::byte*>(secret.data()) + secret.size());
+  // One key pair per peer id for the whole process: the fuzzer's inputs stay cheap to run.
+  static const std::shared_ptr<const wire::Identity> identities[] = {wire::Identity::generate(),
+                                                                     wire::Identity::generate()};
+  config.identity = identities[peerId % 2];
   config.timeout = std::chrono::milliseconds(2000);
   return config;
 }
@@ -140,7 +144,8 @@ inline bool reportsRemote(const wire::HandshakeResult& result,
                           const wire::HandshakeConfig& remote) {
   return result.remotePeerId == remote.peerId && result.remoteListen == remote.listen &&
          result.remoteProtocolVersion == remote.protocolVersion &&
-         result.remoteModel == remote.model;
+         result.remoteModel == remote.model &&
+         result.remoteIdentity == remote.identity->publicKey();
 }
 
 }  // namespace detail
@@ -151,9 +156,10 @@ inline bool reportsRemote(const wire::HandshakeResult& result,
 //     client side (bit 0 set) of a handshake; the remote then half-closes. Such a handshake
 //     must end (never stall, never throw) and never succeed: the fuzzer cannot forge a tag.
 //   bit 1 set: "man in the middle": a real client and a real server run against each other,
-//     the server's config differing by bits 2-6 (secret, version, cluster, parameters, layout
-//     hash); every frame in either direction first consumes an op from the rest of the input
-//     (pass, flip a byte, truncate, replace, add a payload, drop and disconnect). Both sides must
+//     the server's config differing by bits 2-7 (secret, version, cluster, parameters, layout
+//     hash, an id the client knows by another identity key); every frame in either direction
+//     first consumes an op from the rest of the input (pass, flip a byte, truncate, replace, add
+//     a payload, drop and disconnect). Both sides must
 //     end; incompatible peers never succeed; a side that succeeds reports the remote's real
 //     identity; with no op applied, compatible peers both succeed and incompatible ones both
 //     fail with the error that names the difference.
@@ -186,7 +192,7 @@ inline std::string fuzzHandshake(const std::uint8_t* data, std::size_t size) {
     return {};
   }
 
-  const wire::HandshakeConfig clientConfig = detail::fuzzConfig(1);
+  wire::HandshakeConfig clientConfig = detail::fuzzConfig(1);
   wire::HandshakeConfig serverConfig = detail::fuzzConfig(2);
   Errc expected = Errc::authenticationFailed;  // when the configs differ and nothing is mutated
   bool compatible = true;
@@ -196,11 +202,17 @@ inline std::string fuzzHandshake(const std::uint8_t* data, std::size_t size) {
     compatible = false;
     return true;
   };
-  if (differ(2, Errc::authenticationFailed)) serverConfig.secret.push_back(std::byte{'!'});
+  // The version is compared first (before the secret): a peer of another version may not even
+  // compute the same transcript.
   if (differ(3, Errc::versionMismatch)) serverConfig.protocolVersion += 1;
+  if (differ(2, Errc::authenticationFailed)) serverConfig.secret.push_back(std::byte{'!'});
   if (differ(4, Errc::clusterMismatch)) serverConfig.clusterId = "other";
   if (differ(5, Errc::modelMismatch)) serverConfig.model.parameters = 235146;
   if (differ(6, Errc::modelMismatch)) serverConfig.model.layoutHash ^= 1;
+  if (differ(7, Errc::identityMismatch)) {  // the client knows the server's id by another key
+    clientConfig.book = std::make_shared<wire::IdentityBook>();
+    clientConfig.book->bind(serverConfig.peerId, detail::fuzzConfig(1).identity->publicKey());
+  }
 
   bool mutated = false;
   const auto mitm = [&in, &mutated](FakeFrame& frame) {

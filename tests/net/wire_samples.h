@@ -15,13 +15,15 @@ namespace gossamer::net::testing {
 // One of every kind of header, with non-default values in every field.
 inline std::vector<wire::Header> sampleHeaders() {
   using namespace wire;
-  const MemberUpdate a{11, Endpoint{"10.0.0.1", 7001}, 3, MemberState::alive};
+  const std::vector<std::byte> key(32, std::byte{0x3c});
+  const std::vector<std::byte> signature(64, std::byte{0xc3});
+  const MemberUpdate a{11, Endpoint{"10.0.0.1", 7001}, 3, MemberState::alive, 0, key};
   const MemberUpdate b{12, Endpoint{"host-b.example", 7002}, 9, MemberState::suspect};
   const MemberUpdate c{13, Endpoint{"::1", 65535}, 1, MemberState::dead};
   const MemberUpdate d{std::numeric_limits<std::uint64_t>::max(), Endpoint{"", 0}, 0,
                        MemberState::left};
-  const PeerInfo info{1, "cluster-a", 42, Endpoint{"127.0.0.1", 7000},
-                      ModelFingerprint{235146, "f32", 0xfeedfacecafebeefULL}};
+  const PeerInfo info{2, "cluster-a", 42, Endpoint{"127.0.0.1", 7000},
+                      ModelFingerprint{235146, "f32", 0xfeedfacecafebeefULL}, key};
   const std::vector<std::byte> nonce(32, std::byte{0x5a});
   const std::vector<std::byte> tag(32, std::byte{0xa5});
   return {
@@ -54,10 +56,11 @@ inline std::vector<wire::Header> sampleHeaders() {
       MembershipMessage{PushPull{42, false, {a, b, c, d}}},
       MembershipMessage{PushPull{13, true, {}}},
       HandshakeMessage{ClientHello{info, nonce}},
-      HandshakeMessage{ServerHello{info, nonce, tag}},
-      HandshakeMessage{ClientProof{tag}},
+      HandshakeMessage{ServerHello{info, nonce, tag, signature}},
+      HandshakeMessage{ClientProof{tag, signature}},
       HandshakeMessage{HandshakeAccept{}},
       HandshakeMessage{HandshakeRefusal{RefusalCode::model, "model fingerprint differs"}},
+      HandshakeMessage{HandshakeRefusal{RefusalCode::identity, "peer id bound to another key"}},
   };
 }
 
