@@ -62,6 +62,7 @@ struct PeerInfo {
 struct ClientHello {
   info @0 :PeerInfo;
   nonce @1 :Data;
+  channel @2 :UInt8;  # what the client opens this link for (net/mesh: 0 control, 1 data)
 }
 
 # Frame 2, server -> client: who the server is, its own fresh 32-byte challenge, and

@@ -48,7 +48,8 @@ void guarded(const char* what, F&& f) {
   }
 }
 
-// One link of the mesh: this peer's outbound link to (dialed, channel), or an inbound one.
+// One link of the mesh: this peer's outbound link to (dialed, channel), or an inbound one (whose
+// channel its client named in the handshake).
 struct LinkEntry {
   LinkEntry(const asio::any_io_executor& executor, bool isOutbound)
       : outbound(isOutbound), settled(executor, Clock::time_point::max()) {}
@@ -58,6 +59,7 @@ struct LinkEntry {
   Remote remote;    // authenticated once open
   Endpoint dialed;  // outbound: the key it is kept under, with `channel`
   Channel channel = Channel::control;
+  bool usable = true;     // inbound: its channel is one of ours (else it only receives)
   bool open = false;      // the handshake succeeded
   bool finished = false;  // outbound: connecting ended, open or failed
   std::error_code failure;
@@ -135,6 +137,14 @@ struct Mesh::State : std::enable_shared_from_this<Mesh::State> {
 
   AtomicCounters& countersOf(Traffic traffic) {
     return counters[static_cast<std::size_t>(traffic)];
+  }
+
+  // The open inbound link from the peer listening at `to` for `channel`, if any.
+  std::shared_ptr<LinkEntry> openInbound(const Endpoint& to, Channel channel) const {
+    for (const auto& entry : inbound)
+      if (entry->open && entry->usable && entry->channel == channel && entry->remote.listen == to)
+        return entry;
+    return nullptr;
   }
 
   void drop(const std::shared_ptr<LinkEntry>& entry) {
@@ -269,6 +279,11 @@ struct Mesh::State : std::enable_shared_from_this<Mesh::State> {
       outcome.error = asio::error::operation_aborted;
       co_return nullptr;
     }
+    // A link, once open, carries traffic both ways: the remote's link to this peer for the same
+    // channel serves when this peer has none of its own (and keeps serving while it is open:
+    // one link per pair and channel keeps the frames in order).
+    if (!self->outbound.count({to, channel}))
+      if (std::shared_ptr<LinkEntry> in = self->openInbound(to, channel)) co_return in;
     if (const auto it = self->outbound.find({to, channel}); it != self->outbound.end()) {
       std::shared_ptr<LinkEntry> entry = it->second;
       if (!entry->finished) {  // someone else is connecting: wait for the outcome
@@ -293,6 +308,7 @@ struct Mesh::State : std::enable_shared_from_this<Mesh::State> {
     if (!failure) {
       entry->link = std::move(connected.link);
       wire::HandshakeConfig config = self->options.handshake;
+      config.channel = static_cast<std::uint8_t>(channel);
       const auto left =
           std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
       config.timeout = std::max(left, std::chrono::milliseconds(1));
@@ -399,6 +415,8 @@ std::error_code Mesh::listen(const Endpoint& local) {
     auto entry = std::make_shared<LinkEntry>(self->io.get_executor(), false);
     entry->link = std::move(authenticated.link);
     entry->remote = Remote{authenticated.hello.remotePeerId, authenticated.hello.remoteListen};
+    entry->usable = authenticated.hello.remoteChannel < kChannels;
+    if (entry->usable) entry->channel = static_cast<Channel>(authenticated.hello.remoteChannel);
     self->inbound.insert(entry);
     self->start(entry);
   };
@@ -452,7 +470,8 @@ std::shared_ptr<const EncodedEnvelope> EncodedEnvelope::of(const wire::EnvelopeH
 
 bool Mesh::hasOpenLink(const Endpoint& to, Channel channel) const {
   const auto it = state_->outbound.find({to, channel});
-  return it != state_->outbound.end() && it->second->open;
+  if (it != state_->outbound.end()) return it->second->open;
+  return state_->openInbound(to, channel) != nullptr;
 }
 
 void Mesh::disconnect(const Endpoint& to) {

@@ -4,12 +4,15 @@
 // - listen() binds the transport and runs every inbound link through the server handshake of
 //   net/wire (mutual HMAC over the cluster secret, version, cluster id and model fingerprint;
 //   at most Limits::maxPendingHandshakes at once).
-// - send(to, channel, frame) sends on this peer's OWN outbound link to the peer listening at `to`
-//   for that channel, connecting and running the client handshake first when there is none.
-//   Replies travel on the replier's own outbound link, so every link carries one direction of
-//   traffic and frames from one sender to one receiver on one channel arrive in the order their
-//   sends started. Two channels keep small control frames (membership probes, requests) from
-//   queueing behind bulk parameter transfers.
+// - send(to, channel, frame) sends on the link between this peer and the peer listening at `to`
+//   for that channel: this peer's own outbound link when it has one (open or opening); else the
+//   remote's open link to this peer for that channel (its client named the channel in the
+//   handshake), so that a link, once open, carries traffic both ways and a peer that cannot be
+//   dialed is reached on the link it opened; else a new outbound link, connecting and running the
+//   client handshake first. A pair and channel keeps the link it sends on while it is open, so
+//   frames from one sender to one receiver on one channel arrive in the order their sends
+//   started. Two channels keep small control frames (membership probes, requests) from queueing
+//   behind bulk parameter transfers.
 // - Every link runs a receive loop that decodes each header once (net/wire/codec.h: bounded,
 //   hostile input safe) and hands membership messages and algorithm envelopes to their handlers,
 //   tagged with the sender's identity as its handshake authenticated it. A malformed frame or a
@@ -160,8 +163,8 @@ class Mesh final {
                                                 std::vector<std::span<const std::byte>> payloads,
                                                 std::chrono::milliseconds connectTimeout);
 
-  // Whether this peer's own link to the peer at `to` for `channel` is open (a send there needs no
-  // connect).
+  // Whether a link to the peer at `to` for `channel` is open, this peer's own or the remote's (a
+  // send there needs no connect).
   bool hasOpenLink(const Endpoint& to, Channel channel) const;
   // Closes this peer's links to and from the peer at `to` (one that failed or left); later sends
   // reconnect.

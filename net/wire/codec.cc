@@ -56,7 +56,7 @@ HandshakeMessage toHandshake(m::Handshake::Reader r) {
   switch (r.which()) {
     case m::Handshake::CLIENT_HELLO: {
       auto h = r.getClientHello();
-      return ClientHello{toPeerInfo(h.getInfo()), toBytes(h.getNonce())};
+      return ClientHello{toPeerInfo(h.getInfo()), toBytes(h.getNonce()), h.getChannel()};
     }
     case m::Handshake::SERVER_HELLO: {
       auto h = r.getServerHello();
@@ -211,6 +211,7 @@ void setHandshake(m::Handshake::Builder b, const HandshakeMessage& message) {
                    auto c = b.initClientHello();
                    setPeerInfo(c.initInfo(), h.info);
                    c.setNonce(data(h.nonce));
+                   c.setChannel(h.channel);
                  },
                  [&](const ServerHello& h) {
                    auto s = b.initServerHello();

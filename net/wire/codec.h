@@ -164,6 +164,7 @@ struct PeerInfo {
 struct ClientHello {
   PeerInfo info;
   std::vector<std::byte> nonce;
+  std::uint8_t channel = 0;  // what the client opens the link for (the mesh's channels)
   friend bool operator==(const ClientHello&, const ClientHello&) = default;
 };
 

@@ -181,7 +181,7 @@ asio::awaitable<void> Session::runClient() {
     fail(Errc::cryptoFailure, "OpenSSL RAND_bytes could not produce a nonce");
     co_return;
   }
-  HandshakeMessage outgoing = ClientHello{self_, clientNonce};
+  HandshakeMessage outgoing = ClientHello{self_, clientNonce, config_.channel};
   if (!co_await send(std::move(outgoing))) co_return;
 
   HandshakeMessage message;
@@ -208,7 +208,7 @@ asio::awaitable<void> Session::runClient() {
 
   // Authentication first: nothing the server says is believed before its tag verifies.
   const Bytes serverTranscript =
-      transcript("server", self_, clientNonce, hello->info, hello->nonce);
+      transcript("server", self_, clientNonce, config_.channel, hello->info, hello->nonce);
   Bytes expected;
   if (!hmacSha256(config_.secret, serverTranscript, expected)) {
     fail(Errc::cryptoFailure, "OpenSSL HMAC-SHA256 failed");
@@ -232,7 +232,7 @@ asio::awaitable<void> Session::runClient() {
   const std::optional<IdentityKey> serverIdentity = identityKeyFrom(hello->info.identityKey);
 
   const Bytes clientTranscript =
-      transcript("client", self_, clientNonce, hello->info, hello->nonce);
+      transcript("client", self_, clientNonce, config_.channel, hello->info, hello->nonce);
   Bytes proof;
   if (!hmacSha256(config_.secret, clientTranscript, proof)) {
     fail(Errc::cryptoFailure, "OpenSSL HMAC-SHA256 failed");
@@ -285,7 +285,8 @@ asio::awaitable<void> Session::runServer() {
     fail(Errc::cryptoFailure, "OpenSSL RAND_bytes could not produce a nonce");
     co_return;
   }
-  const Bytes serverTranscript = transcript("server", hello.info, hello.nonce, self_, serverNonce);
+  const Bytes serverTranscript =
+      transcript("server", hello.info, hello.nonce, hello.channel, self_, serverNonce);
   if (!hmacSha256(config_.secret, serverTranscript, tag)) {
     fail(Errc::cryptoFailure, "OpenSSL HMAC-SHA256 failed");
     co_return;
@@ -307,7 +308,8 @@ asio::awaitable<void> Session::runServer() {
                     fmt::format("expected the client proof, got {}", messageName(message)));
     co_return;
   }
-  const Bytes clientTranscript = transcript("client", hello.info, hello.nonce, self_, serverNonce);
+  const Bytes clientTranscript =
+      transcript("client", hello.info, hello.nonce, hello.channel, self_, serverNonce);
   Bytes expected;
   if (!hmacSha256(config_.secret, clientTranscript, expected)) {
     fail(Errc::cryptoFailure, "OpenSSL HMAC-SHA256 failed");
@@ -328,6 +330,7 @@ asio::awaitable<void> Session::runServer() {
   }
   if (!co_await bindIdentity(hello.info)) co_return;
   result.remoteIdentity = identityKeyFrom(hello.info.identityKey);
+  result.remoteChannel = hello.channel;
   outgoing = HandshakeAccept{};
   if (!co_await send(std::move(outgoing))) co_return;
   succeeded = true;

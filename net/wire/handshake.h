@@ -72,6 +72,7 @@ struct HandshakeConfig {
   // refused; one not bound yet is bound to its key when the handshake succeeds. Null: no
   // bindings are kept (a tool or test that talks to one peer); signatures are still checked.
   std::shared_ptr<IdentityBook> book;
+  std::uint8_t channel = 0;  // client: what it opens the link for (told to the server)
   std::chrono::milliseconds timeout{10000};  // for the whole handshake
 };
 
@@ -90,6 +91,7 @@ struct HandshakeResult {
   std::uint32_t remoteProtocolVersion = 0;
   ModelFingerprint remoteModel;
   std::optional<IdentityKey> remoteIdentity;  // set, and verified, on success
+  std::uint8_t remoteChannel = 0;             // server: what the client opened the link for
 
   bool ok() const { return !error; }
 };

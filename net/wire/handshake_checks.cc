@@ -50,13 +50,14 @@ void appendInfo(Bytes& out, const PeerInfo& info) {
 }  // namespace
 
 Bytes transcript(std::string_view role, const PeerInfo& client, const Bytes& clientNonce,
-                 const PeerInfo& server, const Bytes& serverNonce) {
+                 std::uint8_t channel, const PeerInfo& server, const Bytes& serverNonce) {
   Bytes out;
   out.reserve(512);
   appendText(out, kDomain);
   appendText(out, role);
   appendInfo(out, client);
   appendBytes(out, clientNonce);
+  appendU64(out, channel);
   appendInfo(out, server);
   appendBytes(out, serverNonce);
   return out;

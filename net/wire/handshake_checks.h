@@ -17,12 +17,13 @@ namespace gossamer::net::wire::handshake_detail {
 
 using Bytes = std::vector<std::byte>;
 
-// T(role): what each side's tag and signature cover: a domain string, the role, and both
-// introductions (identity keys included) and nonces, length-prefixed, so that no two different
-// field sequences encode to the same bytes. Both hellos and both nonces are in it, so a tag is
-// bound to this exchange; the role keeps the server's tag from passing as the client's.
+// T(role): what each side's tag and signature cover: a domain string, the role, both
+// introductions (identity keys included) and nonces, and the client's channel, length-prefixed, so
+// that no two different field sequences encode to the same bytes. Both hellos and both nonces are
+// in it, so a tag is bound to this exchange; the role keeps the server's tag from passing as the
+// client's.
 Bytes transcript(std::string_view role, const PeerInfo& client, const Bytes& clientNonce,
-                 const PeerInfo& server, const Bytes& serverNonce);
+                 std::uint8_t channel, const PeerInfo& server, const Bytes& serverNonce);
 bool hmacSha256(std::span<const std::byte> secret, const Bytes& message, Bytes& tag);
 bool randomNonce(Bytes& nonce);
 // Constant-time comparison of a computed tag with a received one of the right length.

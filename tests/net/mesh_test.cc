@@ -44,7 +44,7 @@ struct Received {
 class MeshPeer {
  public:
   MeshPeer(bool inproc, std::shared_ptr<inproc::Hub> hub, std::uint64_t id,
-           const std::string& secret = "s3cret") {
+           const std::string& secret = "s3cret", Endpoint advertise = {}) {
     io_.call([&] {
       transport_ = inproc ? inproc::makeTransport(io_.io(), hub) : tcp::makeTransport(io_.io());
       MeshOptions options;
@@ -53,6 +53,7 @@ class MeshPeer {
       options.handshake.secret = bytesOf(secret);
       options.handshake.identity = wire::Identity::generate();
       options.handshake.timeout = 2s;
+      options.advertise = advertise;
       mesh_ = std::make_unique<Mesh>(io_.io(), *transport_, options);
       mesh_->onEnvelope(
           [this](const Remote& from, wire::EnvelopeHeader header, std::vector<Payload> payloads) {
@@ -137,7 +138,7 @@ void checkDelivery(bool inproc) {
   CHECK(landing == bytesOf("hello"));                    // it landed in place
   CHECK(waitUntil(2s, [&] { return *released == 1; }));  // and the owner was let go
 
-  // Replies travel on b's own link to a; many frames keep their order.
+  // Replies on another channel travel on b's own link to a; many frames keep their order.
   for (int i = 0; i < 200; ++i) {
     wire::EnvelopeHeader h;
     h.tag = static_cast<std::uint64_t>(i);
@@ -302,6 +303,38 @@ TEST_CASE("mesh: disconnect drops the links and the next send reconnects") {
   // Sending to nobody fails within the connect timeout.
   const std::error_code error = a.sendEnvelope(Endpoint{"inproc", 65000}, Channel::data, {}, {});
   CHECK(error);
+}
+
+// A link, once open, carries traffic both ways. b advertises an address nobody can dial (a port
+// nothing listens on): a cannot open a link to it, but once b opened its own link to a for a
+// channel, a's sends to b on that channel ride it, in order; on the other channel a still cannot
+// reach b.
+TEST_CASE("mesh: a peer that cannot be dialed is reached on the link it opened") {
+  Watchdog watchdog(30s);
+  MeshPeer a(false, nullptr, 1);
+  const Endpoint nowhere{"127.0.0.1", 1};
+  MeshPeer b(false, nullptr, 2, "s3cret", nowhere);
+  CHECK(b.endpoint_ == nowhere);
+  wire::EnvelopeHeader hello;
+  hello.tag = 1000;
+  CHECK(a.sendEnvelope(nowhere, Channel::control, hello, {}));  // nobody listens there
+  REQUIRE(!b.sendEnvelope(a.endpoint_, Channel::control, hello, {}));
+  REQUIRE(waitUntil(5s, [&] { return a.envelopes().size() == 1; }));
+  CHECK(a.envelopes()[0].from.listen == nowhere);
+  CHECK(a.io_.call([&] { return a.mesh_->hasOpenLink(nowhere, Channel::control); }));
+  for (int i = 0; i < 100; ++i) {
+    wire::EnvelopeHeader h;
+    h.tag = static_cast<std::uint64_t>(i);
+    REQUIRE(!a.sendEnvelope(nowhere, Channel::control, h, {bytesOf("both ways")}));
+  }
+  REQUIRE(waitUntil(5s, [&] { return b.envelopes().size() == 100; }));
+  const auto got = b.envelopes();
+  for (int i = 0; i < 100; ++i) {
+    CHECK(got[static_cast<std::size_t>(i)].header.tag == static_cast<std::uint64_t>(i));
+    CHECK(got[static_cast<std::size_t>(i)].from.peerId == 1);
+  }
+  CHECK(a.sendEnvelope(nowhere, Channel::data, hello, {}));  // b opened no data link
+  CHECK_FALSE(a.io_.call([&] { return a.mesh_->hasOpenLink(nowhere, Channel::data); }));
 }
 
 }  // namespace
