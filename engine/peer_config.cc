@@ -186,6 +186,7 @@ PeerConfig peerConfig(const PeerOptions& o, const engine::Registry& registry) {
                      o.listen);
     for (const std::string& seed : o.seeds) n.seeds.push_back(net::Endpoint::parse(seed));
     n.peerId = o.peerId;
+    n.noInbound = o.noInbound;
     t.joinTimeout = durationOf(o.joinTimeout);
   }
   return c;

@@ -66,6 +66,7 @@ struct PeerOptions {
   std::uint64_t peerId = 0;
   std::string secretFile;
   bool insecurePlaintext = false;
+  bool noInbound = false;
   std::string tlsCert;
   std::string tlsKey;
   std::string tlsCa;

@@ -111,6 +111,14 @@ void addClusterSettings(std::vector<Setting>& out, const Registry& registry) {
       .python("advertise", [](PeerConfig& c, const std::string& v) {
         c.network.advertise = net::Endpoint::parse(v);
       });
+  Declare<bool>(out, "no-inbound",
+                "this peer cannot be dialed (behind a NAT or a firewall): the others reach it on "
+                "the links it opens (default: the member it joins through dials its advertised "
+                "address back and marks it dial-out only if that fails)",
+                cluster)
+      .field(&PeerOptions::noInbound)
+      .flag()
+      .python("no_inbound", [](PeerConfig& c, bool v) { c.network.noInbound = v; });
   Declare<std::vector<std::string>>(
       out, "seeds",
       "HOST:PORT,... of some members (none: this peer starts the cluster); HOST may be a name, "

@@ -129,6 +129,7 @@ struct MemberUpdate {
   state @3 :MemberState;
   accuser @4 :UInt64;  # suspect: the member whose probes failed (0: unknown)
   identityKey @5 :Data;  # the member's Ed25519 public key (empty: not known to the sender)
+  dialOutOnly @6 :Bool;  # the member says others cannot dial it (it reaches them on its links)
 }
 
 # A new peer asks a member (its seed) to be admitted.
@@ -136,6 +137,7 @@ struct JoinRequest {
   peerId @0 :UInt64;
   address @1 :Address;
   incarnation @2 :UInt64;
+  dialOutOnly @3 :Bool;  # the joiner says it cannot be dialed (--no-inbound): no dial-back
 }
 
 # The seed's answer: on acceptance, the full member list as it knows it.
@@ -143,6 +145,7 @@ struct JoinReply {
   accepted @0 :Bool;
   reason @1 :Text;                    # why not, when refused
   members @2 :List(MemberUpdate);
+  observed @3 :Text;                  # the address the seed saw the joiner's link come from
 }
 
 # Direct probe; the receiver answers with an Ack carrying the same sequence.
@@ -188,6 +191,15 @@ struct PushPull {
   members @2 :List(MemberUpdate);
 }
 
+# The seed's dial-back to a joiner's advertised address, after it admitted it: whether a fresh
+# link to `address` opened (connect and handshake), and where the joiner's own link came from.
+struct Reachability {
+  sender @0 :UInt64;
+  dialable @1 :Bool;
+  address @2 :Address;
+  observed @3 :Text;
+}
+
 struct Membership {
   union {
     joinRequest @0 :JoinRequest;
@@ -198,6 +210,7 @@ struct Membership {
     gossip @5 :Gossip;
     leave @6 :Leave;
     pushPull @7 :PushPull;
+    reachability @8 :Reachability;
   }
 }
 

@@ -48,6 +48,10 @@ struct NetworkConfig {
   // its identity), else random.
   std::uint64_t peerId = 0;
   std::string clusterId = "gossamer";
+  // This peer cannot be dialed (--no-inbound: behind a NAT or a firewall): it says so in its
+  // member record, and the others reach it on the links it opens. Without it, the member it joins
+  // through dials its advertised address back and marks it dial-out only when that fails.
+  bool noInbound = false;
   std::vector<std::byte> secret;  // the cluster secret; never logged; empty: a random one
   // This peer's identity key pair (net/wire/identity.h), which every link proves. Null: a Peer
   // loads or makes it beside its checkpoints (peer-<id>.key in the checkpoint directory, or the

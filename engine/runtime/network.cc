@@ -140,8 +140,11 @@ std::error_code PeerNetwork::startOnIo(Handlers& handlers, net::wire::ModelFinge
   // Over an emulated WAN, failure detection must allow for its round trips.
   const net::membership::Options membershipOptions =
       n.profile ? n.membership.forRoundTrip(n.profile->maxRoundTrip()) : n.membership;
-  membership_ = net::membership::makeService(
-      io_, *mesh_, net::membership::Config{n.seeds, membershipOptions, seed ^ self_});
+  membership_ = net::membership::makeService(io_, *mesh_,
+                                             net::membership::Config{.seeds = n.seeds,
+                                                                     .options = membershipOptions,
+                                                                     .seed = seed ^ self_,
+                                                                     .noInbound = n.noInbound});
   membership_->onEvent(
       [this, changed = std::move(handlers.membershipChanged)](const net::membership::Event& event) {
         {

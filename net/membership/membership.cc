@@ -168,6 +168,13 @@ class MeshEnvironment final : public Environment {
                    });
   }
   void disconnect(const Endpoint& to) override { mesh_.disconnect(to); }
+  void dialBack(const Endpoint& to, milliseconds timeout,
+                std::function<void(std::error_code)> done) override {
+    asio::co_spawn(io_, mesh_.dialBack(to, timeout),
+                   [done = std::move(done)](std::exception_ptr failure, LinkOutcome link) {
+                     done(failure ? std::make_error_code(std::errc::io_error) : link.error);
+                   });
+  }
 
   std::vector<std::byte> identityKeyOf(std::uint64_t id) const override {
     if (id == mesh_.selfId()) {

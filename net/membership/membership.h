@@ -113,6 +113,9 @@ struct Member {
   // Its Ed25519 identity key (net/wire/identity.h) as the member records carry it; empty where
   // it is not known (the simulator keeps none).
   std::vector<std::byte> identityKey;
+  // It says others cannot dial it (--no-inbound, or a member's dial-back to its advertised
+  // address failed): it reaches them on the links it opens. Only the member states this.
+  bool dialOutOnly = false;
   friend bool operator==(const Member&, const Member&) = default;
 };
 
@@ -148,6 +151,10 @@ struct Config {
   // first event (this peer's `joined`, at once) on, without events of their own; the seeds then
   // serve the reconnect rounds only.
   std::vector<Member> members;
+  // This peer cannot be dialed (--no-inbound): its member record says so from the start and
+  // seeds do not dial it back. Otherwise the seed it joins through dials its advertised address
+  // back once admitted, and a failure marks it dial-out only (Reachability).
+  bool noInbound = false;
 };
 
 // Membership frames and bytes this peer sent and received (from its mesh's counters).

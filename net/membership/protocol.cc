@@ -71,8 +71,12 @@ void Core::start() {
   GOSSAMER_ENFORCE(!started_, "membership service started twice");
   started_ = true;
   running_ = true;
-  self_ = Member{env_.selfId(), env_.selfAddress(), env_.firstIncarnation(), MemberState::alive,
-                 env_.identityKeyOf(env_.selfId())};
+  self_ = Member{env_.selfId(),
+                 env_.selfAddress(),
+                 env_.firstIncarnation(),
+                 MemberState::alive,
+                 env_.identityKeyOf(env_.selfId()),
+                 config_.noInbound};
   std::erase(config_.seeds, self_.address);
   const Clock::time_point now = env_.now();
   const bool formed = !config_.members.empty();
@@ -220,10 +224,10 @@ void Core::apply(wire::MemberUpdate update, Source source) {
   auto it = members_.find(update.peerId);
   if (it == members_.end()) {
     // A stranger: remember it; a dead or left one only as a tombstone, without an event.
-    Record record{
-        Member{update.peerId, update.address, update.incarnation, state, update.identityKey},
-        now,
-        {}};
+    Record record{Member{update.peerId, update.address, update.incarnation, state,
+                         update.identityKey, update.dialOutOnly},
+                  now,
+                  {}};
     members_.emplace(update.peerId, record);
     enqueue(update);
     if (isLive(state)) {
@@ -253,6 +257,7 @@ void Core::apply(wire::MemberUpdate update, Source source) {
   }
   member.incarnation = update.incarnation;
   member.state = state;
+  member.dialOutOnly = update.dialOutOnly;
   if (!update.address.host.empty()) member.address = update.address;
   if (old != state) it->second.since = now;
   it->second.accusers.clear();

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -44,8 +45,12 @@ inline wire::MemberState toWire(MemberState state) {
 }
 
 inline wire::MemberUpdate toUpdate(const Member& m) {
-  return wire::MemberUpdate{m.id, m.address, m.incarnation, toWire(m.state), 0, m.identityKey};
+  return wire::MemberUpdate{m.id,           m.address, m.incarnation, toWire(m.state),
+                           0,              m.identityKey, m.dialOutOnly};
 }
+
+// A seed dials joiners back at most this often (Core::dialBack).
+inline constexpr std::size_t kMaxDialBacksPerSecond = 8;
 
 // How a rumour entered: piggybacked or gossiped (taken as said), or inside a whole table of
 // another peer (a join reply or push-pull), whose `dead` claims are only taken as suspicion, as
@@ -122,6 +127,9 @@ class Core final : public std::enable_shared_from_this<Core> {
   void on(const Remote& from, wire::Gossip& gossip);        // protocol.cc
   void on(const Remote& from, wire::Leave& leave);          // protocol.cc
   void on(const Remote& from, wire::PushPull& pushPull);    // protocol.cc
+  void on(const Remote& from, wire::Reachability& answer);  // protocol_join.cc
+  // Dials a joiner's advertised address back and tells it the outcome (rate limited).
+  void dialBack(const Remote& from, const Endpoint& address);  // protocol_join.cc
 
   // ---- the member table (protocol.cc) -----------------------------------------------------------
 
@@ -224,6 +232,7 @@ class Core final : public std::enable_shared_from_this<Core> {
   std::map<Endpoint, int> joinFailures_;
   std::map<Endpoint, SeedFailure> seedFailures_;  // at most one per seed
   std::map<Endpoint, std::uint64_t> seedIds_;     // who answered at a seed (learnSeed)
+  std::deque<Clock::time_point> dialBacks_;       // started in the last second (dialBack)
   std::shared_ptr<spdlog::logger> logger_;
 
   mutable std::mutex viewMutex_;

@@ -36,9 +36,59 @@ void Core::on(const Remote& from, wire::JoinRequest& request) {
   }
   // The joiner's key is the one its link's handshake proved (and bound).
   apply(wire::MemberUpdate{request.peerId, request.address, request.incarnation,
-                           wire::MemberState::alive, 0, env_.identityKeyOf(request.peerId)},
+                           wire::MemberState::alive, 0, env_.identityKeyOf(request.peerId),
+                           request.dialOutOnly},
         Source::rumour);
-  send(from.listen, wire::JoinReply{true, "", table()});
+  send(from.listen, wire::JoinReply{true, "", table(), from.observed});
+  if (!request.dialOutOnly) dialBack(from, request.address);
+}
+
+void Core::dialBack(const Remote& from, const Endpoint& address) {
+  // Only ever the address the joiner advertises, only after it authenticated, and at most
+  // kMaxDialBacksPerSecond: a seed must not become a way to make it connect anywhere, or often.
+  const Clock::time_point now = env_.now();
+  while (!dialBacks_.empty() && now - dialBacks_.front() >= std::chrono::seconds(1))
+    dialBacks_.pop_front();
+  if (dialBacks_.size() >= kMaxDialBacksPerSecond) {
+    logger_->debug("no dial-back to {:016x} at {}: {} in the last second already", from.peerId,
+                   address.str(), dialBacks_.size());
+    return;
+  }
+  dialBacks_.push_back(now);
+  const Remote joiner = from;
+  env_.dialBack(
+      address, options_.connectTimeout,
+      guarded<std::error_code>([this, joiner, address](std::error_code error) {
+        if (error)
+          logger_->info(
+              "could not dial {:016x} back at its advertised address {} ({}); "
+              "its link came from {}: it is dial-out only",
+              joiner.peerId, address.str(), error.message(),
+              joiner.observed.empty() ? "?" : joiner.observed);
+        send(joiner.listen, wire::Reachability{self_.id, !error, address, joiner.observed});
+      }));
+}
+
+void Core::on(const Remote& from, wire::Reachability& answer) {
+  const std::string observed = answer.observed.empty() ? "?" : answer.observed;
+  if (answer.dialable) {
+    logger_->info(
+        "member {:016x} dialed this peer back at {}: others can dial it (its links "
+        "come from {})",
+        from.peerId, answer.address.str(), observed);
+    return;
+  }
+  if (self_.dialOutOnly) return;
+  logger_->info(
+      "member {:016x} could not dial this peer back at its advertised address {} (its "
+      "links come from {}): marked dial-out only; the others reach it on the links it "
+      "opens",
+      from.peerId, answer.address.str(), observed);
+  // Only this peer states its reachability: a new incarnation carries it to everyone.
+  self_.dialOutOnly = true;
+  ++self_.incarnation;
+  enqueue(toUpdate(self_));
+  refreshView();
 }
 
 void Core::on(const Remote& from, wire::JoinReply& reply) {
@@ -55,7 +105,9 @@ void Core::on(const Remote& from, wire::JoinReply& reply) {
   becomeJoined();
   merge(reply.members, Source::table);
   if (first)
-    logger_->info("joined through {} ({} members)", from.listen.str(), view().members.size());
+    logger_->info("joined through {} ({} members; that member saw this peer's link come from {})",
+                  from.listen.str(), view().members.size(),
+                  reply.observed.empty() ? "?" : reply.observed);
   endJoinWait();
 }
 
@@ -111,7 +163,7 @@ void Core::joinThrough(std::shared_ptr<const std::vector<Endpoint>> seeds, std::
               }
               if (!link.ok()) return joinFailed(seed, link.error, link.reason, next);
               wire::MembershipMessage request =
-                  wire::JoinRequest{self_.id, self_.address, self_.incarnation};
+                  wire::JoinRequest{self_.id, self_.address, self_.incarnation, self_.dialOutOnly};
               env_.send(seed, std::move(request), options_.connectTimeout,
                         guarded<std::error_code>([this, seed, next](std::error_code error) {
                           if (joined_) return;

@@ -314,7 +314,8 @@ struct Mesh::State : std::enable_shared_from_this<Mesh::State> {
       config.timeout = std::max(left, std::chrono::milliseconds(1));
       const wire::HandshakeResult hello = co_await wire::clientHandshake(*entry->link, config);
       if (hello.ok()) {
-        entry->remote = Remote{hello.remotePeerId, hello.remoteListen};
+        entry->remote =
+            Remote{hello.remotePeerId, hello.remoteListen, entry->link->remoteAddress()};
       } else {
         failure = hello.error;
         entry->failureReason = hello.reason;
@@ -414,7 +415,8 @@ std::error_code Mesh::listen(const Endpoint& local) {
     if (!self || self->closed) return;
     auto entry = std::make_shared<LinkEntry>(self->io.get_executor(), false);
     entry->link = std::move(authenticated.link);
-    entry->remote = Remote{authenticated.hello.remotePeerId, authenticated.hello.remoteListen};
+    entry->remote = Remote{authenticated.hello.remotePeerId, authenticated.hello.remoteListen,
+                           entry->link->remoteAddress()};
     entry->usable = authenticated.hello.remoteChannel < kChannels;
     if (entry->usable) entry->channel = static_cast<Channel>(authenticated.hello.remoteChannel);
     self->inbound.insert(entry);
@@ -466,6 +468,28 @@ asio::awaitable<std::error_code> Mesh::sendEnvelope(
 std::shared_ptr<const EncodedEnvelope> EncodedEnvelope::of(const wire::EnvelopeHeader& header) {
   return std::make_shared<const EncodedEnvelope>(
       EncodedEnvelope{wire::encodeEnvelope(header), trafficOf(header)});
+}
+
+asio::awaitable<LinkOutcome> Mesh::dialBack(Endpoint to, std::chrono::milliseconds timeout) {
+  const std::shared_ptr<State> self = state_;  // the awaitable keeps the state alive
+  const Clock::time_point deadline = Clock::now() + timeout;
+  LinkOutcome outcome;
+  LinkResult connected = co_await self->transport.connect(to, timeout);
+  if (connected.error) {
+    outcome.error = connected.error;
+    co_return outcome;
+  }
+  wire::HandshakeConfig config = self->options.handshake;
+  config.channel = kDialBackChannel;
+  config.timeout =
+      std::max(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()),
+               std::chrono::milliseconds(1));
+  const wire::HandshakeResult hello = co_await wire::clientHandshake(*connected.link, config);
+  outcome =
+      LinkOutcome{hello.error, hello.reason,
+                  Remote{hello.remotePeerId, hello.remoteListen, connected.link->remoteAddress()}};
+  connected.link->close();
+  co_return outcome;
 }
 
 bool Mesh::hasOpenLink(const Endpoint& to, Channel channel) const {

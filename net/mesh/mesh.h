@@ -51,11 +51,16 @@ namespace gossamer::net {
 // Which of the two links to a peer a frame travels on.
 enum class Channel : std::uint8_t { control = 0, data = 1 };
 inline constexpr std::size_t kChannels = 2;
+// What a dial-back's client names as its channel: none (the link carries no traffic).
+inline constexpr std::uint8_t kDialBackChannel = 0xff;
 
 // The sender of a received frame, as its link's handshake authenticated it.
 struct Remote {
   std::uint64_t peerId = 0;
   Endpoint listen;  // where the sender accepts links: the address to reply to
+  // Where the link's other end is, as the transport sees it (e.g. "203.0.113.9:51234" behind a
+  // NAT, where `listen` is the address the peer advertises); empty where not known.
+  std::string observed;
 };
 
 // What a mesh carries: SWIM membership messages, and envelopes (with their payloads), counted
@@ -162,6 +167,11 @@ class Mesh final {
                                                 wire::EnvelopeHeader header,
                                                 std::vector<std::span<const std::byte>> payloads,
                                                 std::chrono::milliseconds connectTimeout);
+
+  // A dial-back: opens a fresh link to `to` (connect and handshake, within `timeout`) only to
+  // learn whether it opens, and closes it. The link is for no channel: the remote only receives
+  // on it, and nothing is sent there. Never reuses a link, so it proves `to` can be dialed.
+  asio::awaitable<LinkOutcome> dialBack(Endpoint to, std::chrono::milliseconds timeout);
 
   // Whether a link to the peer at `to` for `channel` is open, this peer's own or the remote's (a
   // send there needs no connect).

@@ -37,7 +37,7 @@ std::vector<MemberUpdate> toUpdates(capnp::List<m::MemberUpdate>::Reader list) {
   for (auto u : list) {
     out.push_back(MemberUpdate{u.getPeerId(), toEndpoint(u.getAddress()), u.getIncarnation(),
                                toEnum(u.getState(), MemberState::left), u.getAccuser(),
-                               toBytes(u.getIdentityKey())});
+                               toBytes(u.getIdentityKey()), u.getDialOutOnly()});
   }
   return out;
 }
@@ -80,11 +80,13 @@ MembershipMessage toMembership(m::Membership::Reader r) {
   switch (r.which()) {
     case m::Membership::JOIN_REQUEST: {
       auto j = r.getJoinRequest();
-      return JoinRequest{j.getPeerId(), toEndpoint(j.getAddress()), j.getIncarnation()};
+      return JoinRequest{j.getPeerId(), toEndpoint(j.getAddress()), j.getIncarnation(),
+                         j.getDialOutOnly()};
     }
     case m::Membership::JOIN_REPLY: {
       auto j = r.getJoinReply();
-      return JoinReply{j.getAccepted(), toString(j.getReason()), toUpdates(j.getMembers())};
+      return JoinReply{j.getAccepted(), toString(j.getReason()), toUpdates(j.getMembers()),
+                       toString(j.getObserved())};
     }
     case m::Membership::PING: {
       auto p = r.getPing();
@@ -110,6 +112,11 @@ MembershipMessage toMembership(m::Membership::Reader r) {
     case m::Membership::PUSH_PULL: {
       auto p = r.getPushPull();
       return PushPull{p.getSender(), p.getReply(), toUpdates(p.getMembers())};
+    }
+    case m::Membership::REACHABILITY: {
+      auto d = r.getReachability();
+      return Reachability{d.getSender(), d.getDialable(), toEndpoint(d.getAddress()),
+                          toString(d.getObserved())};
     }
   }
   throw Malformed{};
@@ -182,6 +189,7 @@ void setUpdates(ListBuilder list, const std::vector<MemberUpdate>& updates) {
     b.setState(static_cast<m::MemberState>(updates[i].state));
     b.setAccuser(updates[i].accuser);
     if (!updates[i].identityKey.empty()) b.setIdentityKey(data(updates[i].identityKey));
+    b.setDialOutOnly(updates[i].dialOutOnly);
   }
 }
 
@@ -242,12 +250,14 @@ void setMembership(m::Membership::Builder b, const MembershipMessage& message) {
                    w.setPeerId(j.peerId);
                    setAddress(w.initAddress(), j.address);
                    w.setIncarnation(j.incarnation);
+                   w.setDialOutOnly(j.dialOutOnly);
                  },
                  [&](const JoinReply& j) {
                    auto w = b.initJoinReply();
                    w.setAccepted(j.accepted);
                    w.setReason(text(j.reason));
                    setUpdates(w.initMembers(j.members.size()), j.members);
+                   w.setObserved(text(j.observed));
                  },
                  [&](const Ping& p) {
                    auto w = b.initPing();
@@ -284,6 +294,13 @@ void setMembership(m::Membership::Builder b, const MembershipMessage& message) {
                    w.setSender(p.sender);
                    w.setReply(p.reply);
                    setUpdates(w.initMembers(p.members.size()), p.members);
+                 },
+                 [&](const Reachability& d) {
+                   auto w = b.initReachability();
+                   w.setSender(d.sender);
+                   w.setDialable(d.dialable);
+                   setAddress(w.initAddress(), d.address);
+                   w.setObserved(text(d.observed));
                  },
              },
              message);

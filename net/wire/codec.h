@@ -78,6 +78,7 @@ struct MemberUpdate {
   MemberState state = MemberState::alive;
   std::uint64_t accuser = 0;           // suspect: the member whose probes failed (0: unknown)
   std::vector<std::byte> identityKey;  // its Ed25519 public key; empty: not known to the sender
+  bool dialOutOnly = false;            // it says others cannot dial it
   friend bool operator==(const MemberUpdate&, const MemberUpdate&) = default;
 };
 
@@ -85,6 +86,7 @@ struct JoinRequest {
   std::uint64_t peerId = 0;
   Endpoint address;
   std::uint64_t incarnation = 0;
+  bool dialOutOnly = false;  // --no-inbound: the seed does not dial it back
   friend bool operator==(const JoinRequest&, const JoinRequest&) = default;
 };
 
@@ -92,6 +94,7 @@ struct JoinReply {
   bool accepted = false;
   std::string reason;
   std::vector<MemberUpdate> members;
+  std::string observed;  // where the seed saw the joiner's link come from
   friend bool operator==(const JoinReply&, const JoinReply&) = default;
 };
 
@@ -138,8 +141,17 @@ struct PushPull {
   friend bool operator==(const PushPull&, const PushPull&) = default;
 };
 
+// The seed's dial-back to a joiner's advertised address: whether it opened.
+struct Reachability {
+  std::uint64_t sender = 0;
+  bool dialable = false;
+  Endpoint address;      // what was dialed: the joiner's advertised address
+  std::string observed;  // where the joiner's own link came from
+  friend bool operator==(const Reachability&, const Reachability&) = default;
+};
+
 using MembershipMessage =
-    std::variant<JoinRequest, JoinReply, Ping, PingReq, Ack, Gossip, Leave, PushPull>;
+    std::variant<JoinRequest, JoinReply, Ping, PingReq, Ack, Gossip, Leave, PushPull, Reachability>;
 
 // ---- Handshake (used by net/wire/handshake.h; public for tests and tools) -----------------
 

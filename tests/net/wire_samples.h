@@ -18,12 +18,16 @@ inline std::vector<wire::Header> sampleHeaders() {
   const std::vector<std::byte> key(32, std::byte{0x3c});
   const std::vector<std::byte> signature(64, std::byte{0xc3});
   const MemberUpdate a{11, Endpoint{"10.0.0.1", 7001}, 3, MemberState::alive, 0, key};
-  const MemberUpdate b{12, Endpoint{"host-b.example", 7002}, 9, MemberState::suspect};
+  const MemberUpdate b{12, Endpoint{"host-b.example", 7002}, 9, MemberState::suspect, 0, {}, true};
   const MemberUpdate c{13, Endpoint{"::1", 65535}, 1, MemberState::dead};
   const MemberUpdate d{std::numeric_limits<std::uint64_t>::max(), Endpoint{"", 0}, 0,
                        MemberState::left};
-  const PeerInfo info{2, "cluster-a", 42, Endpoint{"127.0.0.1", 7000},
-                      ModelFingerprint{235146, "f32", 0xfeedfacecafebeefULL}, key};
+  const PeerInfo info{2,
+                      "cluster-a",
+                      42,
+                      Endpoint{"127.0.0.1", 7000},
+                      ModelFingerprint{235146, "f32", 0xfeedfacecafebeefULL},
+                      key};
   const std::vector<std::byte> nonce(32, std::byte{0x5a});
   const std::vector<std::byte> tag(32, std::byte{0xa5});
   return {
@@ -46,7 +50,8 @@ inline std::vector<wire::Header> sampleHeaders() {
                      {}},
       EnvelopeHeader{0, 0, 9, 0, {}, {}, {}, Route::runtime, nonce},
       MembershipMessage{JoinRequest{42, Endpoint{"127.0.0.1", 7000}, 1}},
-      MembershipMessage{JoinReply{true, "", {a, b, c, d}}},
+      MembershipMessage{JoinRequest{43, Endpoint{"10.1.2.3", 7001}, 2, true}},
+      MembershipMessage{JoinReply{true, "", {a, b, c, d}, "203.0.113.9:51234"}},
       MembershipMessage{JoinReply{false, "cluster is full", {}}},
       MembershipMessage{Ping{42, 17, {a}}},
       MembershipMessage{PingReq{42, 18, 13, Endpoint{"::1", 65535}, {b, c}}},
@@ -55,6 +60,8 @@ inline std::vector<wire::Header> sampleHeaders() {
       MembershipMessage{Leave{42, 4}},
       MembershipMessage{PushPull{42, false, {a, b, c, d}}},
       MembershipMessage{PushPull{13, true, {}}},
+      MembershipMessage{Reachability{42, false, Endpoint{"10.0.0.7", 7000}, "198.51.100.2:4000"}},
+      MembershipMessage{Reachability{42, true, Endpoint{"10.0.0.8", 7000}, ""}},
       HandshakeMessage{ClientHello{info, nonce}},
       HandshakeMessage{ServerHello{info, nonce, tag, signature}},
       HandshakeMessage{ClientProof{tag, signature}},
