@@ -211,6 +211,11 @@ net::membership::View PeerNetwork::view() const {
   return view_;
 }
 
+net::membership::View PeerNetwork::currentRecords() {
+  if (!thread_.joinable()) return {};
+  return runOn(io_, [this] { return membership_ ? membership_->view() : net::membership::View{}; });
+}
+
 std::vector<PeerId> PeerNetwork::members() const {
   std::lock_guard lock(viewMutex_);
   return view_.ids();

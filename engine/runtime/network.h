@@ -80,8 +80,12 @@ class PeerNetwork {
   PeerId self() const { return self_; }
   net::Endpoint endpoint() const { return endpoint_; }
 
-  // Any thread.
+  // Any thread. The view as of the last membership event (its epoch's members).
   net::membership::View view() const;
+  // The membership's records as they are now, between events too (a member's reachability,
+  // Member::dialOutOnly, changes without an event); empty before start() and after stop. Not
+  // from the io thread.
+  net::membership::View currentRecords();
   std::vector<PeerId> members() const;  // the view's ids, sorted
   bool isMember(PeerId peer) const;
   std::uint64_t epoch() const { return epoch_; }

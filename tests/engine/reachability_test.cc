@@ -31,10 +31,10 @@ struct Node : ControlNode {
 };
 
 // Whether `node`'s view says `id` is dial-out only, within `timeout`.
-bool seesDialOutOnly(const ControlNode& node, PeerId id, Clock::duration timeout) {
+bool seesDialOutOnly(ControlNode& node, PeerId id, Clock::duration timeout) {
   const auto deadline = Clock::now() + timeout;
   while (Clock::now() < deadline) {
-    for (const net::membership::Member& m : node.network.view().members)
+    for (const net::membership::Member& m : node.network.currentRecords().members)
       if (m.id == id && m.dialOutOnly) return true;
     std::this_thread::sleep_for(5ms);
   }
