@@ -10,6 +10,7 @@
 #include <asio/steady_timer.hpp>
 
 #include "engine/base/enforce.h"
+#include "net/errors.h"
 #include "net/link_support.h"
 #include "net/membership/protocol.h"
 
@@ -168,12 +169,16 @@ class MeshEnvironment final : public Environment {
                    });
   }
   void disconnect(const Endpoint& to) override { mesh_.disconnect(to); }
-  void dialBack(const Endpoint& to, milliseconds timeout,
+  void dialBack(const Endpoint& to, std::uint64_t expected, milliseconds timeout,
                 std::function<void(std::error_code)> done) override {
-    asio::co_spawn(io_, mesh_.dialBack(to, timeout),
-                   [done = std::move(done)](std::exception_ptr failure, LinkOutcome link) {
-                     done(failure ? std::make_error_code(std::errc::io_error) : link.error);
-                   });
+    asio::co_spawn(
+        io_, mesh_.dialBack(to, timeout),
+        [expected, done = std::move(done)](std::exception_ptr failure, LinkOutcome link) {
+          if (failure) return done(std::make_error_code(std::errc::io_error));
+          if (link.ok() && link.remote.peerId != expected)  // someone else is there
+            return done(make_error_code(Errc::identityMismatch));
+          done(link.error);
+        });
   }
 
   std::vector<std::byte> identityKeyOf(std::uint64_t id) const override {

@@ -60,9 +60,12 @@ class Environment {
   // empty when none is; and binding `id` to the key a member record carries: false when `id` is
   // bound to another key (the record is refused). By default none are kept (the simulator).
   virtual std::vector<std::byte> identityKeyOf(std::uint64_t /*id*/) const { return {}; }
-  // Opens a fresh link to `to` only to learn whether it opens within `timeout` (net::Mesh's
-  // dialBack); `done` gets the outcome. By default every address can be dialed (the simulator).
-  virtual void dialBack(const Endpoint& /*to*/, std::chrono::milliseconds /*timeout*/,
+  // Opens a fresh link to `to` only to learn whether peer `expected` answers there within
+  // `timeout` (net::Mesh's dialBack); `done` gets the outcome: an error when the link did not
+  // open, or Errc::identityMismatch when another peer answered. By default every address can be
+  // dialed (the simulator).
+  virtual void dialBack(const Endpoint& /*to*/, std::uint64_t /*expected*/,
+                        std::chrono::milliseconds /*timeout*/,
                         std::function<void(std::error_code)> done) {
     at(now(), [done = std::move(done)] { done({}); });
   }

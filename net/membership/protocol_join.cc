@@ -57,7 +57,7 @@ void Core::dialBack(const Remote& from, const Endpoint& address) {
   dialBacks_.push_back(now);
   const Remote joiner = from;
   env_.dialBack(
-      address, options_.connectTimeout,
+      address, from.peerId, options_.connectTimeout,
       guarded<std::error_code>([this, joiner, address](std::error_code error) {
         if (error)
           logger_->info(

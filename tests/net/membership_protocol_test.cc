@@ -51,9 +51,9 @@ class FakeEnvironment final : public Environment {
     return it == keys.end() ? std::vector<std::byte>{} : it->second;
   }
   // Dial-backs wait here until the test completes them (completeDialBack).
-  void dialBack(const Endpoint& to, std::chrono::milliseconds,
+  void dialBack(const Endpoint& to, std::uint64_t expected, std::chrono::milliseconds,
                 std::function<void(std::error_code)> done) override {
-    dialBacks.push_back({to, std::move(done)});
+    dialBacks.push_back({to, expected, std::move(done)});
   }
   void completeDialBack(std::size_t index, std::error_code outcome) {
     at(now_, [done = dialBacks.at(index).done, outcome] { done(outcome); });
@@ -79,6 +79,7 @@ class FakeEnvironment final : public Environment {
   std::map<std::uint64_t, std::vector<std::byte>> keys;
   struct DialBack {
     Endpoint to;
+    std::uint64_t expected = 0;
     std::function<void(std::error_code)> done;
   };
   std::vector<DialBack> dialBacks;
@@ -255,6 +256,7 @@ TEST_CASE("membership protocol: a seed dials each joiner back at its advertised 
   CHECK(replies[0].observed == "198.51.100.7:40000");
   REQUIRE(env.dialBacks.size() == 1);
   CHECK(env.dialBacks[0].to == Endpoint{"fake", 3});  // the advertised address, nothing else
+  CHECK(env.dialBacks[0].expected == 3);
   env.completeDialBack(0, std::make_error_code(std::errc::connection_refused));
   env.advance(1ms);
   auto answers = sentOf<wire::Reachability>(env);
