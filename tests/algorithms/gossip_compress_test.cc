@@ -149,7 +149,7 @@ using Count = std::function<double(const engine::runtime::ClusterResult&)>;
 // The bytes of `algorithm` on the MLP with int8 and top-k 1%, against float32's: `models` counts
 // the models a float32 run sends, `whole` the float32 ones of a compressed run, `compressed` its
 // compressed ones. Within 10% of float32's bytes per model x (whole + share x compressed), which
-// is far below float32's.
+// is under half of float32's per model.
 void checkBytes(const std::string& algorithm, const engine::OptionValues& options,
                 const Count& models, const Count& whole, const Count& compressed) {
   auto config = test::algorithmCluster(algorithm, 4, 100, 0.1, options);
@@ -167,7 +167,10 @@ void checkBytes(const std::string& algorithm, const engine::OptionValues& option
                << " of float32's");
     CHECK(ratio > 0.9);
     CHECK(ratio < 1.1);
-    CHECK(test::bytesPerPeer(result) < test::bytesPerPeer(plain) * (share + 0.15));
+    // Per model sent, not per run: the two runs' transfer counts differ with the timing (p is a
+    // coin), so whole runs are not comparable. With at least 3 differences per float32 model the
+    // cost is under 0.44 of float32's for int8, 0.27 for top-k.
+    CHECK(test::bytesPerPeer(result) * 4 / models(result) < 0.5 * perModel);
   }
 }
 
