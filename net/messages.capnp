@@ -200,6 +200,17 @@ struct Reachability {
   observed @3 :Text;
 }
 
+# Connection reversal: `requester` needs a link to `target` for `channel` (0 control, 1 data)
+# and cannot dial it (the target is dial-out only). Sent on a link to the target, or to members
+# that forward it once (`forwarded`) when they have a link to the target. The target dials the
+# requester at the address its own member table holds, never one a message names.
+struct Reverse {
+  requester @0 :UInt64;
+  target @1 :UInt64;
+  channel @2 :UInt8;
+  forwarded @3 :Bool;
+}
+
 struct Membership {
   union {
     joinRequest @0 :JoinRequest;
@@ -211,6 +222,7 @@ struct Membership {
     leave @6 :Leave;
     pushPull @7 :PushPull;
     reachability @8 :Reachability;
+    reverse @9 :Reverse;
   }
 }
 

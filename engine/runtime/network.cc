@@ -238,6 +238,11 @@ net::TrafficCounters PeerNetwork::traffic(net::Traffic kind) const {
   return mesh_ ? mesh_->counters(kind) : finalTraffic_[static_cast<std::size_t>(kind)];
 }
 
+std::uint64_t PeerNetwork::linksReversed() const {
+  std::lock_guard lock(viewMutex_);
+  return mesh_ ? mesh_->linksReversed() : 0;
+}
+
 std::vector<net::membership::SeedFailure> PeerNetwork::seedFailures() {
   if (!thread_.joinable()) return {};
   return runOn(io_, [this] {

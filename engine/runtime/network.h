@@ -98,6 +98,9 @@ class PeerNetwork {
   // membership reached us, the address it authenticated with (a reply must still find it).
   std::optional<net::Endpoint> addressOf(PeerId peer) const;
   net::TrafficCounters traffic(net::Traffic kind) const;
+  // Links that dial-out-only members opened at this peer's request (net::Mesh::linksReversed);
+  // 0 once shut down.
+  std::uint64_t linksReversed() const;
   // Not the io thread (it waits for it): each seed with its last failed join attempt
   // (net::membership::Service::seedFailures); empty before start().
   std::vector<net::membership::SeedFailure> seedFailures();

@@ -162,13 +162,20 @@ class MeshEnvironment final : public Environment {
   }
   void open(const Endpoint& to, milliseconds timeout,
             std::function<void(LinkOutcome)> done) override {
-    asio::co_spawn(io_, mesh_.open(to, Channel::control, timeout),
+    openFor(to, Channel::control, timeout, std::move(done));
+  }
+  void disconnect(const Endpoint& to) override { mesh_.disconnect(to); }
+  bool linked(const Endpoint& to, Channel channel) const override {
+    return mesh_.hasOpenLink(to, channel);
+  }
+  void openFor(const Endpoint& to, Channel channel, milliseconds timeout,
+               std::function<void(LinkOutcome)> done) override {
+    asio::co_spawn(io_, mesh_.open(to, channel, timeout),
                    [done = std::move(done)](std::exception_ptr failure, LinkOutcome link) {
                      if (failure) link.error = std::make_error_code(std::errc::io_error);
                      done(std::move(link));
                    });
   }
-  void disconnect(const Endpoint& to) override { mesh_.disconnect(to); }
   void dialBack(const Endpoint& to, std::uint64_t expected, milliseconds timeout,
                 std::function<void(std::error_code)> done) override {
     asio::co_spawn(
@@ -217,10 +224,14 @@ class ServiceImpl final : public Service {
     mesh_.onMembership([this](const Remote& from, wire::MembershipMessage message) {
       protocol_.handle(from, std::move(message));
     });
+    mesh_.setReverser([this](const Endpoint& to, Channel channel) {
+      return protocol_.requestReversal(to, channel);
+    });
   }
   ~ServiceImpl() override {
     protocol_.stop();
     mesh_.onMembership(nullptr);
+    mesh_.setReverser(nullptr);
   }
 
   void start() override { protocol_.start(); }

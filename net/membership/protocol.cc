@@ -83,9 +83,9 @@ void Core::start() {
   for (const Member& m : config_.members) {
     if (m.id == self_.id || !isLive(m.state)) continue;
     members_.emplace(m.id, Record{m, now, {}});
-    probeOrder_.push_back(m.id);
+    probing_.order.push_back(m.id);
   }
-  std::shuffle(probeOrder_.begin(), probeOrder_.end(), rng_);
+  std::shuffle(probing_.order.begin(), probing_.order.end(), rng_);
   config_.members = {};  // in the table now
   refreshView();
   if (config_.seeds.empty() || formed)
@@ -103,7 +103,7 @@ void Core::stop() {
   running_ = false;
   for (TimerId t : timers_) env_.cancel(t);
   timers_.clear();
-  waiters_.clear();
+  probing_.waiters.clear();
 }
 
 void Core::leave(milliseconds timeout, std::function<void()> done) {
@@ -156,8 +156,8 @@ void Core::handle(const Remote& from, wire::MembershipMessage message) {
 std::vector<SeedFailure> Core::seedFailures() const {
   std::vector<SeedFailure> out;
   for (const Endpoint& seed : config_.seeds) {
-    const auto it = seedFailures_.find(seed);
-    out.push_back(it != seedFailures_.end() ? it->second : SeedFailure{seed, {}, {}});
+    const auto it = join_.seedFailures.find(seed);
+    out.push_back(it != join_.seedFailures.end() ? it->second : SeedFailure{seed, {}, {}});
   }
   return out;
 }
@@ -406,7 +406,7 @@ void Core::pushPull(std::uint64_t round) {
   if (!joined_) return;
   const std::optional<Endpoint> target = pushPullTarget(round % 2 == 1);
   if (!target) return;
-  if (isSeed(*target) && seedIds_.count(*target) == 0) {
+  if (isSeed(*target) && join_.seedIds.count(*target) == 0) {
     // A seed never reached (a host name, say): who answers there first; it may be this peer.
     const Endpoint seed = *target;
     env_.open(seed, options_.connectTimeout, guarded<LinkOutcome>([this, seed](LinkOutcome link) {
@@ -425,11 +425,11 @@ std::optional<Endpoint> Core::pushPullTarget(bool reconnect) {
       if (record.member.state == MemberState::dead) candidates.push_back(record.member.address);
     }
     for (const Endpoint& seed : config_.seeds) {
-      const auto id = seedIds_.find(seed);
+      const auto id = join_.seedIds.find(seed);
       const bool known = std::any_of(members_.begin(), members_.end(), [&](const auto& entry) {
         const Member& m = entry.second.member;
         return isLive(m.state) &&
-               (m.address == seed || (id != seedIds_.end() && m.id == id->second));
+               (m.address == seed || (id != join_.seedIds.end() && m.id == id->second));
       });
       if (!known) candidates.push_back(seed);
     }
@@ -452,6 +452,9 @@ void Protocol::onEvent(std::function<void(const Event&)> handler) {
 void Protocol::start() { core_->start(); }
 void Protocol::handle(const Remote& from, wire::MembershipMessage message) {
   core_->handle(from, std::move(message));
+}
+bool Protocol::requestReversal(const Endpoint& to, Channel channel) {
+  return core_->requestReversal(to, channel);
 }
 void Protocol::leave(milliseconds timeout, std::function<void()> done) {
   core_->leave(timeout, std::move(done));

@@ -72,6 +72,17 @@ class Environment {
   virtual bool bindIdentity(std::uint64_t /*id*/, std::span<const std::byte> /*key*/) {
     return true;
   }
+
+  // Connection reversal. Whether a link to `to` for `channel` is open (this peer's or the
+  // remote's; a send there needs no dial). By default none is (the simulator has no dial-out-only
+  // members).
+  virtual bool linked(const Endpoint& /*to*/, Channel /*channel*/) const { return false; }
+  // Opens this peer's own link to `to` for `channel`, which the peer there asked for because it
+  // cannot dial this one. By default the control link (open()).
+  virtual void openFor(const Endpoint& to, Channel /*channel*/, std::chrono::milliseconds timeout,
+                       std::function<void(LinkOutcome)> done) {
+    open(to, timeout, std::move(done));
+  }
 };
 
 class Core;
@@ -91,6 +102,12 @@ class Protocol {
   void start();
   // A membership message that arrived from `from`.
   void handle(const Remote& from, wire::MembershipMessage message);
+  // Connection reversal (the mesh's Reverser): this peer needs a link to the member at `to` for
+  // `channel` and has none. When that member is dial-out only (and this peer is not), asks it to
+  // open the link itself: on this peer's control link to it when one is open, else through up to
+  // kReversalForwarders members, which pass the request on when they are linked to it. Returns
+  // whether it asked (then the caller waits for the link instead of dialing).
+  bool requestReversal(const Endpoint& to, Channel channel);
   // Service::leave: `done` runs once the announcements went out, or at `timeout`; then stopped.
   // Not running (never started, or stopped): `done` runs at once, inside the call.
   void leave(std::chrono::milliseconds timeout, std::function<void()> done);

@@ -3,6 +3,7 @@
 //   protocol.cc        the lifecycle, timers, the member table, dissemination, gossip and push-pull
 //   protocol_probe.cc  failure detection: probes, indirect probes, suspicion and its expiry
 //   protocol_join.cc   joining through the seeds, and what a seed answers
+//   protocol_reach.cc  reachability: dial-backs, and connection reversal
 #pragma once
 
 #include <atomic>
@@ -45,12 +46,36 @@ inline wire::MemberState toWire(MemberState state) {
 }
 
 inline wire::MemberUpdate toUpdate(const Member& m) {
-  return wire::MemberUpdate{m.id,           m.address, m.incarnation, toWire(m.state),
-                           0,              m.identityKey, m.dialOutOnly};
+  return wire::MemberUpdate{m.id, m.address,     m.incarnation, toWire(m.state),
+                            0,    m.identityKey, m.dialOutOnly};
 }
 
 // A seed dials joiners back at most this often (Core::dialBack).
 inline constexpr std::size_t kMaxDialBacksPerSecond = 8;
+// A dial-out-only peer opens links at reversal requests at most this often (Core::on(Reverse)).
+inline constexpr std::size_t kMaxReversalsPerSecond = 64;
+// A reversal request goes to at most this many members when the requester has no link to the
+// target (Core::requestReversal); those linked to the target forward it.
+inline constexpr std::size_t kReversalForwarders = 4;
+
+// At most `perSecond` events in any second.
+class RateLimit {
+ public:
+  explicit RateLimit(std::size_t perSecond) : perSecond_(perSecond) {}
+  // Whether one more event may happen at `now`; if so it counts.
+  bool allow(std::chrono::steady_clock::time_point now) {
+    while (!recent_.empty() && now - recent_.front() >= std::chrono::seconds(1))
+      recent_.pop_front();
+    if (recent_.size() >= perSecond_) return false;
+    recent_.push_back(now);
+    return true;
+  }
+  std::size_t recent() const { return recent_.size(); }
+
+ private:
+  std::size_t perSecond_;
+  std::deque<std::chrono::steady_clock::time_point> recent_;
+};
 
 // How a rumour entered: piggybacked or gossiped (taken as said), or inside a whole table of
 // another peer (a join reply or push-pull), whose `dead` claims are only taken as suspicion, as
@@ -69,6 +94,8 @@ class Core final : public std::enable_shared_from_this<Core> {
   void stop();
   void leave(std::chrono::milliseconds timeout, std::function<void()> done);
   void handle(const Remote& from, wire::MembershipMessage message);
+  // Protocol::requestReversal (protocol_reach.cc).
+  bool requestReversal(const Endpoint& to, Channel channel);
 
   View view() const {
     std::lock_guard lock(viewMutex_);
@@ -102,6 +129,24 @@ class Core final : public std::enable_shared_from_this<Core> {
     std::size_t transmits = 0;
   };
 
+  // The probe rounds' order and the outstanding probes.
+  struct Probing {
+    std::vector<std::uint64_t> order;  // this round's, reshuffled every round
+    std::size_t cursor = 0;
+    std::uint64_t sequence = 0;
+    std::map<std::uint64_t, AckWaiter> waiters;
+  };
+
+  // Joining through the seeds.
+  struct Joining {
+    TimerId timer = 0;
+    std::function<void()> waitOver;
+    std::optional<Endpoint> awaited;  // the seed whose reply to a join request is awaited
+    std::map<Endpoint, int> failures;
+    std::map<Endpoint, SeedFailure> seedFailures;  // at most one per seed
+    std::map<Endpoint, std::uint64_t> seedIds;     // who answered at a seed (learnSeed)
+  };
+
   // ---- timers (protocol.cc) ---------------------------------------------------------------------
 
   // Runs `action` at `when` unless the protocol stopped or was destroyed by then.
@@ -127,9 +172,10 @@ class Core final : public std::enable_shared_from_this<Core> {
   void on(const Remote& from, wire::Gossip& gossip);        // protocol.cc
   void on(const Remote& from, wire::Leave& leave);          // protocol.cc
   void on(const Remote& from, wire::PushPull& pushPull);    // protocol.cc
-  void on(const Remote& from, wire::Reachability& answer);  // protocol_join.cc
+  void on(const Remote& from, wire::Reachability& answer);  // protocol_reach.cc
+  void on(const Remote& from, wire::Reverse& request);      // protocol_reach.cc
   // Dials a joiner's advertised address back and tells it the outcome (rate limited).
-  void dialBack(const Remote& from, const Endpoint& address);  // protocol_join.cc
+  void dialBack(const Remote& from, const Endpoint& address);  // protocol_reach.cc
 
   // ---- the member table (protocol.cc) -----------------------------------------------------------
 
@@ -142,6 +188,8 @@ class Core final : public std::enable_shared_from_this<Core> {
   void refreshView();
   std::vector<wire::MemberUpdate> table() const;
   std::vector<const Member*> liveMembers() const;
+  // The live member listening at `address`, or null.
+  const Member* liveMemberAt(const Endpoint& address) const;  // protocol_reach.cc
   // Self and the live members (the view's size; kept by refreshView).
   std::size_t clusterSize() const { return clusterSize_; }
 
@@ -221,18 +269,11 @@ class Core final : public std::enable_shared_from_this<Core> {
   std::size_t clusterSize_ = 1;
   std::uint64_t epoch_ = 0;
   std::vector<Broadcast> broadcasts_;
-  std::vector<std::uint64_t> probeOrder_;
-  std::size_t probeCursor_ = 0;
-  std::uint64_t sequence_ = 0;
-  std::map<std::uint64_t, AckWaiter> waiters_;
+  Probing probing_;
   std::set<TimerId> timers_;  // pending, cancelled by stop()
-  TimerId joinTimer_ = 0;
-  std::function<void()> joinWaitOver_;
-  std::optional<Endpoint> joining_;  // the seed whose reply to a join request is awaited
-  std::map<Endpoint, int> joinFailures_;
-  std::map<Endpoint, SeedFailure> seedFailures_;  // at most one per seed
-  std::map<Endpoint, std::uint64_t> seedIds_;     // who answered at a seed (learnSeed)
-  std::deque<Clock::time_point> dialBacks_;       // started in the last second (dialBack)
+  Joining join_;
+  RateLimit dialBacks_{kMaxDialBacksPerSecond};  // dialBack
+  RateLimit reversals_{kMaxReversalsPerSecond};  // links opened at a reversal request
   std::shared_ptr<spdlog::logger> logger_;
 
   mutable std::mutex viewMutex_;

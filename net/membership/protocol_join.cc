@@ -43,60 +43,12 @@ void Core::on(const Remote& from, wire::JoinRequest& request) {
   if (!request.dialOutOnly) dialBack(from, request.address);
 }
 
-void Core::dialBack(const Remote& from, const Endpoint& address) {
-  // Only ever the address the joiner advertises, only after it authenticated, and at most
-  // kMaxDialBacksPerSecond: a seed must not become a way to make it connect anywhere, or often.
-  const Clock::time_point now = env_.now();
-  while (!dialBacks_.empty() && now - dialBacks_.front() >= std::chrono::seconds(1))
-    dialBacks_.pop_front();
-  if (dialBacks_.size() >= kMaxDialBacksPerSecond) {
-    logger_->debug("no dial-back to {:016x} at {}: {} in the last second already", from.peerId,
-                   address.str(), dialBacks_.size());
-    return;
-  }
-  dialBacks_.push_back(now);
-  const Remote joiner = from;
-  env_.dialBack(
-      address, from.peerId, options_.connectTimeout,
-      guarded<std::error_code>([this, joiner, address](std::error_code error) {
-        if (error)
-          logger_->info(
-              "could not dial {:016x} back at its advertised address {} ({}); "
-              "its link came from {}: it is dial-out only",
-              joiner.peerId, address.str(), error.message(),
-              joiner.observed.empty() ? "?" : joiner.observed);
-        send(joiner.listen, wire::Reachability{self_.id, !error, address, joiner.observed});
-      }));
-}
-
-void Core::on(const Remote& from, wire::Reachability& answer) {
-  const std::string observed = answer.observed.empty() ? "?" : answer.observed;
-  if (answer.dialable) {
-    logger_->info(
-        "member {:016x} dialed this peer back at {}: others can dial it (its links "
-        "come from {})",
-        from.peerId, answer.address.str(), observed);
-    return;
-  }
-  if (self_.dialOutOnly) return;
-  logger_->info(
-      "member {:016x} could not dial this peer back at its advertised address {} (its "
-      "links come from {}): marked dial-out only; the others reach it on the links it "
-      "opens",
-      from.peerId, answer.address.str(), observed);
-  // Only this peer states its reachability: a new incarnation carries it to everyone.
-  self_.dialOutOnly = true;
-  ++self_.incarnation;
-  enqueue(toUpdate(self_));
-  refreshView();
-}
-
 void Core::on(const Remote& from, wire::JoinReply& reply) {
   if (!reply.accepted) {
     logger_->warn("seed {} refused to admit this peer: {}", from.listen.str(), reply.reason);
-    if (joining_ && !joined_) {
-      noteFailure(*joining_, Errc::joinRefused, reply.reason);
-      joining_.reset();  // answered
+    if (join_.awaited && !joined_) {
+      noteFailure(*join_.awaited, Errc::joinRefused, reply.reason);
+      join_.awaited.reset();  // answered
     }
     endJoinWait();
     return;
@@ -117,18 +69,18 @@ bool Core::isSeed(const Endpoint& to) const {
 
 bool Core::learnSeed(const Endpoint& seed, const LinkOutcome& link) {
   if (link.remote.peerId != self_.id || link.remote.listen != self_.address) {
-    seedIds_[seed] = link.remote.peerId;
+    join_.seedIds[seed] = link.remote.peerId;
     return false;
   }
   logger_->debug("seed {} is this peer itself; dropping it from the seed list", seed.str());
   std::erase(config_.seeds, seed);
-  seedFailures_.erase(seed);
+  join_.seedFailures.erase(seed);
   env_.disconnect(seed);
   return true;
 }
 
 void Core::noteFailure(const Endpoint& seed, std::error_code error, std::string reason) {
-  seedFailures_[seed] = SeedFailure{seed, error, std::move(reason)};
+  join_.seedFailures[seed] = SeedFailure{seed, error, std::move(reason)};
 }
 
 void Core::joinRound(milliseconds backoff) {
@@ -142,8 +94,8 @@ void Core::joinThrough(std::shared_ptr<const std::vector<Endpoint>> seeds, std::
   if (joined_) return;
   if (index == seeds->size()) {
     logger_->debug("no seed admitted this peer yet; retrying in {} ms", backoff.count());
-    joinTimer_ = after(env_.now() + backoff, [this, backoff] {
-      joinTimer_ = 0;
+    join_.timer = after(env_.now() + backoff, [this, backoff] {
+      join_.timer = 0;
       joinRound(std::min(backoff * 2, options_.joinBackoffMax));
     });
     return;
@@ -177,7 +129,7 @@ void Core::joinFailed(const Endpoint& seed, std::error_code error, const std::st
                       const std::function<void()>& next) {
   noteFailure(seed, error, reason);
   // The first failure of each seed is a warning; the retries are not worth one each.
-  if (joinFailures_[seed]++ == 0) {
+  if (join_.failures[seed]++ == 0) {
     if (isRefusal(error))
       logger_->warn("seed {} refused this peer ({}); will retry", seed.str(),
                     reason.empty() ? error.message() : reason);
@@ -189,30 +141,30 @@ void Core::joinFailed(const Endpoint& seed, std::error_code error, const std::st
 }
 
 void Core::awaitJoinReply(const Endpoint& seed, std::function<void()> next) {
-  joining_ = seed;
-  joinWaitOver_ = [this, seed, next] {
+  join_.awaited = seed;
+  join_.waitOver = [this, seed, next] {
     if (joined_) return;
-    if (joining_) {  // no reply, neither admitted nor refused
+    if (join_.awaited) {  // no reply, neither admitted nor refused
       noteFailure(seed, asio::error::timed_out,
                   fmt::format("no reply to the join request within {} ms",
                               options_.connectTimeout.count()));
-      joining_.reset();
+      join_.awaited.reset();
     }
     next();
   };
-  joinTimer_ = after(env_.now() + options_.connectTimeout, [this] {
-    joinTimer_ = 0;
-    if (joinWaitOver_) std::exchange(joinWaitOver_, nullptr)();
+  join_.timer = after(env_.now() + options_.connectTimeout, [this] {
+    join_.timer = 0;
+    if (join_.waitOver) std::exchange(join_.waitOver, nullptr)();
   });
 }
 
 void Core::endJoinWait() {
-  if (!joinWaitOver_) return;
-  cancel(joinTimer_);
+  if (!join_.waitOver) return;
+  cancel(join_.timer);
   // Later, as the coroutine this replaces resumed after the handler returned.
-  auto over = std::exchange(joinWaitOver_, nullptr);
-  joinTimer_ = after(env_.now(), [this, over] {
-    joinTimer_ = 0;
+  auto over = std::exchange(join_.waitOver, nullptr);
+  join_.timer = after(env_.now(), [this, over] {
+    join_.timer = 0;
     over();
   });
 }

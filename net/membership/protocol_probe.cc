@@ -18,8 +18,8 @@ void Core::on(const Remote& from, wire::PingReq& request) {
 
 void Core::on(const Remote&, wire::Ack& ack) {
   merge(ack.updates, Source::rumour);
-  const auto it = waiters_.find(ack.sequence);
-  if (it == waiters_.end() || it->second.target != ack.sender || it->second.acked) return;
+  const auto it = probing_.waiters.find(ack.sequence);
+  if (it == probing_.waiters.end() || it->second.target != ack.sender || it->second.acked) return;
   it->second.acked = true;
   if (it->second.then) {
     // The wait ends now rather than at its deadline.
@@ -30,35 +30,36 @@ void Core::on(const Remote&, wire::Ack& ack) {
 
 void Core::addToProbeOrder(std::uint64_t id) {
   // At a random place after the cursor, so that a newcomer is probed within this round.
-  std::uniform_int_distribution<std::size_t> at(probeCursor_, probeOrder_.size());
-  probeOrder_.insert(probeOrder_.begin() + static_cast<std::ptrdiff_t>(at(rng_)), id);
+  std::uniform_int_distribution<std::size_t> at(probing_.cursor, probing_.order.size());
+  probing_.order.insert(probing_.order.begin() + static_cast<std::ptrdiff_t>(at(rng_)), id);
 }
 
 const Member* Core::nextProbeTarget() {
   for (int pass = 0; pass < 2; ++pass) {
-    while (probeCursor_ < probeOrder_.size()) {
-      const auto it = members_.find(probeOrder_[probeCursor_++]);
+    while (probing_.cursor < probing_.order.size()) {
+      const auto it = members_.find(probing_.order[probing_.cursor++]);
       if (it != members_.end() && isLive(it->second.member.state)) return &it->second.member;
     }
-    probeOrder_.clear();
-    for (const Member* m : liveMembers()) probeOrder_.push_back(m->id);
-    std::shuffle(probeOrder_.begin(), probeOrder_.end(), rng_);
-    probeCursor_ = 0;
+    probing_.order.clear();
+    for (const Member* m : liveMembers()) probing_.order.push_back(m->id);
+    std::shuffle(probing_.order.begin(), probing_.order.end(), rng_);
+    probing_.cursor = 0;
   }
   return nullptr;
 }
 
 void Core::awaitAck(std::uint64_t sequence, Clock::time_point deadline,
                     std::function<void(bool)> then) {
-  AckWaiter& waiter = waiters_.at(sequence);
+  AckWaiter& waiter = probing_.waiters.at(sequence);
   if (waiter.acked) {
     waiter.timer = after(env_.now(), [then = std::move(then)] { then(true); });
     return;
   }
   waiter.then = std::move(then);
   waiter.timer = after(deadline, [this, sequence] {
-    const auto it = waiters_.find(sequence);
-    if (it != waiters_.end() && it->second.then) std::exchange(it->second.then, nullptr)(false);
+    const auto it = probing_.waiters.find(sequence);
+    if (it != probing_.waiters.end() && it->second.then)
+      std::exchange(it->second.then, nullptr)(false);
   });
 }
 
@@ -74,14 +75,14 @@ void Core::probeTick() {
 }
 
 void Core::probe(const Member& target, Clock::time_point start, std::function<void()> done) {
-  const std::uint64_t sequence = ++sequence_;
+  const std::uint64_t sequence = ++probing_.sequence;
   const std::uint64_t targetId = target.id;
   const Endpoint targetAddress = target.address;
-  waiters_[sequence] = AckWaiter{targetId};
+  probing_.waiters[sequence] = AckWaiter{targetId};
   send(targetAddress, wire::Ping{self_.id, sequence, piggyback()}, options_.probeTimeout);
   awaitAck(sequence, start + options_.probeTimeout, [=, this](bool acked) {
     auto conclude = [this, sequence, targetId, done](bool acked) {
-      waiters_.erase(sequence);
+      probing_.waiters.erase(sequence);
       if (!acked) suspect(targetId);
       done();
     };
@@ -102,11 +103,11 @@ void Core::probe(const Member& target, Clock::time_point start, std::function<vo
 
 void Core::relayProbe(Endpoint requester, std::uint64_t requestSequence, std::uint64_t targetId,
                       Endpoint targetAddress) {
-  const std::uint64_t sequence = ++sequence_;
-  waiters_[sequence] = AckWaiter{targetId};
+  const std::uint64_t sequence = ++probing_.sequence;
+  probing_.waiters[sequence] = AckWaiter{targetId};
   send(targetAddress, wire::Ping{self_.id, sequence, piggyback()}, options_.probeTimeout);
   awaitAck(sequence, env_.now() + options_.probeTimeout, [=, this](bool acked) {
-    waiters_.erase(sequence);
+    probing_.waiters.erase(sequence);
     if (acked)
       send(requester, wire::Ack{targetId, requestSequence, piggyback()}, options_.probeTimeout);
   });

@@ -15,6 +15,7 @@
 
 #include "engine/base/log.h"
 #include "net/link_support.h"
+#include "net/mesh/mesh_links.h"
 #include "net/wire/handshake_server.h"
 
 namespace gossamer::net {
@@ -22,6 +23,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using detail::kUseTuple;
+using detail::LinkEntry;
+using detail::Reversal;
+using detail::SendOrder;
 using namespace asio::experimental::awaitable_operators;
 
 struct AtomicCounters {
@@ -48,70 +52,6 @@ void guarded(const char* what, F&& f) {
   }
 }
 
-// One link of the mesh: this peer's outbound link to (dialed, channel), or an inbound one (whose
-// channel its client named in the handshake).
-struct LinkEntry {
-  LinkEntry(const asio::any_io_executor& executor, bool isOutbound)
-      : outbound(isOutbound), settled(executor, Clock::time_point::max()) {}
-
-  const bool outbound;
-  std::unique_ptr<Link> link;
-  Remote remote;    // authenticated once open
-  Endpoint dialed;  // outbound: the key it is kept under, with `channel`
-  Channel channel = Channel::control;
-  bool usable = true;     // inbound: its channel is one of ours (else it only receives)
-  bool open = false;      // the handshake succeeded
-  bool finished = false;  // outbound: connecting ended, open or failed
-  std::error_code failure;
-  std::string failureReason;   // the handshake's, when it failed
-  asio::steady_timer settled;  // cancelled when connecting ends, to wake waiting senders
-  // The payload destinations chosen for the frame being received, by payload index; they are
-  // released (given back to their owner) if the frame fails.
-  std::vector<Payload> targets;
-  // The frame's header, decoded once when the payload target first asks for it (before the
-  // payloads are read), and then used by the receive loop.
-  wire::Header header;
-  std::error_code headerError;
-  bool headerDecoded = false;
-};
-
-// The order in which sends to one (peer, channel) start on its link: the order the mesh's sends
-// started. A sender takes a ticket before anything can suspend it and starts its link send once
-// every earlier ticket is released. Without it, the senders that waited for the link to open
-// resume after senders that arrived once it was open and went straight to the link.
-// Single-threaded, like the rest of the mesh.
-class SendOrder {
- public:
-  std::uint64_t take() {
-    const std::uint64_t ticket = next_++;
-    waiting_.emplace(ticket, nullptr);
-    return ticket;
-  }
-  // Returns when `ticket` is the oldest one not released.
-  asio::awaitable<void> waitTurn(std::uint64_t ticket) {
-    while (waiting_.begin()->first != ticket) {
-      std::shared_ptr<asio::steady_timer>& wake = waiting_[ticket];
-      if (!wake)
-        wake = std::make_shared<asio::steady_timer>(co_await asio::this_coro::executor,
-                                                    Clock::time_point::max());
-      const std::shared_ptr<asio::steady_timer> keep = wake;
-      co_await keep->async_wait(kUseTuple);
-    }
-  }
-  // Gives `ticket` up (its send started, or it has none) and wakes the next one. The wake-up is
-  // posted: a caller that starts its link send right after this, without suspending, keeps its
-  // place on the link.
-  void release(std::uint64_t ticket) {
-    waiting_.erase(ticket);
-    if (!waiting_.empty() && waiting_.begin()->second) waiting_.begin()->second->cancel();
-  }
-  bool idle() const { return waiting_.empty(); }
-
- private:
-  std::uint64_t next_ = 0;
-  std::map<std::uint64_t, std::shared_ptr<asio::steady_timer>> waiting_;
-};
-
 Traffic trafficOf(const wire::EnvelopeHeader& header) {
   return header.route == wire::Route::runtime ? Traffic::runtime : Traffic::algorithm;
 }
@@ -128,8 +68,12 @@ struct Mesh::State : std::enable_shared_from_this<Mesh::State> {
   MembershipHandler membershipHandler;
   EnvelopeHandler envelopeHandler;
   EnvelopeTarget envelopeTarget;
+  Reverser reverser;
   std::map<std::pair<Endpoint, Channel>, std::shared_ptr<LinkEntry>> outbound;
   std::set<std::shared_ptr<LinkEntry>> inbound;
+  std::map<std::pair<Endpoint, Channel>, std::shared_ptr<Reversal>> reversals;
+  std::atomic<std::uint64_t> linksReversed{0};
+  std::atomic<std::uint64_t> reversalsTimedOut{0};
   // One per (to, channel) with sends outstanding.
   std::map<std::pair<Endpoint, Channel>, std::shared_ptr<SendOrder>> sendOrders;
   bool closed = false;
@@ -299,6 +243,13 @@ struct Mesh::State : std::enable_shared_from_this<Mesh::State> {
       co_return nullptr;
     }
 
+    // Connection reversal: the peer there cannot be dialed; it was asked to open the link.
+    const std::pair<Endpoint, Channel> key{to, channel};
+    if (!self->reversals.count(key) && self->reverser && self->reverser(to, channel))
+      self->reversals.emplace(key, std::make_shared<Reversal>(self->io.get_executor()));
+    if (const auto it = self->reversals.find(key); it != self->reversals.end())
+      co_return co_await awaitReversed(self, key, it->second, deadline, outcome);
+
     auto entry = std::make_shared<LinkEntry>(self->io.get_executor(), true);
     entry->dialed = to;
     entry->channel = channel;
@@ -331,6 +282,37 @@ struct Mesh::State : std::enable_shared_from_this<Mesh::State> {
     }
     self->start(entry);
     co_return entry;
+  }
+
+  // Waits for the link the remote was asked to open (linkTo) until `deadline`.
+  static asio::awaitable<std::shared_ptr<LinkEntry>> awaitReversed(
+      std::shared_ptr<State> self, std::pair<Endpoint, Channel> key,
+      std::shared_ptr<Reversal> reversal, Clock::time_point deadline, LinkOutcome& outcome) {
+    ++reversal->waiters;
+    asio::steady_timer timer(self->io, deadline);
+    co_await (reversal->arrived.async_wait(kUseTuple) || timer.async_wait(kUseTuple));
+    --reversal->waiters;
+    if (std::shared_ptr<LinkEntry> in = self->openInbound(key.first, key.second)) co_return in;
+    // The last waiter gives up the request: the next send asks again.
+    const auto it = self->reversals.find(key);
+    if (reversal->waiters == 0 && it != self->reversals.end() && it->second == reversal &&
+        !self->closed) {
+      self->reversals.erase(it);
+      ++self->reversalsTimedOut;
+    }
+    outcome.error = self->closed ? asio::error::operation_aborted : asio::error::timed_out;
+    outcome.reason = fmt::format(
+        "{} cannot be dialed and did not open the link it was asked for in time", key.first.str());
+    co_return nullptr;
+  }
+
+  // An inbound link opened for `channel`: the senders waiting for it (awaitReversed) go on.
+  void reversed(const Endpoint& from, Channel channel) {
+    const auto it = reversals.find({from, channel});
+    if (it == reversals.end()) return;
+    it->second->arrived.expires_at(Clock::time_point::min());
+    reversals.erase(it);
+    ++linksReversed;
   }
 
   static asio::awaitable<LinkOutcome> open(std::shared_ptr<State> self, Endpoint to,
@@ -400,6 +382,7 @@ void Mesh::onMembership(MembershipHandler handler) {
 }
 void Mesh::onEnvelope(EnvelopeHandler handler) { state_->envelopeHandler = std::move(handler); }
 void Mesh::setEnvelopeTarget(EnvelopeTarget target) { state_->envelopeTarget = std::move(target); }
+void Mesh::setReverser(Reverser reverser) { state_->reverser = std::move(reverser); }
 
 std::error_code Mesh::listen(const Endpoint& local) {
   if (const std::error_code error = state_->transport.listen(local)) return error;
@@ -421,6 +404,7 @@ std::error_code Mesh::listen(const Endpoint& local) {
     if (entry->usable) entry->channel = static_cast<Channel>(authenticated.hello.remoteChannel);
     self->inbound.insert(entry);
     self->start(entry);
+    if (entry->usable) self->reversed(entry->remote.listen, entry->channel);
   };
   asio::co_spawn(state_->io,
                  wire::serveHandshakes(state_->transport, state_->options.handshake, onLink),
@@ -521,7 +505,12 @@ void Mesh::close() {
     entry->settled.cancel();
   }
   for (const auto& entry : inbound) entry->link->close();
+  for (auto& [key, reversal] : std::exchange(state_->reversals, {}))
+    reversal->arrived.expires_at(Clock::time_point::min());
 }
+
+std::uint64_t Mesh::linksReversed() const { return state_->linksReversed.load(); }
+std::uint64_t Mesh::reversalsTimedOut() const { return state_->reversalsTimedOut.load(); }
 
 TrafficCounters Mesh::counters(Traffic traffic) const {
   const AtomicCounters& c = state_->counters[static_cast<std::size_t>(traffic)];

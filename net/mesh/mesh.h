@@ -8,11 +8,12 @@
 //   for that channel: this peer's own outbound link when it has one (open or opening); else the
 //   remote's open link to this peer for that channel (its client named the channel in the
 //   handshake), so that a link, once open, carries traffic both ways and a peer that cannot be
-//   dialed is reached on the link it opened; else a new outbound link, connecting and running the
-//   client handshake first. A pair and channel keeps the link it sends on while it is open, so
-//   frames from one sender to one receiver on one channel arrive in the order their sends
-//   started. Two channels keep small control frames (membership probes, requests) from queueing
-//   behind bulk parameter transfers.
+//   dialed is reached on the link it opened; else, when the Reverser says the peer there cannot
+//   be dialed and was asked to open the link itself (connection reversal), that link once it
+//   opens; else a new outbound link, connecting and running the client handshake first. A pair
+//   and channel keeps the link it sends on while it is open, so frames from one sender to one
+//   receiver on one channel arrive in the order their sends started. Two channels keep small
+//   control frames (membership probes, requests) from queueing behind bulk parameter transfers.
 // - Every link runs a receive loop that decodes each header once (net/wire/codec.h: bounded,
 //   hostile input safe) and hands membership messages and algorithm envelopes to their handlers,
 //   tagged with the sender's identity as its handshake authenticated it. A malformed frame or a
@@ -114,6 +115,11 @@ using EnvelopeHandler = std::function<void(const Remote& from, wire::EnvelopeHea
 // for the link's pool. Called on the io thread before the payload bytes are read.
 using EnvelopeTarget = std::function<Payload(const Remote& from, const wire::EnvelopeHeader& header,
                                              std::size_t index, std::size_t size)>;
+// Asked, on the io thread, when this peer needs a link to `to` for `channel` and has none:
+// returns true when the peer there cannot be dialed and was asked to open the link to this peer
+// itself (connection reversal; net/membership asks); then the send waits for that link, up to its
+// connect timeout, instead of dialing. False: dial.
+using Reverser = std::function<bool(const Endpoint& to, Channel channel)>;
 
 class Mesh final {
  public:
@@ -127,6 +133,8 @@ class Mesh final {
   void onMembership(MembershipHandler handler);
   void onEnvelope(EnvelopeHandler handler);
   void setEnvelopeTarget(EnvelopeTarget target);
+  // May be set or cleared at any time (on the io thread).
+  void setReverser(Reverser reverser);
 
   // Binds `local` (port 0 picks one) and starts accepting. Returns the transport's error.
   std::error_code listen(const Endpoint& local);
@@ -184,6 +192,10 @@ class Mesh final {
 
   // Any thread.
   TrafficCounters counters(Traffic traffic) const;
+  // Links the remote opened at this peer's request (connection reversal), and waits for one
+  // that ended without it. Any thread.
+  std::uint64_t linksReversed() const;
+  std::uint64_t reversalsTimedOut() const;
 
  private:
   struct State;

@@ -118,6 +118,10 @@ MembershipMessage toMembership(m::Membership::Reader r) {
       return Reachability{d.getSender(), d.getDialable(), toEndpoint(d.getAddress()),
                           toString(d.getObserved())};
     }
+    case m::Membership::REVERSE: {
+      auto v = r.getReverse();
+      return Reverse{v.getRequester(), v.getTarget(), v.getChannel(), v.getForwarded()};
+    }
   }
   throw Malformed{};
 }
@@ -301,6 +305,13 @@ void setMembership(m::Membership::Builder b, const MembershipMessage& message) {
                    w.setDialable(d.dialable);
                    setAddress(w.initAddress(), d.address);
                    w.setObserved(text(d.observed));
+                 },
+                 [&](const Reverse& r) {
+                   auto w = b.initReverse();
+                   w.setRequester(r.requester);
+                   w.setTarget(r.target);
+                   w.setChannel(r.channel);
+                   w.setForwarded(r.forwarded);
                  },
              },
              message);

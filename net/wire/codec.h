@@ -150,8 +150,18 @@ struct Reachability {
   friend bool operator==(const Reachability&, const Reachability&) = default;
 };
 
-using MembershipMessage =
-    std::variant<JoinRequest, JoinReply, Ping, PingReq, Ack, Gossip, Leave, PushPull, Reachability>;
+// Connection reversal: `requester` asks `target`, which cannot be dialed, to open the link for
+// `channel` itself (net/membership/membership.h).
+struct Reverse {
+  std::uint64_t requester = 0;
+  std::uint64_t target = 0;
+  std::uint8_t channel = 0;
+  bool forwarded = false;  // by a member linked to the target (forwarded once, never again)
+  friend bool operator==(const Reverse&, const Reverse&) = default;
+};
+
+using MembershipMessage = std::variant<JoinRequest, JoinReply, Ping, PingReq, Ack, Gossip, Leave,
+                                       PushPull, Reachability, Reverse>;
 
 // ---- Handshake (used by net/wire/handshake.h; public for tests and tools) -----------------
 

@@ -11,96 +11,15 @@
 #include <doctest/doctest.h>
 
 #include "net/membership/protocol.h"
+#include "tests/net/fake_membership_env.h"
 
 namespace gossamer::net::membership {
 namespace {
 
 using namespace std::chrono_literals;
-
-class FakeEnvironment final : public Environment {
- public:
-  struct Sent {
-    Endpoint to;
-    wire::MembershipMessage message;
-  };
-
-  Clock::time_point now() const override { return now_; }
-  std::uint64_t firstIncarnation() const override { return 1000; }
-  std::uint64_t selfId() const override { return 1; }
-  Endpoint selfAddress() const override { return Endpoint{"fake", 1}; }
-  TimerId at(Clock::time_point when, std::function<void()> action) override {
-    timers_.emplace(std::pair{when, ++next_}, std::move(action));
-    return next_;
-  }
-  void cancel(TimerId timer) override {
-    std::erase_if(timers_, [&](const auto& entry) { return entry.first.second == timer; });
-  }
-  void send(const Endpoint& to, wire::MembershipMessage message, std::chrono::milliseconds,
-            std::function<void(std::error_code)> done) override {
-    sent.push_back({to, std::move(message)});
-    if (done) at(now_, [done] { done({}); });
-  }
-  void open(const Endpoint& to, std::chrono::milliseconds,
-            std::function<void(LinkOutcome)> done) override {
-    at(now_, [to, done] { done(LinkOutcome{{}, "", Remote{to.port, to}}); });
-  }
-  void disconnect(const Endpoint&) override {}
-  // The bindings of ids to identity keys, as a mesh's IdentityBook keeps them.
-  std::vector<std::byte> identityKeyOf(std::uint64_t id) const override {
-    const auto it = keys.find(id);
-    return it == keys.end() ? std::vector<std::byte>{} : it->second;
-  }
-  // Dial-backs wait here until the test completes them (completeDialBack).
-  void dialBack(const Endpoint& to, std::uint64_t expected, std::chrono::milliseconds,
-                std::function<void(std::error_code)> done) override {
-    dialBacks.push_back({to, expected, std::move(done)});
-  }
-  void completeDialBack(std::size_t index, std::error_code outcome) {
-    at(now_, [done = dialBacks.at(index).done, outcome] { done(outcome); });
-  }
-  bool bindIdentity(std::uint64_t id, std::span<const std::byte> key) override {
-    const auto [it, fresh] = keys.try_emplace(id, key.begin(), key.end());
-    return fresh || std::equal(key.begin(), key.end(), it->second.begin(), it->second.end());
-  }
-
-  // Runs every timer due by `until`, in time order; time ends at `until`.
-  void runUntil(Clock::time_point until) {
-    while (!timers_.empty() && timers_.begin()->first.first <= until) {
-      auto node = timers_.extract(timers_.begin());
-      now_ = node.key().first;
-      node.mapped()();
-    }
-    now_ = until;
-  }
-  void advance(Clock::duration by) { runUntil(now_ + by); }
-  std::size_t pendingTimers() const { return timers_.size(); }
-
-  std::vector<Sent> sent;
-  std::map<std::uint64_t, std::vector<std::byte>> keys;
-  struct DialBack {
-    Endpoint to;
-    std::uint64_t expected = 0;
-    std::function<void(std::error_code)> done;
-  };
-  std::vector<DialBack> dialBacks;
-
- private:
-  Clock::time_point now_{std::chrono::hours(1)};
-  TimerId next_ = 0;
-  std::map<std::pair<Clock::time_point, TimerId>, std::function<void()>> timers_;
-};
-
-template <typename T>
-std::vector<T> sentOf(const FakeEnvironment& env) {
-  std::vector<T> out;
-  for (const auto& s : env.sent)
-    if (const T* m = std::get_if<T>(&s.message)) out.push_back(*m);
-  return out;
-}
-
-Member member(std::uint64_t id) {
-  return Member{id, Endpoint{"fake", static_cast<std::uint16_t>(id)}, 1000, MemberState::alive};
-}
+using testing::FakeEnvironment;
+using testing::member;
+using testing::sentOf;
 
 TEST_CASE("membership protocol: the first member is joined at once and answers a ping") {
   FakeEnvironment env;
@@ -243,85 +162,6 @@ TEST_CASE("membership protocol: member records carry identity keys and another k
   protocol.handle(Remote{3, Endpoint{"fake", 3}}, wire::Gossip{3, {newer}});
   CHECK(protocol.view().find(4)->incarnation == 1001);
   CHECK(protocol.view().find(4)->identityKey == key(4));
-}
-
-TEST_CASE("membership protocol: a seed dials each joiner back at its advertised address") {
-  FakeEnvironment env;
-  Protocol protocol(env, Config{});
-  protocol.start();
-  const Remote joiner{3, Endpoint{"fake", 3}, "198.51.100.7:40000"};
-  protocol.handle(joiner, wire::JoinRequest{3, Endpoint{"fake", 3}, 1000});
-  const auto replies = sentOf<wire::JoinReply>(env);
-  REQUIRE(replies.size() == 1);
-  CHECK(replies[0].observed == "198.51.100.7:40000");
-  REQUIRE(env.dialBacks.size() == 1);
-  CHECK(env.dialBacks[0].to == Endpoint{"fake", 3});  // the advertised address, nothing else
-  CHECK(env.dialBacks[0].expected == 3);
-  env.completeDialBack(0, std::make_error_code(std::errc::connection_refused));
-  env.advance(1ms);
-  auto answers = sentOf<wire::Reachability>(env);
-  REQUIRE(answers.size() == 1);
-  CHECK_FALSE(answers[0].dialable);
-  CHECK(answers[0].address == Endpoint{"fake", 3});
-  CHECK(answers[0].observed == "198.51.100.7:40000");
-  CHECK(env.sent.back().to == Endpoint{"fake", 3});
-
-  // A joiner that says it cannot be dialed is not dialed, and its record says so.
-  protocol.handle(Remote{4, Endpoint{"fake", 4}, ""},
-                  wire::JoinRequest{4, Endpoint{"fake", 4}, 1000, true});
-  CHECK(env.dialBacks.size() == 1);
-  CHECK(protocol.view().find(4)->dialOutOnly);
-
-  // At most 8 dial-backs a second: a burst of joins gets 7 more now, the rest none.
-  for (std::uint64_t id = 10; id < 30; ++id)
-    protocol.handle(Remote{id, Endpoint{"fake", static_cast<std::uint16_t>(id)}, ""},
-                    wire::JoinRequest{id, Endpoint{"fake", static_cast<std::uint16_t>(id)}, 1000});
-  CHECK(env.dialBacks.size() == 8);
-  env.advance(1s);
-  protocol.handle(Remote{40, Endpoint{"fake", 40}, ""},
-                  wire::JoinRequest{40, Endpoint{"fake", 40}, 1000});
-  CHECK(env.dialBacks.size() == 9);
-}
-
-TEST_CASE("membership protocol: a peer that could not be dialed back marks itself dial-out only") {
-  FakeEnvironment env;
-  Protocol protocol(env, Config{});
-  protocol.start();
-  const Remote seed{2, Endpoint{"fake", 2}, ""};
-  // Dialable: nothing changes.
-  protocol.handle(seed, wire::Reachability{2, true, Endpoint{"fake", 1}, "10.0.0.1:5000"});
-  CHECK_FALSE(protocol.view().find(1)->dialOutOnly);
-  CHECK(protocol.view().find(1)->incarnation == 1000);
-  // Not dialable: this peer states it, under a new incarnation that reaches the others.
-  protocol.handle(seed, wire::Reachability{2, false, Endpoint{"fake", 1}, "203.0.113.9:6000"});
-  CHECK(protocol.view().find(1)->dialOutOnly);
-  CHECK(protocol.view().find(1)->incarnation == 1001);
-  protocol.handle(seed, wire::Ping{2, 5, {}});
-  const auto acks = sentOf<wire::Ack>(env);
-  REQUIRE(acks.size() == 1);
-  bool carried = false;
-  for (const wire::MemberUpdate& update : acks[0].updates)
-    carried |= update.peerId == 1 && update.dialOutOnly && update.incarnation == 1001;
-  CHECK(carried);
-  // Said once: another answer changes nothing.
-  protocol.handle(seed, wire::Reachability{2, false, Endpoint{"fake", 1}, "203.0.113.9:6000"});
-  CHECK(protocol.view().find(1)->incarnation == 1001);
-}
-
-TEST_CASE("membership protocol: --no-inbound is in this peer's record from the start") {
-  FakeEnvironment env;
-  Config config;
-  config.noInbound = true;
-  Protocol protocol(env, config);
-  protocol.start();
-  CHECK(protocol.view().find(1)->dialOutOnly);
-  protocol.handle(Remote{3, Endpoint{"fake", 3}, ""}, wire::JoinRequest{3, Endpoint{"fake", 3}, 1});
-  const auto replies = sentOf<wire::JoinReply>(env);
-  REQUIRE(replies.size() == 1);
-  bool stated = false;
-  for (const wire::MemberUpdate& record : replies[0].members)
-    stated |= record.peerId == 1 && record.dialOutOnly;
-  CHECK(stated);
 }
 
 TEST_CASE("membership protocol: stop() leaves nothing that acts, a destroyed protocol neither") {

@@ -337,5 +337,47 @@ TEST_CASE("mesh: a peer that cannot be dialed is reached on the link it opened")
   CHECK_FALSE(a.io_.call([&] { return a.mesh_->hasOpenLink(nowhere, Channel::data); }));
 }
 
+// Connection reversal: b cannot be dialed; a's reverser says so and has b open the link a
+// needs (as net/membership would ask it to). a never dials b; its send rides b's new link. When
+// the asked link never comes, the send fails at its timeout and the next one asks again.
+TEST_CASE("mesh: a link to a peer that cannot be dialed is opened by that peer on request") {
+  Watchdog watchdog(30s);
+  MeshPeer a(false, nullptr, 1);
+  const Endpoint nowhere{"127.0.0.1", 1};
+  MeshPeer b(false, nullptr, 2, "s3cret", nowhere);
+  std::atomic<int> asked{0};
+  std::atomic<bool> obliging{true};
+  a.io_.call([&] {
+    a.mesh_->setReverser([&](const Endpoint& to, Channel channel) {
+      if (to != nowhere) return false;
+      ++asked;
+      if (obliging)
+        asio::post(b.io_.io(), [&b, at = a.endpoint_, channel] {
+          asio::co_spawn(b.io_.io(), b.mesh_->open(at, channel, 2s), asio::detached);
+        });
+      return true;
+    });
+  });
+  wire::EnvelopeHeader hello;
+  hello.tag = 7;
+  REQUIRE(!a.sendEnvelope(nowhere, Channel::data, hello, {bytesOf("reversed")}));
+  REQUIRE(waitUntil(5s, [&] { return b.envelopes().size() == 1; }));
+  CHECK(b.envelopes()[0].payloads[0] == bytesOf("reversed"));
+  CHECK(asked == 1);
+  CHECK(a.mesh_->linksReversed() == 1);
+  REQUIRE(!a.sendEnvelope(nowhere, Channel::data, hello, {}));  // the link serves on
+  CHECK(asked == 1);
+
+  obliging = false;
+  const auto start = std::chrono::steady_clock::now();
+  const std::error_code error = a.sendEnvelope(nowhere, Channel::control, hello, {});
+  CHECK(error == asio::error::timed_out);
+  CHECK(std::chrono::steady_clock::now() - start >= 1900ms);  // it waited, it did not dial
+  CHECK(a.mesh_->reversalsTimedOut() == 1);
+  CHECK(a.sendEnvelope(nowhere, Channel::control, hello, {}));
+  CHECK(asked == 3);
+  CHECK(b.envelopes().size() == 2);
+}
+
 }  // namespace
 }  // namespace gossamer::net

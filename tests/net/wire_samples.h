@@ -62,6 +62,8 @@ inline std::vector<wire::Header> sampleHeaders() {
       MembershipMessage{PushPull{13, true, {}}},
       MembershipMessage{Reachability{42, false, Endpoint{"10.0.0.7", 7000}, "198.51.100.2:4000"}},
       MembershipMessage{Reachability{42, true, Endpoint{"10.0.0.8", 7000}, ""}},
+      MembershipMessage{Reverse{42, 13, 1, false}},
+      MembershipMessage{Reverse{42, 13, 0, true}},
       HandshakeMessage{ClientHello{info, nonce}},
       HandshakeMessage{ServerHello{info, nonce, tag, signature}},
       HandshakeMessage{ClientProof{tag, signature}},

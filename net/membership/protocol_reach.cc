@@ -1,0 +1,125 @@
+// Reachability: the dial-back a seed makes to a joiner, what the joiner learns from it, and
+// connection reversal (a link to a dial-out-only member is opened by that member, at a request
+// sent on a link to it or forwarded by a member linked to it).
+#include <algorithm>
+#include <utility>
+
+#include "net/membership/protocol_internal.h"
+
+namespace gossamer::net::membership {
+
+void Core::dialBack(const Remote& from, const Endpoint& address) {
+  // Only ever the address the joiner advertises, only after it authenticated, and at most
+  // kMaxDialBacksPerSecond: a seed must not become a way to make it connect anywhere, or often.
+  if (!dialBacks_.allow(env_.now())) {
+    logger_->debug("no dial-back to {:016x} at {}: {} in the last second already", from.peerId,
+                   address.str(), dialBacks_.recent());
+    return;
+  }
+  const Remote joiner = from;
+  env_.dialBack(
+      address, from.peerId, options_.connectTimeout,
+      guarded<std::error_code>([this, joiner, address](std::error_code error) {
+        if (error)
+          logger_->info(
+              "could not dial {:016x} back at its advertised address {} ({}); "
+              "its link came from {}: it is dial-out only",
+              joiner.peerId, address.str(), error.message(),
+              joiner.observed.empty() ? "?" : joiner.observed);
+        send(joiner.listen, wire::Reachability{self_.id, !error, address, joiner.observed});
+      }));
+}
+
+void Core::on(const Remote& from, wire::Reachability& answer) {
+  const std::string observed = answer.observed.empty() ? "?" : answer.observed;
+  if (answer.dialable) {
+    logger_->info(
+        "member {:016x} dialed this peer back at {}: others can dial it (its links "
+        "come from {})",
+        from.peerId, answer.address.str(), observed);
+    return;
+  }
+  if (self_.dialOutOnly) return;
+  logger_->info(
+      "member {:016x} could not dial this peer back at its advertised address {} (its "
+      "links come from {}): marked dial-out only; the others reach it on the links it "
+      "opens",
+      from.peerId, answer.address.str(), observed);
+  // Only this peer states its reachability: a new incarnation carries it to everyone.
+  self_.dialOutOnly = true;
+  ++self_.incarnation;
+  enqueue(toUpdate(self_));
+  refreshView();
+}
+
+const Member* Core::liveMemberAt(const Endpoint& address) const {
+  for (const auto& [id, record] : members_)
+    if (record.member.address == address && isLive(record.member.state)) return &record.member;
+  return nullptr;
+}
+
+bool Core::requestReversal(const Endpoint& to, Channel channel) {
+  if (!running_) return false;
+  const Member* target = liveMemberAt(to);
+  if (target == nullptr || !target->dialOutOnly) return false;  // dial it
+  if (self_.dialOutOnly) {
+    // Neither can dial the other: only a relay could carry this pair. Dialing fails as before.
+    logger_->debug("{:016x} at {} is dial-out only, and so is this peer: dialing it anyway",
+                   target->id, to.str());
+    return false;
+  }
+  const wire::Reverse request{self_.id, target->id, static_cast<std::uint8_t>(channel), false};
+  if (env_.linked(to, Channel::control)) {
+    send(to, request);
+    return true;
+  }
+  // No link of this peer's own to it: members linked to it pass the request on.
+  std::vector<Endpoint> forwarders;
+  for (const Member* m : liveMembers())
+    if (m->id != target->id && !m->dialOutOnly) forwarders.push_back(m->address);
+  std::shuffle(forwarders.begin(), forwarders.end(), rng_);
+  forwarders.resize(std::min(forwarders.size(), kReversalForwarders));
+  logger_->debug(
+      "asking {:016x} (dial-out only) through {} members to open its {} link to this peer",
+      target->id, forwarders.size(), channel == Channel::control ? "control" : "data");
+  for (const Endpoint& forwarder : forwarders) send(forwarder, request);
+  return true;
+}
+
+void Core::on(const Remote& from, wire::Reverse& request) {
+  if (request.target != self_.id) {
+    // Forwarded once, for the requester itself, and only on a link that is open already: a
+    // forwarder never dials the target (it cannot be dialed).
+    if (request.forwarded || from.peerId != request.requester) return;
+    const auto it = members_.find(request.target);
+    if (it == members_.end() || !isLive(it->second.member.state) ||
+        !env_.linked(it->second.member.address, Channel::control))
+      return;
+    request.forwarded = true;
+    send(it->second.member.address, request);
+    return;
+  }
+  // The address is the requester's as this peer's table holds it, never one a message names.
+  const auto it = members_.find(request.requester);
+  if (request.channel >= kChannels || it == members_.end() || !isLive(it->second.member.state) ||
+      it->second.member.dialOutOnly)
+    return;
+  const Endpoint address = it->second.member.address;
+  const auto channel = static_cast<Channel>(request.channel);
+  if (env_.linked(address, channel)) return;  // a copy through another forwarder came first
+  if (!reversals_.allow(env_.now())) {
+    logger_->debug("no reversed link to {:016x}: {} in the last second already", request.requester,
+                   reversals_.recent());
+    return;
+  }
+  const std::uint64_t requester = request.requester;
+  env_.openFor(address, channel, options_.connectTimeout,
+               guarded<LinkOutcome>([this, requester, address](const LinkOutcome& link) {
+                 if (!link.ok())
+                   logger_->info("could not open the link {:016x} asked for at {}: {}{}{}",
+                                 requester, address.str(), link.error.message(),
+                                 link.reason.empty() ? "" : ": ", link.reason);
+               }));
+}
+
+}  // namespace gossamer::net::membership
