@@ -83,18 +83,34 @@ bool writeNewKeyFile(const std::filesystem::path& path, const std::string& text)
   return true;
 }
 
-Pkey readKeyFile(const std::string& path) {
+// The whole of a small file that holds a secret (`what` names it in errors: "cluster secret
+// file"): a regular file of at most `maxBytes`, checked before anything is allocated; a warning
+// when other users may read it.
+std::vector<std::byte> readPrivateFile(const std::string& path, const char* what,
+                                       std::uintmax_t maxBytes) {
   namespace fs = std::filesystem;
   std::error_code ec;
+  const fs::file_status status = fs::status(path, ec);
+  GOSSAMER_ENFORCE(!ec && fs::exists(status), "{} '{}' cannot be accessed: {}", what, path,
+                   ec ? ec.message() : std::string("no such file"));
+  GOSSAMER_ENFORCE(fs::is_regular_file(status), "{} '{}' is not a regular file", what, path);
   const std::uintmax_t size = fs::file_size(path, ec);
-  GOSSAMER_ENFORCE(!ec, "cannot read identity key file '{}': {}", path, ec.message());
-  GOSSAMER_ENFORCE(size <= kMaxKeyFileBytes,
-                   "identity key file '{}' has {} bytes; an identity key file has at most {}", path,
-                   size, kMaxKeyFileBytes);
+  GOSSAMER_ENFORCE(!ec, "cannot read the size of {} '{}': {}", what, path, ec.message());
+  GOSSAMER_ENFORCE(size <= maxBytes, "{} '{}' has {} bytes; at most {} are expected", what, path,
+                   size, maxBytes);
   std::ifstream in(path, std::ios::binary);
-  std::string text(static_cast<std::size_t>(size), '\0');
-  in.read(text.data(), static_cast<std::streamsize>(text.size()));
-  GOSSAMER_ENFORCE(in.good() || in.eof(), "cannot read identity key file '{}'", path);
+  GOSSAMER_ENFORCE(in.good(), "cannot open {} '{}'", what, path);
+  std::vector<std::byte> bytes(static_cast<std::size_t>(size));
+  in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  GOSSAMER_ENFORCE(static_cast<std::uintmax_t>(in.gcount()) == size, "cannot read {} '{}'", what,
+                   path);
+  if ((status.permissions() & (fs::perms::group_read | fs::perms::others_read)) != fs::perms::none)
+    log::get("net")->warn("{} '{}' is readable by other users; chmod 600 it", what, path);
+  return bytes;
+}
+
+Pkey readKeyFile(const std::string& path) {
+  const std::vector<std::byte> text = readPrivateFile(path, "identity key file", kMaxKeyFileBytes);
   std::unique_ptr<BIO, BioFree> bio(BIO_new_mem_buf(text.data(), static_cast<int>(text.size())));
   Pkey pkey(bio ? PEM_read_bio_PrivateKey(bio.get(), nullptr, nullptr, nullptr) : nullptr);
   GOSSAMER_ENFORCE(pkey != nullptr,
@@ -104,10 +120,6 @@ Pkey readKeyFile(const std::string& path) {
   GOSSAMER_ENFORCE(EVP_PKEY_is_a(pkey.get(), "ED25519") == 1,
                    "identity key file '{}' holds a {} key; a peer's identity is an Ed25519 key",
                    path, EVP_PKEY_get0_type_name(pkey.get()));
-  if ((fs::status(path, ec).permissions() & (fs::perms::group_read | fs::perms::others_read)) !=
-      fs::perms::none) {
-    log::get("net")->warn("identity key file '{}' is readable by other users; chmod 600 it", path);
-  }
   return pkey;
 }
 
@@ -211,34 +223,12 @@ std::size_t IdentityBook::size() const {
 }
 
 std::vector<std::byte> readSecretFile(const std::string& path) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  const fs::file_status status = fs::status(path, ec);
-  GOSSAMER_ENFORCE(!ec && fs::exists(status), "cluster secret file '{}' cannot be accessed: {}",
-                   path, ec ? ec.message() : std::string("no such file"));
-  GOSSAMER_ENFORCE(fs::is_regular_file(status), "cluster secret file '{}' is not a regular file",
-                   path);
-  const std::uintmax_t size = fs::file_size(path, ec);
-  GOSSAMER_ENFORCE(!ec, "cannot read the size of cluster secret file '{}': {}", path, ec.message());
-  GOSSAMER_ENFORCE(size <= kMaxSecretFileBytes,
-                   "cluster secret file '{}' has {} bytes; a secret file has at most {}", path,
-                   size, kMaxSecretFileBytes);
-  std::ifstream in(path, std::ios::binary);
-  GOSSAMER_ENFORCE(in.good(), "cannot open cluster secret file '{}'", path);
-  std::vector<std::byte> secret(static_cast<std::size_t>(size));
-  in.read(reinterpret_cast<char*>(secret.data()), static_cast<std::streamsize>(secret.size()));
-  GOSSAMER_ENFORCE(static_cast<std::uintmax_t>(in.gcount()) == size,
-                   "cannot read cluster secret file '{}'", path);
+  std::vector<std::byte> secret = readPrivateFile(path, "cluster secret file", kMaxSecretFileBytes);
   while (!secret.empty() &&
          (secret.back() == std::byte{'\n'} || secret.back() == std::byte{'\r'})) {
     secret.pop_back();
   }
   GOSSAMER_ENFORCE(!secret.empty(), "cluster secret file '{}' is empty", path);
-  if ((status.permissions() & (fs::perms::group_read | fs::perms::others_read)) !=
-      fs::perms::none) {
-    log::get("net")->warn("cluster secret file '{}' is readable by other users; chmod 600 it",
-                          path);
-  }
   return secret;
 }
 

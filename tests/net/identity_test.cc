@@ -23,12 +23,14 @@
 #include "net/wire/codec.h"
 #include "net/wire/handshake.h"
 #include "tests/net/fake_link.h"
+#include "tests/net/handshake_pair.h"
 #include "tests/net/wire_fuzz.h"
 
 using namespace gossamer;
 using namespace gossamer::net;
 using net::testing::FakeFrame;
 using net::testing::FakeLink;
+using net::testing::runPair;
 
 namespace {
 
@@ -48,25 +50,6 @@ wire::HandshakeConfig configOf(std::uint64_t peerId,
   config.identity = std::move(identity);
   config.timeout = std::chrono::milliseconds(5000);
   return config;
-}
-
-struct Pair {
-  net::testing::detail::Outcome client;
-  net::testing::detail::Outcome server;
-};
-
-Pair runPair(const wire::HandshakeConfig& client, const wire::HandshakeConfig& server,
-             FakeLink::SendFilter serverFilter = {}) {
-  asio::io_context io;
-  auto [clientEnd, serverEnd] = FakeLink::pair(io);
-  if (serverFilter) serverEnd->setSendFilter(std::move(serverFilter));
-  Pair out;
-  net::testing::detail::start(io, *clientEnd, client, true, out.client);
-  net::testing::detail::start(io, *serverEnd, server, false, out.server);
-  io.run_for(std::chrono::seconds(10));
-  REQUIRE(out.client.done);
-  REQUIRE(out.server.done);
-  return out;
 }
 
 bool contains(const std::string& text, const std::string& part) {
@@ -146,7 +129,7 @@ TEST_CASE("identity: a successful handshake proves and binds both ends") {
   auto server = configOf(2, serverKey);
   client.book = std::make_shared<wire::IdentityBook>();
   server.book = std::make_shared<wire::IdentityBook>();
-  const Pair out = runPair(client, server);
+  const auto out = runPair(client, server);
   REQUIRE(out.client.result.ok());
   REQUIRE(out.server.result.ok());
   CHECK(out.client.result.remoteIdentity == serverKey->publicKey());
@@ -154,7 +137,7 @@ TEST_CASE("identity: a successful handshake proves and binds both ends") {
   CHECK(client.book->keyOf(2) == serverKey->publicKey());
   CHECK(server.book->keyOf(1) == clientKey->publicKey());
   // Again with the same keys: known, still fine.
-  const Pair again = runPair(client, server);
+  const auto again = runPair(client, server);
   CHECK(again.client.result.ok());
   CHECK(again.server.result.ok());
 }
@@ -167,7 +150,7 @@ TEST_CASE("identity: a member holding the secret cannot pose as another member's
   server.book->bind(1, real->publicKey());  // peer 1 joined before, with its own key
 
   // The poser as client: it claims id 1 with its own key; the server refuses it.
-  const Pair out = runPair(configOf(1, poser), server);
+  const auto out = runPair(configOf(1, poser), server);
   CHECK(out.server.result.error == Errc::identityMismatch);
   CHECK(out.client.result.error == Errc::identityMismatch);
   CHECK(contains(out.server.result.reason,
@@ -180,7 +163,7 @@ TEST_CASE("identity: a member holding the secret cannot pose as another member's
   auto client = configOf(1, real);
   client.book = std::make_shared<wire::IdentityBook>();
   client.book->bind(2, wire::Identity::generate()->publicKey());
-  const Pair reverse = runPair(client, configOf(2, poser));
+  const auto reverse = runPair(client, configOf(2, poser));
   CHECK(reverse.client.result.error == Errc::identityMismatch);
   CHECK(reverse.server.result.error == Errc::identityMismatch);
 }
@@ -197,7 +180,7 @@ TEST_CASE("identity: a hello whose signature is not its key's is refused") {
     }
     return true;
   };
-  const Pair out = runPair(configOf(1, wire::Identity::generate()),
+  const auto out = runPair(configOf(1, wire::Identity::generate()),
                            configOf(2, wire::Identity::generate()), filter);
   CHECK(out.client.result.error == Errc::identityMismatch);
   CHECK(contains(out.client.result.reason, "peer 0000000000000002's identity signature does not"));

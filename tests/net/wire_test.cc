@@ -21,6 +21,7 @@
 #include "net/wire/codec.h"
 #include "net/wire/handshake.h"
 #include "tests/net/fake_link.h"
+#include "tests/net/handshake_pair.h"
 #include "tests/net/wire_fuzz.h"
 #include "tests/net/wire_samples.h"
 
@@ -28,6 +29,7 @@ using namespace gossamer;
 using namespace gossamer::net;
 using net::testing::FakeFrame;
 using net::testing::FakeLink;
+using net::testing::runPair;
 
 namespace {
 
@@ -48,31 +50,6 @@ wire::HandshakeConfig makeConfig(std::uint64_t peerId) {
   config.identity = wire::Identity::generate();
   config.timeout = std::chrono::milliseconds(5000);
   return config;
-}
-
-struct PairOutcome {
-  net::testing::detail::Outcome client;
-  net::testing::detail::Outcome server;
-};
-
-// Runs a real client against a real server over a fake link pair, with a 10 s watchdog.
-PairOutcome runPair(const wire::HandshakeConfig& clientConfig,
-                    const wire::HandshakeConfig& serverConfig,
-                    FakeLink::SendFilter serverFilter = {},
-                    FakeLink::SendFilter clientFilter = {}) {
-  asio::io_context io;
-  auto [clientEnd, serverEnd] = FakeLink::pair(io);
-  if (serverFilter) serverEnd->setSendFilter(std::move(serverFilter));
-  if (clientFilter) clientEnd->setSendFilter(std::move(clientFilter));
-  PairOutcome out;
-  net::testing::detail::start(io, *clientEnd, clientConfig, true, out.client);
-  net::testing::detail::start(io, *serverEnd, serverConfig, false, out.server);
-  io.run_for(std::chrono::seconds(10));
-  REQUIRE(out.client.done);
-  REQUIRE(out.server.done);
-  REQUIRE(out.client.exception.empty());
-  REQUIRE(out.server.exception.empty());
-  return out;
 }
 
 bool contains(const std::string& text, const std::string& part) {
