@@ -29,6 +29,9 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
+script=run-namespaces.sh
+# shellcheck source=examples/multi-host/netns-lib.sh
+. "$here/netns-lib.sh"
 peer_binary="$here/../../build/engine/gossamer-peer"
 peers=4
 algorithm=gosgd
@@ -37,24 +40,14 @@ step_time=40
 rate=100mbit
 kill_peer=""
 kill_at=""
-logs=""
 extra=()
 
-usage() { sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
   case "$1" in
-    --peer) peer_binary=$2; shift 2 ;;
-    --peers) peers=$2; shift 2 ;;
-    --algorithm) algorithm=$2; shift 2 ;;
-    --steps) steps=$2; shift 2 ;;
-    --step-time) step_time=$2; shift 2 ;;
-    --rate) rate=$2; shift 2 ;;
-    --kill) kill_peer=$2; shift 2 ;;
-    --kill-at) kill_at=$2; shift 2 ;;
-    --logs) logs=$2; shift 2 ;;
+    --peers) needs_value "$@"; peers=$2; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     --) shift; extra=("$@"); break ;;
-    *) echo "run-namespaces.sh: unknown argument '$1' (--help lists them)" >&2; exit 2 ;;
+    *) common_option "$@" || bad_argument "$1"; shift 2 ;;
   esac
 done
 case "$peers$steps" in *[!0-9]*) echo "run-namespaces.sh: --peers and --steps take numbers" >&2; exit 2 ;; esac
@@ -65,60 +58,21 @@ fi
 [ -n "$kill_at" ] || kill_at=$(( steps / 3 ))
 [ -x "$peer_binary" ] || { echo "run-namespaces.sh: no gossamer-peer at $peer_binary (build it, or pass --peer PATH)" >&2; exit 2; }
 
-skip() { echo "run-namespaces.sh: skipped: $*" >&2; exit 77; }
-[ "$(id -u)" -eq 0 ] || skip "network namespaces need root (run it with sudo)"
-for tool in ip tc; do command -v "$tool" >/dev/null || skip "no '$tool' command (Debian: iproute2)"; done
-
+netns_init
 tag="gsm$(printf '%x%02x' "$$" $(( RANDOM % 256 )))"
 switch="$tag-s"
-made=()   # namespaces made so far, removed by cleanup
-pids=()   # peer processes started so far
-work=""
-
-cleanup() {
-  local status=$?
-  trap - EXIT INT TERM
-  for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
-  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
-  for ns in "${made[@]}"; do
-    ip netns del "$ns" 2>/dev/null || true
-    rm -rf "/etc/netns/$ns"
-  done
-  if [ -n "$work" ] && [ -z "$logs" ]; then rm -rf "$work"; fi
-  exit "$status"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
 
 # The namespaces: the bridge's, then one per peer.
-ip netns add "$switch" 2>/dev/null || skip "cannot create a network namespace ('ip netns add' failed)"
-made+=("$switch")
-net() { "$@" 2>&1 || skip "cannot build the namespace network: '$*' failed"; }
-net ip -n "$switch" link add br0 type bridge
-net ip -n "$switch" link set br0 up
+netns_add "$switch"
+netns_bridge "$switch"
 hosts=""
 for i in $(seq 1 "$peers"); do hosts+="10.77.0.$i peer$i"$'\n'; done
 for i in $(seq 1 "$peers"); do
-  ns="$tag-$i"
-  net ip netns add "$ns"
-  made+=("$ns")
   # Inside the peer's namespace the interface is eth0; its other end, p<i>, is a bridge port.
-  net ip link add eth0 netns "$ns" type veth peer name "p$i" netns "$switch"
-  net ip -n "$switch" link set "p$i" master br0 up
-  net ip -n "$ns" link set lo up
-  net ip -n "$ns" addr add "10.77.0.$i/24" dev eth0
-  net ip -n "$ns" link set eth0 up
-  net ip netns exec "$ns" tc qdisc add dev eth0 root tbf rate "$rate" burst 64kb latency 50ms
-  # `ip netns exec` mounts /etc/netns/<ns>/* over /etc/*: the peers' names, and no DNS server.
-  mkdir -p "/etc/netns/$ns"
-  printf '127.0.0.1 localhost\n%s' "$hosts" > "/etc/netns/$ns/hosts"
-  echo "# no DNS inside the emulated hosts: names come from /etc/hosts" > "/etc/netns/$ns/resolv.conf"
+  netns_host "$tag-$i" "$switch" "p$i" "10.77.0.$i/24" "$rate"
+  netns_names "$tag-$i" "$hosts"
 done
-
-if [ -n "$logs" ]; then mkdir -p "$logs"; work=$(cd "$logs" && pwd); else work=$(mktemp -d); fi
-head -c 32 /dev/urandom | base64 > "$work/secret"
-chmod 600 "$work/secret"
+netns_workdir
 
 # What every peer shares, by environment (GOSSAMER_<FLAG> is --flag); per-peer flags below.
 seeds=""
@@ -142,39 +96,14 @@ for i in $(seq 1 "$peers"); do
   pids+=($!)
 done
 
-# The last step a peer's progress view reported (lines "... step 120/300 ...").
-step_of() { grep -o 'step [0-9]*/' "$work/peer$1.log" 2>/dev/null | tail -n 1 | tr -dc '0-9'; }
-show_logs() {
-  for i in $(seq 1 "$peers"); do echo "----- peer$i.log (last 25 lines)"; tail -n 25 "$work/peer$i.log"; done
-}
-
-if [ "$kill_peer" -gt 0 ]; then
-  victim=${pids[$((kill_peer - 1))]}
-  until [ "$(step_of "$kill_peer")" -ge "$kill_at" ] 2>/dev/null; do
-    if ! kill -0 "$victim" 2>/dev/null; then
-      echo "run-namespaces.sh: peer $kill_peer ended before step $kill_at" >&2; show_logs; exit 1
-    fi
-    sleep 0.2
-  done
-  kill -KILL "$victim"
-  echo "run-namespaces.sh: killed peer $kill_peer at step $(step_of "$kill_peer") ($((SECONDS - start)) s in)"
-fi
+[ "$kill_peer" -eq 0 ] || kill_at_step "$kill_peer" "$kill_at"
 
 failed=0
 for i in $(seq 1 "$peers"); do
-  status=0
-  { wait "${pids[$((i - 1))]}"; } 2>/dev/null || status=$?  # (no "Killed" notice from bash)
-  if [ "$i" -eq "$kill_peer" ]; then
-    [ "$status" -eq 137 ] || { echo "run-namespaces.sh: killed peer $i exited with $status, not 137" >&2; failed=1; }
-    continue
-  fi
+  wait_peer "$i" "$kill_peer" || { failed=1; continue; }
+  [ "$i" -ne "$kill_peer" ] || continue
+  echo "peer$i (10.77.0.$i): $peer_done"
   log="$work/peer$i.log"
-  done_line=$(grep -m 1 '\[engine\] \[info\] done:' "$log" || true)
-  if [ "$status" -ne 0 ] || [ -z "$done_line" ]; then
-    echo "run-namespaces.sh: peer $i exited with status $status$([ -z "$done_line" ] && echo ', without its done line')" >&2
-    failed=1
-    continue
-  fi
   # It trained with every peer (all found by name), and saw the killed one fail (by its address).
   if ! grep -q "; $peers members; shard" "$log"; then
     echo "run-namespaces.sh: peer $i did not start training with all $peers peers" >&2; failed=1
@@ -182,8 +111,7 @@ for i in $(seq 1 "$peers"); do
   if [ "$kill_peer" -gt 0 ] && ! grep -q "(10.77.0.$kill_peer:7000) failed" "$log"; then
     echo "run-namespaces.sh: peer $i never saw peer $kill_peer fail" >&2; failed=1
   fi
-  echo "peer$i (10.77.0.$i): ${done_line#*done: }"
 done
 pids=()
-if [ "$failed" -ne 0 ]; then show_logs; exit 1; fi
+if [ "$failed" -ne 0 ]; then show_logs "$peers"; exit 1; fi
 echo "run-namespaces.sh: every surviving peer finished in $((SECONDS - start)) s"

@@ -114,10 +114,15 @@ void Core::on(const Remote& from, wire::Reverse& request) {
   }
   const std::uint64_t requester = request.requester;
   env_.openFor(address, channel, options_.connectTimeout,
-               guarded<LinkOutcome>([this, requester, address](const LinkOutcome& link) {
-                 if (!link.ok())
-                   logger_->info("could not open the link {:016x} asked for at {}: {}{}{}",
-                                 requester, address.str(), link.error.message(),
+               guarded<LinkOutcome>([this, requester, address, channel](const LinkOutcome& link) {
+                 const char* which = channel == Channel::control ? "control" : "data";
+                 if (link.ok())
+                   logger_->info(
+                       "opened the {} link {:016x} asked for at {} (it cannot dial this peer)",
+                       which, requester, address.str());
+                 else
+                   logger_->info("could not open the {} link {:016x} asked for at {}: {}{}{}",
+                                 which, requester, address.str(), link.error.message(),
                                  link.reason.empty() ? "" : ": ", link.reason);
                }));
 }
