@@ -79,7 +79,11 @@ void Core::probe(const Member& target, Clock::time_point start, std::function<vo
   const std::uint64_t targetId = target.id;
   const Endpoint targetAddress = target.address;
   probing_.waiters[sequence] = AckWaiter{targetId};
-  send(targetAddress, wire::Ping{self_.id, sequence, piggyback()}, options_.probeTimeout);
+  // A dial-out-only target may have to open the link first (connection reversal): the ping may
+  // wait for it the whole period, and its Ack counts until the period ends, beside the indirect
+  // probes'. It is not suspected for want of a link it was never going to be dialed on.
+  const milliseconds linkWait = target.dialOutOnly ? options_.probeInterval : options_.probeTimeout;
+  send(targetAddress, wire::Ping{self_.id, sequence, piggyback()}, linkWait);
   awaitAck(sequence, start + options_.probeTimeout, [=, this](bool acked) {
     auto conclude = [this, sequence, targetId, done](bool acked) {
       probing_.waiters.erase(sequence);

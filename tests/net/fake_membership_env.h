@@ -23,6 +23,7 @@ class FakeEnvironment final : public Environment {
   struct Sent {
     Endpoint to;
     wire::MembershipMessage message;
+    std::chrono::milliseconds linkWait{0};  // how long the send may wait for a link
   };
 
   Clock::time_point now() const override { return now_; }
@@ -36,9 +37,9 @@ class FakeEnvironment final : public Environment {
   void cancel(TimerId timer) override {
     std::erase_if(timers_, [&](const auto& entry) { return entry.first.second == timer; });
   }
-  void send(const Endpoint& to, wire::MembershipMessage message, std::chrono::milliseconds,
+  void send(const Endpoint& to, wire::MembershipMessage message, std::chrono::milliseconds linkWait,
             std::function<void(std::error_code)> done) override {
-    sent.push_back({to, std::move(message)});
+    sent.push_back({to, std::move(message), linkWait});
     if (done) at(now_, [done] { done({}); });
   }
   void open(const Endpoint& to, std::chrono::milliseconds,

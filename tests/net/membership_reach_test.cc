@@ -185,5 +185,28 @@ TEST_CASE(
   CHECK(env.opened.size() == 65);
 }
 
+// A probe of a dial-out-only member may wait for its link (which it opens on request) the whole
+// protocol period, and its Ack counts until then; a dialable member's, the probe timeout.
+TEST_CASE("membership protocol: a dial-out-only member's probe waits the period for its link") {
+  for (const bool dialable : {true, false}) {
+    CAPTURE(dialable);
+    FakeEnvironment env;
+    Config config;
+    config.members = {dialable ? member(4) : dialOutOnly(4)};
+    const Options o = config.options;
+    Protocol protocol(env, config);
+    protocol.start();
+    REQUIRE(sentOf<wire::Ping>(env).size() == 1);  // the first probe, at start
+    CHECK(env.sent[0].to == at(4));
+    CHECK(env.sent[0].linkWait == (dialable ? o.probeTimeout : o.probeInterval));
+    // Its Ack, late but within the period, still counts: not suspected.
+    env.advance(o.probeInterval - 10ms);
+    const std::uint64_t sequence = sentOf<wire::Ping>(env)[0].sequence;
+    protocol.handle(Remote{4, at(4), ""}, wire::Ack{4, sequence, {}});
+    env.advance(20ms);
+    CHECK(protocol.view().find(4)->state == MemberState::alive);
+  }
+}
+
 }  // namespace
 }  // namespace gossamer::net::membership
