@@ -113,8 +113,9 @@ void addClusterSettings(std::vector<Setting>& out, const Registry& registry) {
       });
   Declare<bool>(out, "no-inbound",
                 "this peer cannot be dialed (behind a NAT or a firewall): the others reach it on "
-                "the links it opens (default: the member it joins through dials its advertised "
-                "address back and marks it dial-out only if that fails)",
+                "the links it opens, and ask it to open those they need (default: the member it "
+                "joins through dials its advertised address back and marks it dial-out only if "
+                "that fails)",
                 cluster)
       .field(&PeerOptions::noInbound)
       .flag()
