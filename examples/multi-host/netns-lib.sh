@@ -5,6 +5,8 @@
 # shellcheck disable=SC2034  # the options and peer_done: set here, read by the scripts that source this one
 
 script=${script:-netns-lib.sh}
+tag=${tag:-}       # the run's namespace prefix: the caller sets it
+extra=()           # gossamer-peer flags after `--`: the caller's option parsing fills it
 made=()   # namespaces made so far, removed by netns_cleanup
 pids=()   # peer processes started so far
 work=""   # the run's directory (secret, logs)
@@ -101,6 +103,14 @@ netns_workdir() {
   if [ -n "$logs" ]; then mkdir -p "$logs"; work=$(cd "$logs" && pwd); else work=$(mktemp -d); fi
   head -c 32 /dev/urandom | base64 > "$work/secret"
   chmod 600 "$work/secret"
+}
+
+# start_peer I ADDRESS: gossamer-peer I in namespace $tag-I, listening on 0.0.0.0:7000 and
+# advertising ADDRESS, with the flags after `--` (extra); its log is $work/peerI.log.
+start_peer() {
+  ip netns exec "$tag-$1" "$peer_binary" --listen 0.0.0.0:7000 --advertise "$2" \
+    ${extra[@]+"${extra[@]}"} > "$work/peer$1.log" 2>&1 &
+  pids+=($!)
 }
 
 # The last step peer N's progress view reported (lines "... step 120/300 ...").

@@ -40,7 +40,6 @@ step_time=40
 rate=100mbit
 kill_peer=""
 kill_at=""
-extra=()
 
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -90,11 +89,7 @@ export GOSSAMER_START_TIMEOUT=60
 echo "run-namespaces.sh: $peers peers in namespaces $tag-1..$peers (10.77.0.1-$peers, egress $rate each)," \
      "$algorithm for $steps steps; peer $kill_peer is killed at step $kill_at; logs in $work"
 start=$SECONDS
-for i in $(seq 1 "$peers"); do
-  ip netns exec "$tag-$i" "$peer_binary" --listen 0.0.0.0:7000 --advertise "10.77.0.$i" \
-    ${extra[@]+"${extra[@]}"} > "$work/peer$i.log" 2>&1 &
-  pids+=($!)
-done
+for i in $(seq 1 "$peers"); do start_peer "$i" "10.77.0.$i"; done
 
 [ "$kill_peer" -eq 0 ] || kill_at_step "$kill_peer" "$kill_at"
 

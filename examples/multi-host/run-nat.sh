@@ -47,7 +47,6 @@ kill_peer=4
 kill_at=""
 min_accuracy=70
 expect_reversal=0
-extra=()
 
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -111,11 +110,7 @@ export GOSSAMER_START_TIMEOUT=60
 echo "$script: pub1, pub2 public; home1, home2 behind a NAT router (namespaces $tag-*, egress $rate" \
      "each); $algorithm for $steps steps over TLS; peer $kill_peer is killed at step $kill_at; logs in $work"
 start=$SECONDS
-for i in 1 2 3 4; do
-  ip netns exec "$tag-$i" "$peer_binary" --listen 0.0.0.0:7000 --advertise "${addresses[$((i - 1))]}" \
-    ${extra[@]+"${extra[@]}"} > "$work/peer$i.log" 2>&1 &
-  pids+=($!)
-done
+for i in 1 2 3 4; do start_peer "$i" "${addresses[$((i - 1))]}"; done
 [ "$kill_peer" -eq 0 ] || kill_at_step "$kill_peer" "$kill_at"
 
 failed=0

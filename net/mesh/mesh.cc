@@ -254,24 +254,11 @@ struct Mesh::State : std::enable_shared_from_this<Mesh::State> {
     entry->dialed = to;
     entry->channel = channel;
     self->outbound[{to, channel}] = entry;
-    LinkResult connected = co_await self->transport.connect(to, timeout);
-    std::error_code failure = connected.error;
-    if (!failure) {
-      entry->link = std::move(connected.link);
-      wire::HandshakeConfig config = self->options.handshake;
-      config.channel = static_cast<std::uint8_t>(channel);
-      const auto left =
-          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-      config.timeout = std::max(left, std::chrono::milliseconds(1));
-      const wire::HandshakeResult hello = co_await wire::clientHandshake(*entry->link, config);
-      if (hello.ok()) {
-        entry->remote =
-            Remote{hello.remotePeerId, hello.remoteListen, entry->link->remoteAddress()};
-      } else {
-        failure = hello.error;
-        entry->failureReason = hello.reason;
-      }
-    }
+    const LinkOutcome dialed =
+        co_await dial(self, to, static_cast<std::uint8_t>(channel), deadline, entry->link);
+    const std::error_code failure = dialed.error;
+    entry->remote = dialed.remote;
+    entry->failureReason = dialed.reason;
     entry->finished = true;
     entry->settled.cancel();
     if (failure || self->closed) {
@@ -282,6 +269,28 @@ struct Mesh::State : std::enable_shared_from_this<Mesh::State> {
     }
     self->start(entry);
     co_return entry;
+  }
+
+  // Connects to `to` into `link` (where close() finds it) and runs the client handshake naming
+  // `channel`, both by `deadline`. The outcome names the remote as the handshake authenticated it.
+  static asio::awaitable<LinkOutcome> dial(std::shared_ptr<State> self, Endpoint to,
+                                           std::uint8_t channel, Clock::time_point deadline,
+                                           std::unique_ptr<Link>& link) {
+    const auto left = [&] {
+      return std::max(
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()),
+          std::chrono::milliseconds(1));
+    };
+    LinkResult connected = co_await self->transport.connect(to, left());
+    if (connected.error) co_return LinkOutcome{connected.error, {}, {}};
+    link = std::move(connected.link);
+    wire::HandshakeConfig config = self->options.handshake;
+    config.channel = channel;
+    config.timeout = left();
+    const wire::HandshakeResult hello = co_await wire::clientHandshake(*link, config);
+    if (!hello.ok()) co_return LinkOutcome{hello.error, hello.reason, {}};
+    co_return LinkOutcome{
+        {}, {}, Remote{hello.remotePeerId, hello.remoteListen, link->remoteAddress()}};
   }
 
   // Waits for the link the remote was asked to open (linkTo) until `deadline`.
@@ -456,23 +465,10 @@ std::shared_ptr<const EncodedEnvelope> EncodedEnvelope::of(const wire::EnvelopeH
 
 asio::awaitable<LinkOutcome> Mesh::dialBack(Endpoint to, std::chrono::milliseconds timeout) {
   const std::shared_ptr<State> self = state_;  // the awaitable keeps the state alive
-  const Clock::time_point deadline = Clock::now() + timeout;
-  LinkOutcome outcome;
-  LinkResult connected = co_await self->transport.connect(to, timeout);
-  if (connected.error) {
-    outcome.error = connected.error;
-    co_return outcome;
-  }
-  wire::HandshakeConfig config = self->options.handshake;
-  config.channel = kDialBackChannel;
-  config.timeout =
-      std::max(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()),
-               std::chrono::milliseconds(1));
-  const wire::HandshakeResult hello = co_await wire::clientHandshake(*connected.link, config);
-  outcome =
-      LinkOutcome{hello.error, hello.reason,
-                  Remote{hello.remotePeerId, hello.remoteListen, connected.link->remoteAddress()}};
-  connected.link->close();
+  std::unique_ptr<Link> link;
+  const LinkOutcome outcome =
+      co_await State::dial(self, std::move(to), kDialBackChannel, Clock::now() + timeout, link);
+  if (link) link->close();
   co_return outcome;
 }
 
