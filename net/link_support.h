@@ -500,6 +500,13 @@ class SharedStateTransport final : public Transport {
                                       std::chrono::milliseconds timeout) override {
     return State::connect(state_, remote, timeout);
   }
+  asio::awaitable<LinkResult> punch(const Endpoint& remote, std::chrono::milliseconds timeout,
+                                    bool asServer) override {
+    if constexpr (requires { State::punch(state_, remote, timeout, asServer); })
+      return State::punch(state_, remote, timeout, asServer);
+    else
+      return Transport::punch(remote, timeout, asServer);
+  }
   void registerMemory(std::span<std::byte> memory) override { state_->registerMemory(memory); }
   void close() override { state_->close(); }
   const Limits& limits() const override { return state_->limits(); }

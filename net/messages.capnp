@@ -211,6 +211,20 @@ struct Reverse {
   forwarded @3 :Bool;
 }
 
+# Hole punching: two dial-out-only members try a direct TCP connection by simultaneous open.
+# `requester`, which needs a link to `target` for `channel`, asks members it reaches (the
+# rendezvous); a rendezvous linked to both sends the request on to each of the two
+# (`fromRendezvous`) with the hosts their links come from as it sees them. Each then connects from
+# its own listen port to the other's host at the other's advertised port.
+struct Punch {
+  requester @0 :UInt64;
+  target @1 :UInt64;
+  channel @2 :UInt8;
+  requesterHost @3 :Text;
+  targetHost @4 :Text;
+  fromRendezvous @5 :Bool;
+}
+
 struct Membership {
   union {
     joinRequest @0 :JoinRequest;
@@ -223,6 +237,7 @@ struct Membership {
     pushPull @7 :PushPull;
     reachability @8 :Reachability;
     reverse @9 :Reverse;
+    punch @10 :Punch;
   }
 }
 

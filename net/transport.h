@@ -20,6 +20,7 @@
 #include <utility>
 
 #include <asio/awaitable.hpp>
+#include <asio/error.hpp>
 
 #include "net/endpoint.h"
 #include "net/frame.h"
@@ -102,6 +103,17 @@ class Transport {
   virtual asio::awaitable<LinkResult> connect(const Endpoint& remote,
                                               std::chrono::milliseconds timeout) = 0;
 
+  // Hole punching: opens a link to `remote` from this transport's listen port (a NAT that keeps
+  // ports maps it to that port of its own address, where the remote aims) while the remote does
+  // the same toward this one. The connection opens by a simultaneous open, or by one side's
+  // connect reaching the other's listener: a connection that accept() gets from `remote`
+  // meanwhile is handed to this call instead. Both ends connect, so the caller says which end
+  // this one plays in the transport's own handshake (TLS): `asServer`, opposite to the remote's.
+  // `remote` is a numeric address. Retries until `timeout`, like connect. Backends that cannot:
+  // asio::error::operation_not_supported.
+  virtual asio::awaitable<LinkResult> punch(const Endpoint& remote,
+                                            std::chrono::milliseconds timeout, bool asServer);
+
   // Announces memory that payloads will be sent from or received into, so that an RDMA
   // backend registers it once. A no-op for tcp and inproc.
   virtual void registerMemory(std::span<std::byte> memory) = 0;
@@ -111,5 +123,11 @@ class Transport {
 
   virtual const Limits& limits() const = 0;
 };
+
+inline asio::awaitable<LinkResult> Transport::punch(const Endpoint& /*remote*/,
+                                                   std::chrono::milliseconds /*timeout*/,
+                                                   bool /*asServer*/) {
+  co_return LinkResult{asio::error::operation_not_supported, nullptr};
+}
 
 }  // namespace gossamer::net

@@ -176,6 +176,15 @@ class MeshEnvironment final : public Environment {
                      done(std::move(link));
                    });
   }
+  std::string observedAt(const Endpoint& to) const override { return mesh_.observedAddress(to); }
+  void punch(const Endpoint& member, std::uint64_t expected, const Endpoint& at, Channel channel,
+             bool lead, milliseconds timeout, std::function<void(LinkOutcome)> done) override {
+    asio::co_spawn(io_, mesh_.punch(member, expected, at, channel, lead, timeout),
+                   [done = std::move(done)](std::exception_ptr failure, LinkOutcome link) {
+                     if (failure) link.error = std::make_error_code(std::errc::io_error);
+                     done(std::move(link));
+                   });
+  }
   void dialBack(const Endpoint& to, std::uint64_t expected, milliseconds timeout,
                 std::function<void(std::error_code)> done) override {
     asio::co_spawn(

@@ -83,6 +83,20 @@ class Environment {
                        std::function<void(LinkOutcome)> done) {
     open(to, timeout, std::move(done));
   }
+
+  // Hole punching. Where the open link to `to` comes from as this peer sees it ("host:port"; a
+  // NAT's address for a member behind one), empty when none is open. By default: empty.
+  virtual std::string observedAt(const Endpoint& /*to*/) const { return {}; }
+  // Opens a link for `channel` to member `expected` listening at `member` by connecting from this
+  // peer's listen port to `at` while it connects to this one (net::Mesh::punch); the `lead` runs
+  // the client handshake. By default it cannot (operation_not_supported).
+  virtual void punch(const Endpoint& /*member*/, std::uint64_t /*expected*/, const Endpoint& /*at*/,
+                     Channel /*channel*/, bool /*lead*/, std::chrono::milliseconds /*timeout*/,
+                     std::function<void(LinkOutcome)> done) {
+    at(now(), [done = std::move(done)] {
+      done(LinkOutcome{std::make_error_code(std::errc::operation_not_supported), {}, {}});
+    });
+  }
 };
 
 class Core;
@@ -105,8 +119,10 @@ class Protocol {
   // Connection reversal (the mesh's Reverser): this peer needs a link to the member at `to` for
   // `channel` and has none. When that member is dial-out only (and this peer is not), asks it to
   // open the link itself: on this peer's control link to it when one is open, else through up to
-  // kReversalForwarders members, which pass the request on when they are linked to it. Returns
-  // whether it asked (then the caller waits for the link instead of dialing).
+  // kReversalForwarders members, which pass the request on when they are linked to it. When both
+  // are dial-out only, asks up to kReversalForwarders members to introduce the two for a hole
+  // punch (protocol_punch.cc). Returns whether it asked (then the caller waits for the link
+  // instead of dialing).
   bool requestReversal(const Endpoint& to, Channel channel);
   // Service::leave: `done` runs once the announcements went out, or at `timeout`; then stopped.
   // Not running (never started, or stopped): `done` runs at once, inside the call.

@@ -77,6 +77,25 @@ class RateLimit {
   std::deque<std::chrono::steady_clock::time_point> recent_;
 };
 
+// After a failed hole punch with a member, the next waits this long, doubled at each failure up
+// to kMaxPunchBackoff (a NAT that picks ports at random fails every time).
+inline constexpr std::chrono::seconds kPunchBackoff{2};
+inline constexpr std::chrono::seconds kMaxPunchBackoff{64};
+
+// What reaching members across NATs keeps: the rate limits of dial-backs and of links opened on
+// request (reversals and punches alike), the punches running, by (other member, channel), and the
+// members punching to failed, with when to try again.
+struct Reaching {
+  struct Failed {
+    unsigned times = 0;
+    std::chrono::steady_clock::time_point retryAt;
+  };
+  RateLimit dialBacks{kMaxDialBacksPerSecond};  // Core::dialBack
+  RateLimit links{kMaxReversalsPerSecond};      // links opened at a reversal or punch request
+  std::set<std::pair<std::uint64_t, std::uint8_t>> punching;
+  std::map<std::uint64_t, Failed> punchFailed;
+};
+
 // How a rumour entered: piggybacked or gossiped (taken as said), or inside a whole table of
 // another peer (a join reply or push-pull), whose `dead` claims are only taken as suspicion, as
 // memberlist does: after a partition each side's table calls the other side dead, and a live
@@ -174,6 +193,17 @@ class Core final : public std::enable_shared_from_this<Core> {
   void on(const Remote& from, wire::PushPull& pushPull);    // protocol.cc
   void on(const Remote& from, wire::Reachability& answer);  // protocol_reach.cc
   void on(const Remote& from, wire::Reverse& request);      // protocol_reach.cc
+  void on(const Remote& from, wire::Punch& punch);          // protocol_punch.cc
+  // Hole punching: asks members this peer reaches to introduce it to `target` (both dial-out
+  // only). Returns whether any was asked.
+  bool requestPunch(const Member& target, Channel channel);  // protocol_punch.cc
+  // A rendezvous passes a punch request on to both ends, with the hosts it sees them at.
+  void introduce(const Remote& from, wire::Punch& punch);  // protocol_punch.cc
+  // An end of an introduced pair connects to the other.
+  void punchTo(const Remote& from, const wire::Punch& punch);  // protocol_punch.cc
+  // Whether punching to `peer` failed lately (then it waits: kPunchBackoff).
+  bool punchBackingOff(std::uint64_t peer) const;                          // protocol_punch.cc
+  void punched(const Member& peer, Channel channel, const LinkOutcome& link);  // protocol_punch.cc
   // Dials a joiner's advertised address back and tells it the outcome (rate limited).
   void dialBack(const Remote& from, const Endpoint& address);  // protocol_reach.cc
 
@@ -272,8 +302,7 @@ class Core final : public std::enable_shared_from_this<Core> {
   Probing probing_;
   std::set<TimerId> timers_;  // pending, cancelled by stop()
   Joining join_;
-  RateLimit dialBacks_{kMaxDialBacksPerSecond};  // dialBack
-  RateLimit reversals_{kMaxReversalsPerSecond};  // links opened at a reversal request
+  Reaching reach_;
   std::shared_ptr<spdlog::logger> logger_;
 
   mutable std::mutex viewMutex_;

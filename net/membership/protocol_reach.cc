@@ -11,9 +11,9 @@ namespace gossamer::net::membership {
 void Core::dialBack(const Remote& from, const Endpoint& address) {
   // Only ever the address the joiner advertises, only after it authenticated, and at most
   // kMaxDialBacksPerSecond: a seed must not become a way to make it connect anywhere, or often.
-  if (!dialBacks_.allow(env_.now())) {
+  if (!reach_.dialBacks.allow(env_.now())) {
     logger_->debug("no dial-back to {:016x} at {}: {} in the last second already", from.peerId,
-                   address.str(), dialBacks_.recent());
+                   address.str(), reach_.dialBacks.recent());
     return;
   }
   const Remote joiner = from;
@@ -62,12 +62,7 @@ bool Core::requestReversal(const Endpoint& to, Channel channel) {
   if (!running_) return false;
   const Member* target = liveMemberAt(to);
   if (target == nullptr || !target->dialOutOnly) return false;  // dial it
-  if (self_.dialOutOnly) {
-    // Neither can dial the other: only a relay could carry this pair. Dialing fails as before.
-    logger_->debug("{:016x} at {} is dial-out only, and so is this peer: dialing it anyway",
-                   target->id, to.str());
-    return false;
-  }
+  if (self_.dialOutOnly) return requestPunch(*target, channel);  // neither can dial the other
   const wire::Reverse request{self_.id, target->id, static_cast<std::uint8_t>(channel), false};
   if (env_.linked(to, Channel::control)) {
     send(to, request);
@@ -107,9 +102,9 @@ void Core::on(const Remote& from, wire::Reverse& request) {
   const Endpoint address = it->second.member.address;
   const auto channel = static_cast<Channel>(request.channel);
   if (env_.linked(address, channel)) return;  // a copy through another forwarder came first
-  if (!reversals_.allow(env_.now())) {
+  if (!reach_.links.allow(env_.now())) {
     logger_->debug("no reversed link to {:016x}: {} in the last second already", request.requester,
-                   reversals_.recent());
+                   reach_.links.recent());
     return;
   }
   const std::uint64_t requester = request.requester;

@@ -74,6 +74,7 @@ struct Mesh::State : std::enable_shared_from_this<Mesh::State> {
   std::map<std::pair<Endpoint, Channel>, std::shared_ptr<Reversal>> reversals;
   std::atomic<std::uint64_t> linksReversed{0};
   std::atomic<std::uint64_t> reversalsTimedOut{0};
+  std::atomic<std::uint64_t> linksPunched{0};
   // One per (to, channel) with sends outstanding.
   std::map<std::pair<Endpoint, Channel>, std::shared_ptr<SendOrder>> sendOrders;
   bool closed = false;
@@ -88,6 +89,15 @@ struct Mesh::State : std::enable_shared_from_this<Mesh::State> {
     for (const auto& entry : inbound)
       if (entry->open && entry->usable && entry->channel == channel && entry->remote.listen == to)
         return entry;
+    return nullptr;
+  }
+
+  // The open punched link with the peer listening at `to`, if any (it serves both channels).
+  std::shared_ptr<LinkEntry> punchedWith(const Endpoint& to) const {
+    for (const auto& [key, entry] : outbound)
+      if (entry->punched && entry->open && key.first == to) return entry;
+    for (const auto& entry : inbound)
+      if (entry->punched && entry->open && entry->remote.listen == to) return entry;
     return nullptr;
   }
 
@@ -226,8 +236,10 @@ struct Mesh::State : std::enable_shared_from_this<Mesh::State> {
     // A link, once open, carries traffic both ways: the remote's link to this peer for the same
     // channel serves when this peer has none of its own (and keeps serving while it is open:
     // one link per pair and channel keeps the frames in order).
-    if (!self->outbound.count({to, channel}))
+    if (!self->outbound.count({to, channel})) {
       if (std::shared_ptr<LinkEntry> in = self->openInbound(to, channel)) co_return in;
+      if (std::shared_ptr<LinkEntry> punched = self->punchedWith(to)) co_return punched;
+    }
     if (const auto it = self->outbound.find({to, channel}); it != self->outbound.end()) {
       std::shared_ptr<LinkEntry> entry = it->second;
       if (!entry->finished) {  // someone else is connecting: wait for the outcome
@@ -255,7 +267,8 @@ struct Mesh::State : std::enable_shared_from_this<Mesh::State> {
     entry->channel = channel;
     self->outbound[{to, channel}] = entry;
     const LinkOutcome dialed =
-        co_await dial(self, to, static_cast<std::uint8_t>(channel), deadline, entry->link);
+        co_await detail::dial(self->transport, self->options.handshake, to,
+                           static_cast<std::uint8_t>(channel), deadline, entry->link);
     const std::error_code failure = dialed.error;
     entry->remote = dialed.remote;
     entry->failureReason = dialed.reason;
@@ -271,28 +284,6 @@ struct Mesh::State : std::enable_shared_from_this<Mesh::State> {
     co_return entry;
   }
 
-  // Connects to `to` into `link` (where close() finds it) and runs the client handshake naming
-  // `channel`, both by `deadline`. The outcome names the remote as the handshake authenticated it.
-  static asio::awaitable<LinkOutcome> dial(std::shared_ptr<State> self, Endpoint to,
-                                           std::uint8_t channel, Clock::time_point deadline,
-                                           std::unique_ptr<Link>& link) {
-    const auto left = [&] {
-      return std::max(
-          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()),
-          std::chrono::milliseconds(1));
-    };
-    LinkResult connected = co_await self->transport.connect(to, left());
-    if (connected.error) co_return LinkOutcome{connected.error, {}, {}};
-    link = std::move(connected.link);
-    wire::HandshakeConfig config = self->options.handshake;
-    config.channel = channel;
-    config.timeout = left();
-    const wire::HandshakeResult hello = co_await wire::clientHandshake(*link, config);
-    if (!hello.ok()) co_return LinkOutcome{hello.error, hello.reason, {}};
-    co_return LinkOutcome{
-        {}, {}, Remote{hello.remotePeerId, hello.remoteListen, link->remoteAddress()}};
-  }
-
   // Waits for the link the remote was asked to open (linkTo) until `deadline`.
   static asio::awaitable<std::shared_ptr<LinkEntry>> awaitReversed(
       std::shared_ptr<State> self, std::pair<Endpoint, Channel> key,
@@ -302,6 +293,7 @@ struct Mesh::State : std::enable_shared_from_this<Mesh::State> {
     co_await (reversal->arrived.async_wait(kUseTuple) || timer.async_wait(kUseTuple));
     --reversal->waiters;
     if (std::shared_ptr<LinkEntry> in = self->openInbound(key.first, key.second)) co_return in;
+    if (std::shared_ptr<LinkEntry> punched = self->punchedWith(key.first)) co_return punched;
     // The last waiter gives up the request: the next send asks again.
     const auto it = self->reversals.find(key);
     if (reversal->waiters == 0 && it != self->reversals.end() && it->second == reversal &&
@@ -322,6 +314,66 @@ struct Mesh::State : std::enable_shared_from_this<Mesh::State> {
     it->second->arrived.expires_at(Clock::time_point::min());
     reversals.erase(it);
     ++linksReversed;
+  }
+
+  // Keeps a link whose server handshake passed as the remote's, and starts it.
+  void adoptInbound(wire::AuthenticatedLink authenticated, bool punched = false) {
+    auto entry = std::make_shared<LinkEntry>(io.get_executor(), false);
+    entry->link = std::move(authenticated.link);
+    entry->remote = Remote{authenticated.hello.remotePeerId, authenticated.hello.remoteListen,
+                           entry->link->remoteAddress()};
+    entry->usable = authenticated.hello.remoteChannel < kChannels;
+    if (entry->usable) entry->channel = static_cast<Channel>(authenticated.hello.remoteChannel);
+    entry->punched = punched;
+    inbound.insert(entry);
+    start(entry);
+    if (punched) return reversedBoth(entry->remote.listen);
+    if (entry->usable) reversed(entry->remote.listen, entry->channel);
+  }
+
+  // Keeps the link a punch opened with this peer as the lead as this peer's own for the
+  // channel, and starts it.
+  void adoptPunched(const Endpoint& member, Channel channel, std::unique_ptr<Link> link,
+                    const Remote& remote) {
+    const auto it = outbound.find({member, channel});
+    if (it != outbound.end()) drop(it->second);
+    auto entry = std::make_shared<LinkEntry>(io.get_executor(), true);
+    entry->link = std::move(link);
+    entry->dialed = member;
+    entry->channel = channel;
+    entry->remote = remote;
+    entry->finished = true;
+    entry->punched = true;
+    outbound[{member, channel}] = entry;
+    start(entry);
+    reversedBoth(member);
+  }
+
+  void reversedBoth(const Endpoint& from) {
+    for (std::size_t c = 0; c < kChannels; ++c) reversed(from, static_cast<Channel>(c));
+  }
+
+  static asio::awaitable<LinkOutcome> punch(std::shared_ptr<State> self, Endpoint member,
+                                            std::uint64_t expected, Endpoint at, Channel channel,
+                                            bool lead, std::chrono::milliseconds timeout) {
+    if (self->closed) co_return LinkOutcome{asio::error::operation_aborted, {}, {}};
+    if (const std::shared_ptr<LinkEntry> open = self->punchedWith(member))
+      co_return LinkOutcome{{}, {}, open->remote};  // one per pair: it carries both channels
+    std::unique_ptr<Link> link;
+    wire::HandshakeResult hello;
+    LinkOutcome outcome = co_await detail::punch(self->transport, self->options.handshake, member,
+                                                 expected, at, channel, lead, timeout, link, hello);
+    if (!outcome.ok() || self->closed) {
+      if (link) link->close();
+      if (outcome.ok()) outcome.error = asio::error::operation_aborted;
+      co_return outcome;
+    }
+    ++self->linksPunched;
+    if (lead)
+      self->adoptPunched(member, channel, std::move(link), outcome.remote);
+    else
+      self->adoptInbound(wire::AuthenticatedLink{std::move(link), hello}, true);
+    co_return outcome;
   }
 
   static asio::awaitable<LinkOutcome> open(std::shared_ptr<State> self, Endpoint to,
@@ -404,16 +456,7 @@ std::error_code Mesh::listen(const Endpoint& local) {
   std::weak_ptr<State> weak = state_;
   auto onLink = [weak](wire::AuthenticatedLink authenticated) {
     const auto self = weak.lock();
-    if (!self || self->closed) return;
-    auto entry = std::make_shared<LinkEntry>(self->io.get_executor(), false);
-    entry->link = std::move(authenticated.link);
-    entry->remote = Remote{authenticated.hello.remotePeerId, authenticated.hello.remoteListen,
-                           entry->link->remoteAddress()};
-    entry->usable = authenticated.hello.remoteChannel < kChannels;
-    if (entry->usable) entry->channel = static_cast<Channel>(authenticated.hello.remoteChannel);
-    self->inbound.insert(entry);
-    self->start(entry);
-    if (entry->usable) self->reversed(entry->remote.listen, entry->channel);
+    if (self && !self->closed) self->adoptInbound(std::move(authenticated));
   };
   asio::co_spawn(state_->io,
                  wire::serveHandshakes(state_->transport, state_->options.handshake, onLink),
@@ -467,15 +510,32 @@ asio::awaitable<LinkOutcome> Mesh::dialBack(Endpoint to, std::chrono::millisecon
   const std::shared_ptr<State> self = state_;  // the awaitable keeps the state alive
   std::unique_ptr<Link> link;
   const LinkOutcome outcome =
-      co_await State::dial(self, std::move(to), kDialBackChannel, Clock::now() + timeout, link);
+      co_await detail::dial(self->transport, self->options.handshake, std::move(to),
+                            kDialBackChannel, Clock::now() + timeout, link);
   if (link) link->close();
   co_return outcome;
 }
 
+asio::awaitable<LinkOutcome> Mesh::punch(Endpoint member, std::uint64_t expected, Endpoint at,
+                                         Channel channel, bool lead,
+                                         std::chrono::milliseconds timeout) {
+  return State::punch(state_, std::move(member), expected, std::move(at), channel, lead, timeout);
+}
+
+std::string Mesh::observedAddress(const Endpoint& to) const {
+  for (std::size_t c = 0; c < kChannels; ++c) {
+    const auto channel = static_cast<Channel>(c);
+    if (const auto in = state_->openInbound(to, channel)) return in->link->remoteAddress();
+    const auto it = state_->outbound.find({to, channel});
+    if (it != state_->outbound.end() && it->second->open) return it->second->link->remoteAddress();
+  }
+  return {};
+}
+
 bool Mesh::hasOpenLink(const Endpoint& to, Channel channel) const {
   const auto it = state_->outbound.find({to, channel});
-  if (it != state_->outbound.end()) return it->second->open;
-  return state_->openInbound(to, channel) != nullptr;
+  if (it != state_->outbound.end() && it->second->open) return true;
+  return state_->openInbound(to, channel) != nullptr || state_->punchedWith(to) != nullptr;
 }
 
 void Mesh::disconnect(const Endpoint& to) {
@@ -507,6 +567,7 @@ void Mesh::close() {
 
 std::uint64_t Mesh::linksReversed() const { return state_->linksReversed.load(); }
 std::uint64_t Mesh::reversalsTimedOut() const { return state_->reversalsTimedOut.load(); }
+std::uint64_t Mesh::linksPunched() const { return state_->linksPunched.load(); }
 
 TrafficCounters Mesh::counters(Traffic traffic) const {
   const AtomicCounters& c = state_->counters[static_cast<std::size_t>(traffic)];

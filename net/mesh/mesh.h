@@ -181,6 +181,22 @@ class Mesh final {
   // on it, and nothing is sent there. Never reuses a link, so it proves `to` can be dialed.
   asio::awaitable<LinkOutcome> dialBack(Endpoint to, std::chrono::milliseconds timeout);
 
+  // Hole punching: opens a link for `channel` to the peer `expected` listening at `member` by
+  // connecting from this peer's listen port to `at` (where that peer's NAT maps its listen port)
+  // while that peer connects to this one (Transport::punch). Both ends connect, so the `lead`
+  // (one of the two, agreed beforehand) runs the client handshake and keeps the link as its own
+  // for the channel; the other runs the server handshake and keeps it as the remote's. Outcome as
+  // open(); Errc::identityMismatch when another peer answered. A pair has one punched link (its
+  // two listen ports make one connection), which carries both channels: a punch while it is open
+  // returns it. Senders waiting for a reversed link to `member` go on when it opens.
+  asio::awaitable<LinkOutcome> punch(Endpoint member, std::uint64_t expected, Endpoint at,
+                                     Channel channel, bool lead,
+                                     std::chrono::milliseconds timeout);
+
+  // Where the open link to the peer at `to` (on either channel) comes from as the transport sees
+  // it (Link::remoteAddress): for a peer behind a NAT, the NAT's address. Empty without one.
+  std::string observedAddress(const Endpoint& to) const;
+
   // Whether a link to the peer at `to` for `channel` is open, this peer's own or the remote's (a
   // send there needs no connect).
   bool hasOpenLink(const Endpoint& to, Channel channel) const;
@@ -196,6 +212,8 @@ class Mesh final {
   // that ended without it. Any thread.
   std::uint64_t linksReversed() const;
   std::uint64_t reversalsTimedOut() const;
+  // Links opened by hole punching. Any thread.
+  std::uint64_t linksPunched() const;
 
  private:
   struct State;

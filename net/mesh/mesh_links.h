@@ -35,6 +35,9 @@ struct LinkEntry {
   bool usable = true;     // inbound: its channel is one of ours (else it only receives)
   bool open = false;      // the handshake succeeded
   bool finished = false;  // outbound: connecting ended, open or failed
+  // Opened by hole punching: it carries both channels, since the two ends' listen ports make the
+  // one connection a pair of peers can have that way.
+  bool punched = false;
   std::error_code failure;
   std::string failureReason;   // the handshake's, when it failed
   asio::steady_timer settled;  // cancelled when connecting ends, to wake waiting senders
@@ -92,5 +95,21 @@ struct Reversal {
   asio::steady_timer arrived;  // expires (at once, for late waiters too) when the link opens
   int waiters = 0;
 };
+
+// Connects to `to` into `link` (where the caller's close() finds it) and runs the client handshake
+// naming `channel`, both by `deadline`. The outcome names the remote as the handshake
+// authenticated it. (mesh_dial.cc)
+asio::awaitable<LinkOutcome> dial(Transport& transport, const wire::HandshakeConfig& handshake,
+                                  Endpoint to, std::uint8_t channel, MeshClock::time_point deadline,
+                                  std::unique_ptr<Link>& link);
+
+// Mesh::punch's connection and handshake: punches to `at` into `link`, then runs the client
+// handshake naming `channel` (the lead) or the server handshake, whose result goes to `hello`.
+// Errc::identityMismatch when the peer that answered is not `expected` listening at `member`.
+// (mesh_dial.cc)
+asio::awaitable<LinkOutcome> punch(Transport& transport, const wire::HandshakeConfig& handshake,
+                                   Endpoint member, std::uint64_t expected, Endpoint at,
+                                   Channel channel, bool lead, std::chrono::milliseconds timeout,
+                                   std::unique_ptr<Link>& link, wire::HandshakeResult& hello);
 
 }  // namespace gossamer::net::detail

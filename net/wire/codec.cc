@@ -122,6 +122,11 @@ MembershipMessage toMembership(m::Membership::Reader r) {
       auto v = r.getReverse();
       return Reverse{v.getRequester(), v.getTarget(), v.getChannel(), v.getForwarded()};
     }
+    case m::Membership::PUNCH: {
+      auto v = r.getPunch();
+      return Punch{v.getRequester(), v.getTarget(), v.getChannel(), toString(v.getRequesterHost()),
+                   toString(v.getTargetHost()), v.getFromRendezvous()};
+    }
   }
   throw Malformed{};
 }
@@ -312,6 +317,15 @@ void setMembership(m::Membership::Builder b, const MembershipMessage& message) {
                    w.setTarget(r.target);
                    w.setChannel(r.channel);
                    w.setForwarded(r.forwarded);
+                 },
+                 [&](const Punch& p) {
+                   auto w = b.initPunch();
+                   w.setRequester(p.requester);
+                   w.setTarget(p.target);
+                   w.setChannel(p.channel);
+                   w.setRequesterHost(text(p.requesterHost));
+                   w.setTargetHost(text(p.targetHost));
+                   w.setFromRendezvous(p.fromRendezvous);
                  },
              },
              message);

@@ -160,8 +160,20 @@ struct Reverse {
   friend bool operator==(const Reverse&, const Reverse&) = default;
 };
 
+// Hole punching between two dial-out-only members, through a member linked to both (the
+// rendezvous), which fills in the hosts it sees their links come from (net/membership).
+struct Punch {
+  std::uint64_t requester = 0;
+  std::uint64_t target = 0;
+  std::uint8_t channel = 0;
+  std::string requesterHost;  // set by the rendezvous
+  std::string targetHost;     // set by the rendezvous
+  bool fromRendezvous = false;
+  friend bool operator==(const Punch&, const Punch&) = default;
+};
+
 using MembershipMessage = std::variant<JoinRequest, JoinReply, Ping, PingReq, Ack, Gossip, Leave,
-                                       PushPull, Reachability, Reverse>;
+                                       PushPull, Reachability, Reverse, Punch>;
 
 // ---- Handshake (used by net/wire/handshake.h; public for tests and tools) -----------------
 

@@ -7,6 +7,7 @@
 #include <functional>
 #include <map>
 #include <set>
+#include <string>
 #include <span>
 #include <utility>
 #include <variant>
@@ -28,8 +29,10 @@ class FakeEnvironment final : public Environment {
 
   Clock::time_point now() const override { return now_; }
   std::uint64_t firstIncarnation() const override { return 1000; }
-  std::uint64_t selfId() const override { return 1; }
-  Endpoint selfAddress() const override { return Endpoint{"fake", 1}; }
+  std::uint64_t selfId() const override { return self; }
+  Endpoint selfAddress() const override {
+    return Endpoint{"fake", static_cast<std::uint16_t>(self)};
+  }
   TimerId at(Clock::time_point when, std::function<void()> action) override {
     timers_.emplace(std::pair{when, ++next_}, std::move(action));
     return next_;
@@ -72,6 +75,16 @@ class FakeEnvironment final : public Environment {
     return fresh || std::equal(key.begin(), key.end(), it->second.begin(), it->second.end());
   }
 
+  std::string observedAt(const Endpoint& to) const override {
+    const auto it = observed.find(to);
+    return it == observed.end() ? std::string{} : it->second;
+  }
+  // Punches wait here until the test completes them.
+  void punch(const Endpoint& member, std::uint64_t expected, const Endpoint& at, Channel channel,
+             bool lead, std::chrono::milliseconds, std::function<void(LinkOutcome)> done) override {
+    punches.push_back({member, expected, at, channel, lead, std::move(done)});
+  }
+
   // Runs every timer due by `until`, in time order; time ends at `until`.
   void runUntil(Clock::time_point until) {
     while (!timers_.empty() && timers_.begin()->first.first <= until) {
@@ -84,7 +97,18 @@ class FakeEnvironment final : public Environment {
   void advance(Clock::duration by) { runUntil(now_ + by); }
   std::size_t pendingTimers() const { return timers_.size(); }
 
+  std::uint64_t self = 1;  // this peer's id; it listens at fake:<id>
   std::vector<Sent> sent;
+  std::map<Endpoint, std::string> observed;  // what observedAt() says, by member address
+  struct Punched {
+    Endpoint member;
+    std::uint64_t expected = 0;
+    Endpoint at;
+    Channel channel = Channel::control;
+    bool lead = false;
+    std::function<void(LinkOutcome)> done;
+  };
+  std::vector<Punched> punches;
   std::map<std::uint64_t, std::vector<std::byte>> keys;
   struct DialBack {
     Endpoint to;
@@ -112,5 +136,15 @@ std::vector<T> sentOf(const FakeEnvironment& env) {
 inline Member member(std::uint64_t id) {
   return Member{id, Endpoint{"fake", static_cast<std::uint16_t>(id)}, 1000, MemberState::alive};
 }
+
+// A member that cannot be dialed.
+inline Member dialOutOnly(std::uint64_t id) {
+  Member m = member(id);
+  m.dialOutOnly = true;
+  return m;
+}
+
+// Where member(id) listens.
+inline Endpoint at(std::uint64_t id) { return Endpoint{"fake", static_cast<std::uint16_t>(id)}; }
 
 }  // namespace gossamer::net::membership::testing

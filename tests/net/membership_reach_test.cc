@@ -13,17 +13,11 @@ namespace gossamer::net::membership {
 namespace {
 
 using namespace std::chrono_literals;
+using testing::at;
+using testing::dialOutOnly;
 using testing::FakeEnvironment;
 using testing::member;
 using testing::sentOf;
-
-Member dialOutOnly(std::uint64_t id) {
-  Member m = member(id);
-  m.dialOutOnly = true;
-  return m;
-}
-
-Endpoint at(std::uint64_t id) { return Endpoint{"fake", static_cast<std::uint16_t>(id)}; }
 
 TEST_CASE("membership protocol: a seed dials each joiner back at its advertised address") {
   FakeEnvironment env;
@@ -164,8 +158,11 @@ TEST_CASE(
   config.members = {member(2), member(3), dialOutOnly(5)};
   Protocol protocol(env, config);
   protocol.start();
-  // It cannot be dialed itself: asking another such peer to dial it is pointless.
-  CHECK_FALSE(protocol.requestReversal(at(5), Channel::data));
+  // It cannot be dialed itself: asking another such peer to dial it is pointless; it asks for a
+  // hole punch instead (membership_punch_test.cc).
+  CHECK(protocol.requestReversal(at(5), Channel::data));
+  CHECK(sentOf<wire::Reverse>(env).empty());
+  CHECK_FALSE(sentOf<wire::Punch>(env).empty());
   const Remote forwarder{3, at(3), ""};
   protocol.handle(forwarder, wire::Reverse{2, 1, 1, true});
   REQUIRE(env.opened.size() == 1);

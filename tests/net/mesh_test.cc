@@ -379,5 +379,72 @@ TEST_CASE("mesh: a link to a peer that cannot be dialed is opened by that peer o
   CHECK(b.envelopes().size() == 2);
 }
 
+// Two peers that cannot be dialed at their advertised addresses (as behind NATs), for hole
+// punching; a has the lower id, so it leads.
+struct PunchPair {
+  const Endpoint aAdvertised{"127.0.0.1", 2}, bAdvertised{"127.0.0.1", 1};
+  MeshPeer a{false, nullptr, 1, "s3cret", aAdvertised};
+  MeshPeer b{false, nullptr, 2, "s3cret", bAdvertised};
+  const Endpoint aReal = a.io_.call([&] { return a.transport_->localEndpoint(); });
+  const Endpoint bReal = b.io_.call([&] { return b.transport_->localEndpoint(); });
+};
+
+// Hole punching (Mesh::punch): both connect at once (as net/membership has them do when a
+// rendezvous introduces them). a's send waits for the link instead of dialing; the link carries
+// frames both ways, and both channels.
+TEST_CASE("mesh: two peers that cannot be dialed open a link by hole punching") {
+  Watchdog watchdog(30s);
+  PunchPair pair;
+  auto& [aAdvertised, bAdvertised, a, b, aReal, bReal] = pair;
+  std::atomic<int> asked{0};
+  a.io_.call([&] {
+    a.mesh_->setReverser([&](const Endpoint& to, Channel channel) {
+      if (to != bAdvertised) return false;
+      ++asked;
+      asio::co_spawn(a.io_.io(), a.mesh_->punch(bAdvertised, 2, bReal, channel, true, 3s),
+                     asio::detached);
+      asio::post(b.io_.io(), [&, channel] {
+        asio::co_spawn(b.io_.io(), b.mesh_->punch(aAdvertised, 1, aReal, channel, false, 3s),
+                       asio::detached);
+      });
+      return true;
+    });
+  });
+  wire::EnvelopeHeader hello;
+  hello.tag = 7;
+  REQUIRE(!a.sendEnvelope(bAdvertised, Channel::data, hello, {bytesOf("punched")}));
+  REQUIRE(waitUntil(5s, [&] { return b.envelopes().size() == 1; }));
+  CHECK(b.envelopes()[0].payloads[0] == bytesOf("punched"));
+  CHECK(b.envelopes()[0].from.peerId == 1);
+  hello.tag = 8;
+  REQUIRE(!b.sendEnvelope(aAdvertised, Channel::data, hello, {bytesOf("back")}));
+  REQUIRE(waitUntil(5s, [&] { return a.envelopes().size() == 1; }));
+  CHECK(a.envelopes()[0].from.peerId == 2);
+  // The control channel rides the same link, both ways: nothing more is asked or punched.
+  REQUIRE(!a.sendEnvelope(bAdvertised, Channel::control, hello, {}));
+  REQUIRE(!b.sendEnvelope(aAdvertised, Channel::control, hello, {}));
+  REQUIRE(waitUntil(5s, [&] { return a.envelopes().size() == 2 && b.envelopes().size() == 2; }));
+  CHECK(asked == 1);
+  CHECK(a.mesh_->linksPunched() == 1);
+  CHECK(waitUntil(5s, [&] { return b.mesh_->linksPunched() == 1; }));
+  CHECK(a.io_.call([&] { return a.mesh_->hasOpenLink(bAdvertised, Channel::control); }));
+}
+
+// The peer that answers a punch must be the one expected (id and advertised address).
+TEST_CASE("mesh: a punch answered by another peer opens no link") {
+  Watchdog watchdog(30s);
+  PunchPair pair;
+  auto& [aAdvertised, bAdvertised, a, b, aReal, bReal] = pair;
+  auto theirs = b.io_.spawn(
+      [&] { return b.mesh_->punch(aAdvertised, 1, aReal, Channel::data, false, 3s); });
+  const LinkOutcome ours =
+      a.io_.run([&] { return a.mesh_->punch(bAdvertised, 9, bReal, Channel::data, true, 3s); });
+  CHECK(ours.error == Errc::identityMismatch);
+  CHECK(ours.reason.find("not 0000000000000009") != std::string::npos);
+  theirs.get();
+  CHECK_FALSE(a.io_.call([&] { return a.mesh_->hasOpenLink(bAdvertised, Channel::data); }));
+  CHECK(a.mesh_->linksPunched() == 0);
+}
+
 }  // namespace
 }  // namespace gossamer::net

@@ -64,6 +64,8 @@ inline std::vector<wire::Header> sampleHeaders() {
       MembershipMessage{Reachability{42, true, Endpoint{"10.0.0.8", 7000}, ""}},
       MembershipMessage{Reverse{42, 13, 1, false}},
       MembershipMessage{Reverse{42, 13, 0, true}},
+      MembershipMessage{Punch{42, 13, 1, "", "", false}},
+      MembershipMessage{Punch{42, 13, 0, "203.0.113.11", "203.0.113.12", true}},
       HandshakeMessage{ClientHello{info, nonce}},
       HandshakeMessage{ServerHello{info, nonce, tag, signature}},
       HandshakeMessage{ClientProof{tag, signature}},
