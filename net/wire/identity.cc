@@ -11,6 +11,8 @@
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 #include <openssl/rand.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -31,6 +33,9 @@ struct MdCtxFree {
 };
 struct BioFree {
   void operator()(BIO* b) const { BIO_free(b); }
+};
+struct X509Free {
+  void operator()(X509* x) const { X509_free(x); }
 };
 using Pkey = std::unique_ptr<EVP_PKEY, PkeyFree>;
 
@@ -172,6 +177,25 @@ std::vector<std::byte> Identity::sign(std::span<const std::byte> message) const 
       length != kSignatureBytes)
     return {};
   return signature;
+}
+
+bool Identity::installInto(ssl_ctx_st* context) const {
+  std::unique_ptr<X509, X509Free> certificate(X509_new());
+  if (!certificate) return false;
+  X509* c = certificate.get();
+  const std::string name = "gossamer peer key " + fingerprint();
+  X509_NAME* subject = X509_get_subject_name(c);
+  const bool made =
+      X509_set_version(c, 2) == 1 && ASN1_INTEGER_set(X509_get_serialNumber(c), 1) == 1 &&
+      X509_gmtime_adj(X509_getm_notBefore(c), -3600) != nullptr &&
+      X509_gmtime_adj(X509_getm_notAfter(c), 24 * 3600) != nullptr &&
+      X509_NAME_add_entry_by_txt(subject, "CN", MBSTRING_ASC,
+                                 reinterpret_cast<const unsigned char*>(name.c_str()), -1, -1,
+                                 0) == 1 &&
+      X509_set_issuer_name(c, subject) == 1 && X509_set_pubkey(c, key_->pkey.get()) == 1 &&
+      X509_sign(c, key_->pkey.get(), nullptr) > 0;  // Ed25519 signs without a digest
+  return made && SSL_CTX_use_certificate(context, c) == 1 &&
+         SSL_CTX_use_PrivateKey(context, key_->pkey.get()) == 1;
 }
 
 bool verifySignature(std::span<const std::byte> key, std::span<const std::byte> message,

@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+struct ssl_ctx_st;  // OpenSSL's SSL_CTX
+
 namespace gossamer::net::wire {
 
 inline constexpr std::size_t kIdentityKeyBytes = 32;  // an Ed25519 public key
@@ -45,6 +47,10 @@ class Identity {
   std::string fingerprint() const { return fingerprintOf(publicKey_); }
   // The Ed25519 signature of `message`; empty if the crypto library fails.
   std::vector<std::byte> sign(std::span<const std::byte> message) const;
+  // Puts this key pair into an OpenSSL context, with a certificate of it that it signs itself
+  // (valid from an hour ago for a day; made at each call, never stored), for TLS between
+  // identities (net/relay). False when OpenSSL fails.
+  bool installInto(ssl_ctx_st* context) const;
 
  private:
   struct Key;
