@@ -533,8 +533,10 @@ std::string Mesh::observedAddress(const Endpoint& to) const {
 }
 
 bool Mesh::hasOpenLink(const Endpoint& to, Channel channel) const {
+  // The link a send would take (linkTo's order): this peer's own when it has one, opening or
+  // not; else the remote's, or a punched one.
   const auto it = state_->outbound.find({to, channel});
-  if (it != state_->outbound.end() && it->second->open) return true;
+  if (it != state_->outbound.end()) return it->second->open;
   return state_->openInbound(to, channel) != nullptr || state_->punchedWith(to) != nullptr;
 }
 
