@@ -218,6 +218,9 @@ class Core final : public std::enable_shared_from_this<Core> {
   void refreshView();
   std::vector<wire::MemberUpdate> table() const;
   std::vector<const Member*> liveMembers() const;
+  // Up to kReversalForwarders live members that can be dialed, other than `target`, at random:
+  // those asked to pass a request on to it (protocol_reach.cc).
+  std::vector<Endpoint> goBetweens(std::uint64_t target);
   // The live member listening at `address`, or null.
   const Member* liveMemberAt(const Endpoint& address) const;  // protocol_reach.cc
   // Self and the live members (the view's size; kept by refreshView).

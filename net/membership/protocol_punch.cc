@@ -35,12 +35,8 @@ bool Core::requestPunch(const Member& target, Channel channel) {
   // A punch with it failed lately: the sender waits out its connect timeout instead (no request,
   // no log line), until the back-off ends.
   if (punchBackingOff(target.id)) return true;
-  std::vector<Endpoint> rendezvous;
-  for (const Member* m : liveMembers())
-    if (m->id != target.id && !m->dialOutOnly) rendezvous.push_back(m->address);
+  const std::vector<Endpoint> rendezvous = goBetweens(target.id);
   if (rendezvous.empty()) return false;  // nobody could introduce the two: dial, which fails
-  std::shuffle(rendezvous.begin(), rendezvous.end(), rng_);
-  rendezvous.resize(std::min(rendezvous.size(), kReversalForwarders));
   logger_->debug("{:016x} and this peer are both dial-out only: asking {} members to introduce "
                  "them for a direct {} link",
                  target.id, rendezvous.size(), nameOf(channel));
@@ -103,13 +99,13 @@ void Core::punchTo(const Remote& from, const wire::Punch& punch) {
   const std::string& ownHost = asRequester ? punch.requesterHost : punch.targetHost;
   const std::string& otherHost = asRequester ? punch.targetHost : punch.requesterHost;
   const bool lead = self_.id < peer.id;
+  const bool oneNetwork = ownHost == otherHost;
+  if (oneNetwork && !lead) return;  // the lead connects
   reach_.punching.insert(key);
   const auto done = guarded<LinkOutcome>([this, key, peer, channel](const LinkOutcome& link) {
     reach_.punching.erase(key);
     punched(peer, channel, link);
   });
-  const bool oneNetwork = ownHost == otherHost;
-  if (oneNetwork && !lead) return reach_.punching.erase(key), void();  // the lead connects
   // One NAT in front of both: one network, where the advertised address is reached directly.
   const Endpoint at = oneNetwork ? peer.address : Endpoint{otherHost, peer.address.port};
   if (oneNetwork)

@@ -58,6 +58,15 @@ const Member* Core::liveMemberAt(const Endpoint& address) const {
   return nullptr;
 }
 
+std::vector<Endpoint> Core::goBetweens(std::uint64_t target) {
+  std::vector<Endpoint> members;
+  for (const Member* m : liveMembers())
+    if (m->id != target && !m->dialOutOnly) members.push_back(m->address);
+  std::shuffle(members.begin(), members.end(), rng_);
+  members.resize(std::min(members.size(), kReversalForwarders));
+  return members;
+}
+
 bool Core::requestReversal(const Endpoint& to, Channel channel) {
   if (!running_) return false;
   const Member* target = liveMemberAt(to);
@@ -69,11 +78,7 @@ bool Core::requestReversal(const Endpoint& to, Channel channel) {
     return true;
   }
   // No link of this peer's own to it: members linked to it pass the request on.
-  std::vector<Endpoint> forwarders;
-  for (const Member* m : liveMembers())
-    if (m->id != target->id && !m->dialOutOnly) forwarders.push_back(m->address);
-  std::shuffle(forwarders.begin(), forwarders.end(), rng_);
-  forwarders.resize(std::min(forwarders.size(), kReversalForwarders));
+  const std::vector<Endpoint> forwarders = goBetweens(target->id);
   logger_->debug(
       "asking {:016x} (dial-out only) through {} members to open its {} link to this peer",
       target->id, forwarders.size(), channel == Channel::control ? "control" : "data");
