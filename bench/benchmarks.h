@@ -29,6 +29,9 @@ void addMembershipCommand(CLI::App& app);
 // `join`: a joiner catching up a large model in verified chunks from 1, 2 and 4 members, against
 // bytes over the sources' total bandwidth (join_bench.cc).
 void addJoinCommand(CLI::App& app);
+// `relay`: a relayed link's bulk throughput against a direct link's, TLS on, shaped links
+// (relay_bench.cc).
+void addRelayCommand(CLI::App& app);
 
 // `convergence`: a matrix of decentralized training runs; report, CSV and plots
 // (convergence_bench.cc).

@@ -7,11 +7,10 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
-#include "engine/base/enforce.h"
-#include "engine/base/log.h"
-
 #include "bench/benchmarks.h"
 #include "engine/base/config.h"
+#include "engine/base/enforce.h"
+#include "engine/base/log.h"
 
 int main(int argc, char** argv) {
   CLI::App app("gossamer-bench: benchmarks of gossamer, each next to its baseline in the same run",
@@ -24,6 +23,7 @@ int main(int argc, char** argv) {
   gossamer::bench::addTransportCommand(app);
   gossamer::bench::addMembershipCommand(app);
   gossamer::bench::addJoinCommand(app);
+  gossamer::bench::addRelayCommand(app);
   gossamer::bench::addConvergenceCommand(app);
   gossamer::bench::addChaosCommand(app);
   gossamer::bench::addSimulateCommand(app);

@@ -40,6 +40,7 @@
 
 #include "bench/bench_util.h"
 #include "bench/benchmarks.h"
+#include "bench/io_thread.h"
 #include "engine/base/enforce.h"
 #include "engine/base/json.h"
 #include "net/inproc/inproc_transport.h"
@@ -65,34 +66,6 @@ struct ShapedBenchOptions {
   double seconds = 0.5;
   double intervalMs = 2;
   std::size_t window = 4;
-};
-
-// An io_context with a thread running it.
-class IoThread {
- public:
-  IoThread() : work_(asio::make_work_guard(io_)), thread_([this] { io_.run(); }) {}
-  ~IoThread() {
-    work_.reset();
-    io_.stop();
-    thread_.join();
-  }
-  asio::io_context& io() { return io_; }
-
-  // Runs `f` on the thread and returns its result.
-  template <typename F>
-  auto call(F&& f) {
-    // Wrapped in a lambda: asio::post treats a bare packaged_task as a completion token and
-    // takes its future itself.
-    auto task = std::make_shared<std::packaged_task<std::invoke_result_t<F>()>>(std::forward<F>(f));
-    auto result = task->get_future();
-    asio::post(io_, [task] { (*task)(); });
-    return result.get();
-  }
-
- private:
-  asio::io_context io_;
-  asio::executor_work_guard<asio::io_context::executor_type> work_;
-  std::thread thread_;
 };
 
 template <typename T>

@@ -154,6 +154,8 @@ PeerConfig peerConfig(const PeerOptions& o, const engine::Registry& registry) {
   n.clusterId = o.clusterId;
   setSecurity(o, n);
   n.membership = net::membership::Options::named(o.membership);
+  n.relay.enabled = o.relay == "on";
+  n.relay.budgetBytesPerSecond = o.relayBudget * 1e6 / 8;
   if (o.network != "lan") n.profile = net::shaped::NetworkProfile::fromSpec(o.network);
   n.profileIndex = o.networkIndex;
   if (o.local > 0) {

@@ -220,7 +220,9 @@ int runPeer(const PeerOptions& o, const engine::Registry& registry) {
         .add("finish_s", result.finishSeconds)
         .add("loop_end_unix_s", result.loopEndUnixSeconds)
         .add("consensus_peers", static_cast<std::uint64_t>(consensus.peers))
-        .add("utilization", result.utilization);
+        .add("utilization", result.utilization)
+        .add("relay_bytes_sent", result.relayBytesSent)
+        .add("relay_bytes_received", result.relayBytesReceived);
     // The algorithm's own counts, as its declared invariants read them (engine/invariants.h).
     JsonObject metrics;
     for (const auto& [name, value] : result.metrics) metrics.add(name, value);

@@ -67,6 +67,8 @@ struct PeerOptions {
   std::string secretFile;
   bool insecurePlaintext = false;
   bool noInbound = false;
+  std::string relay = "on";
+  double relayBudget = 0;  // Mbit/s; 0: no bound
   std::string tlsCert;
   std::string tlsKey;
   std::string tlsCa;

@@ -120,6 +120,22 @@ void addClusterSettings(std::vector<Setting>& out, const Registry& registry) {
       .field(&PeerOptions::noInbound)
       .flag()
       .python("no_inbound", [](PeerConfig& c, bool v) { c.network.noInbound = v; });
+  Text(out, "relay",
+       "on: carry links between members that cannot reach each other and whose direct link "
+       "(hole punching) failed; the two talk TLS between their own identity keys, so this "
+       "member forwards bytes it can neither read nor forge; off: refuse",
+       cluster)
+      .field(&PeerOptions::relay)
+      .oneOf({"on", "off"})
+      .python("relay",
+              [](PeerConfig& c, const std::string& v) { c.network.relay.enabled = v == "on"; });
+  Declare<double>(out, "relay-budget",
+                  "Mbit/s: the most this member forwards for the links it relays (0: no bound)",
+                  cluster)
+      .field(&PeerOptions::relayBudget)
+      .atLeast(0)
+      .python("relay_budget",
+              [](PeerConfig& c, double v) { c.network.relay.budgetBytesPerSecond = v * 1e6 / 8; });
   Declare<std::vector<std::string>>(
       out, "seeds",
       "HOST:PORT,... of some members (none: this peer starts the cluster); HOST may be a name, "

@@ -297,10 +297,33 @@ enum Route {
 # ---------------------------------------------------------------------------------------------
 # The frame header.
 
+# ---- Relays (net/relay) ----------------------------------------------------------------------
+#
+# A relayed link: two members that cannot reach each other talk through a third. `source` opened
+# the stream (number `stream`, its own choice) to `target`; the relay forwards each frame to the
+# other end on its open link to it. The bytes of `data` are the frame's one payload: TLS records
+# between the two ends, which the relay cannot read or forge.
+
+enum RelayKind {
+  open @0;   # source -> relay: `address` is the target's; relay -> target: the source's
+  data @1;   # ciphertext, either way
+  close @2;  # either way; `reason` says why (the relay refused, an end closed, a hop failed)
+}
+
+struct Relay {
+  stream @0 :UInt64;
+  source @1 :UInt64;
+  target @2 :UInt64;
+  kind @3 :RelayKind;
+  address @4 :Address;
+  reason @5 :Text;
+}
+
 struct Header {
   union {
     handshake @0 :Handshake;
     membership @1 :Membership;
     envelope @2 :Envelope;
+    relay @3 :Relay;
   }
 }

@@ -22,6 +22,7 @@
 #include "engine/train/schedule.h"
 #include "net/endpoint.h"
 #include "net/membership/membership.h"
+#include "net/relay/relay_options.h"
 #include "net/shaped/profile.h"
 #include "net/wire/identity.h"
 #include "topology/topology.h"
@@ -52,6 +53,9 @@ struct NetworkConfig {
   // member record, and the others reach it on the links it opens. Without it, the member it joins
   // through dials its advertised address back and marks it dial-out only when that fails.
   bool noInbound = false;
+  // What this peer lends to relayed links between members that cannot reach each other
+  // (--relay, --relay-budget).
+  net::relay::RelayOptions relay;
   std::vector<std::byte> secret;  // the cluster secret; never logged; empty: a random one
   // This peer's identity key pair (net/wire/identity.h), which every link proves. Null: a Peer
   // loads or makes it beside its checkpoints (peer-<id>.key in the checkpoint directory, or the

@@ -123,6 +123,7 @@ std::error_code PeerNetwork::startOnIo(Handlers& handlers, net::wire::ModelFinge
   meshOptions.handshake.book = std::make_shared<net::wire::IdentityBook>();
   meshOptions.handshake.model = std::move(model);
   meshOptions.advertise = n.advertise;
+  meshOptions.relay = n.relay;
   {
     std::lock_guard lock(viewMutex_);
     mesh_ = std::make_unique<net::Mesh>(io_, *transport_, meshOptions);

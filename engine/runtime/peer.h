@@ -94,6 +94,10 @@ struct PeerResult {
   std::optional<ConsensusResult> consensus;
   std::uint64_t bytesSent = 0;  // algorithm traffic, headers included
   std::uint64_t bytesReceived = 0;
+  // The frames of relayed links on this peer's links to and from relays, as an end or as the
+  // relay, counted apart from the above (net::Traffic::relay).
+  std::uint64_t relayBytesSent = 0;
+  std::uint64_t relayBytesReceived = 0;
   // Every wait of the compute thread on others, in the loop and the finish (LoopStatus): sends
   // waiting for a slot, gathers, requests, pulls, Inbox::wait, the finish barrier.
   double commWaitSeconds = 0;
@@ -189,9 +193,9 @@ class Peer {
   Peer(PeerConfig config, const Registry& registry, std::shared_ptr<const DatasetPair> data);
   // A peer of the externally driven loop (above): no model or data of its own; its flat params
   // and grads exist from construction (model.buffers, or its own, zeroed). Throws
-  // gossamer::Error on buffers that do not fit the layout, overlap, or are not at their place. config.training.maxSteps gives the
-  // run's steps (required); model, modelConfig and the data settings other than the shards are
-  // not used.
+  // gossamer::Error on buffers that do not fit the layout, overlap, or are not at their place.
+  // config.training.maxSteps gives the run's steps (required); model, modelConfig and the data
+  // settings other than the shards are not used.
   Peer(PeerConfig config, const Registry& registry, ExternalModel model);
   // Leaves gracefully if run() finished, else stops as a crash would.
   ~Peer();

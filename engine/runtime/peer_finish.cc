@@ -56,6 +56,9 @@ PeerResult Peer::Impl::finish(const LoopFigures& figures) {
   const net::TrafficCounters traffic = comms->network.traffic(net::Traffic::algorithm);
   result.bytesSent = traffic.bytesSent;
   result.bytesReceived = traffic.bytesReceived;
+  const net::TrafficCounters relayed = comms->network.traffic(net::Traffic::relay);
+  result.relayBytesSent = relayed.bytesSent;
+  result.relayBytesReceived = relayed.bytesReceived;
   // The waits lie within the loop's clock and the finish: the fractions never pass 1.
   const double runSeconds = result.wallSeconds + result.finishSeconds;
   result.commWaitFraction = runSeconds > 0 ? result.commWaitSeconds / runSeconds : 0;

@@ -9,9 +9,10 @@
 # home peer joins through dials it back, fails, and every view marks it dial-out only; the public
 # peers then reach it on links it opens at their request (connection reversal), and the two home
 # peers reach each other by hole punching: introduced by a public peer, both connect at once from
-# their listen ports, which a port-preserving NAT maps to port 7000 of its own address. Links are
-# TLS (the cluster secret). Midway one peer is killed (SIGKILL): the others must detect it, finish
-# and report an accuracy in range.
+# their listen ports, which a port-preserving NAT maps to port 7000 of its own address. Behind a
+# NAT that picks ports at random punching fails, and a public peer relays the pair (TLS between the
+# two home peers' identity keys inside). Links are TLS (the cluster secret). Midway one peer is
+# killed (SIGKILL): the others must detect it, finish and report an accuracy in range.
 #
 #   sudo examples/multi-host/run-nat.sh [options] [-- extra gossamer-peer flags]
 #     --peer PATH          gossamer-peer binary (default: build/engine/gossamer-peer of this tree)
@@ -19,7 +20,9 @@
 #     --steps N            training steps per peer (default 300)
 #     --step-time MS       emulated compute per step, which paces training (default 40)
 #     --rate RATE          egress cap of every host and of the routers, tc syntax (default 200mbit)
-#     --kill I             the peer to kill (1, 2 public; 3, 4 home), 0 for none (default 4)
+#     --kill I             the peer to kill (1, 2 public; 3, 4 home), 0 for none (default 4);
+#                          `relay`: the public peer that relays the home pair (the pair must
+#                          then re-route through the other)
 #     --kill-at STEP       kill it once it reports this step (default a third of --steps)
 #     --min-accuracy PCT   the least test accuracy a survivor may report (default 70)
 #     --nat MODE           preserve: both routers keep source ports (punching works; default);
@@ -29,6 +32,7 @@
 #                          (192.168.1.2, .3), where the pair connects directly
 #     --expect-punch       require a direct link between the two home peers opened by punching
 #                          (or, with --nat shared, on their LAN)
+#     --expect-relay       require a link between the two home peers relayed by a public peer
 #     --expect-reversal    require a link a home peer opened at a public peer's request (sure
 #                          for a ring all-reduce such as diloco's: some public peer's successor
 #                          on the ring is a home peer; a gossip may find the home peer's own
@@ -57,6 +61,7 @@ kill_at=""
 min_accuracy=70
 expect_reversal=0
 expect_punch=0
+expect_relay=0
 nat=preserve
 
 while [ $# -gt 0 ]; do
@@ -64,12 +69,15 @@ while [ $# -gt 0 ]; do
     --min-accuracy) needs_value "$@"; min_accuracy=$2; shift 2 ;;
     --expect-reversal) expect_reversal=1; shift ;;
     --expect-punch) expect_punch=1; shift ;;
+    --expect-relay) expect_relay=1; shift ;;
     --nat) needs_value "$@"; nat=$2; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     --) shift; extra=("$@"); break ;;
     *) common_option "$@" || bad_argument "$1"; shift 2 ;;
   esac
 done
+kill_relay=0
+if [ "$kill_peer" = relay ]; then kill_relay=1; kill_peer=0; fi
 case "$steps$kill_peer$min_accuracy" in *[!0-9]*) echo "$script: --steps, --kill and --min-accuracy take numbers" >&2; exit 2 ;; esac
 case "$nat" in preserve|random|shared) ;; *) echo "$script: --nat takes preserve, random or shared" >&2; exit 2 ;; esac
 [ "$kill_peer" -le 4 ] || { echo "$script: --kill takes 0 to 4" >&2; exit 2; }
@@ -133,10 +141,25 @@ export GOSSAMER_MEMBERSHIP=local
 export GOSSAMER_JOIN_TIMEOUT=30
 export GOSSAMER_START_TIMEOUT=60
 
+victim="peer $kill_peer"
+[ "$kill_relay" -eq 0 ] || victim="the relay"
 echo "$script: pub1, pub2 public; home1, home2 behind NAT routers ($nat; namespaces $tag-*, egress" \
-     "$rate each); $algorithm for $steps steps over TLS; peer $kill_peer is killed at step $kill_at; logs in $work"
+     "$rate each); $algorithm for $steps steps over TLS; $victim is killed at step $kill_at; logs in $work"
 start=$SECONDS
 for i in 1 2 3 4; do start_peer "$i" "${addresses[$((i - 1))]}"; done
+if [ "$kill_relay" -eq 1 ]; then
+  # The public peer that relays the home pair (the first to say so), once it is known.
+  for _ in $(seq 600); do
+    for i in 1 2; do
+      if grep -q "relaying a stream from" "$work/peer$i.log"; then kill_peer=$i; break 2; fi
+    done
+    sleep 0.1
+  done
+  if [ "$kill_peer" -eq 0 ]; then
+    echo "$script: no public peer relayed the home pair within 60 s" >&2; show_logs 4; exit 1
+  fi
+  echo "$script: ${names[$((kill_peer - 1))]} relays the home pair: it is the one killed"
+fi
 [ "$kill_peer" -eq 0 ] || kill_at_step "$kill_peer" "$kill_at"
 
 failed=0
@@ -172,6 +195,21 @@ missed=$(cat "$work/peer3.log" "$work/peer4.log" | grep -c "no direct .* link wi
 echo "$script: the home peers opened $direct direct links to each other; $missed attempts failed"
 if [ "$expect_punch" -eq 1 ] && [ "$direct" -eq 0 ]; then
   fail "the home peers never opened a direct link to each other"
+fi
+# Links between the two home peers that a public peer relayed, and the public peers that did.
+relayed=$(cat "$work/peer3.log" "$work/peer4.log" | grep -c "relaying the .* link with" || true)
+relays=""
+for i in 1 2; do
+  ! grep -q "relaying a stream from" "$work/peer$i.log" || relays="$relays ${names[$((i - 1))]}"
+done
+echo "$script: the home peers opened $relayed links through a relay (relayed by:${relays:- nobody})"
+if [ "$expect_relay" -eq 1 ] && [ "$relayed" -eq 0 ]; then
+  fail "no public peer relayed a link between the home peers"
+fi
+if [ "$kill_relay" -eq 1 ]; then
+  survivor=$(( 3 - kill_peer ))
+  grep -q "relaying a stream from" "$work/peer$survivor.log" \
+    || fail "the home pair never re-routed through ${names[$((survivor - 1))]} after its relay was killed"
 fi
 pids=()
 if [ "$failed" -ne 0 ]; then show_logs 4; exit 1; fi

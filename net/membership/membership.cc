@@ -185,6 +185,14 @@ class MeshEnvironment final : public Environment {
                      done(std::move(link));
                    });
   }
+  void relay(const Endpoint& via, const Endpoint& member, std::uint64_t expected, Channel channel,
+             milliseconds timeout, std::function<void(LinkOutcome)> done) override {
+    asio::co_spawn(io_, mesh_.relay(via, member, expected, channel, timeout),
+                   [done = std::move(done)](std::exception_ptr failure, LinkOutcome link) {
+                     if (failure) link.error = std::make_error_code(std::errc::io_error);
+                     done(std::move(link));
+                   });
+  }
   void dialBack(const Endpoint& to, std::uint64_t expected, milliseconds timeout,
                 std::function<void(std::error_code)> done) override {
     asio::co_spawn(

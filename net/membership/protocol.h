@@ -97,6 +97,15 @@ class Environment {
       done(LinkOutcome{std::make_error_code(std::errc::operation_not_supported), {}, {}});
     });
   }
+  // Relays. Opens a link for `channel` to member `expected` listening at `member` through the
+  // member listening at `via` (net::Mesh::relay). By default it cannot (operation_not_supported).
+  virtual void relay(const Endpoint& /*via*/, const Endpoint& /*member*/,
+                     std::uint64_t /*expected*/, Channel /*channel*/,
+                     std::chrono::milliseconds /*timeout*/, std::function<void(LinkOutcome)> done) {
+    at(now(), [done = std::move(done)] {
+      done(LinkOutcome{std::make_error_code(std::errc::operation_not_supported), {}, {}});
+    });
+  }
 };
 
 class Core;
@@ -121,8 +130,9 @@ class Protocol {
   // open the link itself: on this peer's control link to it when one is open, else through up to
   // kReversalForwarders members, which pass the request on when they are linked to it. When both
   // are dial-out only, asks up to kReversalForwarders members to introduce the two for a hole
-  // punch (protocol_punch.cc). Returns whether it asked (then the caller waits for the link
-  // instead of dialing).
+  // punch (protocol_punch.cc); once punching failed, opens the link through a relay
+  // (protocol_relay.cc). Returns whether it asked (then the caller waits for the link instead of
+  // dialing).
   bool requestReversal(const Endpoint& to, Channel channel);
   // Service::leave: `done` runs once the announcements went out, or at `timeout`; then stopped.
   // Not running (never started, or stopped): `done` runs at once, inside the call.

@@ -94,6 +94,8 @@ struct Reaching {
   RateLimit links{kMaxReversalsPerSecond};      // links opened at a reversal or punch request
   std::set<std::pair<std::uint64_t, std::uint8_t>> punching;
   std::map<std::uint64_t, Failed> punchFailed;
+  std::set<std::uint64_t> relaying;      // members a relayed link is being opened to
+  std::set<std::uint64_t> relayRefused;  // members that refused to relay (--relay off)
 };
 
 // How a rumour entered: piggybacked or gossiped (taken as said), or inside a whole table of
@@ -131,6 +133,8 @@ class Core final : public std::enable_shared_from_this<Core> {
   struct Record {
     Member member;
     Clock::time_point since;  // when the current state began here
+    // The round trip of this peer's direct probes to it (a moving average; zero: none yet).
+    std::chrono::microseconds roundTrip{0};
     // Suspect: the members that suspect this incarnation (the first and its confirmations).
     std::set<std::uint64_t> accusers;
   };
@@ -138,6 +142,7 @@ class Core final : public std::enable_shared_from_this<Core> {
   // An outstanding probe: the Ack of `target` with our sequence number ends it.
   struct AckWaiter {
     std::uint64_t target = 0;
+    Clock::time_point sent;  // a direct probe's ping (its Ack measures the round trip)
     bool acked = false;
     TimerId timer = 0;
     std::function<void(bool)> then;  // the current wait's continuation, if one is waiting
@@ -202,8 +207,16 @@ class Core final : public std::enable_shared_from_this<Core> {
   // An end of an introduced pair connects to the other.
   void punchTo(const Remote& from, const wire::Punch& punch);  // protocol_punch.cc
   // Whether punching to `peer` failed lately (then it waits: kPunchBackoff).
-  bool punchBackingOff(std::uint64_t peer) const;                          // protocol_punch.cc
+  bool punchBackingOff(std::uint64_t peer) const;                              // protocol_punch.cc
   void punched(const Member& peer, Channel channel, const LinkOutcome& link);  // protocol_punch.cc
+  // Relays: opens the link to `target` (both dial-out only; punching failed) through the live
+  // members that can be dialed, nearest (by probe round trip) first, the next when one fails or
+  // refuses. Returns whether it tries (protocol_relay.cc).
+  bool requestRelay(const Member& target, Channel channel);
+  void relayThrough(const Member& target, Channel channel,
+                    std::shared_ptr<const std::vector<Member>> relays, std::size_t next);
+  // The members that may relay to `target`, nearest first.
+  std::vector<Member> relayCandidates(std::uint64_t target) const;
   // Dials a joiner's advertised address back and tells it the outcome (rate limited).
   void dialBack(const Remote& from, const Endpoint& address);  // protocol_reach.cc
 

@@ -16,11 +16,20 @@ void Core::on(const Remote& from, wire::PingReq& request) {
   relayProbe(from.listen, request.sequence, request.target, request.targetAddress);
 }
 
-void Core::on(const Remote&, wire::Ack& ack) {
+void Core::on(const Remote& from, wire::Ack& ack) {
   merge(ack.updates, Source::rumour);
   const auto it = probing_.waiters.find(ack.sequence);
   if (it == probing_.waiters.end() || it->second.target != ack.sender || it->second.acked) return;
   it->second.acked = true;
+  // A direct Ack measures the round trip to the member (relays are chosen by it).
+  const auto record = members_.find(ack.sender);
+  if (from.peerId == ack.sender && record != members_.end() &&
+      it->second.sent != Clock::time_point{}) {
+    const auto sample =
+        std::chrono::duration_cast<std::chrono::microseconds>(env_.now() - it->second.sent);
+    auto& rtt = record->second.roundTrip;
+    rtt = rtt.count() == 0 ? sample : (7 * rtt + sample) / 8;
+  }
   if (it->second.then) {
     // The wait ends now rather than at its deadline.
     cancel(it->second.timer);
@@ -78,7 +87,7 @@ void Core::probe(const Member& target, Clock::time_point start, std::function<vo
   const std::uint64_t sequence = ++probing_.sequence;
   const std::uint64_t targetId = target.id;
   const Endpoint targetAddress = target.address;
-  probing_.waiters[sequence] = AckWaiter{targetId};
+  probing_.waiters[sequence] = AckWaiter{targetId, env_.now()};
   // A dial-out-only target may have to open the link first (connection reversal): the ping may
   // wait for it the whole period, and its Ack counts until the period ends, beside the indirect
   // probes'. It is not suspected for want of a link it was never going to be dialed on.

@@ -32,14 +32,18 @@ const char* nameOf(Channel channel) { return channel == Channel::control ? "cont
 }  // namespace
 
 bool Core::requestPunch(const Member& target, Channel channel) {
-  // A punch with it failed lately: the sender waits out its connect timeout instead (no request,
-  // no log line), until the back-off ends.
-  if (punchBackingOff(target.id)) return true;
+  // A punch with it failed lately: a relay carries the link until the back-off ends (or, with
+  // no relay, the sender waits out its connect timeout).
+  if (punchBackingOff(target.id)) {
+    requestRelay(target, channel);
+    return true;
+  }
   const std::vector<Endpoint> rendezvous = goBetweens(target.id);
   if (rendezvous.empty()) return false;  // nobody could introduce the two: dial, which fails
-  logger_->debug("{:016x} and this peer are both dial-out only: asking {} members to introduce "
-                 "them for a direct {} link",
-                 target.id, rendezvous.size(), nameOf(channel));
+  logger_->debug(
+      "{:016x} and this peer are both dial-out only: asking {} members to introduce "
+      "them for a direct {} link",
+      target.id, rendezvous.size(), nameOf(channel));
   const wire::Punch request{self_.id, target.id, static_cast<std::uint8_t>(channel), {}, {}, false};
   for (const Endpoint& member : rendezvous) send(member, request);
   return true;
@@ -75,7 +79,8 @@ void Core::introduce(const Remote& from, wire::Punch& punch) {
 
 void Core::punchTo(const Remote& from, const wire::Punch& punch) {
   const bool asRequester = punch.requester == self_.id;
-  if (!self_.dialOutOnly || punch.channel >= kChannels || (!asRequester && punch.target != self_.id))
+  if (!self_.dialOutOnly || punch.channel >= kChannels ||
+      (!asRequester && punch.target != self_.id))
     return;
   // The rendezvous is a live member that can be dialed; the other end a live dial-out-only one.
   const auto rendezvous = members_.find(from.peerId);
@@ -88,8 +93,7 @@ void Core::punchTo(const Remote& from, const wire::Punch& punch) {
   const auto channel = static_cast<Channel>(punch.channel);
   const std::pair<std::uint64_t, std::uint8_t> key{peer.id, punch.channel};
   // A copy through another rendezvous, a link that opened meanwhile, or a recent failure.
-  if (reach_.punching.count(key) || env_.linked(peer.address, channel) ||
-      punchBackingOff(peer.id))
+  if (reach_.punching.count(key) || env_.linked(peer.address, channel) || punchBackingOff(peer.id))
     return;
   if (!reach_.links.allow(env_.now())) {
     logger_->debug("no punch to {:016x}: {} links opened on request in the last second already",
@@ -112,9 +116,10 @@ void Core::punchTo(const Remote& from, const wire::Punch& punch) {
     logger_->info("{:016x} is behind the same NAT ({}): connecting to it at {} for the {} link",
                   peer.id, ownHost, at.str(), nameOf(channel));
   else
-    logger_->info("punching through to {:016x} at {} for the {} link (its NAT; this peer {} the "
-                  "handshake)",
-                  peer.id, at.str(), nameOf(channel), lead ? "leads" : "follows");
+    logger_->info(
+        "punching through to {:016x} at {} for the {} link (its NAT; this peer {} the "
+        "handshake)",
+        peer.id, at.str(), nameOf(channel), lead ? "leads" : "follows");
   env_.punch(peer.address, peer.id, at, channel, lead, options_.connectTimeout, done);
 }
 
@@ -132,16 +137,20 @@ void Core::punched(const Member& peer, Channel channel, const LinkOutcome& link)
   }
   Reaching::Failed& failed = reach_.punchFailed[peer.id];
   ++failed.times;
-  const auto wait = std::min<Clock::duration>(kMaxPunchBackoff,
-                                              kPunchBackoff * (1u << std::min(failed.times - 1, 6u)));
+  const auto wait = std::min<Clock::duration>(
+      kMaxPunchBackoff, kPunchBackoff * (1u << std::min(failed.times - 1, 6u)));
   failed.retryAt = env_.now() + wait;
   // Said once; the retries, less and less often, at debug level.
   const auto level = failed.times == 1 ? spdlog::level::info : spdlog::level::debug;
-  logger_->log(level, "no direct {} link with {:016x} (both dial-out only): {}{}{}; {} failed, "
+  logger_->log(level,
+               "no direct {} link with {:016x} (both dial-out only): {}{}{}; {} failed, "
                "next try in {} s",
                nameOf(channel), peer.id, link.error.message(), link.reason.empty() ? "" : ": ",
                link.reason, failed.times == 1 ? "once" : fmt::format("{} times", failed.times),
                std::chrono::duration_cast<std::chrono::seconds>(wait).count());
+  // The relay is the fallback, at once: the senders waiting for the link get the relayed one.
+  // The lead opens it (the other end's senders get it too: it carries both ways).
+  if (self_.id < peer.id) requestRelay(peer, channel);
 }
 
 }  // namespace gossamer::net::membership

@@ -43,6 +43,7 @@
 
 #include "net/endpoint.h"
 #include "net/frame.h"
+#include "net/relay/relay_options.h"
 #include "net/transport.h"
 #include "net/wire/codec.h"
 #include "net/wire/handshake.h"
@@ -66,8 +67,10 @@ struct Remote {
 
 // What a mesh carries: SWIM membership messages, and envelopes (with their payloads), counted
 // apart by their route: the algorithm's (inbox, serve) and the peer runtime's own.
-enum class Traffic : std::uint8_t { membership = 0, algorithm = 1, runtime = 2 };
-inline constexpr std::size_t kTrafficKinds = 3;
+// `relay`: the frames of relayed links (net/relay) on this peer's links to and from a relay, as
+// an end or as the relay (a relayed link's own frames are counted as what they carry).
+enum class Traffic : std::uint8_t { membership = 0, algorithm = 1, runtime = 2, relay = 3 };
+inline constexpr std::size_t kTrafficKinds = 4;
 
 // An envelope header encoded once, for any number of sends (one message to several peers).
 struct EncodedEnvelope {
@@ -104,6 +107,8 @@ struct MeshOptions {
   // The address other peers reach this one at, when it differs from the bound one (listening
   // on 0.0.0.0, or behind NAT). Empty host: the bound endpoint.
   Endpoint advertise;
+  // What this peer lends to relayed links between others (--relay, --relay-budget).
+  relay::RelayOptions relay;
 };
 
 using MembershipHandler = std::function<void(const Remote& from, wire::MembershipMessage message)>;
@@ -190,8 +195,16 @@ class Mesh final {
   // two listen ports make one connection), which carries both channels: a punch while it is open
   // returns it. Senders waiting for a reversed link to `member` go on when it opens.
   asio::awaitable<LinkOutcome> punch(Endpoint member, std::uint64_t expected, Endpoint at,
-                                     Channel channel, bool lead,
-                                     std::chrono::milliseconds timeout);
+                                     Channel channel, bool lead, std::chrono::milliseconds timeout);
+
+  // A relayed link: opens a link for `channel` to peer `expected` listening at `member` through
+  // the member listening at `via` (a relay; net/relay/relay_hub.h), with TLS between the two
+  // ends' identity keys inside, then the handshake. Like a punched link it carries both
+  // channels, and this peer keeps it as its own. Outcome as open(); connection_refused with the
+  // relay's reason when it refused; Errc::identityMismatch when no key is bound to `expected`
+  // yet or another peer answered. Senders waiting for a reversed link to `member` go on.
+  asio::awaitable<LinkOutcome> relay(Endpoint via, Endpoint member, std::uint64_t expected,
+                                     Channel channel, std::chrono::milliseconds timeout);
 
   // Where the open link to the peer at `to` (on either channel) comes from as the transport sees
   // it (Link::remoteAddress): for a peer behind a NAT, the NAT's address. Empty without one.
@@ -214,6 +227,11 @@ class Mesh final {
   std::uint64_t reversalsTimedOut() const;
   // Links opened by hole punching. Any thread.
   std::uint64_t linksPunched() const;
+  // Links this peer opened through a relay; and as a relay, the streams it carried and the
+  // bytes it forwarded for others. Any thread.
+  std::uint64_t linksRelayed() const;
+  std::uint64_t streamsRelayed() const;
+  std::uint64_t bytesRelayed() const;
 
  private:
   struct State;

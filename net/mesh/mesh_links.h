@@ -38,6 +38,9 @@ struct LinkEntry {
   // Opened by hole punching: it carries both channels, since the two ends' listen ports make the
   // one connection a pair of peers can have that way.
   bool punched = false;
+  // Relayed through another member (net/relay): it carries both channels too.
+  bool relayed = false;
+  bool bothChannels() const { return punched || relayed; }
   std::error_code failure;
   std::string failureReason;   // the handshake's, when it failed
   asio::steady_timer settled;  // cancelled when connecting ends, to wake waiting senders
@@ -86,6 +89,17 @@ class SendOrder {
  private:
   std::uint64_t next_ = 0;
   std::map<std::uint64_t, std::shared_ptr<asio::steady_timer>> waiting_;
+};
+
+// A hole punch this peer follows (Mesh::punch), which the lead's connection may reach by this
+// peer's listener and handshake server instead (adoptInbound then ends the punch with it).
+struct FollowedPunch {
+  FollowedPunch(const asio::any_io_executor& executor, Endpoint from, std::uint64_t peer)
+      : at(std::move(from)), expected(peer), adopted(executor, MeshClock::time_point::max()) {}
+  const Endpoint at;  // where the lead's connection comes from
+  const std::uint64_t expected;
+  Remote remote;               // set with the link adopted
+  asio::steady_timer adopted;  // cancelled when it was
 };
 
 // A link this peer asked the remote to open (connection reversal), awaited by the senders to it.

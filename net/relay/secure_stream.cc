@@ -53,17 +53,16 @@ struct SecureStream::Tls {
   // chain checks say (the certificate is self-signed by design); refuses anything else.
   static int verify(int /*preverified*/, X509_STORE_CTX* store) {
     if (X509_STORE_CTX_get_error_depth(store) != 0) return 0;
-    auto* ssl = static_cast<SSL*>(
-        X509_STORE_CTX_get_ex_data(store, SSL_get_ex_data_X509_STORE_CTX_idx()));
+    auto* ssl =
+        static_cast<SSL*>(X509_STORE_CTX_get_ex_data(store, SSL_get_ex_data_X509_STORE_CTX_idx()));
     auto* self = static_cast<Tls*>(SSL_get_app_data(ssl));
     EVP_PKEY* key = X509_get0_pubkey(X509_STORE_CTX_get_current_cert(store));
     wire::IdentityKey raw{};
     std::size_t length = raw.size();
-    const bool matches =
-        key != nullptr && EVP_PKEY_is_a(key, "ED25519") == 1 &&
-        EVP_PKEY_get_raw_public_key(key, reinterpret_cast<unsigned char*>(raw.data()), &length) ==
-            1 &&
-        length == raw.size() && raw == self->expected;
+    const bool matches = key != nullptr && EVP_PKEY_is_a(key, "ED25519") == 1 &&
+                         EVP_PKEY_get_raw_public_key(
+                             key, reinterpret_cast<unsigned char*>(raw.data()), &length) == 1 &&
+                         length == raw.size() && raw == self->expected;
     if (!matches) {
       self->reason = "the other end's identity key is not the one bound to the peer it claims";
       return 0;
@@ -127,8 +126,7 @@ SecureStream::SecureStream(Role role, const wire::Identity& self,
   GOSSAMER_ENFORCE(
       SSL_CTX_set_min_proto_version(context, TLS1_3_VERSION) == 1 &&
           SSL_CTX_set_max_proto_version(context, TLS1_3_VERSION) == 1 &&
-          SSL_CTX_set_ciphersuites(context, "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384") ==
-              1 &&
+          SSL_CTX_set_ciphersuites(context, "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384") == 1 &&
           SSL_CTX_set_num_tickets(context, 0) == 1 && self.installInto(context),
       "OpenSSL could not set up a relayed TLS stream: {}", openSslErrors());
   SSL_CTX_set_session_cache_mode(context, SSL_SESS_CACHE_OFF);
@@ -177,6 +175,8 @@ std::vector<std::byte> SecureStream::takeOutgoing() {
   }
   return out;
 }
+
+bool SecureStream::pendingOutgoing() const { return BIO_ctrl_pending(tls_->out) > 0; }
 
 std::vector<std::byte> SecureStream::takeIncoming() { return std::exchange(tls_->incoming, {}); }
 

@@ -51,6 +51,8 @@ class SecureStream {
 
   // The records for the other end made so far (handshake and application data), moved out.
   std::vector<std::byte> takeOutgoing();
+  // Whether records for the other end wait in takeOutgoing().
+  bool pendingOutgoing() const;
   // The plaintext the other end sent so far, moved out.
   std::vector<std::byte> takeIncoming();
 

@@ -124,8 +124,12 @@ MembershipMessage toMembership(m::Membership::Reader r) {
     }
     case m::Membership::PUNCH: {
       auto v = r.getPunch();
-      return Punch{v.getRequester(), v.getTarget(), v.getChannel(), toString(v.getRequesterHost()),
-                   toString(v.getTargetHost()), v.getFromRendezvous()};
+      return Punch{v.getRequester(),
+                   v.getTarget(),
+                   v.getChannel(),
+                   toString(v.getRequesterHost()),
+                   toString(v.getTargetHost()),
+                   v.getFromRendezvous()};
     }
   }
   throw Malformed{};
@@ -171,6 +175,15 @@ Header toHeader(m::Header::Reader r) {
       return toMembership(r.getMembership());
     case m::Header::ENVELOPE:
       return toEnvelope(r.getEnvelope());
+    case m::Header::RELAY: {
+      auto v = r.getRelay();
+      return RelayHeader{v.getStream(),
+                         v.getSource(),
+                         v.getTarget(),
+                         toEnum(v.getKind(), RelayKind::close),
+                         toEndpoint(v.getAddress()),
+                         toString(v.getReason())};
+    }
   }
   throw Malformed{};
 }
@@ -387,6 +400,15 @@ std::vector<std::byte> encodeHeader(const Header& header) {
                  [&](const HandshakeMessage& h) { setHandshake(root.initHandshake(), h); },
                  [&](const MembershipMessage& h) { setMembership(root.initMembership(), h); },
                  [&](const EnvelopeHeader& h) { setEnvelope(root.initEnvelope(), h); },
+                 [&](const RelayHeader& h) {
+                   auto w = root.initRelay();
+                   w.setStream(h.stream);
+                   w.setSource(h.source);
+                   w.setTarget(h.target);
+                   w.setKind(static_cast<m::RelayKind>(h.kind));
+                   setAddress(w.initAddress(), h.address);
+                   w.setReason(text(h.reason));
+                 },
              },
              header);
   return flatten(builder);
@@ -399,6 +421,8 @@ std::vector<std::byte> encodeEnvelope(const EnvelopeHeader& envelope) {
 std::error_code decodeEnvelope(std::span<const std::byte> bytes, EnvelopeHeader& out) {
   return decodeAs(bytes, out);
 }
+
+std::vector<std::byte> encodeRelay(const RelayHeader& relay) { return encodeHeader(Header{relay}); }
 
 std::vector<std::byte> encodeMembership(const MembershipMessage& message) {
   return encodeHeader(Header{message});

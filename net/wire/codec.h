@@ -238,10 +238,25 @@ struct HandshakeRefusal {
 using HandshakeMessage =
     std::variant<ClientHello, ServerHello, ClientProof, HandshakeAccept, HandshakeRefusal>;
 
+// ---- Relays (net/relay) -------------------------------------------------------------------
+
+enum class RelayKind : std::uint16_t { open, data, close };
+
+// One frame of a relayed stream (messages.capnp's Relay); a `data` frame's bytes are its payload.
+struct RelayHeader {
+  std::uint64_t stream = 0;
+  std::uint64_t source = 0;  // the end that opened the stream
+  std::uint64_t target = 0;  // the other end
+  RelayKind kind = RelayKind::data;
+  Endpoint address;    // open: the target's (to the relay), the source's (from the relay)
+  std::string reason;  // close
+  friend bool operator==(const RelayHeader&, const RelayHeader&) = default;
+};
+
 // ---- The frame header ---------------------------------------------------------------------
 
 // The decoded union of messages.capnp's Header.
-using Header = std::variant<HandshakeMessage, MembershipMessage, EnvelopeHeader>;
+using Header = std::variant<HandshakeMessage, MembershipMessage, EnvelopeHeader, RelayHeader>;
 
 // Decodes one frame header from untrusted bytes into `out`. Returns Errc::malformedMessage for
 // anything that is not exactly one well-formed message within the limits (odd size, bad segment
@@ -263,6 +278,7 @@ std::vector<std::byte> encodeMembership(const MembershipMessage& message);
 std::error_code decodeMembership(std::span<const std::byte> bytes, MembershipMessage& out);
 std::vector<std::byte> encodeHandshake(const HandshakeMessage& message);
 std::error_code decodeHandshake(std::span<const std::byte> bytes, HandshakeMessage& out);
+std::vector<std::byte> encodeRelay(const RelayHeader& relay);
 
 // The decoder's limits for a frame of `bytes` bytes (exposed for tests and tools).
 inline constexpr std::size_t kMaxSegments = 64;

@@ -7,8 +7,8 @@
 #include <functional>
 #include <map>
 #include <set>
-#include <string>
 #include <span>
+#include <string>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -85,6 +85,12 @@ class FakeEnvironment final : public Environment {
     punches.push_back({member, expected, at, channel, lead, std::move(done)});
   }
 
+  // Relayed links wait here until the test completes them.
+  void relay(const Endpoint& via, const Endpoint& member, std::uint64_t expected, Channel channel,
+             std::chrono::milliseconds, std::function<void(LinkOutcome)> done) override {
+    relays.push_back({via, member, expected, channel, std::move(done)});
+  }
+
   // Runs every timer due by `until`, in time order; time ends at `until`.
   void runUntil(Clock::time_point until) {
     while (!timers_.empty() && timers_.begin()->first.first <= until) {
@@ -109,6 +115,14 @@ class FakeEnvironment final : public Environment {
     std::function<void(LinkOutcome)> done;
   };
   std::vector<Punched> punches;
+  struct Relayed {
+    Endpoint via;
+    Endpoint member;
+    std::uint64_t expected = 0;
+    Channel channel = Channel::control;
+    std::function<void(LinkOutcome)> done;
+  };
+  std::vector<Relayed> relays;
   std::map<std::uint64_t, std::vector<std::byte>> keys;
   struct DialBack {
     Endpoint to;

@@ -430,6 +430,29 @@ TEST_CASE("mesh: two peers that cannot be dialed open a link by hole punching") 
   CHECK(a.io_.call([&] { return a.mesh_->hasOpenLink(bAdvertised, Channel::control); }));
 }
 
+// On loopback the lead's connect reaches the follower's listener; when the follower's punch is
+// not waiting there yet, its handshake server takes the connection, and the punch, once it runs,
+// ends with that link as the pair's: it carries both channels both ways.
+TEST_CASE("mesh: a punch whose lead's connection the handshake server took opens the pair link") {
+  Watchdog watchdog(30s);
+  PunchPair pair;
+  auto& [aAdvertised, bAdvertised, a, b, aReal, bReal] = pair;
+  auto ours = a.io_.spawn(
+      [&] { return a.mesh_->punch(bAdvertised, 2, bReal, Channel::data, true, 3s); });
+  REQUIRE(ours.get().ok());  // b's handshake server answered
+  const LinkOutcome theirs = b.io_.run(
+      [&] { return b.mesh_->punch(aAdvertised, 1, aReal, Channel::data, false, 3s); });
+  REQUIRE(theirs.ok());
+  CHECK(theirs.remote.peerId == 1);
+  wire::EnvelopeHeader hello;
+  REQUIRE(!b.sendEnvelope(aAdvertised, Channel::control, hello, {}));
+  REQUIRE(!b.sendEnvelope(aAdvertised, Channel::data, hello, {}));
+  REQUIRE(!a.sendEnvelope(bAdvertised, Channel::control, hello, {}));
+  REQUIRE(waitUntil(5s, [&] { return a.envelopes().size() == 2 && b.envelopes().size() == 1; }));
+  CHECK(a.mesh_->linksPunched() == 1);
+  CHECK(b.mesh_->linksPunched() == 1);
+}
+
 // The peer that answers a punch must be the one expected (id and advertised address).
 TEST_CASE("mesh: a punch answered by another peer opens no link") {
   Watchdog watchdog(30s);
