@@ -183,8 +183,8 @@ TEST_CASE("relay: a member with --relay off refuses, and says so") {
 }
 
 TEST_CASE(
-    "relay: a relay that cannot reach the target refuses; a peer without a key is not "
-    "reached") {
+    "relay: a relay that cannot reach the target refuses, and a peer without a key is "
+    "not reached") {
   Watchdog watchdog(60s);
   RelayPeer a{1}, r{2}, b{3};
   a.linkTo(r);
