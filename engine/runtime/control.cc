@@ -34,7 +34,10 @@ constexpr net::Channel kMarkChannels[] = {net::Channel::control, net::Channel::d
 
 ClusterControl::ClusterControl(PeerNetwork& network, Messenger& messenger, SnapshotBoard& snapshots,
                                const LoopStatus& status)
-    : network_(network), messenger_(messenger), snapshots_(snapshots), status_(status),
+    : network_(network),
+      messenger_(messenger),
+      snapshots_(snapshots),
+      status_(status),
       catchUpServer_(messenger) {}
 
 std::vector<PeerId> ClusterControl::others() const {
@@ -99,8 +102,8 @@ void ClusterControl::onMessage(Incoming message, std::vector<std::byte> bytes) {
     if (std::shared_ptr<const Snapshot> snapshot = snapshots_.pull(message))
       answerPulls({message}, std::move(snapshot));
   } else if (std::holds_alternative<control::StateRequest>(decoded) &&
-             message.integers == std::vector<std::uint64_t>{
-                                     static_cast<std::uint64_t>(StateKind::algorithm)}) {
+             message.integers ==
+                 std::vector<std::uint64_t>{static_cast<std::uint64_t>(StateKind::algorithm)}) {
     // Copied on the catch-up server's thread: a large state's copy would hold the io thread.
     catchUpServer_.answerStateWith(message, [this]() -> std::shared_ptr<const Snapshot> {
       std::optional<SharedState> state = sharedState_ ? sharedState_() : std::nullopt;
@@ -117,8 +120,8 @@ void ClusterControl::onMessage(Incoming message, std::vector<std::byte> bytes) {
     catchUpServer_.onChunkRequest(message);
   } else if (std::holds_alternative<control::StateHeader>(decoded) ||
              std::holds_alternative<control::ChunkReply>(decoded)) {
-    message.kind = std::holds_alternative<control::StateHeader>(decoded) ? kStateHeaderKind
-                                                                         : kChunkReplyKind;
+    message.kind =
+        std::holds_alternative<control::StateHeader>(decoded) ? kStateHeaderKind : kChunkReplyKind;
     std::lock_guard lock(mutex_);
     if (awaited_.contains(message.tag)) replies_.push(std::move(message));
   } else {  // control::Model: the answer to a pull
@@ -191,13 +194,17 @@ void ClusterControl::markLateMembers() {
     log::get("peer")->debug("peer {:016x}: {} member(s) joined after this peer announced {}",
                             network_.self(), to.size(),
                             barrier == Barrier::released ? "released" : "finished");
-    for (const net::Channel channel : kMarkChannels)
-      messenger_.sendFromHost(to, Message{.step = status_.step},
-                              Envelope{.route = Route::runtime,
-                                       .control = control::encode(markOf(barrier, channel)),
-                                       .channel = channel},
-                              true, {});
+    sendMarks(barrier, to);
   }
+}
+
+void ClusterControl::sendMarks(Barrier barrier, const std::vector<PeerId>& to) {
+  for (const net::Channel channel : kMarkChannels)
+    messenger_.sendFromHost(to, Message{.step = status_.step},
+                            Envelope{.route = Route::runtime,
+                                     .control = control::encode(markOf(barrier, channel)),
+                                     .channel = channel},
+                            true, {});
 }
 
 void ClusterControl::stop() {
@@ -329,17 +336,35 @@ bool ClusterControl::hasReleased(PeerId peer) const {
 }
 
 bool ClusterControl::await(Barrier barrier, Clock::duration timeout) {
+  using namespace std::chrono_literals;
   const auto& marks = barrier == Barrier::released ? releasedMarks_ : finishedMarks_;
+  // A mark is lost when its link breaks with it in flight (a relay that died). So every so often
+  // the marks this peer announced go again to the members whose marks it still misses: the
+  // barriers are symmetric, so they may be missing this peer's as well. Marks are idempotent.
+  const Clock::duration resendEvery = std::clamp<Clock::duration>(timeout / 10, 500ms, 5s);
+  const Clock::time_point deadline = Clock::now() + timeout;
   std::vector<PeerId> missing;
   std::unique_lock lock(mutex_);
-  const bool all = changed_.wait_for(lock, timeout, [&] {
+  const auto allMarked = [&] {
     if (stopped_) return true;
     missing.clear();
     for (PeerId peer : network_.members()) {  // the view's lock, inside ours (see the header)
       if (peer != network_.self() && !hasBothMarks(marks, peer)) missing.push_back(peer);
     }
     return missing.empty();
-  });
+  };
+  bool all = false;
+  while (!(all = changed_.wait_until(lock, std::min(deadline, Clock::now() + resendEvery),
+                                     allMarked)) &&
+         Clock::now() < deadline) {
+    std::map<Barrier, std::vector<PeerId>> again;
+    for (const auto& [announced, sent] : announcedTo_)
+      for (PeerId peer : missing)
+        if (sent.count(peer)) again[announced].push_back(peer);
+    lock.unlock();
+    for (const auto& [announced, to] : again) sendMarks(announced, to);
+    lock.lock();
+  }
   if (!all) {
     log::get("peer")->warn(
         "peer {:016x}: not every member {} within {} s (waited for {}); going on", network_.self(),
@@ -388,8 +413,8 @@ std::optional<CaughtUpModel> ClusterControl::catchUp(std::span<const PeerId> can
         "peer {:016x}: caught up with {:.1f} MiB{} at step {} in {:.2f} s from {} member(s) "
         "({}), {} chunk(s){}{}",
         network_.self(), static_cast<double>(floats) * sizeof(float) / (1 << 20),
-        kind == StateKind::algorithm ? " of the algorithm's state" : "", model->step,
-        seconds, model->from.size(), peerList(model->from), report.chunks,
+        kind == StateKind::algorithm ? " of the algorithm's state" : "", model->step, seconds,
+        model->from.size(), peerList(model->from), report.chunks,
         report.agreed ? ", each checked by a second member" : ", checked by the sender's digests",
         report.rejected > 0
             ? fmt::format(", {} rejected and fetched again (members that disagreed: {})",

@@ -87,7 +87,8 @@ class ClusterControl {
   // Sends `barrier`'s marks to `to`, and later to every member that enters the view.
   void announce(Barrier barrier, const std::vector<PeerId>& to, Clock::duration wait);
   // Waits until every live member but this peer has announced `barrier`, or `timeout`; false on
-  // timeout (logged).
+  // timeout (logged). Meanwhile the marks this peer announced go again, every tenth of the
+  // timeout (0.5-5 s), to the members still missing (a mark is lost with a link that breaks).
   bool await(Barrier barrier, Clock::duration timeout);
   bool hasFinished(PeerId peer) const;
   bool hasReleased(PeerId peer) const;
@@ -127,6 +128,8 @@ class ClusterControl {
   std::vector<PeerId> others() const;
   // The marks of every announced barrier to the members that have not had them (any thread).
   void markLateMembers();
+  // `barrier`'s marks, one per channel, to `to` (any thread, outside mutex_).
+  void sendMarks(Barrier barrier, const std::vector<PeerId>& to);
 
   PeerNetwork& network_;
   Messenger& messenger_;
@@ -144,7 +147,7 @@ class ClusterControl {
   // Per barrier this peer announced: whom its marks went to (a member outside it gets them when
   // it appears in the view).
   std::map<Barrier, std::set<PeerId>> announcedTo_;
-  std::uint64_t statusTag_ = 0;               // of the status request in flight
+  std::uint64_t statusTag_ = 0;  // of the status request in flight
   std::map<PeerId, control::Status> statuses_;
   std::uint64_t wakeups_ = 0;  // counts wake(): a wait returns when the view may have changed
   bool stopped_ = false;

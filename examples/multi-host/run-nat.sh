@@ -137,7 +137,7 @@ export GOSSAMER_ALGORITHM=$algorithm
 export GOSSAMER_MIN_PEERS=4
 export GOSSAMER_STEPS=$steps
 export GOSSAMER_STEP_TIME=$step_time
-export GOSSAMER_MEMBERSHIP=local
+export GOSSAMER_MEMBERSHIP=lan  # links capped and saturated: probes need lan's timeouts
 export GOSSAMER_JOIN_TIMEOUT=30
 export GOSSAMER_START_TIMEOUT=60
 

@@ -12,7 +12,11 @@ asio::awaitable<std::error_code> Mesh::State::sendOnLink(Endpoint at, std::uint6
                                                          bool mayOpen) {
   const std::shared_ptr<State> self = shared_from_this();
   if (mayOpen) {
-    const LinkOutcome opened = co_await open(self, at, Channel::data, options.handshake.timeout);
+    // Half the handshake timeout: the source's relayed handshake waits that long in all, so a
+    // refusal sent after a failed dial must reach it with time to spare (a closed port is
+    // retried until the deadline, as for a peer still starting).
+    const LinkOutcome opened =
+        co_await open(self, at, Channel::data, options.handshake.timeout / 2);
     if (!opened.ok()) co_return opened.error;
   }
   const std::shared_ptr<LinkEntry> link = openLinkTo(at, Channel::data);

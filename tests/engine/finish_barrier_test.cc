@@ -53,5 +53,33 @@ TEST_CASE("finish barrier: a member that enters the view after the announcement 
   CHECK_FALSE(first.control.hasFinished(2));
 }
 
+TEST_CASE("finish barrier: marks lost on the way go again while a member still waits for them") {
+  test::Watchdog watchdog(60s);
+  Node first(1, std::nullopt);
+  // The first announces both barriers to the second before the second is in its view: the marks
+  // are lost (as with a link that breaks with them in flight), and the second is counted as sent.
+  first.control.announce(ClusterControl::Barrier::finished, {2}, 1s);
+  first.control.announce(ClusterControl::Barrier::released, {2}, 1s);
+  Node second(2, first.network.endpoint());
+  REQUIRE(waitForMembers(second, 2));
+  REQUIRE(waitForMembers(first, 2));
+  second.control.announce(ClusterControl::Barrier::finished, {1}, 1s);
+
+  const Clock::time_point start = Clock::now();
+  bool firstDone = false;
+  std::thread waiting([&] {
+    // The first has the second's finished marks; waiting for its released ones, it sends its
+    // own marks again, and the second's barriers complete.
+    firstDone = first.control.await(ClusterControl::Barrier::finished, 20s) &&
+                first.control.await(ClusterControl::Barrier::released, 20s);
+  });
+  CHECK(second.control.await(ClusterControl::Barrier::finished, 20s));
+  second.control.announce(ClusterControl::Barrier::released, {1}, 1s);
+  CHECK(second.control.await(ClusterControl::Barrier::released, 20s));
+  waiting.join();
+  CHECK(firstDone);
+  CHECK(Clock::now() - start < 15s);  // not the 20 s timeout
+}
+
 }  // namespace
 }  // namespace gossamer::engine::runtime
