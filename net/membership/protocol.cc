@@ -347,10 +347,14 @@ void Core::enqueue(const wire::MemberUpdate& update) {
   broadcasts_.push_back(Broadcast{update, 0});
 }
 
-std::vector<wire::MemberUpdate> Core::piggyback() {
-  const auto limit = static_cast<std::size_t>(
+std::size_t Core::retransmitLimit() const {
+  return static_cast<std::size_t>(
       std::max(1.0, std::ceil(options_.retransmitMultiplier *
                               std::log10(static_cast<double>(clusterSize()) + 1.0))));
+}
+
+std::vector<wire::MemberUpdate> Core::piggyback() {
+  const std::size_t limit = retransmitLimit();
   std::stable_sort(
       broadcasts_.begin(), broadcasts_.end(),
       [](const Broadcast& a, const Broadcast& b) { return a.transmits < b.transmits; });
@@ -389,7 +393,34 @@ void Core::gossip() {
   for (const Member* target : targets) {
     std::vector<wire::MemberUpdate> updates = piggyback();
     if (updates.empty()) break;
-    send(target->address, wire::Gossip{self_.id, std::move(updates)});
+    if (!running_) return;
+    // A gossip that never left (no link could be opened: a member this peer cannot dial yet, whose
+    // dial-out-only record is itself on its way) does not count as one of its updates' copies.
+    env_.send(target->address, wire::Gossip{self_.id, updates}, options_.connectTimeout,
+              guarded<std::error_code>([this, updates](std::error_code error) {
+                if (error) refund(updates);
+              }));
+  }
+}
+
+void Core::refund(const std::vector<wire::MemberUpdate>& updates) {
+  for (const wire::MemberUpdate& update : updates) {
+    const auto queued =
+        std::find_if(broadcasts_.begin(), broadcasts_.end(),
+                     [&](const Broadcast& b) { return b.update.peerId == update.peerId; });
+    if (queued != broadcasts_.end()) {
+      if (queued->update == update && queued->transmits > 0) --queued->transmits;
+      continue;
+    }
+    // Its last copy was the one lost: queued again for one more, while it is still the news
+    // about that member.
+    const auto it = members_.find(update.peerId);
+    const bool current = update.peerId == self_.id
+                             ? update.incarnation == self_.incarnation
+                             : it != members_.end() &&
+                                   toUpdate(it->second.member).incarnation == update.incarnation &&
+                                   toUpdate(it->second.member).state == update.state;
+    if (current) broadcasts_.push_back(Broadcast{update, retransmitLimit() - 1});
   }
 }
 

@@ -245,6 +245,10 @@ class Core final : public std::enable_shared_from_this<Core> {
   // Up to maxPiggybackUpdates pending updates, least sent (then newest) first; each goes out
   // about retransmitMultiplier x log10(N+1) times in all.
   std::vector<wire::MemberUpdate> piggyback();
+  // How many copies of each update go out (retransmitMultiplier x log10(N + 1), at least 1).
+  std::size_t retransmitLimit() const;
+  // The updates of a gossip that was never sent (no link): each gets its copy back.
+  void refund(const std::vector<wire::MemberUpdate>& updates);
   void send(const Endpoint& to, wire::MembershipMessage message);
   void send(const Endpoint& to, wire::MembershipMessage message, milliseconds connectTimeout);
 

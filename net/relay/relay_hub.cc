@@ -217,11 +217,21 @@ asio::awaitable<void> RelayHub::relayOnward(const Remote& from, const RelayHeade
                                             std::span<const std::byte> payload) {
   const Key key{frame.source, frame.stream};
   const auto it = forwards_.find(key);
-  if (it == forwards_.end()) co_return;  // ended already: the rest of it is dropped
+  if (it == forwards_.end()) {  // ended already: the rest of it is dropped
+    log::get("net")->debug(
+        "dropped a relay frame of stream {:016x}/{:x} from {:016x}: no such stream", frame.source,
+        frame.stream, from.peerId);
+    co_return;
+  }
   const Forward forward = it->second;
   const bool fromSource = from.peerId == frame.source && from.listen == forward.sourceAt;
   const bool fromTarget = from.peerId == forward.target && from.listen == forward.targetAt;
-  if (!fromSource && !fromTarget) co_return;  // not one of the two ends: never forwarded
+  if (!fromSource && !fromTarget) {  // not one of the two ends: never forwarded
+    log::get("net")->debug(
+        "dropped a relay frame of stream {:016x}/{:x} from {:016x} at {}: not an end", frame.source,
+        frame.stream, from.peerId, from.listen.str());
+    co_return;
+  }
   const Endpoint to = fromSource ? forward.targetAt : forward.sourceAt;
   const std::uint64_t peer = fromSource ? forward.target : frame.source;
   RelayHeader onward = frame;

@@ -9,6 +9,7 @@
 #include <set>
 #include <span>
 #include <string>
+#include <system_error>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -42,8 +43,13 @@ class FakeEnvironment final : public Environment {
   }
   void send(const Endpoint& to, wire::MembershipMessage message, std::chrono::milliseconds linkWait,
             std::function<void(std::error_code)> done) override {
+    // A gossip the test says cannot leave (no link could be opened) fails.
+    const bool fails = failGossip && std::holds_alternative<wire::Gossip>(message);
     sent.push_back({to, std::move(message), linkWait});
-    if (done) at(now_, [done] { done({}); });
+    if (done)
+      at(now_, [done, fails] {
+        done(fails ? std::make_error_code(std::errc::host_unreachable) : std::error_code{});
+      });
   }
   void open(const Endpoint& to, std::chrono::milliseconds,
             std::function<void(LinkOutcome)> done) override {
@@ -103,7 +109,8 @@ class FakeEnvironment final : public Environment {
   void advance(Clock::duration by) { runUntil(now_ + by); }
   std::size_t pendingTimers() const { return timers_.size(); }
 
-  std::uint64_t self = 1;  // this peer's id; it listens at fake:<id>
+  std::uint64_t self = 1;   // this peer's id; it listens at fake:<id>
+  bool failGossip = false;  // every Gossip's send fails (as when no link can be opened)
   std::vector<Sent> sent;
   std::map<Endpoint, std::string> observed;  // what observedAt() says, by member address
   struct Punched {

@@ -92,6 +92,43 @@ TEST_CASE("membership protocol: an ack ends the probe early, a late ack for it i
   CHECK(sentOf<wire::Ping>(env).size() == 2);  // the next period's probe, at start + T
 }
 
+TEST_CASE("membership protocol: a gossip that could not be sent does not count as a copy") {
+  FakeEnvironment env;
+  Config config;
+  config.members = {member(1), member(2), member(3)};
+  const Options o = config.options;
+  Protocol protocol(env, config);
+  protocol.start();
+  // The copies of the news about member 4 sent from message `from` on, in every kind of message.
+  const auto copies = [&](std::size_t from) {
+    std::size_t n = 0;
+    for (std::size_t i = from; i < env.sent.size(); ++i)
+      std::visit(
+          [&](const auto& m) {
+            if constexpr (requires { m.updates; })
+              n += std::count_if(m.updates.begin(), m.updates.end(),
+                                 [](const wire::MemberUpdate& u) { return u.peerId == 4; });
+          },
+          env.sent[i].message);
+    return n;
+  };
+  const std::size_t limit = 3;  // ceil(retransmitMultiplier 4 x log10(4 members + 1))
+  REQUIRE(o.retransmitMultiplier == 4.0);
+  env.failGossip = true;
+  const std::size_t before = env.sent.size();
+  protocol.handle(Remote{2, Endpoint{"fake", 2}},
+                  wire::Gossip{2, {wire::MemberUpdate{4, Endpoint{"fake", 4}, 1000}}});
+  env.advance(o.probeInterval * 9 / 10);
+  // Without the refunds, `limit` copies in all; every failed gossip gave its copy back.
+  CHECK(copies(before) > limit + 2);
+  // Once gossips leave, the news goes `limit` more times (probes' piggybacks included) and stops.
+  env.failGossip = false;
+  const std::size_t cleared = env.sent.size();
+  env.advance(o.probeInterval * 9 / 10);
+  CHECK(copies(cleared) >= 1);
+  CHECK(copies(cleared) <= limit);
+}
+
 TEST_CASE("membership protocol: leave tells every member, reports once, and then nothing runs") {
   FakeEnvironment env;
   Config config;
