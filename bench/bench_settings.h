@@ -14,6 +14,7 @@
 #include "engine/base/enforce.h"
 #include "engine/options.h"
 #include "engine/peer_settings.h"
+#include "engine/sim/faults.h"
 
 namespace gossamer::bench {
 
@@ -55,5 +56,9 @@ void addSettingFlags(CLI::App& app, Target& target, FrontEnd end, const std::str
                      "the setting '{}' has no field in this front end's options",
                      engine::cli::nameIn(s, end));
 }
+
+// Registers --straggler-factor and --straggler-seconds on `command` (simulate, chaos), into
+// `shape` (which must outlive the parse): the drawn stragglers' slow-down and length, when given.
+void addStragglerOptions(CLI::App& command, engine::sim::StragglerShape& shape);
 
 }  // namespace gossamer::bench

@@ -37,6 +37,7 @@
 #include <unistd.h>
 
 #include "algorithms/builtin.h"
+#include "bench/bench_settings.h"
 #include "bench/bench_util.h"
 #include "bench/benchmarks.h"
 #include "bench/chaos_run.h"
@@ -129,7 +130,8 @@ void runChaos(const ChaosOptions& o) {
   const double runSeconds = static_cast<double>(totalSteps) * o.stepMs / 1000;
   const std::size_t count =
       o.faults > 0 ? o.faults : static_cast<std::size_t>(std::round(o.faultsPerMinute * o.minutes));
-  const std::vector<ChaosFault> schedule = drawChaosSchedule(o.seed, count, runSeconds, kinds);
+  const std::vector<ChaosFault> schedule =
+      drawChaosSchedule(o.seed, count, runSeconds, kinds, o.straggler);
   fmt::print("chaos: {} peers of {} as {}, {} steps of >= {} ms ({:.0f} s), seed {}, {} faults\n",
              o.peers, o.algorithm, o.processes ? "gossamer-peer processes" : "threads", totalSteps,
              o.stepMs, runSeconds, o.seed, schedule.size());
@@ -252,6 +254,7 @@ void addChaosCommand(CLI::App& app) {
       ->capture_default_str();
   command->add_option("--faults", options->faults, "exactly this many faults (0: per minute)")
       ->capture_default_str();
+  addStragglerOptions(*command, options->straggler);
   command
       ->add_option("--kinds", options->kinds,
                    "fault kinds to draw from: kill, restart (from the checkpoint), "

@@ -36,8 +36,9 @@ struct ChaosOptions {
   double stepMs = 20;  // every step takes at least this long: the run lasts `minutes`
   double lr = 0.05;
   double faultsPerMinute = 6;
-  std::size_t faults = 0;          // > 0: exactly this many, instead of faultsPerMinute
-  std::vector<std::string> kinds;  // empty: every kind the mode supports
+  std::size_t faults = 0;                 // > 0: exactly this many, instead of faultsPerMinute
+  std::vector<std::string> kinds;         // empty: every kind the mode supports
+  engine::sim::StragglerShape straggler;  // --straggler-factor, --straggler-seconds
   bool baseline = true;
   double loss = 0;  // on every link, for the whole faulty run (threads only)
   net::shaped::LossMode lossMode = net::shaped::LossMode::stream;

@@ -86,7 +86,8 @@ std::vector<ChaosKind> supportedKinds(bool processes) {
 }
 
 std::vector<ChaosFault> drawChaosSchedule(std::uint64_t seed, std::size_t count, double runSeconds,
-                                          const std::vector<ChaosKind>& kinds) {
+                                          const std::vector<ChaosKind>& kinds,
+                                          engine::sim::StragglerShape straggler) {
   // Which faults are of the simulator's kinds (drawn by it) and which of the new ones.
   constexpr std::array<ChaosKind, 3> kNewKinds = {ChaosKind::restartFresh, ChaosKind::joinFinishing,
                                                   ChaosKind::killJoin};
@@ -122,7 +123,8 @@ std::vector<ChaosFault> drawChaosSchedule(std::uint64_t seed, std::size_t count,
     f.pick = rng();
     out.push_back(f);
   }
-  for (const engine::sim::Fault& s : engine::sim::drawFaults(seed, simCount, runSeconds, simKinds))
+  for (const engine::sim::Fault& s :
+       engine::sim::drawFaults(seed, simCount, runSeconds, simKinds, straggler))
     out.push_back({.at = s.at,
                    .kind = chaosKind(s.kind),
                    .seconds = s.seconds,

@@ -10,6 +10,8 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/sim/faults.h"
+
 namespace gossamer::bench {
 
 enum class ChaosKind {
@@ -54,8 +56,9 @@ struct ChaosFault {
 // [0.1, 0.85] x runSeconds like the simulator's; join-finishing in the last 2% of the run, but it
 // is carried out only once a live peer has reached the run's last step (or is about to: a
 // process's start-up takes time), during the cluster's finish. The same seed and arguments give
-// the same schedule.
+// the same schedule. `straggler` shapes the stragglers (engine::sim::drawFaults).
 std::vector<ChaosFault> drawChaosSchedule(std::uint64_t seed, std::size_t count, double runSeconds,
-                                          const std::vector<ChaosKind>& kinds);
+                                          const std::vector<ChaosKind>& kinds,
+                                          engine::sim::StragglerShape straggler = {});
 
 }  // namespace gossamer::bench

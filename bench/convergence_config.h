@@ -62,8 +62,9 @@ struct RunSettings {
   std::string transport = "inproc";  // the local cluster's transport under the emulated network
   double commTimeout = 30;           // seconds: deadline of synchronous waits
   double stepTime = 0;  // milliseconds of emulated compute per step (0: the real compute only)
-  std::string compress = "none";     // codec of compressible payloads (kernels/codec.h)
-  std::string errorFeedback = "on";  // on or off
+  std::vector<double> peerStepTimes;  // milliseconds per peer, repeating (empty: stepTime)
+  std::string compress = "none";      // codec of compressible payloads (kernels/codec.h)
+  std::string errorFeedback = "on";   // on or off
 
   // The fields by the names of their settings (bench/bench_settings.h): every [run] key, its
   // help, type and check, is declared once with gossamer-peer's (engine/peer_settings*.cc).
@@ -91,6 +92,7 @@ struct RunSettings {
     b("transport", transport);
     b("comm-timeout", commTimeout);
     b("step-time", stepTime);
+    b("peer-step-times", peerStepTimes);
     b("compress", compress);
     b("error-feedback", errorFeedback);
   }

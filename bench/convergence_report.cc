@@ -65,6 +65,8 @@ engine::runtime::ClusterConfig clusterConfig(const RunSettings& run, const Exper
   t.commTimeout = std::chrono::milliseconds(static_cast<std::int64_t>(run.commTimeout * 1000));
   t.finishTimeout = std::chrono::seconds(120);
   t.minStepTime = std::chrono::microseconds(static_cast<std::int64_t>(e.stepTime * 1000));
+  for (double ms : run.peerStepTimes)
+    t.peerStepTimes.emplace_back(static_cast<std::int64_t>(ms * 1000));
   t.compression = {kernels::parseCodec(e.compress), run.errorFeedback == "on"};
   return c;
 }

@@ -97,7 +97,7 @@ engine::sim::SimConfig simConfig(const RunSettings& run, const Experiment& e,
         o.faultWindow > 0
             ? o.faultWindow
             : static_cast<double>(std::max<std::uint64_t>(run.steps, 1)) * e.stepTime / 1000.0;
-    c.faults = engine::sim::drawFaults(run.seed, o.faults, window, kinds);
+    c.faults = engine::sim::drawFaults(run.seed, o.faults, window, kinds, o.straggler);
   }
   return c;
 }

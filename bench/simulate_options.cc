@@ -54,6 +54,7 @@ CLI::App* addSimulateFlags(CLI::App& app, std::function<void(const SimulateOptio
                                fmt::join(engine::sim::faultKindNames(), ", ")))
       ->delimiter(',')
       ->check(CLI::IsMember(engine::sim::faultKindNames()));
+  addStragglerOptions(*command, o->straggler);
   command->add_option("--fault-window", o->faultWindow,
                       "virtual seconds the faults are spread over (default: steps x step time)");
   command->add_option("--max-virtual-seconds", o->maxVirtualSeconds,

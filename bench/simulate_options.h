@@ -13,6 +13,7 @@
 #include <CLI/CLI.hpp>
 
 #include "bench/convergence_config.h"
+#include "engine/sim/faults.h"
 
 namespace gossamer::bench {
 
@@ -30,6 +31,7 @@ struct SimulateOptions {
   std::size_t faults = 0;
   std::vector<std::string> faultKinds;
   double faultWindow = 0;
+  engine::sim::StragglerShape straggler;  // --straggler-factor, --straggler-seconds
   double maxVirtualSeconds = 0;
   std::vector<std::string> configPaths;
   std::string out = "simulate-report";

@@ -279,6 +279,14 @@ class DeviceView {
   std::shared_ptr<const void> keep_;
 };
 
+// How fast a peer trains, as it measured itself over its last window of steps (about a second)
+// and told the others (engine/runtime/speeds.h).
+struct PeerSpeed {
+  double stepSeconds = 0;       // compute per step: gradients and optimizer, emulated included
+  double samplesPerSecond = 0;  // samples trained on per second of its loop, waits included
+  std::uint64_t step = 0;       // its step at the end of that window
+};
+
 // Everything an algorithm may use on the compute thread.
 class PeerContext {
  public:
@@ -297,6 +305,9 @@ class PeerContext {
   virtual std::uint64_t step() const = 0;
   // Local steps this run will make in all.
   virtual std::uint64_t totalSteps() const = 0;
+  // How fast `peer` (a member, or this peer itself) trains, as last measured and shared; none
+  // before its first report (a second or so into training) or where the runtime shares none.
+  virtual std::optional<PeerSpeed> speedOf(PeerId /*peer*/) const { return std::nullopt; }
 
   // ---- the model ----
   virtual kernels::Compute& compute() = 0;

@@ -42,6 +42,8 @@ engine::runtime::TrainingConfig trainingConfig(const PeerOptions& o) {
   t.finishTimeout = durationOf(o.finishTimeout);
   t.stallTimeout = durationOf(o.stallTimeout);
   t.minStepTime = std::chrono::microseconds(static_cast<std::int64_t>(o.minStepTime * 1000));
+  for (double ms : o.peerStepTimes)
+    t.peerStepTimes.emplace_back(static_cast<std::int64_t>(ms * 1000));
   t.evalSamples = o.evalSamples;
   t.metricsPath = o.metricsPath;
   t.checkpointEvery = o.checkpointEvery;
@@ -140,6 +142,9 @@ PeerConfig peerConfig(const PeerOptions& o, const engine::Registry& registry) {
   t.topology = o.topology;
   t.topologyOptions = topologyOptions(o);
   t.minPeers = o.local > 0 ? o.local : o.minPeers;
+  GOSSAMER_ENFORCE(o.peerStepTimes.empty() || o.local > 0,
+                   "--peer-step-times gives each peer of a --local cluster its step time; a peer "
+                   "process takes --step-time");
   t.evalEvery = std::max<std::int64_t>(o.evalEvery, 0);
   if (t.evalSamples == 0) t.evalSamples = 2000;
   t.checkpointDir = o.checkpointDir;

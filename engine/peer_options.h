@@ -83,7 +83,8 @@ struct PeerOptions {
   std::string compress = "none";
   std::string errorFeedback = "on";
   double maxNormRatio = 0;
-  double minStepTime = 0;  // milliseconds
+  double minStepTime = 0;             // milliseconds
+  std::vector<double> peerStepTimes;  // milliseconds, per peer of --local (repeating)
   double startTimeout = 120;
   double joinTimeout = 60;
   double finishTimeout = 60;

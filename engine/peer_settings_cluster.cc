@@ -288,6 +288,16 @@ void addClusterSettings(std::vector<Setting>& out, const Registry& registry) {
                 std::chrono::duration_cast<std::chrono::microseconds>(millis(seconds));
           },
           "emulated compute: each step takes at least this many seconds");
+  Declare<std::vector<double>>(
+      out, "peer-step-times",
+      "milliseconds of emulated compute per step for each peer of a local or simulated cluster, "
+      "in peer order and repeating (300,300,600,1200: the third peer steps at half the first's "
+      "pace, the fourth at a quarter, the fifth like the first); replaces --step-time there",
+      cluster)
+      .field(&PeerOptions::peerStepTimes)
+      .hideDefault()
+      .atLeast(0)
+      .bench(kSimulate | kRun);
   addSeconds(out, "start-timeout", &PeerOptions::startTimeout, false,
              "seconds to wait for --min-peers members before training; then it fails (exit status "
              "1) even if it got in (unlike --join-timeout, which is about getting in)",

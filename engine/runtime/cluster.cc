@@ -84,6 +84,7 @@ PeerConfig LocalPeerConfigs::make(std::size_t index, std::optional<net::Endpoint
   PeerConfig c = base_;
   c.network.peerId = index + 1;
   c.network.profileIndex = index;
+  c.training.minStepTime = stepTimeOf(c.training, index);
   const bool keptBesideCheckpoints =
       !c.training.checkpointDir.empty() || !c.training.checkpointFile.empty();
   if (!c.network.identity && !keptBesideCheckpoints) {

@@ -152,6 +152,10 @@ struct TrainingConfig {
   // a large one on a real accelerator while its messages fly as they would. Waits for messages
   // come on top, as they do on real hardware.
   std::chrono::microseconds minStepTime{0};
+  // Uneven peers (peer-step-times): in a local or simulated cluster, the peer of index i (from
+  // 0, in id order; joiners continue the count) steps at entry i mod size instead of
+  // minStepTime (stepTimeOf). Empty: minStepTime for every peer.
+  std::vector<std::chrono::microseconds> peerStepTimes;
   std::size_t sendBuffers = 8;  // staging buffers for sends (each a model's size)
   std::size_t receiveBuffers = 16;
   std::string metricsPath;  // JSON lines (eval events, final); empty: none
@@ -166,6 +170,12 @@ struct TrainingConfig {
   bool resume = false;
   bool progress = false;  // draw a progress bar on stdout
 };
+
+// The emulated compute per step of the cluster peer of index `index` (TrainingConfig's
+// peerStepTimes, else minStepTime).
+inline std::chrono::microseconds stepTimeOf(const TrainingConfig& t, std::size_t index) {
+  return t.peerStepTimes.empty() ? t.minStepTime : t.peerStepTimes[index % t.peerStepTimes.size()];
+}
 
 struct PeerConfig {
   NetworkConfig network;

@@ -68,6 +68,9 @@ class ComputeContext final : public PeerContext {
   const topology::Graph& graph() const override { return *p_.roster.graph; }
   std::uint64_t step() const override { return p_.status.step; }
   std::uint64_t totalSteps() const override { return p_.status.totalSteps; }
+  std::optional<PeerSpeed> speedOf(PeerId peer) const override {
+    return p_.control.speeds().of(peer);
+  }
 
   kernels::Compute& compute() override { return p_.compute; }
   std::span<float> params() override { return p_.learner.params(); }

@@ -22,7 +22,15 @@ struct Control {
     stateHeader @8 :Void;    # the answer: {copy id, floats}; its step in the envelope
     chunkRequest @9 :Void;   # {copy id, chunk, chunk floats, attempt, send bytes, send digest}
     chunk @10 :Void;         # {copy id, chunk, attempt, held, [4 digest words]}; bytes as payload
+    speed @11 :Speed;        # how fast the sender trains (uneven peers), sent every second or so
   }
+}
+
+# A peer's own measurement over its last window of steps (engine/runtime/speeds.h).
+struct Speed {
+  stepSeconds @0 :Float64;       # compute per step: gradients and optimizer, emulated included
+  samplesPerSecond @1 :Float64;  # samples trained on per second of its loop, waits included
+  step @2 :UInt64;               # its step at the end of the window
 }
 
 struct StatusRequest {

@@ -88,15 +88,17 @@ void ClusterControl::onMessage(Incoming message, std::vector<std::byte> bytes) {
   } else if (auto* finished = std::get_if<control::Finished>(&decoded)) {
     {
       std::lock_guard lock(mutex_);
-      finishedMarks_[from] |= 1u << finished->channel;
+      marks_[0][from] |= 1u << finished->channel;
     }
     wake();
   } else if (auto* released = std::get_if<control::Released>(&decoded)) {
     {
       std::lock_guard lock(mutex_);
-      releasedMarks_[from] |= 1u << released->channel;
+      marks_[1][from] |= 1u << released->channel;
     }
     wake();
+  } else if (const auto* speed = std::get_if<control::Speed>(&decoded)) {
+    speeds_.record(from, PeerSpeed{speed->stepSeconds, speed->samplesPerSecond, speed->step});
   } else if (std::holds_alternative<control::PullModel>(decoded)) {
     message.kind = 0;
     if (std::shared_ptr<const Snapshot> snapshot = snapshots_.pull(message))
@@ -205,6 +207,20 @@ void ClusterControl::sendMarks(Barrier barrier, const std::vector<PeerId>& to) {
                                      .control = control::encode(markOf(barrier, channel)),
                                      .channel = channel},
                             true, {});
+}
+
+void ClusterControl::reportSpeed(const PeerSpeed& speed) {
+  speeds_.record(network_.self(), speed);
+  const std::vector<PeerId> to = others();
+  if (to.empty()) return;
+  // On the control link, never waiting: a report that finds no send slot is dropped (the next
+  // comes a second later).
+  messenger_.sendFromHost(to, Message{.step = speed.step},
+                          Envelope{.route = Route::runtime,
+                                   .control = control::encode(control::Speed{
+                                       speed.stepSeconds, speed.samplesPerSecond, speed.step}),
+                                   .channel = net::Channel::control},
+                          false, {});
 }
 
 void ClusterControl::stop() {
@@ -327,17 +343,17 @@ void ClusterControl::announce(Barrier barrier, const std::vector<PeerId>& to,
 
 bool ClusterControl::hasFinished(PeerId peer) const {
   std::lock_guard lock(mutex_);
-  return hasBothMarks(finishedMarks_, peer);
+  return hasBothMarks(marks_[0], peer);
 }
 
 bool ClusterControl::hasReleased(PeerId peer) const {
   std::lock_guard lock(mutex_);
-  return hasBothMarks(releasedMarks_, peer);
+  return hasBothMarks(marks_[1], peer);
 }
 
 bool ClusterControl::await(Barrier barrier, Clock::duration timeout) {
   using namespace std::chrono_literals;
-  const auto& marks = barrier == Barrier::released ? releasedMarks_ : finishedMarks_;
+  const auto& marks = marks_[barrier == Barrier::released ? 1 : 0];
   // A mark is lost when its link breaks with it in flight (a relay that died). So every so often
   // the marks this peer announced go again to the members whose marks it still misses: the
   // barriers are symmetric, so they may be missing this peer's as well. Marks are idempotent.

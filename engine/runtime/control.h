@@ -25,6 +25,7 @@
 // the other way round.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -44,6 +45,7 @@
 #include "engine/runtime/network.h"
 #include "engine/runtime/peer_state.h"
 #include "engine/runtime/snapshots.h"
+#include "engine/runtime/speeds.h"
 
 namespace gossamer::engine::runtime {
 
@@ -117,6 +119,11 @@ class ClusterControl {
   void answerPulls(const std::vector<Incoming>& pulls, std::shared_ptr<const Snapshot> snapshot);
 
   MessageQueue& replies() { return replies_; }
+  // How fast each peer trains (speeds.h): the reports of the others, recorded as they arrive.
+  SpeedBoard& speeds() { return speeds_; }
+  const SpeedBoard& speeds() const { return speeds_; }
+  // Any thread: `speed` is this peer's own; recorded, and sent to every other member.
+  void reportSpeed(const PeerSpeed& speed);
 
  private:
   void request(const std::vector<PeerId>& to, const control::Message& message, std::uint64_t tag);
@@ -142,8 +149,8 @@ class ClusterControl {
   // The members this peer started training with, each with its incarnation in this peer's view
   // then: a later life of one (a restart) asks with a higher incarnation and joins late.
   std::map<PeerId, std::uint64_t> startLives_;
-  std::map<PeerId, unsigned> finishedMarks_;  // bit c: the mark of channel c came
-  std::map<PeerId, unsigned> releasedMarks_;  // the same for the released marks
+  // By Barrier (finished, released), per peer: bit c, the mark of channel c came.
+  std::array<std::map<PeerId, unsigned>, 2> marks_;
   // Per barrier this peer announced: whom its marks went to (a member outside it gets them when
   // it appears in the view).
   std::map<Barrier, std::set<PeerId>> announcedTo_;
@@ -156,6 +163,7 @@ class ClusterControl {
   // reply to a wait that ended would hold its receive buffer for good).
   std::set<std::uint64_t> awaited_;
   std::function<std::optional<SharedState>()> sharedState_;
+  SpeedBoard speeds_;  // the members' last control::Speed reports, and this peer's own
   // Last: destroyed first, its thread joined while what its jobs use (sharedState_) still lives.
   CatchUpServer catchUpServer_;
 };

@@ -1,5 +1,7 @@
 #include "engine/runtime/control_codec.h"
 
+#include <cmath>
+
 #include <capnp/message.h>
 
 #include "engine/runtime/control.capnp.h"
@@ -50,6 +52,14 @@ Message toMessage(s::Control::Reader r) {
       return ChunkRequest{};
     case s::Control::CHUNK:
       return ChunkReply{};
+    case s::Control::SPEED: {
+      auto speed = r.getSpeed();
+      const Speed out{speed.getStepSeconds(), speed.getSamplesPerSecond(), speed.getStep()};
+      if (!std::isfinite(out.stepSeconds) || !std::isfinite(out.samplesPerSecond) ||
+          out.stepSeconds < 0 || out.samplesPerSecond < 0)
+        throw net::wire::Malformed{};
+      return out;
+    }
   }
   throw net::wire::Malformed{};  // a union member from a newer schema
 }
@@ -78,6 +88,12 @@ std::vector<std::byte> encode(const Message& message) {
                  [&](const StateHeader&) { root.setStateHeader(); },
                  [&](const ChunkRequest&) { root.setChunkRequest(); },
                  [&](const ChunkReply&) { root.setChunk(); },
+                 [&](const Speed& v) {
+                   auto speed = root.initSpeed();
+                   speed.setStepSeconds(v.stepSeconds);
+                   speed.setSamplesPerSecond(v.samplesPerSecond);
+                   speed.setStep(v.step);
+                 },
              },
              message);
   return net::wire::flatten(builder);

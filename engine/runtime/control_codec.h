@@ -55,8 +55,16 @@ struct ChunkReply {
   friend bool operator==(const ChunkReply&, const ChunkReply&) = default;
 };
 
+// How fast the sender trains (engine/runtime/speeds.h): both figures finite and not negative.
+struct Speed {
+  double stepSeconds = 0;
+  double samplesPerSecond = 0;
+  std::uint64_t step = 0;
+  friend bool operator==(const Speed&, const Speed&) = default;
+};
+
 using Message = std::variant<StatusRequest, Status, Finished, Released, PullModel, Model,
-                             StateRequest, StateHeader, ChunkRequest, ChunkReply>;
+                             StateRequest, StateHeader, ChunkRequest, ChunkReply, Speed>;
 
 std::vector<std::byte> encode(const Message& message);
 // net::Errc::malformedMessage for anything but one well-formed message (an unknown union member,

@@ -330,6 +330,9 @@ bool Peer::Impl::start() {
                                 comms->control.wake();
                               },
                           .giveUp = [this](const std::string&) { kill(); }});
+  training.speeds = std::make_unique<SpeedReporter>(
+      status, kSpeedReportPeriod,
+      [this](const PeerSpeed& speed) { comms->control.reportSpeed(speed); });
   return true;
 }
 

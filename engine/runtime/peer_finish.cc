@@ -11,6 +11,7 @@ PeerResult Peer::Impl::finish(const LoopFigures& figures) {
   if (training.cannotJoin || training.clusterDone) return notStartedResult();
   if (training.stallWatch)
     training.stallWatch->stop();  // the loop is over: the waits from here have their own bounds
+  if (training.speeds) training.speeds->stop();
   const std::size_t shards = std::max(training.life->roster().shardCount, t.minPeers);
   const bool leaving = requests.leave && !requests.killed;
   const Clock::time_point finishing = Clock::now();

@@ -22,6 +22,7 @@
 #include "engine/runtime/payload_codec.h"
 #include "engine/runtime/peer.h"
 #include "engine/runtime/peer_state.h"
+#include "engine/runtime/speeds.h"
 #include "engine/runtime/staging.h"
 #include "engine/runtime/stall_watch.h"
 #include "engine/runtime/training_loop.h"
@@ -77,6 +78,7 @@ struct Training {
   bool cannotJoin = false;   // the join deadline passed before anyone admitted this peer
   bool clusterDone = false;  // the cluster had trained all its steps when this peer came
   std::unique_ptr<StallWatch> stallWatch;  // while the loop runs (its verdict after)
+  std::unique_ptr<SpeedReporter> speeds;   // while the loop runs: this peer's speed, shared
 };
 
 // Requests from other threads, read at step boundaries.

@@ -25,6 +25,8 @@ struct StepFigures {
   double trainSeconds = 0;  // the loop's time on the clock (evaluations are off it)
   double commWaitSeconds = 0;
   double computeSeconds = 0;
+  std::uint64_t step = 0;     // the step just taken
+  std::uint64_t samples = 0;  // trained on in this run so far
 };
 
 // "0000000000000002, 0000000000000003": peer ids as the log writes them.
@@ -101,10 +103,10 @@ struct LoopStatus {
 
   // The compute thread, at the end of each step: the figures as they are now, with the loop's
   // time on the clock.
-  void recordStep(double onClockSeconds) {
+  void recordStep(double onClockSeconds, std::uint64_t samples) {
     std::lock_guard lock(stepMutex_);
     trainSeconds = onClockSeconds;
-    lastStep_ = {onClockSeconds, commWaitSeconds(), computeSeconds()};
+    lastStep_ = {onClockSeconds, commWaitSeconds(), computeSeconds(), step.load(), samples};
   }
   StepFigures lastStep() const {
     std::lock_guard lock(stepMutex_);

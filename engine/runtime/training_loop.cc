@@ -54,7 +54,7 @@ void TrainingLoop::begin() {
   start_ = Clock::now();
   offClock_ = {};
   startSamples_ = learner_.samples();
-  status_.recordStep(0);
+  status_.recordStep(0, 0);
   status_.training = true;
 }
 
@@ -68,7 +68,8 @@ bool TrainingLoop::next(LoopDriver& driver) {
   recentLosses_.push_back(loss);
   if (recentLosses_.size() > stepsPerEpoch_) recentLosses_.pop_front();
   status_.loss = recentLosses_.size() == 1 ? loss : 0.95 * status_.loss + 0.05 * loss;
-  status_.recordStep(onClockSeconds());
+  status_.recordStep(onClockSeconds(),
+                     static_cast<std::uint64_t>(learner_.samples() - startSamples_));
   driver.afterStep();
   if (evalDue(step)) offClock([&] { evaluateAndLog(step, driver.bytesSent()); });
   const double seconds = std::max(status_.trainSeconds.load(), 1e-9);

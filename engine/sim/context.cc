@@ -7,11 +7,17 @@ namespace gossamer::engine::sim::detail {
 double SimContext::computeGradients() {
   const double loss = p_.parts.learner->computeGradients();
   const Duration stepTime = std::chrono::duration_cast<Duration>(
-      p_.world.shared().config.training.minStepTime * p_.stepFactor);
+      stepTimeOf(p_.world.shared().config.training, p_.id - 1) * p_.stepFactor);
   const TimePoint start = p_.world.now();
   if (stepTime.count() > 0) p_.sleepUntil(start + stepTime);
   p_.figures.computeTime += p_.world.now() - start;
+  p_.noteSpeed();
   return loss;
+}
+
+std::optional<PeerSpeed> SimContext::speedOf(PeerId peer) const {
+  const SimPeer* q = p_.world.current(peer);
+  return q == nullptr ? std::nullopt : q->speeds.last;
 }
 
 std::optional<Incoming> SimContext::request(PeerId to, const Message& message,

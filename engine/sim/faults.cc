@@ -43,7 +43,7 @@ std::vector<std::string> faultKindNames() {
 }
 
 std::vector<Fault> drawFaults(std::uint64_t seed, std::size_t count, double windowSeconds,
-                              const std::vector<FaultKind>& kinds) {
+                              const std::vector<FaultKind>& kinds, StragglerShape straggler) {
   // In the order of kFaultKinds.
   std::vector<double> weights = {0.25, 0.2, 0.1, 0.15, 0.15, 0.15, 0.1, 0.1};
   if (!kinds.empty()) {
@@ -61,6 +61,10 @@ std::vector<Fault> drawFaults(std::uint64_t seed, std::size_t count, double wind
     f.seconds = 2 + 4 * unit(rng);
     f.magnitude = f.kind == FaultKind::loss ? 0.1 + 0.2 * unit(rng) : 3 + 2 * unit(rng);
     f.pick = rng();
+    if (f.kind == FaultKind::straggler) {
+      if (straggler.factor > 0) f.magnitude = straggler.factor;
+      if (straggler.seconds > 0) f.seconds = straggler.seconds;
+    }
     faults.push_back(f);
   }
   std::sort(faults.begin(), faults.end(),

@@ -38,13 +38,22 @@ struct Fault {
   std::uint64_t pick = 0;  // the target: pick % (peers in training at `at`), in id order
 };
 
+// A straggler's slow-down and how long it lasts, when given (--straggler-factor,
+// --straggler-seconds): a long slow phase rather than the drawn blip. 0: drawn.
+struct StragglerShape {
+  double factor = 0;   // the step-time factor (at least 1)
+  double seconds = 0;  // how long
+};
+
 // A fault schedule drawn as the chaos benchmark draws its own: `count` faults at uniformly random
 // times in [0.1, 0.85] x windowSeconds, kinds weighted kill 0.25, restart 0.2, join 0.1,
 // partition 0.15, loss 0.15, straggler 0.15, leave 0.1, restart-fresh 0.1 (only `kinds` when
 // not empty), lasting 2-6 s, loss rates 0.1-0.3, slow-downs 3-5x. The same seed gives the same
-// schedule.
+// schedule; `straggler` replaces the drawn factor and length of the stragglers (the rest of the
+// schedule stays as drawn).
 std::vector<Fault> drawFaults(std::uint64_t seed, std::size_t count, double windowSeconds,
-                              const std::vector<FaultKind>& kinds = {});
+                              const std::vector<FaultKind>& kinds = {},
+                              StragglerShape straggler = {});
 std::string describe(const Fault& fault);
 
 // A peer that was not killed, as the invariants see it at the end of a run.

@@ -15,6 +15,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <queue>
 #include <random>
 #include <set>
@@ -251,6 +252,19 @@ class SimPeer {
     Duration commWait{};
     Duration computeTime{};
   } figures;
+
+  // Its speed (PeerContext::speedOf), measured as a real peer's SpeedReporter does, over windows
+  // of at least kSpeedReportPeriod of virtual time; the others read it at once (the simulator
+  // does not model the reports' messages).
+  struct Speeds {
+    bool open = false;  // a window has started
+    TimePoint start{};
+    std::uint64_t step = 0, samples = 0;
+    Duration compute{};
+    std::optional<PeerSpeed> last;
+  } speeds;
+  // After each step's compute: closes a speed window that is long enough.
+  void noteSpeed();
 
   // What reached it from the others: the latest step of an algorithm message delivered to its
   // inbox, by sender, and its waits that reached their deadline incomplete (the life's

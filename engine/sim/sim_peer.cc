@@ -5,6 +5,7 @@
 #include "engine/base/enforce.h"
 #include "engine/base/log.h"
 #include "engine/runtime/checkpoints.h"
+#include "engine/runtime/speeds.h"
 #include "engine/sim/context.h"
 #include "engine/train/schedule.h"
 #include "net/limits.h"
@@ -41,10 +42,7 @@ bool SimInbox::wait(std::optional<std::uint32_t> kind, Clock::time_point deadlin
 // ---- a peer's life -----------------------------------------------------------------------------
 
 SimPeer::SimPeer(World& w, PeerId peerId, std::size_t lifeNumber, bool joinsLate)
-    : world(w),
-      id(peerId),
-      life(lifeNumber),
-      late(joinsLate) {
+    : world(w), id(peerId), life(lifeNumber), late(joinsLate) {
   const Shared& s = w.shared();
   parts.rng.seed(s.config.training.seed * 0x9e3779b97f4a7c15ull ^ peerId);
   const runtime::TrainingConfig& t = s.training;
@@ -85,6 +83,32 @@ bool SimPeer::block(const std::function<bool()>& ready, TimePoint deadline) {
 
 void SimPeer::poke() {
   if (blocked.waiting && !killed) world.resume(*this);
+}
+
+void SimPeer::noteSpeed() {
+  const TimePoint now = world.now();
+  const auto samples = static_cast<std::uint64_t>(parts.learner->samples());
+  const auto reading = [&] {
+    return runtime::LoopReading{.step = step,
+                                .samples = samples,
+                                .computeSeconds = Seconds(figures.computeTime).count(),
+                                .loopSeconds = Seconds(now - figures.trainStart).count()};
+  };
+  if (speeds.open && now - speeds.start < runtime::kSpeedReportPeriod) return;
+  if (speeds.open) {
+    const runtime::LoopReading before{
+        .step = speeds.step,
+        .samples = speeds.samples,
+        .computeSeconds = Seconds(speeds.compute).count(),
+        .loopSeconds = Seconds(speeds.start - figures.trainStart).count()};
+    if (std::optional<PeerSpeed> speed = runtime::speedBetween(before, reading()))
+      speeds.last = speed;
+  }
+  speeds.open = true;
+  speeds.start = now;
+  speeds.step = step;
+  speeds.samples = samples;
+  speeds.compute = figures.computeTime;
 }
 
 bool SimPeer::othersDone(Phase mark) const {

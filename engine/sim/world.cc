@@ -251,8 +251,9 @@ SimResult World::run() {
     };
     at(now_ + every, tick);
   }
-  const double computeSeconds =
-      static_cast<double>(shared_.totalSteps) * Seconds(config_.training.minStepTime).count();
+  std::chrono::microseconds slowest = config_.training.minStepTime;
+  for (std::chrono::microseconds t : config_.training.peerStepTimes) slowest = std::max(slowest, t);
+  const double computeSeconds = static_cast<double>(shared_.totalSteps) * Seconds(slowest).count();
   const double limitSeconds =
       config_.maxVirtualSeconds > 0 ? config_.maxVirtualSeconds : 100 * computeSeconds + 600;
   const TimePoint limit = kStart + fromSeconds(limitSeconds);

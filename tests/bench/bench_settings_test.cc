@@ -139,6 +139,16 @@ TEST_CASE("bench settings: every simulate setting is a flag that sets its field"
   CHECK(simulate({"--min-step-time", "40"}).options.run.stepTime == 40);
   CHECK(simulate({"--schedule", "cosine"}).options.run.schedule == "cosine");
   CHECK(simulate({"--hidden", "8,4"}).options.run.hidden == std::vector<std::size_t>{8, 4});
+  // Uneven peers: a step time per peer, and a straggler of a given slow-down and length.
+  CHECK(simulate({"--peer-step-times", "300,300,600,1200"}).options.run.peerStepTimes ==
+        std::vector<double>{300, 300, 600, 1200});
+  CHECK(simulate({"--peer-step-times", "300,-1"}).error.find("'-1' must be at least 0") !=
+        std::string::npos);
+  const SimulateOptions slow =
+      simulate({"--straggler-factor", "4", "--straggler-seconds", "30"}).options;
+  CHECK(slow.straggler.factor == 4);
+  CHECK(slow.straggler.seconds == 30);
+  CHECK_FALSE(simulate({"--straggler-factor", "0.5"}).error.empty());
   const Matrix m = bench::matrixOf(simulate({"--eval-every-steps", "5"}).options);
   CHECK(m.run.evalSeconds == 0);
   CHECK(m.run.evalEverySteps == 5);

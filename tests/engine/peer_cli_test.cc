@@ -58,6 +58,8 @@ TEST_CASE("peer cli: bad flags and bad input fail with a clear message, the sent
   check("--algorithm gosgd --listen 127.0.0.1:0", "--secret-file is required");
   check("--local 2 --algorithm gosgd --dataset synthetic --transport-option keep-alive=false",
         "--local peers take --local-transport");
+  check("--algorithm gosgd --dataset synthetic --peer-step-times 300,600 --listen 127.0.0.1:0",
+        "a peer process takes --step-time");
 }
 
 TEST_CASE("peer cli: the source location of an error goes to the debug log") {

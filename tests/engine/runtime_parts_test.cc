@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -100,6 +101,7 @@ TEST_CASE("runtime parts: every control message survives encode and decode") {
       control::Released{1},
       control::PullModel{},
       control::Model{},
+      control::Speed{.stepSeconds = 0.3, .samplesPerSecond = 213.5, .step = 42},
   };
   for (const control::Message& message : messages) {
     control::Message decoded;
@@ -117,7 +119,9 @@ TEST_CASE("runtime parts: malformed control bytes are refused as values, never t
     CHECK(control::decode(std::span(good).first(cut), out));
   // A mark on a channel that does not exist.
   for (const control::Message& bad :
-       {control::Message{control::Finished{2}}, control::Message{control::Released{7}}})
+       {control::Message{control::Finished{2}}, control::Message{control::Released{7}},
+        control::Message{control::Speed{.stepSeconds = -1}},
+        control::Message{control::Speed{.samplesPerSecond = std::nan("")}}})
     CHECK(control::decode(control::encode(bad), out) == net::Errc::malformedMessage);
   // Garbage and a segment table claiming more than the bytes hold.
   std::vector<std::byte> garbage(64, std::byte{0xff});

@@ -236,5 +236,25 @@ TEST_CASE("sim: gosgd restarted from a checkpoint keeps its invariants, and the 
   CHECK(format(r) == format(run()));
 }
 
+TEST_CASE("world faults: a straggler's slow-down and length can be given, the rest stays drawn") {
+  const std::vector<FaultKind> kinds = {FaultKind::kill, FaultKind::straggler};
+  const std::vector<Fault> drawn = drawFaults(7, 12, 60, kinds);
+  const std::vector<Fault> shaped = drawFaults(7, 12, 60, kinds, {.factor = 4, .seconds = 30});
+  REQUIRE(drawn.size() == shaped.size());
+  std::size_t stragglers = 0;
+  for (std::size_t i = 0; i < drawn.size(); ++i) {
+    CHECK(shaped[i].at == drawn[i].at);
+    CHECK(shaped[i].kind == drawn[i].kind);
+    CHECK(shaped[i].pick == drawn[i].pick);
+    if (drawn[i].kind != FaultKind::straggler) continue;
+    ++stragglers;
+    CHECK(drawn[i].magnitude >= 3);
+    CHECK(drawn[i].seconds <= 6);
+    CHECK(shaped[i].magnitude == 4);
+    CHECK(shaped[i].seconds == 30);
+  }
+  CHECK(stragglers > 0);
+}
+
 }  // namespace
 }  // namespace gossamer::engine::sim::testing
