@@ -9,6 +9,7 @@
 #include <asio/steady_timer.hpp>
 #include <fmt/format.h>
 
+#include "engine/base/log.h"
 #include "net/link_support.h"
 #include "net/mesh/mesh_state.h"
 
@@ -53,12 +54,15 @@ asio::awaitable<std::shared_ptr<LinkEntry>> Mesh::State::linkTo(std::shared_ptr<
     outcome.error = asio::error::operation_aborted;
     co_return nullptr;
   }
+  // A punched or relayed link is the pair's one link for both channels: while it is open it
+  // serves, whatever else is being opened (a dial of the member's advertised address, before this
+  // peer heard that it is dial-out only, hangs until its deadline).
+  if (std::shared_ptr<LinkEntry> pair = self->pairLinkWith(to)) co_return pair;
   // A link, once open, carries traffic both ways: the remote's link to this peer for the same
   // channel serves when this peer has none of its own (and keeps serving while it is open:
   // one link per pair and channel keeps the frames in order).
   if (!self->outbound.count({to, channel})) {
     if (std::shared_ptr<LinkEntry> in = self->openInbound(to, channel)) co_return in;
-    if (std::shared_ptr<LinkEntry> punched = self->pairLinkWith(to)) co_return punched;
   }
   if (const auto it = self->outbound.find({to, channel}); it != self->outbound.end()) {
     std::shared_ptr<LinkEntry> entry = it->second;
@@ -71,7 +75,12 @@ asio::awaitable<std::shared_ptr<LinkEntry>> Mesh::State::linkTo(std::shared_ptr<
       outcome = LinkOutcome{entry->failure, entry->failureReason};
     } else {
       outcome.error = asio::error::timed_out;
+      outcome.reason = fmt::format("this peer's own {} link to {} was still opening",
+                                   channel == Channel::control ? "control" : "data", to.str());
     }
+    log::get("net")->debug(
+        "no {} link to {}: {}{}{}", channel == Channel::control ? "control" : "data", to.str(),
+        outcome.error.message(), outcome.reason.empty() ? "" : ": ", outcome.reason);
     co_return nullptr;
   }
 
@@ -98,6 +107,9 @@ asio::awaitable<std::shared_ptr<LinkEntry>> Mesh::State::linkTo(std::shared_ptr<
     entry->failure = failure ? failure : std::error_code(asio::error::operation_aborted);
     self->drop(entry);
     outcome = LinkOutcome{entry->failure, entry->failureReason};
+    log::get("net")->debug("no {} link to {}: dialing it failed: {}",
+                           channel == Channel::control ? "control" : "data", to.str(),
+                           entry->failure.message());
     co_return nullptr;
   }
   self->start(entry);
@@ -123,6 +135,9 @@ asio::awaitable<std::shared_ptr<LinkEntry>> Mesh::State::awaitReversed(
   outcome.error = self->closed ? asio::error::operation_aborted : asio::error::timed_out;
   outcome.reason = fmt::format(
       "{} cannot be dialed and did not open the link it was asked for in time", key.first.str());
+  log::get("net")->debug("no {} link to {}: {}",
+                         key.second == Channel::control ? "control" : "data", key.first.str(),
+                         outcome.reason);
   co_return nullptr;
 }
 
@@ -386,8 +401,8 @@ std::string Mesh::observedAddress(const Endpoint& to) const {
 }
 
 bool Mesh::hasOpenLink(const Endpoint& to, Channel channel) const {
-  // The link a send would take (linkTo's order): this peer's own when it has one, opening or
-  // not; else the remote's, or a punched or relayed one.
+  // The link a send would take (linkTo's order): a punched or relayed one; else this peer's own
+  // when it has one, opening or not; else the remote's.
   return state_->openLinkTo(to, channel) != nullptr;
 }
 

@@ -94,10 +94,10 @@ struct Mesh::State : std::enable_shared_from_this<Mesh::State>, relay::RelayHost
 
   // The open link a send to `to` for `channel` takes without connecting (linkTo's order), if any.
   std::shared_ptr<LinkEntry> openLinkTo(const Endpoint& to, Channel channel) const {
+    if (auto pair = pairLinkWith(to)) return pair;
     const auto it = outbound.find({to, channel});
     if (it != outbound.end()) return it->second->open ? it->second : nullptr;
-    if (auto in = openInbound(to, channel)) return in;
-    return pairLinkWith(to);
+    return openInbound(to, channel);
   }
 
   void reversedBoth(const Endpoint& from) {

@@ -165,6 +165,8 @@ asio::awaitable<void> RelayHub::onFrame(const wire::HandshakeConfig& handshake, 
   if (const auto it = ends_.find(key); it != ends_.end() && it->second.via == from.listen) {
     const std::shared_ptr<RelayedStream> stream = it->second.stream;
     if (frame.kind == RelayKind::data) {
+      log::get("net")->trace("relayed stream {:016x}/{:x}: {} bytes from {}", frame.source,
+                             frame.stream, payload.size(), from.listen.str());
       co_await stream->deliver(payload);
     } else {  // closed by the other end or the relay: no close goes back
       *it->second.why = frame.reason.empty() ? "the relayed stream was closed" : frame.reason;

@@ -10,6 +10,7 @@
 #include <asio/dispatch.hpp>
 #include <asio/steady_timer.hpp>
 
+#include "engine/base/log.h"
 #include "net/errors.h"
 #include "net/link_support.h"
 #include "net/relay/secure_stream.h"
@@ -185,6 +186,11 @@ std::unique_ptr<Link> RelayedStream::link() {
 asio::awaitable<std::error_code> RelayedStream::deliver(std::span<const std::byte> ciphertext) {
   const std::shared_ptr<RelayedStream> keep = shared_from_this();
   State& s = *state_;
+  if (!s.closed && s.available() > kMaxBacklogBytes)
+    log::get("net")->debug(
+        "relayed stream of {}: {} bytes wait for its receiver; holding the relay's "
+        "link until they are read",
+        s.options.remote, s.available());
   while (!s.closed && s.available() > kMaxBacklogBytes) {
     s.drained.expires_at(Clock::time_point::max());
     co_await s.drained.async_wait(kUseTuple);
