@@ -35,7 +35,9 @@
 //   - every pushPullInterval x max(1, N/8) (so that per-member traffic stays bounded as N grows)
 //     a member exchanges its whole table with one random member; every other round it tries a
 //     member it believes failed, or a seed that is not in its view, instead, so that a healed
-//     partition, a restarted peer or two clusters started apart merge into one view.
+//     partition, a restarted peer or two clusters started apart merge into one view. A dial-out-
+//     only member does so every 3 T (scaled the same way): the others reach it only over the
+//     links it opened, so it pulls the news itself.
 // Precedence for one member id: the higher incarnation wins; at equal incarnation left beats
 // dead beats suspect beats alive. An `alive` at a higher incarnation than a dead/left entry is
 // the same identity coming back (event `rejoined`); a peer that restarts with its old identity

@@ -424,12 +424,22 @@ void Core::refund(const std::vector<wire::MemberUpdate>& updates) {
   }
 }
 
-void Core::schedulePushPull(std::uint64_t round) {
+void Core::schedulePushPull(std::uint64_t tick) {
+  // The chain ticks every kDialOutOnlyPushPullPeriods probe periods (at most the push-pull
+  // interval); a push-pull is due every interval, or at every tick while this peer is dial-out
+  // only: the others reach it only over the links it opened, so it pulls the news itself.
+  const milliseconds period =
+      std::min(options_.pushPullInterval, options_.probeInterval * kDialOutOnlyPushPullPeriods);
+  const std::uint64_t ticksPerInterval =
+      std::max<std::uint64_t>(1, options_.pushPullInterval / std::max(period, milliseconds(1)));
   const double scale = std::max(1.0, static_cast<double>(clusterSize()) / 8.0);
-  after(env_.now() + std::chrono::duration_cast<milliseconds>(options_.pushPullInterval * scale),
-        [this, round] {
-          pushPull(round);
-          schedulePushPull(round + 1);
+  after(env_.now() + std::chrono::duration_cast<milliseconds>(period * scale),
+        [this, tick, ticksPerInterval] {
+          if (self_.dialOutOnly)
+            pushPull(tick);
+          else if ((tick + 1) % ticksPerInterval == 0)
+            pushPull(tick / ticksPerInterval);
+          schedulePushPull(tick + 1);
         });
 }
 

@@ -275,7 +275,9 @@ class Core final : public std::enable_shared_from_this<Core> {
 
   void scheduleGossip();
   void gossip();
-  void schedulePushPull(std::uint64_t round);
+  // A dial-out-only peer exchanges its table every this many probe periods (schedulePushPull).
+  static constexpr int kDialOutOnlyPushPullPeriods = 3;
+  void schedulePushPull(std::uint64_t tick);
   void pushPull(std::uint64_t round);
   // A random live member; or, for a reconnect round, a random member believed failed or a seed
   // not in the view (falling back to a live member when there is none).

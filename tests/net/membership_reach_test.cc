@@ -1,7 +1,8 @@
 // Reachability in the SWIM Protocol (net/membership/protocol_reach.cc), driven by hand through a
-// fake Environment: a seed's dial-back to a joiner and what the joiner learns from it, and
-// connection reversal (a dial-out-only member asked to open a link, directly or through a member
-// linked to it, and opening it only to an address its own table holds, rate limited).
+// fake Environment: a seed's dial-back to a joiner and what the joiner learns from it, a
+// dial-out-only peer's frequent push-pull, and connection reversal (a dial-out-only member asked
+// to open a link, directly or through a member linked to it, and opening it only to an address
+// its own table holds, rate limited).
 #include <vector>
 
 #include <doctest/doctest.h>
@@ -80,6 +81,39 @@ TEST_CASE("membership protocol: a peer that could not be dialed back marks itsel
   // Said once: another answer changes nothing.
   protocol.handle(seed, wire::Reachability{2, false, Endpoint{"fake", 1}, "203.0.113.9:6000"});
   CHECK(protocol.view().find(1)->incarnation == 1001);
+}
+
+TEST_CASE("membership protocol: a dial-out-only peer exchanges its table every 3 probe periods") {
+  // The others reach it only over the links it opened: it pulls the news itself, where a peer
+  // that can be dialed waits the whole push-pull interval.
+  for (const bool noInbound : {false, true}) {
+    CAPTURE(noInbound);
+    FakeEnvironment env;
+    Config config;
+    config.options.probeInterval = 1000ms;
+    config.options.pushPullInterval = 30000ms;
+    config.members = {member(2), member(3)};
+    config.noInbound = noInbound;
+    Protocol protocol(env, config);
+    protocol.start();
+    std::size_t answered = 0;
+    const auto run = [&](std::chrono::milliseconds span) {  // every probe is answered at once
+      for (auto t = 0ms; t < span; t += 10ms) {
+        env.advance(10ms);
+        for (; answered < env.sent.size(); ++answered) {
+          const auto* ping = std::get_if<wire::Ping>(&env.sent[answered].message);
+          const std::uint64_t to = env.sent[answered].to.port;
+          if (ping != nullptr)
+            protocol.handle(Remote{to, at(to), ""}, wire::Ack{to, ping->sequence, {}});
+        }
+      }
+    };
+    run(9500ms);
+    CHECK(sentOf<wire::PushPull>(env).size() == (noInbound ? 3 : 0));
+    run(21000ms);  // 30.5 s in all
+    CHECK(sentOf<wire::PushPull>(env).size() == (noInbound ? 10 : 1));
+    CHECK(protocol.view().members.size() == 3);
+  }
 }
 
 TEST_CASE("membership protocol: --no-inbound is in this peer's record from the start") {
