@@ -86,17 +86,9 @@ void ClusterControl::onMessage(Incoming message, std::vector<std::byte> bytes) {
     }
     wake();
   } else if (auto* finished = std::get_if<control::Finished>(&decoded)) {
-    {
-      std::lock_guard lock(mutex_);
-      marks_[0][from] |= 1u << finished->channel;
-    }
-    wake();
+    onMark(Barrier::finished, from, finished->channel);
   } else if (auto* released = std::get_if<control::Released>(&decoded)) {
-    {
-      std::lock_guard lock(mutex_);
-      marks_[1][from] |= 1u << released->channel;
-    }
-    wake();
+    onMark(Barrier::released, from, released->channel);
   } else if (const auto* speed = std::get_if<control::Speed>(&decoded)) {
     speeds_.record(from, PeerSpeed{speed->stepSeconds, speed->samplesPerSecond, speed->step});
   } else if (std::holds_alternative<control::PullModel>(decoded)) {
@@ -173,6 +165,24 @@ void ClusterControl::wake() {
   }
   changed_.notify_all();
   replies_.wake();
+}
+
+void ClusterControl::onMark(Barrier barrier, PeerId from, std::uint32_t channel) {
+  bool answer = false;
+  {
+    std::lock_guard lock(mutex_);
+    std::uint32_t& marks = marks_[barrier == Barrier::released ? 1 : 0][from];
+    const std::uint32_t bit = 1u << channel;
+    // A member's mark arriving for the first time gets this peer's, when it announced them to
+    // it: those may have been lost on the way (a link that broke with them in flight), and a
+    // member that has every mark stops sending its own again (await), so the other would wait
+    // out its whole timeout. Once per mark and member: no echo of echoes.
+    const auto sent = announcedTo_.find(barrier);
+    answer = !(marks & bit) && sent != announcedTo_.end() && sent->second.count(from);
+    marks |= bit;
+  }
+  if (answer) sendMarks(barrier, {from});
+  wake();
 }
 
 void ClusterControl::onViewChanged() {

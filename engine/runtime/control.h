@@ -135,6 +135,9 @@ class ClusterControl {
   std::vector<PeerId> others() const;
   // The marks of every announced barrier to the members that have not had them (any thread).
   void markLateMembers();
+  // A mark of `barrier` on `channel` from `from` (io thread): recorded, and answered with this
+  // peer's own marks the first time (see control.cc).
+  void onMark(Barrier barrier, PeerId from, std::uint32_t channel);
   // `barrier`'s marks, one per channel, to `to` (any thread, outside mutex_).
   void sendMarks(Barrier barrier, const std::vector<PeerId>& to);
 

@@ -81,5 +81,22 @@ TEST_CASE("finish barrier: marks lost on the way go again while a member still w
   CHECK(Clock::now() - start < 15s);  // not the 20 s timeout
 }
 
+TEST_CASE("finish barrier: a member's first mark is answered with this peer's own") {
+  test::Watchdog watchdog(60s);
+  Node first(1, std::nullopt);
+  // The first's marks to the second are lost on the way (the second is not in its view yet).
+  first.control.announce(ClusterControl::Barrier::finished, {2}, 1s);
+  Node second(2, first.network.endpoint());
+  REQUIRE(waitForMembers(second, 2));
+  REQUIRE(waitForMembers(first, 2));
+  second.control.announce(ClusterControl::Barrier::finished, {1}, 1s);
+  // The first has every mark: it waits for nothing, so it sends nothing again by itself.
+  CHECK(first.control.await(ClusterControl::Barrier::finished, 20s));
+  // The second's marks, arriving the first time, were answered with the first's.
+  const Clock::time_point start = Clock::now();
+  CHECK(second.control.await(ClusterControl::Barrier::finished, 5s));
+  CHECK(Clock::now() - start < 4s);
+}
+
 }  // namespace
 }  // namespace gossamer::engine::runtime
