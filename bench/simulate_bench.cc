@@ -18,6 +18,7 @@
 // --error-feedback are then the file's, as for `convergence`). Several --config files run one
 // after the other, each into a folder of --out named after its file, with an index in
 // --out/report.md; report_sha256 is then the hash of their reports one after the other.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <fstream>
@@ -93,10 +94,15 @@ engine::sim::SimConfig simConfig(const RunSettings& run, const Experiment& e,
   if (o.faults > 0) {
     std::vector<engine::sim::FaultKind> kinds;
     for (const std::string& k : o.faultKinds) kinds.push_back(*engine::sim::faultKindNamed(k));
+    // By default the run's length: its steps at the step time (the slowest peer's, with
+    // peer-step-times).
+    const double stepMs = run.peerStepTimes.empty() ? e.stepTime
+                                                    : *std::max_element(run.peerStepTimes.begin(),
+                                                                        run.peerStepTimes.end());
     const double window =
         o.faultWindow > 0
             ? o.faultWindow
-            : static_cast<double>(std::max<std::uint64_t>(run.steps, 1)) * e.stepTime / 1000.0;
+            : static_cast<double>(std::max<std::uint64_t>(run.steps, 1)) * stepMs / 1000.0;
     c.faults = engine::sim::drawFaults(run.seed, o.faults, window, kinds, o.straggler);
   }
   return c;
