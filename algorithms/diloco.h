@@ -56,6 +56,7 @@
 
 #include "algorithms/async_allreduce.h"
 #include "algorithms/periodic_averaging.h"
+#include "algorithms/time_box.h"
 #include "engine/algorithm.h"
 #include "kernels/compute.h"
 
@@ -80,10 +81,16 @@ struct DilocoOptions {
   std::uint64_t h = 50;
   OuterOptions outer;
   std::size_t pipeline = 4;  // messages per all-reduce chunk
+  // Rounds bounded by time instead of h steps (algorithms/time_box.h): off, auto or seconds.
+  std::string roundSeconds = "off";
 
   template <typename Bind>
   void bind(Bind& b) {
     b("h", h, "inner steps between outer rounds (the paper: 500)");
+    b("round-seconds", roundSeconds,
+      "bound each outer round by time instead of h steps: seconds, auto (h x the members' mean "
+      "step time) or off; each peer takes the steps that fit, the merge weights each model by its "
+      "steps, and the run ends when the cluster has taken the steps of an even run");
     b("outer-lr", outer.lr,
       "outer learning rate, in (0, 2] (the paper: 0.7; 1 with momentum 0 is "
       "local-sgd)");
@@ -173,7 +180,8 @@ class Diloco final : public PeriodicAveraging {
  public:
   explicit Diloco(DilocoOptions options);
   std::string name() const override { return "diloco"; }
-  bool lockstep() const override { return true; }  // rounds matched by step
+  // Rounds matched by step; time-boxed rounds are matched by their number instead.
+  bool lockstep() const override { return !timeBox_; }
   void setup(engine::PeerContext& ctx) override;
   void afterStep(engine::PeerContext& ctx) override;
   // The last round when the run did not end on one, then endOnConsensus().
@@ -185,6 +193,10 @@ class Diloco final : public PeriodicAveraging {
   }
   void saveState(engine::AlgorithmState& state) const override;
   void loadState(const engine::AlgorithmState& state) override;
+  // Time-boxed: a peer that resumed into a cluster that went on without it learns the spend anew.
+  void resumedLate(engine::PeerContext& /*ctx*/) override { joined_ = true; }
+  // Time-boxed: the survivors agree on the cluster steps spent; their step counts differ.
+  engine::Invariants invariants() const override;
 
   // Message kinds: the all-reduce; a joiner's request for theta and m (no payload) and its reply
   // (theta and, with outer momentum, m as payloads; the outer rounds done as integer 0; the serving
@@ -198,8 +210,17 @@ class Diloco final : public PeriodicAveraging {
   void average(engine::PeerContext& ctx, std::uint64_t round) override;
 
  private:
+  // A time-boxed round (round-seconds): the weighted all-reduce of [n_i w_i, tail], numbered by
+  // the rounds attempted (the same on every member; a joiner takes it with theta), then the outer
+  // step on the weighted mean; the round that spends the budget ends the run.
+  void timedRound(engine::PeerContext& ctx);
+
   DilocoOptions options_;
   OuterState outer_;
+  std::optional<TimeBox> timeBox_;  // time-boxed rounds; none: rounds every h steps
+  bool timeBoxStarted_ = false;
+  bool joined_ = false;  // a joiner learns the cluster's spend in its first round
+  std::optional<double> resumedBudget_, resumedSpent_;  // a checkpoint's
   kernels::Buffer<float> mean_;         // scratch of the outer step
   AsyncAllReduce exchange_;             // the round's average
   std::atomic<std::uint64_t> step_{0};  // the compute thread's step, for replies to joiners

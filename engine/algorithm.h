@@ -384,6 +384,11 @@ class PeerContext {
   // already training, or one that fell behind, lines its rounds up with the others'. The run
   // still ends at totalSteps().
   virtual void adoptStep(std::uint64_t step) = 0;
+  // Moves the end of this peer's run to `steps` (at least step(); the loop ends once step()
+  // reaches it): an algorithm whose run ends at a budget the cluster shares rather than at a step
+  // count (time-boxed rounds: algorithms/time_box.h) raises the cap at setup and ends the run at
+  // the round that spends the budget.
+  virtual void setTotalSteps(std::uint64_t steps) = 0;
 
   // ---- time ----
   // This peer's clock: the steady clock, or a simulated world's virtual time (engine/sim/). Every

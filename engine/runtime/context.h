@@ -3,6 +3,7 @@
 // (ServiceContext), plus the gate that holds serve() requests back until the algorithm is set up.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -108,6 +109,9 @@ class ComputeContext final : public PeerContext {
   std::optional<CaughtUpModel> catchUpState(std::span<const PeerId> candidates, std::size_t floats,
                                             Clock::duration timeout) override;
   void adoptStep(std::uint64_t step) override { p_.status.step = step; }
+  void setTotalSteps(std::uint64_t steps) override {
+    p_.status.totalSteps = std::max<std::uint64_t>(steps, p_.status.step);
+  }
 
   std::mt19937_64& rng() override { return rng_; }
   Metrics& metrics() override { return p_.metrics; }

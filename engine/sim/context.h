@@ -2,6 +2,8 @@
 // ServiceContext of serve() (SimServe), with the runtime's rules as world.h states them.
 #pragma once
 
+#include <algorithm>
+
 #include "engine/sim/internal.h"
 
 namespace gossamer::engine::sim::detail {
@@ -50,6 +52,9 @@ class SimContext final : public PeerContext {
 
   std::optional<Incoming> pullModel(PeerId from, Clock::duration timeout) override;
   void adoptStep(std::uint64_t step) override { p_.step = step; }
+  void setTotalSteps(std::uint64_t steps) override {
+    p_.totalSteps = std::max<std::uint64_t>(steps, p_.step);
+  }
 
   // Virtual time; the wall clock is virtual time since the epoch (Clock's contract).
   Clock::time_point now() const override { return p_.world.now(); }

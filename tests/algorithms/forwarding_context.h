@@ -83,6 +83,7 @@ class ForwardingContext : public engine::PeerContext {
     return inner_.pullModel(from, timeout);
   }
   void adoptStep(std::uint64_t step) override { inner_.adoptStep(step); }
+  void setTotalSteps(std::uint64_t steps) override { inner_.setTotalSteps(steps); }
 
   std::mt19937_64& rng() override { return inner_.rng(); }
   engine::Metrics& metrics() override { return inner_.metrics(); }

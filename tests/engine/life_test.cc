@@ -142,6 +142,7 @@ class UnusedContext final : public PeerContext {
   const PayloadCompression& compression() const override { unused(); }
   std::optional<Incoming> pullModel(PeerId, Clock::duration) override { unused(); }
   void adoptStep(std::uint64_t) override { unused(); }
+  void setTotalSteps(std::uint64_t) override { unused(); }
   std::mt19937_64& rng() override { unused(); }
   Metrics& metrics() override { unused(); }
 };

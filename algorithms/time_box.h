@@ -1,0 +1,106 @@
+// Time-boxed rounds with token-weighted merging, and the run's end at a budget the cluster
+// shares, for the round-based algorithms (algorithms/README.md, "Time-boxed rounds").
+//
+// A round is bounded by time instead of steps. Every peer starts round r when round r-1 merged
+// (the merge is an all-reduce: every member leaves it within a latency of the others) and takes
+// inner steps while the next one still fits before the round's length has passed (at least one):
+// a fast peer takes many, a slow one few, and all reach the merge at about the same time. Each
+// contribution is weighted by the samples it processed (steps x the run's batch, one batch size
+// per run, so steps stand for samples):
+//   x~ = sum_i n_i x_i / sum_i n_i
+// travelling as one all-reduce of [n_i x_i, tail_i] (the tail: kTailFloats scalars). Every member
+// of a complete round holds the same reduced bits (async_allreduce.h), so every member computes the
+// same x~, the same round length and the same end of the run: nothing else is agreed on.
+//
+// The tail, per member i (the all-reduce gives every member their means):
+//   n_i   the steps it took this round                 -> x~'s weights; the cluster's steps P n~
+//   s_i   its seconds per step in this round            -> `auto`: the next round lasts k x mean s
+//   k_i   1 when it knows the run's budget and spend, 0 for a joiner before its first round
+//   k_i B_i, k_i C_i   the budget (cluster steps: the run's steps x the members at its start)
+//                      and the cluster steps spent before this round, as this member knows them
+// after which every member takes B = mean(k B) / mean(k) and C = mean(k C) / mean(k) + P mean(n):
+// the same value everywhere (a joiner adopts it), and the run ends at the round where C >= B. A
+// failed round changes none of it; its steps count in the next complete round's n_i.
+//
+// Round length: `round-seconds` fixed, or `auto`: the first round takes k steps on every peer (the
+// algorithm's h or tau), every later one k x the members' mean seconds per step in the round
+// before (so a cluster of equal peers keeps k steps per round).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+
+#include "engine/algorithm.h"
+#include "kernels/compute.h"
+
+namespace gossamer::algorithms {
+
+// `round-seconds`: "off" (rounds by steps), "auto", or seconds > 0.
+struct RoundTime {
+  double seconds = 0;
+  bool automatic = false;
+  bool enabled() const { return automatic || seconds > 0; }
+  // Throws gossamer::Error naming `<algorithm>.round-seconds` for anything else.
+  static RoundTime parse(const std::string& algorithm, const std::string& text);
+};
+
+// What every member of a complete round learned from it (the means of the tail).
+struct RoundAgreement {
+  double steps = 0;           // the cluster's steps in the round: P mean(n)
+  double secondsPerStep = 0;  // mean(s)
+  double budget = 0;          // B, in cluster steps
+  double spent = 0;           // C after this round
+  bool ended() const { return spent >= budget; }
+};
+
+class TimeBox {
+ public:
+  using Clock = engine::Clock;
+  static constexpr std::size_t kTailFloats = 5;
+
+  // `stepsPerRound`: the first round's steps under `auto`, and auto's multiple after it.
+  TimeBox(RoundTime time, std::uint64_t stepsPerRound);
+
+  // The run (or this peer's part of it) starts: the first round starts now. `budget`: the run's
+  // cluster steps as this peer knows them; `spent`: the cluster steps spent before, when known
+  // (a fresh start: 0; a checkpoint's), nullopt for a joiner.
+  void begin(Clock::time_point now, double budget, std::optional<double> spent);
+  // After each local step (counted here): true when the next step would not fit in this round.
+  bool due(Clock::time_point now);
+  // The round's length in seconds (0 while `auto` has measured nothing: the round is by steps).
+  double roundSeconds() const { return roundSeconds_; }
+  // Steps this peer took since the last complete round (its weight n_i).
+  std::uint64_t steps() const { return steps_; }
+
+  // Writes [n_i x_i, tail_i] into `out` (x.size() + kTailFloats floats, the Compute's memory).
+  void pack(kernels::Compute& compute, std::span<const float> x, std::span<float> out,
+            Clock::time_point now) const;
+  // From a complete round's mean of the packs of `members` members: `merged` = x~ (x.size()
+  // floats), and what the round agreed; the next round starts now.
+  RoundAgreement merged(kernels::Compute& compute, std::span<const float> mean, std::size_t members,
+                        std::span<float> merged, Clock::time_point now);
+  // A failed round: the next one starts now, its steps adding to this one's.
+  void failed(Clock::time_point now);
+
+  // The cluster steps spent after the last complete round, when known (checkpoints).
+  std::optional<double> spent() const { return spent_; }
+  double budget() const { return budget_; }
+
+ private:
+  void restart(Clock::time_point now);
+
+  RoundTime time_;
+  std::uint64_t stepsPerRound_;
+  double roundSeconds_ = 0;
+  Clock::time_point roundStart_{};  // this round's
+  std::uint64_t roundSteps_ = 0;    // steps in this round (the deadline's estimate)
+  std::uint64_t steps_ = 0;         // steps since the last complete round
+  double budget_ = 0;
+  std::optional<double> spent_;
+};
+
+}  // namespace gossamer::algorithms

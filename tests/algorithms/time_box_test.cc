@@ -1,0 +1,157 @@
+// Time-boxed rounds (algorithms/time_box.h): the round-seconds setting, the deadline rule, the
+// token-weighted merge and what a round agrees on against closed forms; and diloco with time-boxed
+// rounds in a simulated world of uneven peers: steps in proportion to speed, one merged model,
+// and the run's end at the cluster's budget on every peer at the same round.
+#include "algorithms/time_box.h"
+
+#include <vector>
+
+#include <doctest/doctest.h>
+
+#include "tests/algorithms/algorithm_testing.h"
+#include "kernels/cpu/cpu_compute.h"
+#include "tests/engine/sim/sim_testing.h"
+#include "tests/support/watchdog.h"
+
+namespace gossamer::algorithms {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = engine::Clock;
+
+TEST_CASE("time box: round-seconds is off, auto or a positive number of seconds") {
+  CHECK_FALSE(RoundTime::parse("diloco", "off").enabled());
+  CHECK_FALSE(RoundTime::parse("diloco", "0").enabled());
+  CHECK(RoundTime::parse("diloco", "auto").automatic);
+  CHECK(RoundTime::parse("diloco", "2.5").seconds == 2.5);
+  for (const char* bad : {"", "-1", "fast", "2s", "nan", "inf"}) {
+    CAPTURE(bad);
+    CHECK_THROWS_WITH(RoundTime::parse("diloco", bad),
+                      doctest::Contains("diloco.round-seconds must be off, auto or"));
+  }
+}
+
+TEST_CASE("time box: a peer stops before the step that would not fit, after one step at least") {
+  TimeBox box(RoundTime{.seconds = 1.0}, 50);
+  const Clock::time_point t0{};
+  box.begin(t0, 100, 0.0);
+  // 300 ms steps: after the third (0.9 s) a fourth would end at 1.2 s.
+  CHECK_FALSE(box.due(t0 + 300ms));
+  CHECK_FALSE(box.due(t0 + 600ms));
+  CHECK(box.due(t0 + 900ms));
+  CHECK(box.steps() == 3);
+  // A step longer than the round: the round is due after it.
+  TimeBox slow(RoundTime{.seconds = 1.0}, 50);
+  slow.begin(t0, 100, 0.0);
+  CHECK(slow.due(t0 + 1500ms));
+  // auto: the first round by steps (h = 2), the next k x the members' mean seconds per step.
+  TimeBox automatic(RoundTime{.automatic = true}, 2);
+  automatic.begin(t0, 100, 0.0);
+  CHECK_FALSE(automatic.due(t0 + 100ms));
+  CHECK(automatic.due(t0 + 200ms));
+  CHECK(automatic.roundSeconds() == 0);
+}
+
+TEST_CASE(
+    "time box: the merge weights each model by its steps and every member agrees on the spend") {
+  const std::unique_ptr<kernels::Compute> cpu = kernels::cpu::makeCompute();
+  kernels::Compute& compute = *cpu;
+  const Clock::time_point t0{};
+  // Three members: 4 steps of w = (1, 2), 2 steps of (4, 8), 1 step of (10, 0); the middle one
+  // a joiner that knows no budget or spend.
+  struct Member {
+    std::vector<float> w;
+    int steps;
+    std::optional<double> spent;
+  };
+  const std::vector<Member> members{
+      {{1, 2}, 4, 30.0}, {{4, 8}, 2, std::nullopt}, {{10, 0}, 1, 30.0}};
+  std::vector<float> sum(2 + TimeBox::kTailFloats, 0.0f);
+  for (const Member& m : members) {
+    TimeBox box(RoundTime{.automatic = true}, 10);
+    box.begin(t0, 120, m.spent);
+    for (int s = 1; s <= m.steps; ++s) box.due(t0 + s * 100ms);
+    std::vector<float> packed(2 + TimeBox::kTailFloats);
+    box.pack(compute, m.w, packed, t0 + m.steps * 100ms);
+    for (std::size_t i = 0; i < sum.size(); ++i) sum[i] += packed[i] / 3.0f;
+  }
+  TimeBox box(RoundTime{.automatic = true}, 10);
+  box.begin(t0, 120, std::nullopt);
+  std::vector<float> merged(2);
+  const RoundAgreement agreed = box.merged(compute, sum, 3, merged, t0 + 1s);
+  // (4 (1, 2) + 2 (4, 8) + 1 (10, 0)) / 7
+  CHECK(merged[0] == doctest::Approx(22.0 / 7));
+  CHECK(merged[1] == doctest::Approx(24.0 / 7));
+  CHECK(agreed.steps == 7);
+  CHECK(agreed.secondsPerStep == doctest::Approx(0.1));
+  CHECK(agreed.budget == 120);  // the members that know it
+  CHECK(agreed.spent == 37);    // their 30, and the round's 7
+  CHECK_FALSE(agreed.ended());
+  CHECK(box.spent() == 37.0);                         // the joiner took it
+  CHECK(box.roundSeconds() == doctest::Approx(1.0));  // auto: 10 x 0.1 s
+  CHECK(box.steps() == 0);
+}
+
+TEST_CASE("time box: diloco on uneven peers takes steps by speed and ends at the budget together") {
+  const engine::Registry& registry = test::registry();
+  engine::sim::SimConfig c = engine::sim::testing::baseConfig(4, "diloco", 60);
+  c.training.peerStepTimes = {100ms, 100ms, 200ms, 400ms};
+  c.training.algorithmOptions = {{"round-seconds", "1"}};
+  const engine::sim::SimResult result =
+      engine::sim::simulate(c, registry, engine::sim::testing::smallData(registry));
+  for (const auto& v : result.violations) FAIL_CHECK(v.what);
+  REQUIRE(result.peers.size() == 4);
+  // The budget: 4 x 60 cluster steps. A round of 1 s takes 10 + 10 + 5 + 2 (the last peer's third
+  // step would end at 1.2 s) = 27 steps; the round that reaches 240 ends the run: 9 rounds.
+  for (const auto& peer : result.peers) {
+    CAPTURE(peer.id);
+    CHECK(peer.metrics.at("diloco.cluster_steps") == 243);
+    CHECK(peer.metrics.at("diloco.rounds") == 9);
+    CHECK(peer.metrics.count("diloco.fallbacks") == 0);
+  }
+  CHECK(result.peers[0].steps == 90);
+  CHECK(result.peers[1].steps == 90);
+  CHECK(result.peers[2].steps == 45);
+  CHECK(result.peers[3].steps == 18);
+  // One model at the end, the same bits on every peer.
+  REQUIRE(result.finals.size() == 4);
+  for (const auto& final : result.finals) CHECK(final.params == result.finals[0].params);
+
+  // auto with h = 10: the first round by steps (10 each), then 10 x the mean of 0.1, 0.1, 0.2 and
+  // 0.4 s per step = 2 s rounds.
+  c.training.algorithmOptions = {{"round-seconds", "auto"}, {"h", "10"}};
+  const engine::sim::SimResult automatic =
+      engine::sim::simulate(c, registry, engine::sim::testing::smallData(registry));
+  for (const auto& v : automatic.violations) FAIL_CHECK(v.what);
+  for (const auto& peer : automatic.peers) {
+    CAPTURE(peer.id);
+    CHECK(peer.metrics.at("diloco.round_seconds") == doctest::Approx(2.0));
+    CHECK(peer.metrics.at("diloco.cluster_steps") >= 240);
+  }
+  // 10 + 4 x 20 steps against 10 + 4 x 5: 260 cluster steps in 5 rounds.
+  CHECK(automatic.peers[0].steps == 90);
+  CHECK(automatic.peers[3].steps == 30);
+}
+
+TEST_CASE("time box: diloco's time-boxed rounds on real peers of uneven speed") {
+  test::Watchdog watchdog(120s);
+  auto config = test::algorithmCluster("diloco", 3, 40, 0.05, {{"round-seconds", "0.2"}});
+  config.peer.training.peerStepTimes = {10ms, 10ms, 30ms};
+  const engine::runtime::ClusterResult result =
+      engine::runtime::runLocalCluster(config, test::registry(), test::smallData());
+  REQUIRE(result.peers.size() == 3);
+  const double spent = result.peers[0].metrics.at("diloco.cluster_steps");
+  CHECK(spent >= 120);  // the budget: 3 x 40
+  std::uint64_t steps = 0;
+  for (std::size_t i = 0; i < 3; ++i) {
+    CAPTURE(i);
+    CHECK(result.peers[i].metrics.at("diloco.cluster_steps") == spent);
+    CHECK(result.finals[i].params == result.finals[0].params);
+    steps += result.peers[i].steps;
+  }
+  CHECK(static_cast<double>(steps) == spent);  // every step counted once (no round failed)
+  CHECK(result.peers[0].steps > result.peers[2].steps);
+}
+
+}  // namespace
+}  // namespace gossamer::algorithms
