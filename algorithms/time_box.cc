@@ -45,7 +45,7 @@ void TimeBox::restart(Clock::time_point now) {
 bool TimeBox::due(Clock::time_point now) {
   ++roundSteps_;
   ++steps_;
-  if (roundSeconds_ <= 0) return roundSteps_ >= stepsPerRound_;
+  if (roundSeconds_ <= 0) return true;  // auto's first round: one step, to measure the speeds
   const double elapsed = Seconds(now - roundStart_).count();
   const double perStep = elapsed / static_cast<double>(roundSteps_);
   return elapsed + perStep > roundSeconds_;

@@ -22,9 +22,10 @@
 // the same value everywhere (a joiner adopts it), and the run ends at the round where C >= B. A
 // failed round changes none of it; its steps count in the next complete round's n_i.
 //
-// Round length: `round-seconds` fixed, or `auto`: the first round takes k steps on every peer (the
-// algorithm's h or tau), every later one k x the members' mean seconds per step in the round
-// before (so a cluster of equal peers keeps k steps per round).
+// Round length: `round-seconds` fixed, or `auto`: the first round is one step on every peer (it
+// measures the speeds: a round of k steps would keep the fast peers waiting k slow steps, past
+// the comm timeout), every later one k x the members' mean seconds per step in the round before
+// (k: the algorithm's h or tau; so a cluster of equal peers keeps k steps per round).
 #pragma once
 
 #include <chrono>
@@ -62,7 +63,7 @@ class TimeBox {
   using Clock = engine::Clock;
   static constexpr std::size_t kTailFloats = 5;
 
-  // `stepsPerRound`: the first round's steps under `auto`, and auto's multiple after it.
+  // `stepsPerRound`: auto's multiple k.
   TimeBox(RoundTime time, std::uint64_t stepsPerRound);
 
   // The run (or this peer's part of it) starts: the first round starts now. `budget`: the run's
@@ -71,7 +72,7 @@ class TimeBox {
   void begin(Clock::time_point now, double budget, std::optional<double> spent);
   // After each local step (counted here): true when the next step would not fit in this round.
   bool due(Clock::time_point now);
-  // The round's length in seconds (0 while `auto` has measured nothing: the round is by steps).
+  // The round's length in seconds (0 while `auto` has measured nothing: the round is one step).
   double roundSeconds() const { return roundSeconds_; }
   // Steps this peer took since the last complete round (its weight n_i).
   std::uint64_t steps() const { return steps_; }

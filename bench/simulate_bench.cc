@@ -39,6 +39,7 @@
 #include "bench/convergence_report.h"
 #include "bench/simulate_options.h"
 #include "bench/simulate_sweep.h"
+#include "bench/uneven_figures.h"
 #include "engine/base/enforce.h"
 #include "engine/base/json.h"
 #include "engine/base/log.h"
@@ -75,6 +76,11 @@ struct Measured {
   Outcome outcome;
   engine::sim::SimResult result;
   double wallSeconds = 0;
+  // With peer-step-times (bench/uneven_figures.h): against the reference run of the same
+  // experiment on peers all at the fastest step time, without faults.
+  double referenceTimeToTarget = kNaN;
+  double timeVsIdeal = kNaN;
+  double minFastPeerUtilization = kNaN;
 };
 
 engine::sim::SimConfig simConfig(const RunSettings& run, const Experiment& e,
@@ -127,6 +133,35 @@ Measured runOne(const RunSettings& run, const Experiment& e, const SimulateOptio
   }
   m.wallSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return m;
+}
+
+// The figures of uneven peers (peer-step-times) for `m`: its reference run, then time_vs_ideal and
+// min_fast_peer_utilization.
+void measureUneven(Measured& m, const RunSettings& run, const SimulateOptions& o,
+                   const engine::Registry& registry,
+                   const std::shared_ptr<const engine::DatasetPair>& data) {
+  const std::vector<double>& times = run.peerStepTimes;
+  if (times.empty() || !m.outcome.error.empty()) return;
+  RunSettings even = run;
+  even.peerStepTimes.clear();
+  Experiment reference = m.outcome.experiment;
+  reference.stepTime = *std::min_element(times.begin(), times.end());
+  even.stepTime = reference.stepTime;
+  SimulateOptions plain = o;
+  plain.faults = 0;
+  const Measured base = runOne(even, reference, plain, registry, data);
+  m.referenceTimeToTarget = base.outcome.timeToTarget;
+  m.timeVsIdeal = timeVsIdeal(m.outcome.timeToTarget, base.outcome.timeToTarget, times,
+                              m.outcome.experiment.peers);
+  std::vector<double> waits;
+  for (const engine::sim::SimPeerResult& peer : m.result.peers)
+    waits.push_back(peer.commWaitFraction);
+  m.minFastPeerUtilization = minFastPeerUtilization(times, waits);
+  fmt::print(
+      "  uneven peers ({} ms): time_vs_ideal {:.3f} (the even reference at {} ms reached the "
+      "target at {:.1f} virtual s), min_fast_peer_utilization {:.3f}\n",
+      fmt::join(times, ", "), m.timeVsIdeal, reference.stepTime, m.referenceTimeToTarget,
+      m.minFastPeerUtilization);
 }
 
 std::string header(const Matrix& matrix, const std::string& command) {
@@ -241,6 +276,7 @@ BlockRun runBlock(const Matrix& matrix, const fs::path& dir, const SimulateOptio
                                                      100 * matrix.run.target, out.timeToTarget),
           m.wallSeconds, maxRssMib());
     }
+    measureUneven(m, matrix.run, o, registry, data);
     std::ofstream(dir / "details" / (safeName(e.name()) + ".txt")) << engine::sim::format(m.result);
     for (const engine::sim::Violation& v : m.result.violations) {
       ++block.violations;
@@ -319,6 +355,9 @@ void runSimulate(const SimulateOptions& o) {
                           m.outcome.error.empty() ? m.outcome.final.consensus.accuracy : kNaN)
                      .add("max_rss_mib", maxRssMib())
                      .add("report_sha256", sha)
+                     .add("time_to_target_s", m.outcome.timeToTarget)
+                     .add("time_vs_ideal", m.timeVsIdeal)
+                     .add("min_fast_peer_utilization", m.minFastPeerUtilization)
                      .str());
     } else {
       std::vector<std::string> rows;
@@ -333,6 +372,8 @@ void runSimulate(const SimulateOptions& o) {
                                 m.outcome.error.empty() ? m.outcome.final.consensus.accuracy : kNaN)
                            .add("time_to_target_s", m.outcome.timeToTarget)
                            .add("bytes_per_peer", m.outcome.final.bytesSentPerPeer)
+                           .add("time_vs_ideal", m.timeVsIdeal)
+                           .add("min_fast_peer_utilization", m.minFastPeerUtilization)
                            .str());
       }
       fmt::print(

@@ -1,0 +1,43 @@
+#include "bench/uneven_figures.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace gossamer::bench {
+namespace {
+
+constexpr double kNone = std::numeric_limits<double>::quiet_NaN();
+
+}  // namespace
+
+double peerStepTime(std::span<const double> stepTimes, std::size_t peer) {
+  return stepTimes.empty() ? kNone : stepTimes[peer % stepTimes.size()];
+}
+
+double timeVsIdeal(double timeToTarget, double referenceTimeToTarget,
+                   std::span<const double> stepTimes, std::size_t peers) {
+  if (stepTimes.empty() || peers == 0 || !std::isfinite(timeToTarget) ||
+      !std::isfinite(referenceTimeToTarget) || referenceTimeToTarget <= 0)
+    return kNone;
+  const double fastest = *std::min_element(stepTimes.begin(), stepTimes.end());
+  double throughput = 0;  // steps per millisecond, the cluster's
+  for (std::size_t i = 0; i < peers; ++i) throughput += 1.0 / peerStepTime(stepTimes, i);
+  const double ideal = referenceTimeToTarget * (static_cast<double>(peers) / fastest) / throughput;
+  return timeToTarget / ideal;
+}
+
+double minFastPeerUtilization(std::span<const double> stepTimes,
+                              std::span<const double> waitFractions) {
+  if (stepTimes.empty() || waitFractions.empty()) return kNone;
+  const double fastest = *std::min_element(stepTimes.begin(), stepTimes.end());
+  double least = kNone;
+  for (std::size_t i = 0; i < waitFractions.size(); ++i) {
+    if (peerStepTime(stepTimes, i) != fastest) continue;
+    const double utilization = 1.0 - waitFractions[i];
+    least = std::isnan(least) ? utilization : std::min(least, utilization);
+  }
+  return least;
+}
+
+}  // namespace gossamer::bench
