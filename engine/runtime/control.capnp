@@ -54,4 +54,5 @@ struct Status {
 # the sender sent before has arrived (a mark on one link could overtake data on the other).
 struct Mark {
   channel @0 :UInt8;
+  waiting @1 :Bool;  # sent again by a member that still misses the receiver's marks: answer it
 }

@@ -22,10 +22,11 @@ bool hasBothMarks(const std::map<PeerId, unsigned>& marks, PeerId peer) {
   return it != marks.end() && it->second == kBothMarks;
 }
 
-control::Message markOf(ClusterControl::Barrier barrier, net::Channel channel) {
+control::Message markOf(ClusterControl::Barrier barrier, net::Channel channel, bool waiting) {
   const auto index = static_cast<std::uint8_t>(channel);
-  return barrier == ClusterControl::Barrier::released ? control::Message{control::Released{index}}
-                                                      : control::Message{control::Finished{index}};
+  return barrier == ClusterControl::Barrier::released
+             ? control::Message{control::Released{index, waiting}}
+             : control::Message{control::Finished{index, waiting}};
 }
 
 constexpr net::Channel kMarkChannels[] = {net::Channel::control, net::Channel::data};
@@ -86,9 +87,9 @@ void ClusterControl::onMessage(Incoming message, std::vector<std::byte> bytes) {
     }
     wake();
   } else if (auto* finished = std::get_if<control::Finished>(&decoded)) {
-    onMark(Barrier::finished, from, finished->channel);
+    onMark(Barrier::finished, from, finished->channel, finished->waiting);
   } else if (auto* released = std::get_if<control::Released>(&decoded)) {
-    onMark(Barrier::released, from, released->channel);
+    onMark(Barrier::released, from, released->channel, released->waiting);
   } else if (const auto* speed = std::get_if<control::Speed>(&decoded)) {
     speeds_.record(from, PeerSpeed{speed->stepSeconds, speed->samplesPerSecond, speed->step});
   } else if (std::holds_alternative<control::PullModel>(decoded)) {
@@ -167,18 +168,19 @@ void ClusterControl::wake() {
   replies_.wake();
 }
 
-void ClusterControl::onMark(Barrier barrier, PeerId from, std::uint32_t channel) {
+void ClusterControl::onMark(Barrier barrier, PeerId from, std::uint32_t channel, bool waiting) {
   bool answer = false;
   {
     std::lock_guard lock(mutex_);
-    std::uint32_t& marks = marks_[barrier == Barrier::released ? 1 : 0][from];
-    const std::uint32_t bit = 1u << channel;
-    // A member's mark arriving for the first time gets this peer's, when it announced them to
-    // it: those may have been lost on the way (a link that broke with them in flight), and a
-    // member that has every mark stops sending its own again (await), so the other would wait
-    // out its whole timeout. Once per mark and member: no echo of echoes.
+    unsigned& marks = marks_[barrier == Barrier::released ? 1 : 0][from];
+    const unsigned bit = 1u << channel;
+    // This peer's marks, when it announced them to `from`, go again to it when it says it still
+    // misses them (a re-send of await), and when its own mark arrives the first time: they may
+    // have been lost on the way (a link that broke with them in flight), and a peer that has
+    // every mark stops sending its own again, so the other would wait out its whole timeout.
+    // Answers are not `waiting`, and a first arrival happens once per mark: no echo of echoes.
     const auto sent = announcedTo_.find(barrier);
-    answer = !(marks & bit) && sent != announcedTo_.end() && sent->second.count(from);
+    answer = (waiting || !(marks & bit)) && sent != announcedTo_.end() && sent->second.count(from);
     marks |= bit;
   }
   if (answer) sendMarks(barrier, {from});
@@ -210,11 +212,11 @@ void ClusterControl::markLateMembers() {
   }
 }
 
-void ClusterControl::sendMarks(Barrier barrier, const std::vector<PeerId>& to) {
+void ClusterControl::sendMarks(Barrier barrier, const std::vector<PeerId>& to, bool waiting) {
   for (const net::Channel channel : kMarkChannels)
     messenger_.sendFromHost(to, Message{.step = status_.step},
                             Envelope{.route = Route::runtime,
-                                     .control = control::encode(markOf(barrier, channel)),
+                                     .control = control::encode(markOf(barrier, channel, waiting)),
                                      .channel = channel},
                             true, {});
 }
@@ -344,7 +346,7 @@ void ClusterControl::announce(Barrier barrier, const std::vector<PeerId>& to,
   for (const net::Channel channel : kMarkChannels) {
     messenger_.send(to, mark,
                     Envelope{.route = Route::runtime,
-                             .control = control::encode(markOf(barrier, channel)),
+                             .control = control::encode(markOf(barrier, channel, false)),
                              .channel = channel},
                     wait);
   }
@@ -365,8 +367,9 @@ bool ClusterControl::await(Barrier barrier, Clock::duration timeout) {
   using namespace std::chrono_literals;
   const auto& marks = marks_[barrier == Barrier::released ? 1 : 0];
   // A mark is lost when its link breaks with it in flight (a relay that died). So every so often
-  // the marks this peer announced go again to the members whose marks it still misses: the
-  // barriers are symmetric, so they may be missing this peer's as well. Marks are idempotent.
+  // the marks this peer announced go again to the members whose marks it still misses, saying
+  // so (`waiting`): the barriers are symmetric, so they may be missing this peer's as well, and
+  // they answer with their own (onMark). Marks are idempotent.
   const Clock::duration resendEvery = std::clamp<Clock::duration>(timeout / 10, 500ms, 5s);
   const Clock::time_point deadline = Clock::now() + timeout;
   std::vector<PeerId> missing;
@@ -388,7 +391,7 @@ bool ClusterControl::await(Barrier barrier, Clock::duration timeout) {
       for (PeerId peer : missing)
         if (sent.count(peer)) again[announced].push_back(peer);
     lock.unlock();
-    for (const auto& [announced, to] : again) sendMarks(announced, to);
+    for (const auto& [announced, to] : again) sendMarks(announced, to, true);
     lock.lock();
   }
   if (!all) {

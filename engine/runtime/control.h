@@ -136,10 +136,11 @@ class ClusterControl {
   // The marks of every announced barrier to the members that have not had them (any thread).
   void markLateMembers();
   // A mark of `barrier` on `channel` from `from` (io thread): recorded, and answered with this
-  // peer's own marks the first time (see control.cc).
-  void onMark(Barrier barrier, PeerId from, std::uint32_t channel);
-  // `barrier`'s marks, one per channel, to `to` (any thread, outside mutex_).
-  void sendMarks(Barrier barrier, const std::vector<PeerId>& to);
+  // peer's own marks when it arrives the first time or says the sender is `waiting` (control.cc).
+  void onMark(Barrier barrier, PeerId from, std::uint32_t channel, bool waiting);
+  // `barrier`'s marks, one per channel, to `to` (any thread, outside mutex_); `waiting`: this
+  // peer still misses theirs.
+  void sendMarks(Barrier barrier, const std::vector<PeerId>& to, bool waiting = false);
 
   PeerNetwork& network_;
   Messenger& messenger_;

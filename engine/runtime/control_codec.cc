@@ -31,14 +31,14 @@ Message toMessage(s::Control::Reader r) {
                     status.getExpected(), status.getMembers(), status.getDone()};
     }
     case s::Control::FINISHED: {
-      const std::uint8_t channel = r.getFinished().getChannel();
-      if (channel > 1) throw net::wire::Malformed{};
-      return Finished{channel};
+      const auto mark = r.getFinished();
+      if (mark.getChannel() > 1) throw net::wire::Malformed{};
+      return Finished{mark.getChannel(), mark.getWaiting()};
     }
     case s::Control::RELEASED: {
-      const std::uint8_t channel = r.getReleased().getChannel();
-      if (channel > 1) throw net::wire::Malformed{};
-      return Released{channel};
+      const auto mark = r.getReleased();
+      if (mark.getChannel() > 1) throw net::wire::Malformed{};
+      return Released{mark.getChannel(), mark.getWaiting()};
     }
     case s::Control::PULL_MODEL:
       return PullModel{};
@@ -64,6 +64,12 @@ Message toMessage(s::Control::Reader r) {
   throw net::wire::Malformed{};  // a union member from a newer schema
 }
 
+template <typename MarkBuilder>
+void setMark(MarkBuilder mark, std::uint8_t channel, bool waiting) {
+  mark.setChannel(channel);
+  mark.setWaiting(waiting);
+}
+
 }  // namespace
 
 std::vector<std::byte> encode(const Message& message) {
@@ -80,8 +86,8 @@ std::vector<std::byte> encode(const Message& message) {
                    status.setMembers(v.members);
                    status.setDone(v.done);
                  },
-                 [&](const Finished& v) { root.initFinished().setChannel(v.channel); },
-                 [&](const Released& v) { root.initReleased().setChannel(v.channel); },
+                 [&](const Finished& v) { setMark(root.initFinished(), v.channel, v.waiting); },
+                 [&](const Released& v) { setMark(root.initReleased(), v.channel, v.waiting); },
                  [&](const PullModel&) { root.setPullModel(); },
                  [&](const Model&) { root.setModel(); },
                  [&](const StateRequest&) { root.setStateRequest(); },

@@ -25,13 +25,16 @@ struct Status {
   bool done = false;  // the answerer trained all its steps: the cluster's run is ending
   friend bool operator==(const Status&, const Status&) = default;
 };
-// Finished and Released are marks sent once per link (channel 0: control, 1: data).
+// Finished and Released are marks sent once per link (channel 0: control, 1: data); `waiting`:
+// sent again by a member that still misses the receiver's marks, which the receiver answers.
 struct Finished {
   std::uint8_t channel = 0;
+  bool waiting = false;
   friend bool operator==(const Finished&, const Finished&) = default;
 };
 struct Released {
   std::uint8_t channel = 0;
+  bool waiting = false;
   friend bool operator==(const Released&, const Released&) = default;
 };
 struct PullModel {
