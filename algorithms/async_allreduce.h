@@ -132,6 +132,10 @@ class AsyncAllReduce {
 
   // Rounds started and not released.
   std::size_t rounds() const { return rounds_.size(); }
+  // The latest round whose messages arrived before this peer started it (0: none): where the
+  // members are, for a peer that numbers its rounds itself and may have fallen behind (a joiner
+  // of time-boxed rounds, algorithms/time_box.h). As of the last poll.
+  std::uint64_t latestHeard() const { return future_.empty() ? 0 : future_.rbegin()->first; }
 
   // The error feedback of `stream` (the Compute's memory): what this peer's contributions left out
   // so far, and what its reduced pieces (as an owner, on its own chunk) left out; both empty

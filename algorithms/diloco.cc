@@ -309,7 +309,13 @@ void Diloco::afterStep(engine::PeerContext& ctx) {
 void Diloco::timedRound(engine::PeerContext& ctx) {
   kernels::Compute& compute = ctx.compute();
   const std::size_t size = ctx.params().size();
-  const std::uint64_t round = outer_.rounds() + 1;
+  // The round the members are at: the next one, or a later one this peer heard of (it joined
+  // with a stale count, or fell behind): their numbers must match for the all-reduce to meet.
+  exchange_.poll(ctx);
+  const std::uint64_t round = std::max(outer_.rounds() + 1, exchange_.latestHeard());
+  if (round > outer_.rounds() + 1)
+    count(ctx, "rounds_skipped", static_cast<double>(round - outer_.rounds() - 1));
+  outer_.skipTo(round - 1);
   outer_.setBusy(true);  // a joiner handed the round count now would start a round behind
   std::shared_ptr<kernels::Buffer<float>> packed =
       exchange_.buffer(ctx, size + TimeBox::kTailFloats);
@@ -338,7 +344,10 @@ void Diloco::timedRound(engine::PeerContext& ctx) {
   ctx.metrics().set("diloco.outer_rounds", static_cast<double>(outer_.rounds()));
   ctx.metrics().set("diloco.cluster_steps", agreed.spent);
   ctx.metrics().set("diloco.round_seconds", timeBox_->roundSeconds());
-  if (agreed.ended()) ctx.setTotalSteps(ctx.step() + 1);  // this step is the run's last
+  if (agreed.ended()) {
+    ctx.setTotalSteps(ctx.step() + 1);  // this step is the run's last
+    endedByBudget_ = true;
+  }
 }
 
 void Diloco::average(engine::PeerContext& ctx, std::uint64_t round) {
@@ -383,8 +392,10 @@ void Diloco::average(engine::PeerContext& ctx, std::uint64_t round) {
 }
 
 void Diloco::finish(engine::PeerContext& ctx) {
-  if (timeBox_) {  // the run ended at a round (the budget's, or this peer's cap)
-    if (ctx.step() == ctx.totalSteps())
+  if (timeBox_) {
+    // Ended by the budget, the run ended at a round complete on every member: one theta
+    // everywhere already. At this peer's cap instead (rounds kept failing), the thetas may differ.
+    if (!endedByBudget_ && ctx.step() == ctx.totalSteps())
       endOnConsensus(ctx, outer_, mean_, kConsensus, outer_.rounds(), options_.pipeline, name());
     return;
   }

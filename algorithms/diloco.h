@@ -41,12 +41,19 @@
 // When nobody answers, it falls back to Algorithm::join (a member's model) with theta = that
 // model and m = 0 ("diloco.join_fallbacks"). Checkpoints keep theta, m and the round count.
 //
+// Time-boxed rounds (round-seconds, algorithms/time_box.h): a round lasts a time instead of H
+// steps, each peer taking the steps that fit; the all-reduce carries [n_i w_i, tail] and the
+// outer step uses the weighted mean w~ = sum n_i w_i / sum n_i; rounds are numbered by the rounds
+// attempted (a joiner takes the number with theta, and any peer that hears a later round joins
+// it); the run ends at the round that spends an even run's cluster steps, on every peer at once.
+//
 // Memory, on top of the model: theta, m (none when mu = 0) and one scratch buffer for the
 // all-reduce, |w| x 4 bytes each in the Compute's memory (80 MB each for a 20M-parameter model).
 // serve() reads theta and m in place on the CPU backend; on CUDA, host mirrors refreshed after
 // every outer step (another 2 |w| x 4 bytes of host memory).
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <mutex>
@@ -137,6 +144,12 @@ class OuterState {
     std::lock_guard lock(mutex_);
     return rounds_;
   }
+  // Time-boxed rounds: the members are at a later round than this peer counted (it joined or
+  // fell behind): the count moves up to `rounds`.
+  void skipTo(std::uint64_t rounds) {
+    std::lock_guard lock(mutex_);
+    rounds_ = std::max(rounds_, rounds);
+  }
   void countRound() {
     std::lock_guard lock(mutex_);
     ++rounds_;
@@ -219,10 +232,11 @@ class Diloco final : public PeriodicAveraging {
   OuterState outer_;
   std::optional<TimeBox> timeBox_;  // time-boxed rounds; none: rounds every h steps
   bool timeBoxStarted_ = false;
+  bool endedByBudget_ = false;  // the last round spent the budget
   bool joined_ = false;  // a joiner learns the cluster's spend in its first round
   std::optional<double> resumedBudget_, resumedSpent_;  // a checkpoint's
-  kernels::Buffer<float> mean_;         // scratch of the outer step
-  AsyncAllReduce exchange_;             // the round's average
+  kernels::Buffer<float> mean_;                         // scratch of the outer step
+  AsyncAllReduce exchange_;                             // the round's average
   std::atomic<std::uint64_t> step_{0};  // the compute thread's step, for replies to joiners
 };
 

@@ -8,8 +8,8 @@
 
 #include <doctest/doctest.h>
 
-#include "tests/algorithms/algorithm_testing.h"
 #include "kernels/cpu/cpu_compute.h"
+#include "tests/algorithms/algorithm_testing.h"
 #include "tests/engine/sim/sim_testing.h"
 #include "tests/support/watchdog.h"
 
@@ -130,6 +130,36 @@ TEST_CASE("time box: diloco on uneven peers takes steps by speed and ends at the
   // 1 + 5 x 20 steps against 1 + 5 x 5: 4 + 5 x 55 = 279 cluster steps in 6 rounds.
   CHECK(automatic.peers[0].steps == 101);
   CHECK(automatic.peers[3].steps == 26);
+}
+
+TEST_CASE("time box: a joiner and a restarted peer find the members' round and merge with them") {
+  const engine::Registry& registry = test::registry();
+  engine::sim::SimConfig c = engine::sim::testing::baseConfig(4, "diloco", 60);
+  c.training.peerStepTimes = {100ms, 100ms, 200ms, 400ms};
+  c.training.algorithmOptions = {{"round-seconds", "1"}};
+  c.faults = {
+      engine::sim::Fault{.at = 2.5, .kind = engine::sim::FaultKind::join},
+      engine::sim::Fault{.at = 4.5, .kind = engine::sim::FaultKind::kill, .pick = 1},
+      engine::sim::Fault{.at = 5.5, .kind = engine::sim::FaultKind::restartFresh}};
+  const engine::sim::SimResult result =
+      engine::sim::simulate(c, registry, engine::sim::testing::smallData(registry));
+  for (const auto& v : result.violations) FAIL_CHECK(v.what);
+  for (const std::string& f : result.faultLog) MESSAGE(f);
+  REQUIRE(result.peers.size() == 5);
+  // Every live peer ends on the same model, at the same agreed spend, after rounds with all.
+  const double spent = result.peers[0].metrics.at("diloco.cluster_steps");
+  CHECK(spent >= 240);
+  for (const auto& peer : result.peers) {
+    CAPTURE(peer.id);
+    if (!peer.alive) continue;
+    CHECK(peer.metrics.at("diloco.cluster_steps") == spent);
+  }
+  for (const auto& final : result.finals) {
+    CAPTURE(final.peer);
+    CHECK(final.params == result.finals[0].params);
+  }
+  // The joiner took part in rounds (it took steps and merged).
+  CHECK(result.peers[4].metrics.at("diloco.rounds") >= 1);
 }
 
 TEST_CASE("time box: diloco's time-boxed rounds on real peers of uneven speed") {
