@@ -267,87 +267,46 @@ void loadOuterState(OuterState& outer, const engine::AlgorithmState& state) {
 // ---- Diloco -----------------------------------------------------------------------------------
 
 Diloco::Diloco(DilocoOptions options)
-    : PeriodicAveraging(PeriodicAveragingOptions{.tau = options.h}),
+    : PeriodicAveraging(
+          PeriodicAveragingOptions{.tau = options.h, .roundSeconds = options.roundSeconds},
+          "diloco"),
       options_(options),
       outer_("diloco", options.outer),
       exchange_({.kind = kAverage,
                  .op = ReduceOp::kMean,
                  .pieces = options.pipeline,
                  .who = "diloco",
-                 .compress = true}) {
-  if (const RoundTime time = RoundTime::parse("diloco", options_.roundSeconds); time.enabled())
-    timeBox_.emplace(time, options_.h);
-}
+                 .compress = true}) {}
 
 void Diloco::setup(engine::PeerContext& ctx) {
   outer_.setup(ctx);
   if (mean_.size() != ctx.params().size())
     mean_ = ctx.compute().allocate<float>(ctx.params().size());
   step_ = ctx.step();
-  if (!timeBox_ || timeBoxStarted_) return;
-  // The contributions carry their weights and the budget in a tail that must arrive exact.
-  GOSSAMER_ENFORCE(!ctx.compression().enabled(),
-                   "diloco.round-seconds does not combine with --compress: the weighted rounds "
-                   "travel uncompressed");
-  // The budget: the cluster steps of an even run (every member the run's steps). A peer alone
-  // may take all of them, so that is its cap; the round that spends the budget ends the run.
-  const double budget =
-      resumedBudget_.value_or(static_cast<double>(ctx.totalSteps() * ctx.members().size()));
-  std::optional<double> spent;
-  if (!joined_) spent = resumedSpent_.value_or(0.0);
-  timeBox_->begin(ctx.now(), budget, spent);
-  ctx.setTotalSteps(static_cast<std::uint64_t>(budget));
-  timeBoxStarted_ = true;
+  if (timed()) timed()->start(ctx);
 }
 
 void Diloco::afterStep(engine::PeerContext& ctx) {
   step_ = ctx.step() + 1;
-  if (!timeBox_) return PeriodicAveraging::afterStep(ctx);
-  if (timeBox_->due(ctx.now())) timedRound(ctx);
+  PeriodicAveraging::afterStep(ctx);
 }
 
 void Diloco::timedRound(engine::PeerContext& ctx) {
-  kernels::Compute& compute = ctx.compute();
-  const std::size_t size = ctx.params().size();
-  // The round the members are at: the next one, or a later one this peer heard of (it joined
-  // with a stale count, or fell behind): their numbers must match for the all-reduce to meet.
-  exchange_.poll(ctx);
-  const std::uint64_t round = std::max(outer_.rounds() + 1, exchange_.latestHeard());
-  if (round > outer_.rounds() + 1)
-    count(ctx, "rounds_skipped", static_cast<double>(round - outer_.rounds() - 1));
-  outer_.skipTo(round - 1);
+  // Numbered by the rounds attempted: every member counts a failed round too.
+  std::uint64_t round = outer_.rounds() + 1;
   outer_.setBusy(true);  // a joiner handed the round count now would start a round behind
-  std::shared_ptr<kernels::Buffer<float>> packed =
-      exchange_.buffer(ctx, size + TimeBox::kTailFloats);
-  timeBox_->pack(compute, ctx.params(), packed->span(), ctx.now());
-  exchange_.start(ctx, round, std::move(packed));
-  const RingOutcome outcome = exchange_.wait(ctx, round, ctx.now() + ctx.commTimeout());
-  if (outcome != RingOutcome::kComplete) {
-    // theta and m stay; this peer goes on from its own w_i, its steps counting in the next round.
-    exchange_.release(ctx, round);
-    timeBox_->failed(ctx.now());
-    outer_.countRound();  // attempted: every member counts it, so the numbers stay matched
-    outer_.setBusy(false);
-    count(ctx, "fallbacks");
-    count(ctx, ringOutcomeName(outcome));
-    return;
+  const std::optional<RoundAgreement> agreed =
+      timed()->exchange(ctx, exchange_, round, ctx.params(), mean_);
+  outer_.skipTo(round);
+  if (agreed) {
+    // theta and m move by the weighted mean; else they stay and w_i goes on (as a fallback).
+    outer_.step(ctx, 0, mean_, mean_);
+    ctx.compute().copy(ctx.params(), outer_.theta());
+    outer_.publish(ctx);
+    count(ctx, "rounds");
+    ctx.metrics().set("diloco.outer_rounds", static_cast<double>(outer_.rounds()));
   }
-  const RoundAgreement agreed =
-      timeBox_->merged(compute, exchange_.result(round), ctx.members().size(), mean_, ctx.now());
-  exchange_.release(ctx, round);
-  outer_.step(ctx, 0, mean_, mean_);
-  compute.copy(ctx.params(), outer_.theta());
-  outer_.publish(ctx);
-  outer_.countRound();
   outer_.setBusy(false);
-  count(ctx, "rounds");
-  ctx.metrics().set("diloco.outer_rounds", static_cast<double>(outer_.rounds()));
-  ctx.metrics().set("diloco.cluster_steps", agreed.spent);
-  ctx.metrics().set("diloco.round_seconds", timeBox_->roundSeconds());
-  if (agreed.ended()) {
-    ctx.setTotalSteps(ctx.step() + 1);  // this step is the run's last
-    endedByBudget_ = true;
-  }
 }
 
 void Diloco::average(engine::PeerContext& ctx, std::uint64_t round) {
@@ -392,10 +351,10 @@ void Diloco::average(engine::PeerContext& ctx, std::uint64_t round) {
 }
 
 void Diloco::finish(engine::PeerContext& ctx) {
-  if (timeBox_) {
+  if (timed()) {
     // Ended by the budget, the run ended at a round complete on every member: one theta
     // everywhere already. At this peer's cap instead (rounds kept failing), the thetas may differ.
-    if (!endedByBudget_ && ctx.step() == ctx.totalSteps())
+    if (!timed()->endedByBudget() && ctx.step() == ctx.totalSteps())
       endOnConsensus(ctx, outer_, mean_, kConsensus, outer_.rounds(), options_.pipeline, name());
     return;
   }
@@ -413,7 +372,7 @@ void Diloco::serve(engine::ServiceContext& ctx, const engine::Incoming& request)
 }
 
 void Diloco::join(engine::PeerContext& ctx) {
-  joined_ = true;
+  if (timed()) timed()->joined();
   if (joinFromOuterState(ctx, outer_, name(), kStateRequest)) return;
   // Nobody had an outer state: a member's model, theta = that model, m = 0 (setup()).
   ctx.metrics().add(name() + ".join_fallbacks", 1);
@@ -422,27 +381,12 @@ void Diloco::join(engine::PeerContext& ctx) {
 
 void Diloco::saveState(engine::AlgorithmState& state) const {
   saveOuterState(outer_, state);
-  if (!timeBox_ || !timeBoxStarted_) return;
-  state.values["time_box_budget"] = timeBox_->budget();
-  if (timeBox_->spent()) state.values["time_box_spent"] = *timeBox_->spent();
+  if (timed()) timed()->save(state);
 }
 
 void Diloco::loadState(const engine::AlgorithmState& state) {
   loadOuterState(outer_, state);
-  if (const auto it = state.values.find("time_box_budget"); it != state.values.end())
-    resumedBudget_ = it->second;
-  if (const auto it = state.values.find("time_box_spent"); it != state.values.end())
-    resumedSpent_ = it->second;
-}
-
-engine::Invariants Diloco::invariants() const {
-  if (!timeBox_) return {};
-  engine::Invariants out;
-  out.sameStepCount = false;
-  out.rules.push_back({.name = "the survivors agree on the cluster steps spent",
-                       .rule = engine::Invariant::Rule::agree,
-                       .read = engine::metricReading("diloco.cluster_steps")});
-  return out;
+  if (timed()) timed()->load(state);
 }
 
 }  // namespace gossamer::algorithms

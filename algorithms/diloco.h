@@ -194,7 +194,7 @@ class Diloco final : public PeriodicAveraging {
   explicit Diloco(DilocoOptions options);
   std::string name() const override { return "diloco"; }
   // Rounds matched by step; time-boxed rounds are matched by their number instead.
-  bool lockstep() const override { return !timeBox_; }
+  bool lockstep() const override { return timed() == nullptr; }
   void setup(engine::PeerContext& ctx) override;
   void afterStep(engine::PeerContext& ctx) override;
   // The last round when the run did not end on one, then endOnConsensus().
@@ -206,10 +206,6 @@ class Diloco final : public PeriodicAveraging {
   }
   void saveState(engine::AlgorithmState& state) const override;
   void loadState(const engine::AlgorithmState& state) override;
-  // Time-boxed: a peer that resumed into a cluster that went on without it learns the spend anew.
-  void resumedLate(engine::PeerContext& /*ctx*/) override { joined_ = true; }
-  // Time-boxed: the survivors agree on the cluster steps spent; their step counts differ.
-  engine::Invariants invariants() const override;
 
   // Message kinds: the all-reduce; a joiner's request for theta and m (no payload) and its reply
   // (theta and, with outer momentum, m as payloads; the outer rounds done as integer 0; the serving
@@ -226,17 +222,12 @@ class Diloco final : public PeriodicAveraging {
   // A time-boxed round (round-seconds): the weighted all-reduce of [n_i w_i, tail], numbered by
   // the rounds attempted (the same on every member; a joiner takes it with theta), then the outer
   // step on the weighted mean; the round that spends the budget ends the run.
-  void timedRound(engine::PeerContext& ctx);
+  void timedRound(engine::PeerContext& ctx) override;
 
   DilocoOptions options_;
   OuterState outer_;
-  std::optional<TimeBox> timeBox_;  // time-boxed rounds; none: rounds every h steps
-  bool timeBoxStarted_ = false;
-  bool endedByBudget_ = false;  // the last round spent the budget
-  bool joined_ = false;  // a joiner learns the cluster's spend in its first round
-  std::optional<double> resumedBudget_, resumedSpent_;  // a checkpoint's
-  kernels::Buffer<float> mean_;                         // scratch of the outer step
-  AsyncAllReduce exchange_;                             // the round's average
+  kernels::Buffer<float> mean_;         // scratch of the outer step
+  AsyncAllReduce exchange_;             // the round's average
   std::atomic<std::uint64_t> step_{0};  // the compute thread's step, for replies to joiners
 };
 

@@ -16,6 +16,10 @@
 // view. The run's last round is in finish() when the step count is not a multiple of tau
 // (periodic_averaging.h).
 //
+// Time-boxed (round-seconds, algorithms/time_box.h): a round lasts a time instead of tau steps,
+// each peer taking the steps that fit, and w_i = sum n_i w_i / sum n_i over the direct
+// all-reduce (async_allreduce.h) of [n_i w_i, tail]; the run ends at the cluster's step budget.
+//
 // Compressed (--compress): a round sends the model's change since the last average,
 // d_i = a - w_i with a the average every peer adopted last, through the direct all-reduce with
 // error feedback (async_allreduce.h, "Compression"); the mean is w~ = a - mean(d). That needs the
@@ -23,9 +27,8 @@
 // round after a failed one send the models as above and set a = w~.
 #pragma once
 
-#include <memory>
-
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "algorithms/async_allreduce.h"
@@ -46,6 +49,10 @@ struct LocalSgdOptions : PeriodicAveragingOptions {
       "(1-16)");
     b("reset-optimizer", resetOptimizer,
       "zero the local optimizer's state (momentum) at every round instead of keeping it");
+    b("round-seconds", roundSeconds,
+      "bound each round by time instead of tau steps: seconds, auto (tau x the members' mean "
+      "step time) or off; each peer takes the steps that fit, the average weights each model by "
+      "its steps, and the run ends when the cluster has taken the steps of an even run");
   }
   void validate() const;
 };
@@ -53,17 +60,26 @@ struct LocalSgdOptions : PeriodicAveragingOptions {
 class LocalSgd final : public PeriodicAveraging {
  public:
   explicit LocalSgd(LocalSgdOptions options)
-      : PeriodicAveraging(options), pipeline_(options.pipeline) {}
+      : PeriodicAveraging(options, "local-sgd"), pipeline_(options.pipeline) {}
   std::string name() const override { return "local-sgd"; }
-  bool lockstep() const override { return true; }  // rounds matched by step
+  // Rounds matched by step; time-boxed rounds by their number instead.
+  bool lockstep() const override { return timed() == nullptr; }
   void setup(engine::PeerContext& ctx) override;
+  void join(engine::PeerContext& ctx) override;
+  void saveState(engine::AlgorithmState& state) const override;
+  void loadState(const engine::AlgorithmState& state) override;
 
-  // Message kinds of the all-reduce: the ring's (models), the direct one's (compressed changes).
+  // Message kinds of the all-reduce: the ring's (models), the direct one's (compressed changes),
+  // the time-boxed rounds' (weighted models).
   static constexpr std::uint32_t kAverage = 1;
   static constexpr std::uint32_t kCompressedChange = 2;
+  static constexpr std::uint32_t kWeighted = 3;
 
  protected:
   void average(engine::PeerContext& ctx, std::uint64_t round) override;
+  // Time-boxed (round-seconds): the weighted average of the models (algorithms/time_box.h),
+  // numbered by the rounds attempted.
+  void timedRound(engine::PeerContext& ctx) override;
 
  private:
   // The round by the compressed change from the anchor; false when it failed.
@@ -74,6 +90,8 @@ class LocalSgd final : public PeriodicAveraging {
   kernels::Buffer<float> anchor_;  // compressed: the average every peer adopted last
   bool anchored_ = false;          // anchor_ is the same on every peer
   std::unique_ptr<AsyncAllReduce> changes_;
+  std::unique_ptr<AsyncAllReduce> weighted_;  // time-boxed rounds
+  std::uint64_t timedRounds_ = 0;             // attempted
 };
 
 }  // namespace gossamer::algorithms

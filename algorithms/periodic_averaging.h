@@ -16,9 +16,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 
+#include "algorithms/time_box.h"
 #include "engine/algorithm.h"
 
 namespace gossamer::algorithms {
@@ -29,6 +31,9 @@ struct PeriodicAveragingOptions {
   // the bytes of tau = 2.
   std::uint64_t tau = 6;
   bool resetOptimizer = false;  // zero the optimizer state when adopting the average
+  // Rounds bounded by time instead of tau steps (algorithms/time_box.h): off, auto or seconds;
+  // for the algorithms that bind it (local-sgd, diloco).
+  std::string roundSeconds = "off";
 
   // Validates, naming the option as `--<algorithm>.<option>` in messages.
   void validate(const char* algorithm) const;
@@ -36,14 +41,24 @@ struct PeriodicAveragingOptions {
 
 class PeriodicAveraging : public engine::Algorithm {
  public:
-  explicit PeriodicAveraging(PeriodicAveragingOptions options) : options_(options) {}
+  // `who`: the algorithm's name (messages and metrics of the time-boxed rounds).
+  PeriodicAveraging(PeriodicAveragingOptions options, std::string who);
+  ~PeriodicAveraging() override;
 
-  // Runs the round after every tau-th local step.
+  // Runs the round after every tau-th local step, or when a time-boxed round is due.
   void afterStep(engine::PeerContext& ctx) override;
-  // The last round when the run did not end on one.
+  // The last round when the run did not end on one (rounds by steps).
   void finish(engine::PeerContext& ctx) override;
+  // Time-boxed: a peer back in a cluster that went on without it learns the spend anew.
+  void resumedLate(engine::PeerContext& ctx) override;
+  engine::Invariants invariants() const override;
 
  protected:
+  // The time-boxed rounds (round-seconds), or null: rounds every tau steps.
+  TimedRounds* timed() const { return timed_.get(); }
+  // One time-boxed round (when timed()): the subclass's weighted exchange and what it does with
+  // the merged model. Compute thread.
+  virtual void timedRound(engine::PeerContext& ctx);
   // One averaging round at step count `round`: replaces params by the average (through
   // adopt()) or, when it failed, keeps them. Compute thread.
   virtual void average(engine::PeerContext& ctx, std::uint64_t round) = 0;
@@ -57,6 +72,7 @@ class PeriodicAveraging : public engine::Algorithm {
 
  private:
   PeriodicAveragingOptions options_;
+  std::unique_ptr<TimedRounds> timed_;
 };
 
 }  // namespace gossamer::algorithms

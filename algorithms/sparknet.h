@@ -68,7 +68,7 @@ struct SparknetOptions : PeriodicAveragingOptions {
 
 class Sparknet final : public PeriodicAveraging {
  public:
-  explicit Sparknet(SparknetOptions options) : PeriodicAveraging(options) {}
+  explicit Sparknet(SparknetOptions options) : PeriodicAveraging(options, "sparknet") {}
   std::string name() const override { return "sparknet"; }
   bool lockstep() const override { return true; }  // rounds matched by step
   void setup(engine::PeerContext& ctx) override;

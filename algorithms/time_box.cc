@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 #include <cstdlib>
+#include <utility>
 
 #include "engine/base/enforce.h"
 
@@ -91,5 +92,82 @@ RoundAgreement TimeBox::merged(kernels::Compute& compute, std::span<const float>
 }
 
 void TimeBox::failed(Clock::time_point now) { restart(now); }
+
+// ---- TimedRounds ------------------------------------------------------------------------------
+
+TimedRounds::TimedRounds(std::string who, RoundTime time, std::uint64_t stepsPerRound)
+    : who_(std::move(who)), box_(time, stepsPerRound) {}
+
+void TimedRounds::start(engine::PeerContext& ctx) {
+  if (started_) return;
+  GOSSAMER_ENFORCE(!ctx.compression().enabled(),
+                   "{}.round-seconds does not combine with --compress: the weighted rounds travel "
+                   "uncompressed",
+                   who_);
+  // A peer alone may take all B steps, so that is its cap; the round that spends B ends the run.
+  const double budget =
+      resumedBudget_.value_or(static_cast<double>(ctx.totalSteps() * ctx.members().size()));
+  std::optional<double> spent;
+  if (!joined_) spent = resumedSpent_.value_or(0.0);
+  box_.begin(ctx.now(), budget, spent);
+  ctx.setTotalSteps(static_cast<std::uint64_t>(budget));
+  started_ = true;
+}
+
+std::optional<RoundAgreement> TimedRounds::exchange(engine::PeerContext& ctx,
+                                                    AsyncAllReduce& exchange, std::uint64_t& round,
+                                                    std::span<const float> x,
+                                                    std::span<float> merged) {
+  exchange.poll(ctx);
+  if (const std::uint64_t heard = exchange.latestHeard(); heard > round) {
+    ctx.metrics().add(who_ + ".rounds_skipped", static_cast<double>(heard - round));
+    round = heard;
+  }
+  std::shared_ptr<kernels::Buffer<float>> packed =
+      exchange.buffer(ctx, x.size() + TimeBox::kTailFloats);
+  box_.pack(ctx.compute(), x, packed->span(), ctx.now());
+  exchange.start(ctx, round, std::move(packed));
+  const RingOutcome outcome = exchange.wait(ctx, round, ctx.now() + ctx.commTimeout());
+  if (outcome != RingOutcome::kComplete) {
+    // Nothing agreed changes; this peer's steps count in the next complete round.
+    exchange.release(ctx, round);
+    box_.failed(ctx.now());
+    ctx.metrics().add(who_ + ".fallbacks", 1);
+    ctx.metrics().add(who_ + "." + ringOutcomeName(outcome), 1);
+    return std::nullopt;
+  }
+  const RoundAgreement agreed =
+      box_.merged(ctx.compute(), exchange.result(round), ctx.members().size(), merged, ctx.now());
+  exchange.release(ctx, round);
+  ctx.metrics().set(who_ + ".cluster_steps", agreed.spent);
+  ctx.metrics().set(who_ + ".round_seconds", box_.roundSeconds());
+  if (agreed.ended()) {
+    ctx.setTotalSteps(ctx.step() + 1);  // this step (afterStep's) is the run's last
+    endedByBudget_ = true;
+  }
+  return agreed;
+}
+
+void TimedRounds::save(engine::AlgorithmState& state) const {
+  if (!started_) return;
+  state.values["time_box_budget"] = box_.budget();
+  if (box_.spent()) state.values["time_box_spent"] = *box_.spent();
+}
+
+void TimedRounds::load(const engine::AlgorithmState& state) {
+  if (const auto it = state.values.find("time_box_budget"); it != state.values.end())
+    resumedBudget_ = it->second;
+  if (const auto it = state.values.find("time_box_spent"); it != state.values.end())
+    resumedSpent_ = it->second;
+}
+
+engine::Invariants TimedRounds::invariants() const {
+  engine::Invariants out;
+  out.sameStepCount = false;
+  out.rules.push_back({.name = "the survivors agree on the cluster steps spent",
+                       .rule = engine::Invariant::Rule::agree,
+                       .read = engine::metricReading(who_ + ".cluster_steps")});
+  return out;
+}
 
 }  // namespace gossamer::algorithms

@@ -35,7 +35,9 @@
 #include <span>
 #include <string>
 
+#include "algorithms/async_allreduce.h"
 #include "engine/algorithm.h"
+#include "engine/invariants.h"
 #include "kernels/compute.h"
 
 namespace gossamer::algorithms {
@@ -102,6 +104,48 @@ class TimeBox {
   std::uint64_t steps_ = 0;         // steps since the last complete round
   double budget_ = 0;
   std::optional<double> spent_;
+};
+
+// The time-boxed rounds of one algorithm (`who`: its name, for messages and metrics): the TimeBox
+// and what lives around it for the run: the budget and the cap at the start, the weighted
+// exchange of a round, the end of the run, the checkpoint values and the invariants. Compute
+// thread.
+class TimedRounds {
+ public:
+  TimedRounds(std::string who, RoundTime time, std::uint64_t stepsPerRound);
+
+  // At the first setup() (later calls do nothing): the budget B = the run's steps x the members
+  // (or the checkpoint's), the cap of this peer's steps at B, the first round starts. Throws
+  // gossamer::Error with --compress (the tail must arrive exact).
+  void start(engine::PeerContext& ctx);
+  // After each local step: true when the round is due.
+  bool due(engine::PeerContext& ctx) { return box_.due(ctx.now()); }
+  // One round: the all-reduce of [n_i x_i, tail_i] over `exchange`, numbered `round` (this
+  // peer's next; raised to the latest round heard from the members, so that a joiner or a peer
+  // that fell behind meets them), x~ into `merged` (x.size() floats). The agreement, with the
+  // metrics and the end of the run set; nullopt when the round failed (counted).
+  std::optional<RoundAgreement> exchange(engine::PeerContext& ctx, AsyncAllReduce& exchange,
+                                         std::uint64_t& round, std::span<const float> x,
+                                         std::span<float> merged);
+  // This peer joined a cluster in training, or resumed into one that went on without it: it
+  // learns the spend from its first round.
+  void joined() { joined_ = true; }
+  // The run ended at a round that spent the budget (so on every member at once).
+  bool endedByBudget() const { return endedByBudget_; }
+  double roundSeconds() const { return box_.roundSeconds(); }
+
+  void save(engine::AlgorithmState& state) const;
+  void load(const engine::AlgorithmState& state);
+  // The survivors agree on the cluster steps spent; their step counts differ.
+  engine::Invariants invariants() const;
+
+ private:
+  std::string who_;
+  TimeBox box_;
+  bool started_ = false;
+  bool joined_ = false;
+  bool endedByBudget_ = false;
+  std::optional<double> resumedBudget_, resumedSpent_;  // a checkpoint's
 };
 
 }  // namespace gossamer::algorithms

@@ -1,7 +1,8 @@
 // Time-boxed rounds (algorithms/time_box.h): the round-seconds setting, the deadline rule, the
-// token-weighted merge and what a round agrees on against closed forms; and diloco with time-boxed
-// rounds in a simulated world of uneven peers: steps in proportion to speed, one merged model,
-// and the run's end at the cluster's budget on every peer at the same round.
+// token-weighted merge and what a round agrees on against closed forms; and diloco and local-sgd
+// with time-boxed rounds in a simulated world of uneven peers: steps in proportion to speed, one
+// merged model, the run's end at the cluster's budget on every peer at the same round, joiners
+// and restarted peers, and real peers.
 #include "algorithms/time_box.h"
 
 #include <vector>
@@ -91,37 +92,44 @@ TEST_CASE(
   CHECK(box.steps() == 0);
 }
 
-TEST_CASE("time box: diloco on uneven peers takes steps by speed and ends at the budget together") {
+// Four simulated peers of 100, 100, 200 and 400 ms a step running `algorithm` for 60 steps each
+// (an even run's budget: 240 cluster steps) with `options`; no invariant broken.
+engine::sim::SimResult unevenRun(const std::string& algorithm, engine::OptionValues options) {
   const engine::Registry& registry = test::registry();
-  engine::sim::SimConfig c = engine::sim::testing::baseConfig(4, "diloco", 60);
+  engine::sim::SimConfig c = engine::sim::testing::baseConfig(4, algorithm, 60);
   c.training.peerStepTimes = {100ms, 100ms, 200ms, 400ms};
-  c.training.algorithmOptions = {{"round-seconds", "1"}};
-  const engine::sim::SimResult result =
+  c.training.algorithmOptions = std::move(options);
+  engine::sim::SimResult result =
       engine::sim::simulate(c, registry, engine::sim::testing::smallData(registry));
   for (const auto& v : result.violations) FAIL_CHECK(v.what);
+  return result;
+}
+
+// 1 s rounds: each takes 10 + 10 + 5 + 2 (the last peer's third step would end at 1.2 s) = 27
+// steps; the round that reaches 240 ends the run: 9 rounds, 243 cluster steps, one model.
+void checkOneSecondRounds(const engine::sim::SimResult& result, const std::string& who) {
   REQUIRE(result.peers.size() == 4);
-  // The budget: 4 x 60 cluster steps. A round of 1 s takes 10 + 10 + 5 + 2 (the last peer's third
-  // step would end at 1.2 s) = 27 steps; the round that reaches 240 ends the run: 9 rounds.
   for (const auto& peer : result.peers) {
     CAPTURE(peer.id);
-    CHECK(peer.metrics.at("diloco.cluster_steps") == 243);
-    CHECK(peer.metrics.at("diloco.rounds") == 9);
-    CHECK(peer.metrics.count("diloco.fallbacks") == 0);
+    CHECK(peer.metrics.at(who + ".cluster_steps") == 243);
+    CHECK(peer.metrics.at(who + ".rounds") == 9);
+    CHECK(peer.metrics.count(who + ".fallbacks") == 0);
   }
   CHECK(result.peers[0].steps == 90);
   CHECK(result.peers[1].steps == 90);
   CHECK(result.peers[2].steps == 45);
   CHECK(result.peers[3].steps == 18);
-  // One model at the end, the same bits on every peer.
   REQUIRE(result.finals.size() == 4);
   for (const auto& final : result.finals) CHECK(final.params == result.finals[0].params);
+}
+
+TEST_CASE("time box: diloco on uneven peers takes steps by speed and ends at the budget together") {
+  checkOneSecondRounds(unevenRun("diloco", {{"round-seconds", "1"}}), "diloco");
 
   // auto with h = 10: the first round one step each, then 10 x the mean of 0.1, 0.1, 0.2 and
   // 0.4 s per step = 2 s rounds.
-  c.training.algorithmOptions = {{"round-seconds", "auto"}, {"h", "10"}};
   const engine::sim::SimResult automatic =
-      engine::sim::simulate(c, registry, engine::sim::testing::smallData(registry));
-  for (const auto& v : automatic.violations) FAIL_CHECK(v.what);
+      unevenRun("diloco", {{"round-seconds", "auto"}, {"h", "10"}});
   for (const auto& peer : automatic.peers) {
     CAPTURE(peer.id);
     CHECK(peer.metrics.at("diloco.round_seconds") == doctest::Approx(2.0));
@@ -132,15 +140,21 @@ TEST_CASE("time box: diloco on uneven peers takes steps by speed and ends at the
   CHECK(automatic.peers[3].steps == 26);
 }
 
+TEST_CASE("time box: local-sgd's time-boxed rounds weight the models and end at the budget") {
+  checkOneSecondRounds(unevenRun("local-sgd", {{"round-seconds", "1"}}), "local-sgd");
+  // Options that do not fit are refused with the option's name.
+  CHECK_THROWS_WITH(unevenRun("local-sgd", {{"round-seconds", "soon"}}),
+                    doctest::Contains("local-sgd.round-seconds must be off, auto or"));
+}
+
 TEST_CASE("time box: a joiner and a restarted peer find the members' round and merge with them") {
   const engine::Registry& registry = test::registry();
   engine::sim::SimConfig c = engine::sim::testing::baseConfig(4, "diloco", 60);
   c.training.peerStepTimes = {100ms, 100ms, 200ms, 400ms};
   c.training.algorithmOptions = {{"round-seconds", "1"}};
-  c.faults = {
-      engine::sim::Fault{.at = 2.5, .kind = engine::sim::FaultKind::join},
-      engine::sim::Fault{.at = 4.5, .kind = engine::sim::FaultKind::kill, .pick = 1},
-      engine::sim::Fault{.at = 5.5, .kind = engine::sim::FaultKind::restartFresh}};
+  c.faults = {engine::sim::Fault{.at = 2.5, .kind = engine::sim::FaultKind::join},
+              engine::sim::Fault{.at = 4.5, .kind = engine::sim::FaultKind::kill, .pick = 1},
+              engine::sim::Fault{.at = 5.5, .kind = engine::sim::FaultKind::restartFresh}};
   const engine::sim::SimResult result =
       engine::sim::simulate(c, registry, engine::sim::testing::smallData(registry));
   for (const auto& v : result.violations) FAIL_CHECK(v.what);
