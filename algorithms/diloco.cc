@@ -283,7 +283,7 @@ void Diloco::setup(engine::PeerContext& ctx) {
   if (mean_.size() != ctx.params().size())
     mean_ = ctx.compute().allocate<float>(ctx.params().size());
   step_ = ctx.step();
-  if (timed()) timed()->start(ctx);
+  PeriodicAveraging::setup(ctx);
 }
 
 void Diloco::afterStep(engine::PeerContext& ctx) {
@@ -381,12 +381,12 @@ void Diloco::join(engine::PeerContext& ctx) {
 
 void Diloco::saveState(engine::AlgorithmState& state) const {
   saveOuterState(outer_, state);
-  if (timed()) timed()->save(state);
+  PeriodicAveraging::saveState(state);
 }
 
 void Diloco::loadState(const engine::AlgorithmState& state) {
   loadOuterState(outer_, state);
-  if (timed()) timed()->load(state);
+  PeriodicAveraging::loadState(state);
 }
 
 }  // namespace gossamer::algorithms

@@ -193,8 +193,6 @@ class Diloco final : public PeriodicAveraging {
  public:
   explicit Diloco(DilocoOptions options);
   std::string name() const override { return "diloco"; }
-  // Rounds matched by step; time-boxed rounds are matched by their number instead.
-  bool lockstep() const override { return timed() == nullptr; }
   void setup(engine::PeerContext& ctx) override;
   void afterStep(engine::PeerContext& ctx) override;
   // The last round when the run did not end on one, then endOnConsensus().

@@ -15,31 +15,7 @@ void LocalSgd::setup(engine::PeerContext& ctx) {
   if (mean_.size() != ctx.params().size())
     mean_ = ctx.compute().allocate<float>(ctx.params().size());
   anchored_ = false;  // the start or a membership change: the next round sends the models
-  if (timed()) timed()->start(ctx);
-}
-
-void LocalSgd::join(engine::PeerContext& ctx) {
-  if (timed()) timed()->joined();  // its round number comes from the members' messages
-  engine::Algorithm::join(ctx);
-}
-
-void LocalSgd::timedRound(engine::PeerContext& ctx) {
-  if (!weighted_)
-    weighted_ = std::make_unique<AsyncAllReduce>(AsyncAllReduceOptions{
-        .kind = kWeighted, .op = ReduceOp::kMean, .pieces = pipeline_, .who = name()});
-  std::uint64_t round = timedRounds_ + 1;
-  const std::optional<RoundAgreement> agreed =
-      timed()->exchange(ctx, *weighted_, round, ctx.params(), mean_);
-  timedRounds_ = round;
-  if (agreed) adopt(ctx, mean_, false);
-}
-
-void LocalSgd::saveState(engine::AlgorithmState& state) const {
-  if (timed()) timed()->save(state);
-}
-
-void LocalSgd::loadState(const engine::AlgorithmState& state) {
-  if (timed()) timed()->load(state);
+  PeriodicAveraging::setup(ctx);
 }
 
 void LocalSgd::average(engine::PeerContext& ctx, std::uint64_t round) {

@@ -60,26 +60,17 @@ struct LocalSgdOptions : PeriodicAveragingOptions {
 class LocalSgd final : public PeriodicAveraging {
  public:
   explicit LocalSgd(LocalSgdOptions options)
-      : PeriodicAveraging(options, "local-sgd"), pipeline_(options.pipeline) {}
+      : PeriodicAveraging(options, "local-sgd", options.pipeline), pipeline_(options.pipeline) {}
   std::string name() const override { return "local-sgd"; }
-  // Rounds matched by step; time-boxed rounds by their number instead.
-  bool lockstep() const override { return timed() == nullptr; }
   void setup(engine::PeerContext& ctx) override;
-  void join(engine::PeerContext& ctx) override;
-  void saveState(engine::AlgorithmState& state) const override;
-  void loadState(const engine::AlgorithmState& state) override;
 
-  // Message kinds of the all-reduce: the ring's (models), the direct one's (compressed changes),
-  // the time-boxed rounds' (weighted models).
+  // Message kinds of the all-reduce: the ring's (models), the direct one's (compressed changes);
+  // the time-boxed rounds' is PeriodicAveraging::kWeighted.
   static constexpr std::uint32_t kAverage = 1;
   static constexpr std::uint32_t kCompressedChange = 2;
-  static constexpr std::uint32_t kWeighted = 3;
 
  protected:
   void average(engine::PeerContext& ctx, std::uint64_t round) override;
-  // Time-boxed (round-seconds): the weighted average of the models (algorithms/time_box.h),
-  // numbered by the rounds attempted.
-  void timedRound(engine::PeerContext& ctx) override;
 
  private:
   // The round by the compressed change from the anchor; false when it failed.
@@ -90,8 +81,6 @@ class LocalSgd final : public PeriodicAveraging {
   kernels::Buffer<float> anchor_;  // compressed: the average every peer adopted last
   bool anchored_ = false;          // anchor_ is the same on every peer
   std::unique_ptr<AsyncAllReduce> changes_;
-  std::unique_ptr<AsyncAllReduce> weighted_;  // time-boxed rounds
-  std::uint64_t timedRounds_ = 0;             // attempted
 };
 
 }  // namespace gossamer::algorithms

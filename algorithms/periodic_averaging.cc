@@ -2,8 +2,6 @@
 
 #include <utility>
 
-#include <fmt/format.h>
-
 #include "engine/base/enforce.h"
 #include "engine/train/optimizer.h"
 
@@ -14,8 +12,9 @@ void PeriodicAveragingOptions::validate(const char* algorithm) const {
   RoundTime::parse(algorithm, roundSeconds);
 }
 
-PeriodicAveraging::PeriodicAveraging(PeriodicAveragingOptions options, std::string who)
-    : options_(std::move(options)) {
+PeriodicAveraging::PeriodicAveraging(PeriodicAveragingOptions options, std::string who,
+                                     std::size_t timedPieces)
+    : options_(std::move(options)), timedPieces_(timedPieces) {
   if (const RoundTime time = RoundTime::parse(who, options_.roundSeconds); time.enabled())
     timed_ = std::make_unique<TimedRounds>(std::move(who), time, options_.tau);
 }
@@ -36,8 +35,34 @@ void PeriodicAveraging::finish(engine::PeerContext& ctx) {
   if (ctx.step() % options_.tau != 0 && ctx.step() == ctx.totalSteps()) average(ctx, ctx.step());
 }
 
-void PeriodicAveraging::timedRound(engine::PeerContext& /*ctx*/) {
-  throw Error(fmt::format("{} has no time-boxed rounds", name()));
+void PeriodicAveraging::setup(engine::PeerContext& ctx) {
+  if (timed_) timed_->start(ctx);
+}
+
+void PeriodicAveraging::join(engine::PeerContext& ctx) {
+  if (timed_) timed_->joined();  // its round number comes from the members' messages
+  engine::Algorithm::join(ctx);
+}
+
+void PeriodicAveraging::saveState(engine::AlgorithmState& state) const {
+  if (timed_) timed_->save(state);
+}
+
+void PeriodicAveraging::loadState(const engine::AlgorithmState& state) {
+  if (timed_) timed_->load(state);
+}
+
+void PeriodicAveraging::timedRound(engine::PeerContext& ctx) {
+  if (!weighted_)
+    weighted_ = std::make_unique<AsyncAllReduce>(AsyncAllReduceOptions{
+        .kind = kWeighted, .op = ReduceOp::kMean, .pieces = timedPieces_, .who = name()});
+  if (merged_.size() != ctx.params().size())
+    merged_ = ctx.compute().allocate<float>(ctx.params().size());
+  std::uint64_t round = timedRounds_ + 1;
+  const std::optional<RoundAgreement> agreed =
+      timed_->exchange(ctx, *weighted_, round, ctx.params(), merged_);
+  timedRounds_ = round;
+  if (agreed) adopt(ctx, merged_, false);
 }
 
 void PeriodicAveraging::resumedLate(engine::PeerContext& /*ctx*/) {

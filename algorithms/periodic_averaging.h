@@ -20,8 +20,10 @@
 #include <span>
 #include <string>
 
+#include "algorithms/async_allreduce.h"
 #include "algorithms/time_box.h"
 #include "engine/algorithm.h"
+#include "kernels/compute.h"
 
 namespace gossamer::algorithms {
 
@@ -31,8 +33,7 @@ struct PeriodicAveragingOptions {
   // the bytes of tau = 2.
   std::uint64_t tau = 6;
   bool resetOptimizer = false;  // zero the optimizer state when adopting the average
-  // Rounds bounded by time instead of tau steps (algorithms/time_box.h): off, auto or seconds;
-  // for the algorithms that bind it (local-sgd, diloco).
+  // Rounds bounded by time instead of tau steps (algorithms/time_box.h): off, auto or seconds.
   std::string roundSeconds = "off";
 
   // Validates, naming the option as `--<algorithm>.<option>` in messages.
@@ -41,9 +42,25 @@ struct PeriodicAveragingOptions {
 
 class PeriodicAveraging : public engine::Algorithm {
  public:
-  // `who`: the algorithm's name (messages and metrics of the time-boxed rounds).
-  PeriodicAveraging(PeriodicAveragingOptions options, std::string who);
+  // `who`: the algorithm's name (messages and metrics of the time-boxed rounds); `timedPieces`:
+  // the pieces of the time-boxed rounds' all-reduce (async_allreduce.h).
+  PeriodicAveraging(PeriodicAveragingOptions options, std::string who, std::size_t timedPieces = 4);
   ~PeriodicAveraging() override;
+
+  // Rounds matched by step; time-boxed rounds by their number instead.
+  bool lockstep() const override { return timed() == nullptr; }
+  // Time-boxed: the budget and the first round start (the first call); the subclass's setup()
+  // calls it.
+  void setup(engine::PeerContext& ctx) override;
+  // Time-boxed: a joiner learns its round number and the spend from the members' messages.
+  void join(engine::PeerContext& ctx) override;
+  // Time-boxed: the budget and the spend.
+  void saveState(engine::AlgorithmState& state) const override;
+  void loadState(const engine::AlgorithmState& state) override;
+
+  // The message kind of the default time-boxed round's all-reduce (a subclass that keeps it
+  // gives kind 3 nothing else).
+  static constexpr std::uint32_t kWeighted = 3;
 
   // Runs the round after every tau-th local step, or when a time-boxed round is due.
   void afterStep(engine::PeerContext& ctx) override;
@@ -56,8 +73,9 @@ class PeriodicAveraging : public engine::Algorithm {
  protected:
   // The time-boxed rounds (round-seconds), or null: rounds every tau steps.
   TimedRounds* timed() const { return timed_.get(); }
-  // One time-boxed round (when timed()): the subclass's weighted exchange and what it does with
-  // the merged model. Compute thread.
+  // One time-boxed round (when timed()): w_i = sum n_i w_i / sum n_i over the direct all-reduce
+  // of [n_i w_i, tail] (no master), numbered by the rounds attempted; or a subclass's own round
+  // (diloco's outer step). Compute thread.
   virtual void timedRound(engine::PeerContext& ctx);
   // One averaging round at step count `round`: replaces params by the average (through
   // adopt()) or, when it failed, keeps them. Compute thread.
@@ -73,6 +91,11 @@ class PeriodicAveraging : public engine::Algorithm {
  private:
   PeriodicAveragingOptions options_;
   std::unique_ptr<TimedRounds> timed_;
+  // The default time-boxed round's exchange, its output and the rounds attempted.
+  std::size_t timedPieces_;
+  std::unique_ptr<AsyncAllReduce> weighted_;
+  kernels::Buffer<float> merged_;
+  std::uint64_t timedRounds_ = 0;
 };
 
 }  // namespace gossamer::algorithms

@@ -26,6 +26,7 @@ void sumInPlace(kernels::Compute& compute, std::span<float> out, float ownWeight
 void Sparknet::setup(engine::PeerContext& ctx) {
   master_ = ctx.graph().root();
   anchored_ = false;  // the start or a membership change: the next round sends the models
+  PeriodicAveraging::setup(ctx);
 }
 
 void Sparknet::average(engine::PeerContext& ctx, std::uint64_t round) {
@@ -51,7 +52,8 @@ void Sparknet::master(engine::PeerContext& ctx, std::uint64_t round) {
   for (const engine::Incoming& m : got.messages) {
     if (!engine::acceptMessage(m, expected, ctx.metrics(), name())) continue;
     const std::optional<std::uint64_t> form = formOf(ctx, m);
-    if (form && withinBound(ctx, m, *form)) (*form == kChangeForm ? changes : models).push_back(ctx.upload(m.payload(0)));
+    if (form && withinBound(ctx, m, *form))
+      (*form == kChangeForm ? changes : models).push_back(ctx.upload(m.payload(0)));
   }
   if (!got.missing.empty()) count(ctx, "missing", static_cast<double>(got.missing.size()));
   if (anchored_ && models.empty()) {

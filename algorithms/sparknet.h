@@ -27,6 +27,13 @@
 // After a membership change the next round uses the new view's master. The run's last round is in
 // finish() when the step count is not a multiple of tau.
 //
+// Time-boxed (round-seconds, algorithms/time_box.h): a round lasts a time instead of tau steps,
+// each peer taking the steps that fit, and w_i = sum n_i w_i / sum n_i, the run ending at the
+// cluster's step budget: local-sgd's time-boxed round (periodic_averaging.h). It goes without the
+// master, by the direct all-reduce of [n_i w_i, tail]: every member must agree on the round's
+// steps, spend and length, which the all-reduce gives each bit for bit, where a master's reply
+// would be one more message to agree on and a round's wait for the slowest hop through it.
+//
 // Compressed (--compress): a round sends the model's change since the last average,
 // d_i = a - w_i with a the average every peer adopted last (its anchor), and the master answers
 // with the mean change, both ways through the codec with error feedback, as DoubleSqueeze does
@@ -62,6 +69,11 @@ struct SparknetOptions : PeriodicAveragingOptions {
     b("tau", tau, "local steps between averaging rounds (tau <= 10 converges best)");
     b("reset-optimizer", resetOptimizer,
       "zero the local optimizer's state (momentum) at every round instead of keeping it");
+    b("round-seconds", roundSeconds,
+      "bound each round by time instead of tau steps: seconds, auto (tau x the members' mean "
+      "step time) or off; each peer takes the steps that fit, the average weights each model by "
+      "its steps (through an all-reduce, not the master), and the run ends when the cluster has "
+      "taken the steps of an even run");
   }
   void validate() const { PeriodicAveragingOptions::validate("sparknet"); }
 };
@@ -70,7 +82,6 @@ class Sparknet final : public PeriodicAveraging {
  public:
   explicit Sparknet(SparknetOptions options) : PeriodicAveraging(options, "sparknet") {}
   std::string name() const override { return "sparknet"; }
-  bool lockstep() const override { return true; }  // rounds matched by step
   void setup(engine::PeerContext& ctx) override;
 
   // Message kinds: a worker's model (or change) for the master, and the master's average (or mean

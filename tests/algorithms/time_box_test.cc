@@ -1,8 +1,8 @@
 // Time-boxed rounds (algorithms/time_box.h): the round-seconds setting, the deadline rule, the
-// token-weighted merge and what a round agrees on against closed forms; and diloco and local-sgd
-// with time-boxed rounds in a simulated world of uneven peers: steps in proportion to speed, one
-// merged model, the run's end at the cluster's budget on every peer at the same round, joiners
-// and restarted peers, and real peers.
+// token-weighted merge and what a round agrees on against closed forms; and diloco, local-sgd and
+// sparknet with time-boxed rounds in a simulated world of uneven peers: steps in proportion to
+// speed, one merged model, the run's end at the cluster's budget on every peer at the same round,
+// joiners and restarted peers, and real peers.
 #include "algorithms/time_box.h"
 
 #include <vector>
@@ -140,11 +140,17 @@ TEST_CASE("time box: diloco on uneven peers takes steps by speed and ends at the
   CHECK(automatic.peers[3].steps == 26);
 }
 
-TEST_CASE("time box: local-sgd's time-boxed rounds weight the models and end at the budget") {
-  checkOneSecondRounds(unevenRun("local-sgd", {{"round-seconds", "1"}}), "local-sgd");
-  // Options that do not fit are refused with the option's name.
-  CHECK_THROWS_WITH(unevenRun("local-sgd", {{"round-seconds", "soon"}}),
-                    doctest::Contains("local-sgd.round-seconds must be off, auto or"));
+TEST_CASE(
+    "time box: local-sgd's and sparknet's time-boxed rounds weight the models and end at "
+    "the budget") {
+  for (const std::string algorithm : {"local-sgd", "sparknet"}) {
+    CAPTURE(algorithm);
+    checkOneSecondRounds(unevenRun(algorithm, {{"round-seconds", "1"}}), algorithm);
+    // Options that do not fit are refused with the option's name.
+    CHECK_THROWS_WITH(
+        unevenRun(algorithm, {{"round-seconds", "soon"}}),
+        doctest::Contains((algorithm + ".round-seconds must be off, auto or").c_str()));
+  }
 }
 
 TEST_CASE("time box: a joiner and a restarted peer find the members' round and merge with them") {
