@@ -247,6 +247,7 @@ bool CatchUpClient::transfer(const std::vector<Source>& sources, std::span<float
     }
     const Clock::time_point now = Clock::now();
     Clock::time_point wake = now + timeout;
+    bool askAgain = false;  // a silent source's chunks: asked at once, not after a wait
     for (std::size_t s = 0; s < sources.size(); ++s) {
       if (!plan.alive(s)) continue;
       if (gone_(sources[s].peer)) {
@@ -261,12 +262,13 @@ bool CatchUpClient::transfer(const std::vector<Source>& sources, std::span<float
         for (std::size_t c : plan.onSourceSilent(s)) kept.erase(c);
         if (!plan.alive(s)) report_.sourcesLost.push_back(sources[s].peer);
         owed[s].clear();
+        askAgain = true;
       } else if (!owed[s].empty()) {
         wake = std::min(wake, heard[s] + silence);
       }
     }
     if (replies_.closed()) return false;
-    if (!handled && !plan.failed()) replies_.waitChanged(seen, wake);
+    if (!handled && !askAgain && !plan.failed()) replies_.waitChanged(seen, wake);
   }
   report_.chunks = plan.chunksAccepted();
   report_.rejected += plan.rejections();

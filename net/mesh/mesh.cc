@@ -71,6 +71,9 @@ asio::awaitable<std::shared_ptr<LinkEntry>> Mesh::State::linkTo(std::shared_ptr<
       co_await (entry->settled.async_wait(kUseTuple) || timer.async_wait(kUseTuple));
     }
     if (entry->open) co_return entry;
+    // It failed or is still opening, but the remote opened its own link meanwhile: that one
+    // serves (as after a failed dial, below).
+    if (std::shared_ptr<LinkEntry> in = self->openInbound(to, channel)) co_return in;
     if (entry->finished) {
       outcome = LinkOutcome{entry->failure, entry->failureReason};
     } else {
@@ -106,6 +109,10 @@ asio::awaitable<std::shared_ptr<LinkEntry>> Mesh::State::linkTo(std::shared_ptr<
   if (failure || self->closed) {
     entry->failure = failure ? failure : std::error_code(asio::error::operation_aborted);
     self->drop(entry);
+    // The remote opened its own link meanwhile (a member that cannot be dialed, which this peer
+    // had not heard yet, opening the link another member asked it for): that one serves.
+    if (!self->closed)
+      if (std::shared_ptr<LinkEntry> in = self->openInbound(to, channel)) co_return in;
     outcome = LinkOutcome{entry->failure, entry->failureReason};
     log::get("net")->debug("no {} link to {}: dialing it failed: {}",
                            channel == Channel::control ? "control" : "data", to.str(),
