@@ -174,13 +174,14 @@ void ClusterControl::onMark(Barrier barrier, PeerId from, std::uint32_t channel,
     std::lock_guard lock(mutex_);
     unsigned& marks = marks_[barrier == Barrier::released ? 1 : 0][from];
     const unsigned bit = 1u << channel;
-    // This peer's marks, when it announced them to `from`, go again to it when it says it still
-    // misses them (a re-send of await), and when its own mark arrives the first time: they may
-    // have been lost on the way (a link that broke with them in flight), and a peer that has
-    // every mark stops sending its own again, so the other would wait out its whole timeout.
-    // Answers are not `waiting`, and a first arrival happens once per mark: no echo of echoes.
+    // This peer's marks (one per channel), when it announced them to `from`, go again to it when
+    // it says it still misses them (a re-send of await), and when its first mark of the barrier
+    // arrives: they may have been lost on the way (a link that broke with them in flight), and a
+    // peer that has every mark stops sending its own again, so the other would wait out its whole
+    // timeout. Answers are not `waiting`, and a first arrival happens once per member and
+    // barrier: no echo of echoes, and one answer for its marks on every channel.
     const auto sent = announcedTo_.find(barrier);
-    answer = (waiting || !(marks & bit)) && sent != announcedTo_.end() && sent->second.count(from);
+    answer = (waiting || marks == 0) && sent != announcedTo_.end() && sent->second.count(from);
     marks |= bit;
   }
   if (answer) sendMarks(barrier, {from});

@@ -136,7 +136,8 @@ class ClusterControl {
   // The marks of every announced barrier to the members that have not had them (any thread).
   void markLateMembers();
   // A mark of `barrier` on `channel` from `from` (io thread): recorded, and answered with this
-  // peer's own marks when it arrives the first time or says the sender is `waiting` (control.cc).
+  // peer's own marks when it is the member's first of the barrier or says the sender is `waiting`
+  // (control.cc).
   void onMark(Barrier barrier, PeerId from, std::uint32_t channel, bool waiting);
   // `barrier`'s marks, one per channel, to `to` (any thread, outside mutex_); `waiting`: this
   // peer still misses theirs.
