@@ -13,6 +13,8 @@
 //                              against steps: one line per algorithm, one figure per network (and
 //                              peer count and split), drawn by bench/plot_convergence.py with
 //                              matplotlib (Debian's python3-matplotlib, installed by run.sh).
+// With peer-step-times each experiment also runs its even reference (every peer at the fastest
+// step time), for time_vs_ideal and min_fast_peer_utilization (bench/uneven_figures.h).
 // The baseline is allreduce-sgd in the same run: speed-ups are ratios of time to target.
 #include <algorithm>
 #include <chrono>
@@ -33,6 +35,7 @@
 #include "bench/benchmarks.h"
 #include "bench/convergence_config.h"
 #include "bench/convergence_report.h"
+#include "bench/uneven_figures.h"
 #include "engine/base/enforce.h"
 #include "engine/base/json.h"
 #include "engine/base/log.h"
@@ -107,6 +110,9 @@ Outcome runExperiment(const RunSettings& run, const Experiment& e, const engine:
     }
     outcome.peakRssBytes = peakRssBytes();
     readTargets(outcome, run);
+    std::vector<double> waits;
+    for (const engine::runtime::PeerResult& r : result.peers) waits.push_back(r.commWaitFraction);
+    outcome.uneven.minFastPeerUtilization = minFastPeerUtilization(run.peerStepTimes, waits);
   } catch (const std::exception& error) {
     outcome.error = error.what();
   }
@@ -203,6 +209,15 @@ std::vector<Outcome> runBlock(const Matrix& matrix, const fs::path& dir,
                               : fmt::format(", {:.0f}% at {:.1f} s", 100 * matrix.run.target,
                                             outcome.timeToTarget))
             : fmt::format("{}: FAILED: {}", e.name(), outcome.error));
+    if (!matrix.run.peerStepTimes.empty() && outcome.error.empty()) {
+      const auto [even, reference] = evenReference(matrix.run, e);
+      const Outcome base = runExperiment(even, reference, registry, data, onProgress);
+      outcome.uneven.referenceTimeToTarget = base.timeToTarget;
+      outcome.uneven.timeVsIdeal =
+          timeVsIdeal(outcome.timeToTarget, base.timeToTarget, matrix.run.peerStepTimes, e.peers);
+      progress.message(
+          fmt::format("  {}", describeUneven(outcome.uneven, matrix.run.peerStepTimes)));
+    }
     outcomes.push_back(std::move(outcome));
     // Partial results survive an interrupted matrix.
     writePoints(dir, outcomes);
@@ -288,6 +303,8 @@ void runConvergence(const ConvergenceOptions& o, const std::string& command) {
               .add("peak_bytes_per_peer", static_cast<std::uint64_t>(out.peakBytesPerPeer))
               .add("peak_memory_vs_model", out.peakMemoryVsModel())
               .add("peak_rss_bytes", static_cast<std::uint64_t>(out.peakRssBytes))
+              .add("time_vs_ideal", out.uneven.timeVsIdeal)
+              .add("min_fast_peer_utilization", out.uneven.minFastPeerUtilization)
               .str());
     }
     fmt::print("{{\"experiments\": [{}]}}\n", fmt::join(rows, ", "));

@@ -16,6 +16,29 @@ std::string orDash(double value, const char* format) {
   return std::isnan(value) ? "-" : fmt::format(fmt::runtime(format), value);
 }
 
+// With peer-step-times: each experiment against its even reference (bench/uneven_figures.h).
+void writeUnevenTable(std::ofstream& md, const std::vector<Outcome>& outcomes,
+                      const RunSettings& run) {
+  const double fastest = *std::min_element(run.peerStepTimes.begin(), run.peerStepTimes.end());
+  md << fmt::format(
+      "\n## Uneven peers ({} ms a step)\n\n"
+      "Each experiment also ran on peers all at {} ms, without faults (its even reference). "
+      "time_vs_ideal: the time to target over the ideal time, the samples the reference needed "
+      "divided by this cluster's throughput (1: every sample the slower peers computed counted "
+      "as much as in the even cluster). Fast-peer utilization: the least, over the {} ms peers, "
+      "of the time they did not wait on others.\n\n"
+      "| algorithm | time to {:.0f}% | the reference's | time_vs_ideal | "
+      "min_fast_peer_utilization |\n|---|---:|---:|---:|---:|\n",
+      fmt::join(run.peerStepTimes, ", "), fastest, fastest, 100 * run.target);
+  for (const Outcome& o : outcomes) {
+    if (!o.error.empty()) continue;
+    md << fmt::format(
+        "| {} | {} | {} | {} | {} |\n", o.experiment.label(), orDash(o.timeToTarget, "{:.1f} s"),
+        orDash(o.uneven.referenceTimeToTarget, "{:.1f} s"), orDash(o.uneven.timeVsIdeal, "{:.3f}"),
+        orDash(o.uneven.minFastPeerUtilization, "{:.3f}"));
+  }
+}
+
 }  // namespace
 
 std::string modelDescription(const RunSettings& run) {
@@ -181,14 +204,14 @@ void writeSummary(const fs::path& dir, const std::vector<Outcome>& outcomes,
          "bytes_per_peer,comm_wait_fraction,speedup_vs_baseline,stopped_early,error,step_time_ms,"
          "scalability,utilization,compress,options,time_to_target_loss_s,steps_to_target_loss,"
          "peak_bytes_per_peer,peak_memory_vs_model,peak_rss_bytes,baseline,eval_every_steps,"
-         "eval_seconds\n";
+         "eval_seconds,time_vs_ideal,min_fast_peer_utilization,reference_time_to_target_s\n";
   for (const Outcome& o : outcomes) {
     const Experiment& e = o.experiment;
     std::vector<std::string> options;
     for (const auto& [key, value] : e.options) options.push_back(fmt::format("{} {}", key, value));
     csv << fmt::format(
         "{},{},{},{},{},{},{},{},{},{:.5f},{:.5f},{:.6g},{:.3f},{},{:.0f},{:.5f},{},{},\"{}\",{},{}"
-        ",{},{},\"{}\",{},{},{},{},{},{},{},{}\n",
+        ",{},{},\"{}\",{},{},{},{},{},{},{},{},{},{},{}\n",
         e.name(), e.algorithm, o.topology, e.network, e.peers, e.split.name(),
         orDash(o.timeToTarget, "{:.3f}"), orDash(o.stepsToTarget, "{:.1f}"),
         orDash(o.bytesToTarget, "{:.0f}"), o.final.consensus.accuracy,
@@ -199,7 +222,9 @@ void writeSummary(const fs::path& dir, const std::vector<Outcome>& outcomes,
         fmt::join(options, ", "), orDash(o.timeToTargetLoss, "{:.3f}"),
         orDash(o.stepsToTargetLoss, "{:.1f}"), o.peakBytesPerPeer,
         orDash(o.peakMemoryVsModel(), "{:.3f}"), o.peakRssBytes, run.baseline, run.evalEverySteps,
-        run.evalSeconds);
+        run.evalSeconds, orDash(o.uneven.timeVsIdeal, "{:.4f}"),
+        orDash(o.uneven.minFastPeerUtilization, "{:.4f}"),
+        orDash(o.uneven.referenceTimeToTarget, "{:.3f}"));
   }
 }
 
@@ -243,6 +268,7 @@ void writeReport(const fs::path& dir, const std::vector<Outcome>& outcomes, cons
         orDash(100 * o.utilization, "{:.0f}%"), orDash(o.scalability, "{:.3f}"),
         orDash(o.peakMemoryVsModel(), "{:.1f}x"), o.speedupNote.empty() ? "-" : o.speedupNote);
   }
+  if (!run.peerStepTimes.empty()) writeUnevenTable(md, outcomes, run);
   if (!figures.empty()) {
     md << "\n## Figures\n\n";
     for (const std::string& f : figures) md << fmt::format("![{}]({})\n\n", f, f);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "bench/convergence_config.h"
+#include "bench/uneven_figures.h"
 #include "engine/registry.h"
 #include "engine/runtime/cluster.h"
 
@@ -54,6 +55,7 @@ struct Outcome {
   // single peer's (same model, batch and step time, no exchange); 1 is perfect scaling.
   double scalability = kNaN;
   double utilization = kNaN;  // time in compute / wall time, mean over the peers
+  UnevenFigures uneven;       // with peer-step-times (bench/uneven_figures.h)
 };
 
 // The dataset of a matrix, loaded once for all its experiments.

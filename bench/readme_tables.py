@@ -25,7 +25,7 @@ import re
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-READMES = ["README.md", "bench/README.md"]
+READMES = ["README.md", "bench/README.md", "bench/results/uneven/README.md"]
 MARKER = re.compile(r"^<!-- table: ([a-z0-9-]+) -->$")
 END = "<!-- /table -->"
 
@@ -283,6 +283,18 @@ def chaos_processes(rows):
     return markdown(header, body, "llrrrrr")
 
 
+def uneven(rows):
+    """Peers of uneven speed: each experiment against its even reference (the fastest step)."""
+    header = ["algorithm", "options", "time to target", "time_vs_ideal",
+              "min_fast_peer_utilization", "final accuracy", "the even reference"]
+    body = []
+    for r in rows:
+        body.append([r["algorithm"], options(r), seconds(r), fmt(number(r, "time_vs_ideal"), "%.3f"),
+                     fmt(number(r, "min_fast_peer_utilization"), "%.3f"), final_accuracy(r),
+                     seconds(r, "reference_time_to_target_s")])
+    return markdown(header, body, "llrrrrr")
+
+
 # name -> (the folder of the one run it is made from, the function that makes it)
 TABLES = {
     "seed002": ("bench/results/seed002", seed002),
@@ -295,6 +307,8 @@ TABLES = {
     "compression-wan-geo": ("bench/results/compression/wan-geo", compression_networks),
     "compression-gossip": ("bench/results/compression/gossip", compression_gossip),
     "chaos-processes": ("bench/results/chaos-processes", chaos_processes),
+    "uneven-timeboxed": ("bench/results/uneven/report/timeboxed", uneven),
+    "uneven-stepped": ("bench/results/uneven/report/stepped", uneven),
 }
 
 

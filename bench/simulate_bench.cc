@@ -76,11 +76,6 @@ struct Measured {
   Outcome outcome;
   engine::sim::SimResult result;
   double wallSeconds = 0;
-  // With peer-step-times (bench/uneven_figures.h): against the reference run of the same
-  // experiment on peers all at the fastest step time, without faults.
-  double referenceTimeToTarget = kNaN;
-  double timeVsIdeal = kNaN;
-  double minFastPeerUtilization = kNaN;
 };
 
 engine::sim::SimConfig simConfig(const RunSettings& run, const Experiment& e,
@@ -142,26 +137,19 @@ void measureUneven(Measured& m, const RunSettings& run, const SimulateOptions& o
                    const std::shared_ptr<const engine::DatasetPair>& data) {
   const std::vector<double>& times = run.peerStepTimes;
   if (times.empty() || !m.outcome.error.empty()) return;
-  RunSettings even = run;
-  even.peerStepTimes.clear();
-  Experiment reference = m.outcome.experiment;
-  reference.stepTime = *std::min_element(times.begin(), times.end());
-  even.stepTime = reference.stepTime;
+  const auto [even, reference] = evenReference(run, m.outcome.experiment);
   SimulateOptions plain = o;
   plain.faults = 0;
   const Measured base = runOne(even, reference, plain, registry, data);
-  m.referenceTimeToTarget = base.outcome.timeToTarget;
-  m.timeVsIdeal = timeVsIdeal(m.outcome.timeToTarget, base.outcome.timeToTarget, times,
-                              m.outcome.experiment.peers);
+  UnevenFigures& figures = m.outcome.uneven;
+  figures.referenceTimeToTarget = base.outcome.timeToTarget;
+  figures.timeVsIdeal = timeVsIdeal(m.outcome.timeToTarget, base.outcome.timeToTarget, times,
+                                    m.outcome.experiment.peers);
   std::vector<double> waits;
   for (const engine::sim::SimPeerResult& peer : m.result.peers)
     waits.push_back(peer.commWaitFraction);
-  m.minFastPeerUtilization = minFastPeerUtilization(times, waits);
-  fmt::print(
-      "  uneven peers ({} ms): time_vs_ideal {:.3f} (the even reference at {} ms reached the "
-      "target at {:.1f} virtual s), min_fast_peer_utilization {:.3f}\n",
-      fmt::join(times, ", "), m.timeVsIdeal, reference.stepTime, m.referenceTimeToTarget,
-      m.minFastPeerUtilization);
+  figures.minFastPeerUtilization = minFastPeerUtilization(times, waits);
+  fmt::print("  {} (virtual s)\n", describeUneven(figures, times));
 }
 
 std::string header(const Matrix& matrix, const std::string& command) {
@@ -356,25 +344,26 @@ void runSimulate(const SimulateOptions& o) {
                      .add("max_rss_mib", maxRssMib())
                      .add("report_sha256", sha)
                      .add("time_to_target_s", m.outcome.timeToTarget)
-                     .add("time_vs_ideal", m.timeVsIdeal)
-                     .add("min_fast_peer_utilization", m.minFastPeerUtilization)
+                     .add("time_vs_ideal", m.outcome.uneven.timeVsIdeal)
+                     .add("min_fast_peer_utilization", m.outcome.uneven.minFastPeerUtilization)
                      .str());
     } else {
       std::vector<std::string> rows;
       for (const Measured& m : runs) {
         const Experiment& e = m.outcome.experiment;
-        rows.push_back(JsonObject()
-                           .add("experiment", e.name())
-                           .add("peers", static_cast<std::uint64_t>(e.peers))
-                           .add("virtual_seconds", m.result.virtualSeconds)
-                           .add("wall_seconds", m.wallSeconds)
-                           .add("final_accuracy",
-                                m.outcome.error.empty() ? m.outcome.final.consensus.accuracy : kNaN)
-                           .add("time_to_target_s", m.outcome.timeToTarget)
-                           .add("bytes_per_peer", m.outcome.final.bytesSentPerPeer)
-                           .add("time_vs_ideal", m.timeVsIdeal)
-                           .add("min_fast_peer_utilization", m.minFastPeerUtilization)
-                           .str());
+        rows.push_back(
+            JsonObject()
+                .add("experiment", e.name())
+                .add("peers", static_cast<std::uint64_t>(e.peers))
+                .add("virtual_seconds", m.result.virtualSeconds)
+                .add("wall_seconds", m.wallSeconds)
+                .add("final_accuracy",
+                     m.outcome.error.empty() ? m.outcome.final.consensus.accuracy : kNaN)
+                .add("time_to_target_s", m.outcome.timeToTarget)
+                .add("bytes_per_peer", m.outcome.final.bytesSentPerPeer)
+                .add("time_vs_ideal", m.outcome.uneven.timeVsIdeal)
+                .add("min_fast_peer_utilization", m.outcome.uneven.minFastPeerUtilization)
+                .str());
       }
       fmt::print(
           "{{\"experiments\": [{}], \"wall_seconds\": {}, \"max_rss_mib\": {}, "

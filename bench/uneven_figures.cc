@@ -4,12 +4,32 @@
 #include <cmath>
 #include <limits>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 namespace gossamer::bench {
 namespace {
 
 constexpr double kNone = std::numeric_limits<double>::quiet_NaN();
 
 }  // namespace
+
+std::pair<RunSettings, Experiment> evenReference(RunSettings run, Experiment e) {
+  const double fastest = *std::min_element(run.peerStepTimes.begin(), run.peerStepTimes.end());
+  run.peerStepTimes.clear();
+  run.stepTime = fastest;
+  e.stepTime = fastest;
+  return {std::move(run), std::move(e)};
+}
+
+std::string describeUneven(const UnevenFigures& figures, std::span<const double> stepTimes) {
+  return fmt::format(
+      "uneven peers ({} ms): time_vs_ideal {:.3f} (the even reference at {} ms reached the target "
+      "at {:.1f} s), min_fast_peer_utilization {:.3f}",
+      fmt::join(stepTimes, ", "), figures.timeVsIdeal,
+      *std::min_element(stepTimes.begin(), stepTimes.end()), figures.referenceTimeToTarget,
+      figures.minFastPeerUtilization);
+}
 
 double peerStepTime(std::span<const double> stepTimes, std::size_t peer) {
   return stepTimes.empty() ? kNone : stepTimes[peer % stepTimes.size()];

@@ -11,10 +11,32 @@
 #pragma once
 
 #include <cstddef>
+#include <limits>
 #include <span>
+#include <string>
+#include <utility>
 #include <vector>
 
+#include "bench/convergence_config.h"
+
 namespace gossamer::bench {
+
+// An experiment's figures with peer-step-times (NaN without, or when it failed).
+struct UnevenFigures {
+  static constexpr double kNone = std::numeric_limits<double>::quiet_NaN();
+  // The even reference run's time to target: the same experiment on peers all at the fastest step
+  // time, without faults.
+  double referenceTimeToTarget = kNone;
+  double timeVsIdeal = kNone;
+  double minFastPeerUtilization = kNone;
+};
+
+// The even reference of experiment `e` of `run` (which has peer-step-times): the same settings
+// with every peer at the fastest step time. The caller runs it without faults.
+std::pair<RunSettings, Experiment> evenReference(RunSettings run, Experiment e);
+
+// One line for the console: the figures, the step times and the reference's time to target.
+std::string describeUneven(const UnevenFigures& figures, std::span<const double> stepTimes);
 
 // Peer i's step time (milliseconds) under peer-step-times `stepTimes` (in peer order, repeating).
 double peerStepTime(std::span<const double> stepTimes, std::size_t peer);

@@ -83,6 +83,38 @@ TEST_CASE("bench convergence: codecs are a [run] setting and a [matrix] list, na
   CHECK(json.find("\"bytes_ratio_vs_baseline\"") != std::string::npos);
 }
 
+// With peer-step-times every experiment also runs its even reference: --json, summary.csv and
+// report.md give time_vs_ideal and min_fast_peer_utilization (their closed forms:
+// uneven_figures_test.cc).
+TEST_CASE("bench convergence: uneven peers are measured against their even reference") {
+  const std::string run =
+      writeConfig("gossamer-uneven-run.conf",
+                  "[run]\ndataset = synthetic\nmodel = softmax\nsteps = 40\ntarget = 0.3\n"
+                  "eval-seconds = 0.1\npeer-step-times = 5, 20\n[matrix]\nalgorithms = local-sgd\n"
+                  "peers = 2\n[local-sgd]\nround-seconds = auto\n");
+  const std::filesystem::path out = std::filesystem::temp_directory_path() / "gossamer-uneven";
+  const test::ProcessResult ran =
+      test::runCommand(bench("--config " + run + " --out " + out.string() + " --json"), 120);
+  INFO(ran.output);
+  REQUIRE(ran.exitCode == 0);
+  const std::string json = test::lastLine(ran.output);
+  const double vsIdeal = test::jsonNumber(json, "time_vs_ideal");
+  CHECK(vsIdeal > 0);
+  CHECK(vsIdeal < 10);
+  const double fast = test::jsonNumber(json, "min_fast_peer_utilization");
+  CHECK(fast > 0);
+  CHECK(fast <= 1);
+  std::ifstream summary(out / "summary.csv");
+  std::string header;
+  std::getline(summary, header);
+  CHECK(header.find(",time_vs_ideal,min_fast_peer_utilization,reference_time_to_target_s") !=
+        std::string::npos);
+  std::ifstream report(out / "report.md");
+  std::stringstream text;
+  text << report.rdbuf();
+  CHECK(text.str().find("## Uneven peers (5, 20 ms a step)") != std::string::npos);
+}
+
 // Evaluation points: every evaluation but the final one is the consensus at exactly a multiple
 // of eval-every-steps; the baseline is a setting, and compared with itself it is 1x.
 TEST_CASE("bench convergence: evaluation points are exact steps, and the baseline is a setting") {
