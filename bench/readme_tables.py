@@ -65,13 +65,14 @@ def read_run(folder):
     return rows, command, settings
 
 
-def evaluation(settings):
+def evaluation(settings, command=""):
     """How the run evaluated its consensus: the resolution of its times to a target."""
     seconds = float(settings.get("eval-seconds", "0") or 0)
     steps = int(settings.get("eval-every-steps", "0") or 0)
     if seconds > 0:
-        return ("evaluated every %s s of wall time: times to a target resolve to %s s"
-                % (settings["eval-seconds"], settings["eval-seconds"]))
+        clock = "virtual time" if " simulate " in command else "wall time"
+        return ("evaluated every %s s of %s: times to a target resolve to %s s"
+                % (settings["eval-seconds"], clock, settings["eval-seconds"]))
     if steps > 0:
         return ("evaluated at every peer's step %d, %d, ...: times to a target are exact to %s"
                 % (steps, 2 * steps, "the step" if steps == 1 else "%d steps" % steps))
@@ -319,7 +320,7 @@ def render(name, readme):
     folder, table = TABLES[name]
     rows, command, settings = read_run(folder)
     link = os.path.relpath(os.path.join(ROOT, folder), os.path.dirname(os.path.join(ROOT, readme)))
-    lines = ["", "`%s` ([results](%s/report.md); %s)" % (command, link, evaluation(settings)), ""]
+    lines = ["", "`%s` ([results](%s/report.md); %s)" % (command, link, evaluation(settings, command)), ""]
     return lines + table(rows) + [""]
 
 
