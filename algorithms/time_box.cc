@@ -62,8 +62,12 @@ void TimeBox::pack(kernels::Compute& compute, std::span<const float> x, std::spa
   const double seconds = Seconds(now - roundStart_).count();
   const float known = spent_ ? 1.0f : 0.0f;
   const std::array<float, kTailFloats> tail{
-      n, static_cast<float>(seconds / static_cast<double>(std::max<std::uint64_t>(roundSteps_, 1))),
-      known, known * static_cast<float>(budget_), known * static_cast<float>(spent_.value_or(0))};
+      n,
+      static_cast<float>(seconds / static_cast<double>(std::max<std::uint64_t>(roundSteps_, 1))),
+      known,
+      known * static_cast<float>(budget_),
+      known * static_cast<float>(spent_.value_or(0)),
+      static_cast<float>(budget_)};
   compute.upload(out.subspan(x.size()), std::span<const float>(tail));
 }
 
@@ -78,10 +82,10 @@ RoundAgreement TimeBox::merged(kernels::Compute& compute, std::span<const float>
   RoundAgreement agreed;
   agreed.steps = std::round(steps * static_cast<double>(members));
   agreed.secondsPerStep = perStep;
-  // Nobody knew (every member is new, as in a cluster whose first round all joiners ran): this
-  // peer's own figures, which the next round's mean then agrees on.
-  agreed.budget = known > 0 ? std::round(tail[3] / known) : budget_;
-  agreed.spent = (known > 0 ? std::round(tail[4] / known) : spent_.value_or(0)) + agreed.steps;
+  // Nobody knew (every member is new, as in a cluster whose first round all joiners ran): the
+  // mean of the budgets they would set, nothing spent before; the same on every member too.
+  agreed.budget = std::round(known > 0 ? tail[3] / known : tail[5]);
+  agreed.spent = (known > 0 ? std::round(tail[4] / known) : 0.0) + agreed.steps;
   budget_ = agreed.budget;
   spent_ = agreed.spent;
   if (time_.automatic)

@@ -18,9 +18,11 @@
 //   k_i   1 when it knows the run's budget and spend, 0 for a joiner before its first round
 //   k_i B_i, k_i C_i   the budget (cluster steps: the run's steps x the members at its start)
 //                      and the cluster steps spent before this round, as this member knows them
-// after which every member takes B = mean(k B) / mean(k) and C = mean(k C) / mean(k) + P mean(n):
-// the same value everywhere (a joiner adopts it), and the run ends at the round where C >= B. A
-// failed round changes none of it; its steps count in the next complete round's n_i.
+//   b_i   the budget this member would set itself (its steps x the members it saw at its start)
+// after which every member takes B = mean(k B) / mean(k) and C = mean(k C) / mean(k) + P mean(n)
+// (when no member knows them, a round of joiners only: B = mean(b), C = P mean(n)): the same value
+// everywhere (a joiner adopts it), and the run ends at the round where C >= B. A failed round
+// changes none of it; its steps count in the next complete round's n_i.
 //
 // Round length: `round-seconds` fixed, or `auto`: the first round is one step on every peer (it
 // measures the speeds: a round of k steps would keep the fast peers waiting k slow steps, past
@@ -63,14 +65,15 @@ struct RoundAgreement {
 class TimeBox {
  public:
   using Clock = engine::Clock;
-  static constexpr std::size_t kTailFloats = 5;
+  static constexpr std::size_t kTailFloats = 6;
 
   // `stepsPerRound`: auto's multiple k.
   TimeBox(RoundTime time, std::uint64_t stepsPerRound);
 
   // The run (or this peer's part of it) starts: the first round starts now. `budget`: the run's
-  // cluster steps as this peer knows them; `spent`: the cluster steps spent before, when known
-  // (a fresh start: 0; a checkpoint's), nullopt for a joiner.
+  // cluster steps as this peer knows them (a joiner: as it would set them itself); `spent`: the
+  // cluster steps spent before, when known (a fresh start: 0; a checkpoint's), nullopt for a
+  // joiner.
   void begin(Clock::time_point now, double budget, std::optional<double> spent);
   // After each local step (counted here): true when the next step would not fit in this round.
   bool due(Clock::time_point now);

@@ -92,6 +92,31 @@ TEST_CASE(
   CHECK(box.steps() == 0);
 }
 
+TEST_CASE("time box: a round of joiners only agrees on the mean of the budgets they would set") {
+  const std::unique_ptr<kernels::Compute> cpu = kernels::cpu::makeCompute();
+  kernels::Compute& compute = *cpu;
+  const Clock::time_point t0{};
+  // Two joiners that saw different clusters at their start: budgets 100 and 140, spend unknown.
+  std::vector<float> sum(1 + TimeBox::kTailFloats, 0.0f);
+  std::vector<TimeBox> boxes;
+  for (double budget : {100.0, 140.0}) {
+    boxes.emplace_back(RoundTime{.seconds = 1}, 10);
+    boxes.back().begin(t0, budget, std::nullopt);
+    boxes.back().due(t0 + 100ms);
+    std::vector<float> packed(1 + TimeBox::kTailFloats);
+    boxes.back().pack(compute, std::vector<float>{3}, packed, t0 + 100ms);
+    for (std::size_t i = 0; i < sum.size(); ++i) sum[i] += packed[i] / 2.0f;
+  }
+  for (TimeBox& box : boxes) {
+    std::vector<float> merged(1);
+    const RoundAgreement agreed = box.merged(compute, sum, 2, merged, t0 + 1s);
+    CHECK(merged[0] == doctest::Approx(3.0));
+    CHECK(agreed.budget == 120);  // (100 + 140) / 2 on both
+    CHECK(agreed.spent == 2);     // nothing known before, the round's 2 steps
+    CHECK(box.budget() == 120);
+  }
+}
+
 // Four simulated peers of 100, 100, 200 and 400 ms a step running `algorithm` for 60 steps each
 // (an even run's budget: 240 cluster steps) with `options`; no invariant broken.
 engine::sim::SimResult unevenRun(const std::string& algorithm, engine::OptionValues options) {
