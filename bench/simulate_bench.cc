@@ -149,7 +149,7 @@ void measureUneven(Measured& m, const RunSettings& run, const SimulateOptions& o
   for (const engine::sim::SimPeerResult& peer : m.result.peers)
     waits.push_back(peer.commWaitFraction);
   figures.minFastPeerUtilization = minFastPeerUtilization(times, waits);
-  fmt::print("  {} (virtual s)\n", describeUneven(figures, times));
+  fmt::print("  {}\n", describeUneven(figures, times, "virtual s"));
 }
 
 std::string header(const Matrix& matrix, const std::string& command) {

@@ -22,12 +22,13 @@ std::pair<RunSettings, Experiment> evenReference(RunSettings run, Experiment e) 
   return {std::move(run), std::move(e)};
 }
 
-std::string describeUneven(const UnevenFigures& figures, std::span<const double> stepTimes) {
+std::string describeUneven(const UnevenFigures& figures, std::span<const double> stepTimes,
+                           const char* seconds) {
   return fmt::format(
       "uneven peers ({} ms): time_vs_ideal {:.3f} (the even reference at {} ms reached the target "
-      "at {:.1f} s), min_fast_peer_utilization {:.3f}",
+      "at {:.1f} {}), min_fast_peer_utilization {:.3f}",
       fmt::join(stepTimes, ", "), figures.timeVsIdeal,
-      *std::min_element(stepTimes.begin(), stepTimes.end()), figures.referenceTimeToTarget,
+      *std::min_element(stepTimes.begin(), stepTimes.end()), figures.referenceTimeToTarget, seconds,
       figures.minFastPeerUtilization);
 }
 

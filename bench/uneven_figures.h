@@ -35,8 +35,10 @@ struct UnevenFigures {
 // with every peer at the fastest step time. The caller runs it without faults.
 std::pair<RunSettings, Experiment> evenReference(RunSettings run, Experiment e);
 
-// One line for the console: the figures, the step times and the reference's time to target.
-std::string describeUneven(const UnevenFigures& figures, std::span<const double> stepTimes);
+// One line for the console: the figures, the step times and the reference's time to target (in
+// `seconds`: "s" or "virtual s").
+std::string describeUneven(const UnevenFigures& figures, std::span<const double> stepTimes,
+                           const char* seconds = "s");
 
 // Peer i's step time (milliseconds) under peer-step-times `stepTimes` (in peer order, repeating).
 double peerStepTime(std::span<const double> stepTimes, std::size_t peer);
