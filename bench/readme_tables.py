@@ -25,7 +25,8 @@ import re
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-READMES = ["README.md", "bench/README.md", "bench/results/uneven/README.md"]
+READMES = ["README.md", "bench/README.md", "bench/results/uneven/README.md",
+           "bench/results/uneven256/README.md"]
 MARKER = re.compile(r"^<!-- table: ([a-z0-9-]+) -->$")
 END = "<!-- /table -->"
 
@@ -310,6 +311,8 @@ TABLES = {
     "chaos-processes": ("bench/results/chaos-processes", chaos_processes),
     "uneven-timeboxed": ("bench/results/uneven/report/timeboxed", uneven),
     "uneven-stepped": ("bench/results/uneven/report/stepped", uneven),
+    "uneven256-timeboxed": ("bench/results/uneven256/report/timeboxed", uneven),
+    "uneven256-stepped": ("bench/results/uneven256/report/stepped", uneven),
 }
 
 

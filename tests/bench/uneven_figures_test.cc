@@ -64,6 +64,11 @@ TEST_CASE("uneven figures: the even reference runs every peer at the fastest ste
   CHECK(describeUneven(figures, run.peerStepTimes) ==
         "uneven peers (600, 300, 1200 ms): time_vs_ideal 1.250 (the even reference at 300 ms "
         "reached the target at 20.0 s), min_fast_peer_utilization 0.500");
+  // Many peers: the range.
+  const std::vector<double> many{400, 200, 300, 300, 300, 300, 300, 300, 900};
+  CHECK(describeUneven(figures, many, "virtual s") ==
+        "uneven peers (9 step times, 200 to 900 ms): time_vs_ideal 1.250 (the even reference at "
+        "200 ms reached the target at 20.0 virtual s), min_fast_peer_utilization 0.500");
 }
 
 }  // namespace
