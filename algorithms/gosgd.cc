@@ -381,9 +381,11 @@ void Gosgd::finish(engine::PeerContext& ctx) {
   if (!settled) {
     ctx.metrics().add("gosgd.unsettled", 1);
     log::get("algorithms")
-        ->warn("peer {:016x}: gosgd finish: {} transfers unacknowledged (weight {}) after {} ms",
-               ctx.self(), delivery_.size(), escrowed(),
-               std::chrono::duration_cast<std::chrono::milliseconds>(ctx.commTimeout()).count());
+        ->warn(
+            "peer {:016x}: gosgd finish: {} transfers unacknowledged (weight {}) and {} member(s) "
+            "not settled (still training, or their last transfers unanswered) after {} ms",
+            ctx.self(), delivery_.size(), escrowed(), unsettledOthers(ctx).size(),
+            std::chrono::duration_cast<std::chrono::milliseconds>(ctx.commTimeout()).count());
   }
   publish(ctx);
   log::get("algorithms")

@@ -332,7 +332,8 @@ void addConvergenceCommand(CLI::App& app) {
   command->add_flag("--print-config", options->printConfig,
                     "print the experiments as a config file and exit");
   command->add_flag("--json", options->json,
-                    "headline figures as one JSON object on the last stdout line");
+                    "headline figures as one JSON object on the last stdout line (with "
+                    "peer-step-times: time_vs_ideal and min_fast_peer_utilization too)");
   command->add_option("--log-level", options->logLevel, "log level of the peers")
       ->capture_default_str();
   command->footer(experimentFileHelp());

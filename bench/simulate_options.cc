@@ -66,7 +66,9 @@ CLI::App* addSimulateFlags(CLI::App& app, std::function<void(const SimulateOptio
   command->add_option("--out", o->out, "output directory")->capture_default_str();
   command->add_flag("--json", o->json,
                     "one experiment: peers, virtual_seconds, wall_seconds, final_accuracy, "
-                    "max_rss_mib and report_sha256 as one JSON object on the last stdout line");
+                    "max_rss_mib, report_sha256, time_to_target_s, time_vs_ideal and "
+                    "min_fast_peer_utilization (the last two with peer-step-times) as one JSON "
+                    "object on the last stdout line; several: an experiments list");
   command
       ->add_option(
           "--sweep", o->sweep,
