@@ -12,7 +12,8 @@ void LocalSgdOptions::validate() const {
 }
 
 void LocalSgd::setup(engine::PeerContext& ctx) {
-  if (mean_.size() != ctx.params().size())
+  // Time-boxed rounds merge into PeriodicAveraging's own buffer: no second one.
+  if (!timed() && mean_.size() != ctx.params().size())
     mean_ = ctx.compute().allocate<float>(ctx.params().size());
   anchored_ = false;  // the start or a membership change: the next round sends the models
   PeriodicAveraging::setup(ctx);

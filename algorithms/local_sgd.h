@@ -77,7 +77,7 @@ class LocalSgd final : public PeriodicAveraging {
   bool averageChange(engine::PeerContext& ctx, std::uint64_t round);
 
   std::size_t pipeline_;
-  kernels::Buffer<float> mean_;    // the all-reduce's output
+  kernels::Buffer<float> mean_;    // the all-reduce's output (rounds by steps)
   kernels::Buffer<float> anchor_;  // compressed: the average every peer adopted last
   bool anchored_ = false;          // anchor_ is the same on every peer
   std::unique_ptr<AsyncAllReduce> changes_;
