@@ -21,7 +21,7 @@ void writeUnevenTable(std::ofstream& md, const std::vector<Outcome>& outcomes,
                       const RunSettings& run) {
   const double fastest = *std::min_element(run.peerStepTimes.begin(), run.peerStepTimes.end());
   md << fmt::format(
-      "\n## Uneven peers ({} ms a step)\n\n"
+      "\n## Uneven peers ({} a step)\n\n"
       "Each experiment also ran on peers all at {} ms, without faults (its even reference). "
       "time_vs_ideal: the time to target over the ideal time, the samples the reference needed "
       "divided by this cluster's throughput (1: every sample the slower peers computed counted "
@@ -29,7 +29,7 @@ void writeUnevenTable(std::ofstream& md, const std::vector<Outcome>& outcomes,
       "of the time they did not wait on others.\n\n"
       "| algorithm | time to {:.0f}% | the reference's | time_vs_ideal | "
       "min_fast_peer_utilization |\n|---|---:|---:|---:|---:|\n",
-      fmt::join(run.peerStepTimes, ", "), fastest, fastest, 100 * run.target);
+      describeStepTimes(run.peerStepTimes), fastest, fastest, 100 * run.target);
   for (const Outcome& o : outcomes) {
     if (!o.error.empty()) continue;
     md << fmt::format(

@@ -22,18 +22,19 @@ std::pair<RunSettings, Experiment> evenReference(RunSettings run, Experiment e) 
   return {std::move(run), std::move(e)};
 }
 
+std::string describeStepTimes(std::span<const double> stepTimes) {
+  if (stepTimes.size() <= 8) return fmt::format("{} ms", fmt::join(stepTimes, ", "));
+  const auto [fastest, slowest] = std::minmax_element(stepTimes.begin(), stepTimes.end());
+  return fmt::format("{} step times, {} to {} ms", stepTimes.size(), *fastest, *slowest);
+}
+
 std::string describeUneven(const UnevenFigures& figures, std::span<const double> stepTimes,
                            const char* seconds) {
-  const auto [fastest, slowest] = std::minmax_element(stepTimes.begin(), stepTimes.end());
-  // Many peers: their range, not the list.
-  const std::string times =
-      stepTimes.size() <= 8
-          ? fmt::format("{} ms", fmt::join(stepTimes, ", "))
-          : fmt::format("{} step times, {} to {} ms", stepTimes.size(), *fastest, *slowest);
   return fmt::format(
       "uneven peers ({}): time_vs_ideal {:.3f} (the even reference at {} ms reached the target "
       "at {:.1f} {}), min_fast_peer_utilization {:.3f}",
-      times, figures.timeVsIdeal, *fastest, figures.referenceTimeToTarget, seconds,
+      describeStepTimes(stepTimes), figures.timeVsIdeal,
+      *std::min_element(stepTimes.begin(), stepTimes.end()), figures.referenceTimeToTarget, seconds,
       figures.minFastPeerUtilization);
 }
 

@@ -35,6 +35,10 @@ struct UnevenFigures {
 // with every peer at the fastest step time. The caller runs it without faults.
 std::pair<RunSettings, Experiment> evenReference(RunSettings run, Experiment e);
 
+// "300, 300, 600, 1200 ms", or for more than 8 peers their range ("256 step times, 200 to
+// 2950 ms").
+std::string describeStepTimes(std::span<const double> stepTimes);
+
 // One line for the console: the figures, the step times and the reference's time to target (in
 // `seconds`: "s" or "virtual s").
 std::string describeUneven(const UnevenFigures& figures, std::span<const double> stepTimes,
