@@ -109,8 +109,10 @@ void TimedRounds::start(engine::PeerContext& ctx) {
                    "uncompressed",
                    who_);
   // A peer alone may take all B steps, so that is its cap; the round that spends B ends the run.
+  // From the run's planned steps, not totalSteps(): a member that started first has already
+  // raised its end to B, and a peer that starts after it takes the cluster's count from it.
   const double budget =
-      resumedBudget_.value_or(static_cast<double>(ctx.totalSteps() * ctx.members().size()));
+      resumedBudget_.value_or(static_cast<double>(ctx.runSteps() * ctx.members().size()));
   std::optional<double> spent;
   if (!joined_) spent = resumedSpent_.value_or(0.0);
   box_.begin(ctx.now(), budget, spent);
@@ -148,6 +150,10 @@ std::optional<RoundAgreement> TimedRounds::exchange(engine::PeerContext& ctx,
   if (agreed.ended()) {
     ctx.setTotalSteps(ctx.step() + 1);  // this step (afterStep's) is the run's last
     endedByBudget_ = true;
+  } else {
+    // The agreed budget is every member's cap from now on, whatever this peer set at its start:
+    // no member stops on its own before the round that spends it.
+    ctx.setTotalSteps(static_cast<std::uint64_t>(agreed.budget));
   }
   return agreed;
 }

@@ -305,6 +305,10 @@ class PeerContext {
   virtual std::uint64_t step() const = 0;
   // Local steps this run will make in all.
   virtual std::uint64_t totalSteps() const = 0;
+  // The steps each peer makes in this run as planned, the same on every member: totalSteps()
+  // before any algorithm moved the end (setTotalSteps). A budget the cluster shares is set from
+  // this, so that a peer that starts after another raised its end reads the same base.
+  virtual std::uint64_t runSteps() const = 0;
   // How fast `peer` (a member, or this peer itself) trains, as last measured and shared; none
   // before its first report (a second or so into training) or where the runtime shares none.
   virtual std::optional<PeerSpeed> speedOf(PeerId /*peer*/) const { return std::nullopt; }

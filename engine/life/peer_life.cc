@@ -107,6 +107,7 @@ bool PeerLife::start() {
   counters_.totalSteps = plan_.totalSteps > 0
                              ? plan_.totalSteps
                              : env_.totalSteps(std::max(roster_.shardCount, config_.minPeers));
+  counters_.runSteps = plan_.runSteps > 0 ? plan_.runSteps : counters_.totalSteps.load();
   roster_.graph = env_.graph(roster_.members, counters_.step);
   known_.insert(roster_.members.begin(), roster_.members.end());
   // The model and step to start from: its checkpoint (going on from the cluster's step when that

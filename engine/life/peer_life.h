@@ -101,6 +101,7 @@ class LifeEnvironment {
 struct StepCounters {
   std::atomic<std::uint64_t>& step;
   std::atomic<std::uint64_t>& totalSteps;
+  std::atomic<std::uint64_t>& runSteps;  // totalSteps as the plan set it, never moved after
 };
 
 class PeerLife {

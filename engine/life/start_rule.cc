@@ -3,10 +3,18 @@
 #include <algorithm>
 
 namespace gossamer::engine::life {
+namespace {
+
+std::uint64_t planned(const MemberStatus& status) {
+  return status.runSteps > 0 ? status.runSteps : status.totalSteps;
+}
+
+}  // namespace
 
 std::optional<StartPlan> planStart(const StartFacts& facts) {
   StartPlan plan;
   std::uint64_t expectedTotal = 0;  // the cluster's step count, when it counted on this peer
+  std::uint64_t expectedRun = 0;    // and as planned
   std::size_t expectedView = 0;     // members the peers that counted on it see now
   if (facts.joined) {
     for (const MemberStatus& status : facts.statuses) {
@@ -19,18 +27,21 @@ std::optional<StartPlan> planStart(const StartFacts& facts) {
       // catches up with their step like a newcomer.
       if (status.expected && !facts.resumed) {
         expectedTotal = status.totalSteps;
+        expectedRun = planned(status);
         expectedView = std::max(expectedView, status.members);
         continue;
       }
       plan.late = true;
       plan.totalSteps = status.totalSteps;
+      plan.runSteps = planned(status);
       plan.step = std::max(plan.step, status.step);
     }
     // Counted on from the start: go from step 0 to the cluster's step count once this peer sees
     // as many members as the others see now (then the peers it starts with count on it too).
     // Not the count the cluster started with: a member may have left since.
     if (expectedTotal > 0) {
-      if (facts.members >= expectedView) return StartPlan{.totalSteps = expectedTotal};
+      if (facts.members >= expectedView)
+        return StartPlan{.totalSteps = expectedTotal, .runSteps = expectedRun};
       return std::nullopt;
     }
     if (plan.late) return plan;

@@ -17,6 +17,7 @@ namespace gossamer::engine::life {
 struct StartPlan {
   bool late = false;
   std::uint64_t totalSteps = 0;
+  std::uint64_t runSteps = 0;  // the cluster's count as planned (totalSteps before a move), or 0
   std::uint64_t step = 0;
   bool cannotJoin = false;
   bool clusterDone = false;
@@ -29,6 +30,9 @@ struct MemberStatus {
   // It started training with this very life of the asker (a restart is a new life: not expected).
   bool expected = false;
   std::uint64_t step = 0, totalSteps = 0;
+  // The run's steps as planned, before an algorithm moved the end (time-boxed rounds raise
+  // totalSteps to the cluster's budget); 0 from an older peer, which means totalSteps.
+  std::uint64_t runSteps = 0;
   std::size_t members = 0;  // in its view
 };
 

@@ -69,6 +69,7 @@ class ComputeContext final : public PeerContext {
   const topology::Graph& graph() const override { return *p_.roster.graph; }
   std::uint64_t step() const override { return p_.status.step; }
   std::uint64_t totalSteps() const override { return p_.status.totalSteps; }
+  std::uint64_t runSteps() const override { return p_.status.runSteps; }
   std::optional<PeerSpeed> speedOf(PeerId peer) const override {
     return p_.control.speeds().of(peer);
   }

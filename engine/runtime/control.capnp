@@ -47,6 +47,8 @@ struct Status {
   expected @3 :Bool;  # the asker (that life of it) is a member the answerer started training with
   members @4 :UInt32; # how many members the answerer's view holds now
   done @5 :Bool;      # the answerer trained all its steps: the run is ending, nothing to join
+  runSteps @6 :UInt64; # the run's steps per peer as planned (totalSteps before an algorithm
+                       # moved the end: time-boxed rounds); 0 from an older peer: totalSteps
 }
 
 # `finished` and `released` are each sent once on each of the two links (control and data),

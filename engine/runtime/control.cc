@@ -70,7 +70,8 @@ void ClusterControl::onMessage(Incoming message, std::vector<std::byte> bytes) {
                            status_.totalSteps,
                            false,
                            static_cast<std::uint32_t>(network_.members().size()),
-                           status_.loopEnded && status_.step >= status_.totalSteps};
+                           status_.loopEnded && status_.step >= status_.totalSteps,
+                           status_.runSteps};
     {
       std::lock_guard lock(mutex_);
       const auto started = startLives_.find(from);
@@ -269,6 +270,7 @@ StartPlan ClusterControl::awaitStart(std::size_t minPeers, bool resumed, Clock::
                             .expected = s.expected,
                             .step = s.step,
                             .totalSteps = s.totalSteps,
+                            .runSteps = s.runSteps,
                             .members = s.members});
     }
     if (const std::optional<StartPlan> plan = life::planStart({.statuses = statuses,

@@ -28,7 +28,8 @@ Message toMessage(s::Control::Reader r) {
     case s::Control::STATUS: {
       auto status = r.getStatus();
       return Status{status.getTraining(), status.getStep(),    status.getTotalSteps(),
-                    status.getExpected(), status.getMembers(), status.getDone()};
+                    status.getExpected(), status.getMembers(), status.getDone(),
+                    status.getRunSteps()};
     }
     case s::Control::FINISHED: {
       const auto mark = r.getFinished();
@@ -85,6 +86,7 @@ std::vector<std::byte> encode(const Message& message) {
                    status.setExpected(v.expected);
                    status.setMembers(v.members);
                    status.setDone(v.done);
+                   status.setRunSteps(v.runSteps);
                  },
                  [&](const Finished& v) { setMark(root.initFinished(), v.channel, v.waiting); },
                  [&](const Released& v) { setMark(root.initReleased(), v.channel, v.waiting); },

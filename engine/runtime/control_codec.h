@@ -22,7 +22,8 @@ struct Status {
   std::uint64_t totalSteps = 0;
   bool expected = false;
   std::uint32_t members = 0;
-  bool done = false;  // the answerer trained all its steps: the cluster's run is ending
+  bool done = false;           // the answerer trained all its steps: the cluster's run is ending
+  std::uint64_t runSteps = 0;  // the run's steps as planned (0 from an older peer)
   friend bool operator==(const Status&, const Status&) = default;
 };
 // Finished and Released are marks sent once per link (channel 0: control, 1: data); `waiting`:

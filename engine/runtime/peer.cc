@@ -291,7 +291,7 @@ bool Peer::Impl::start() {
   const TrainingConfig& t = config.training;
   training.life = std::make_unique<life::PeerLife>(
       self, t, *algorithm, *compute, static_cast<life::LifeEnvironment&>(*this),
-      life::StepCounters{status.step, status.totalSteps});
+      life::StepCounters{status.step, status.totalSteps, status.runSteps});
   if (!training.life->start()) {
     const StartPlan& plan = training.life->plan();
     if (plan.cannotJoin) return false;

@@ -81,8 +81,9 @@ class WaitBoard {
 struct LoopStatus {
   std::atomic<std::uint64_t> step{0};
   std::atomic<std::uint64_t> totalSteps{0};
-  std::atomic<double> loss{0};          // exponential moving average of the step losses
-  std::atomic<double> trainSeconds{0};  // the loop's time on the clock so far
+  std::atomic<std::uint64_t> runSteps{0};  // totalSteps as planned, before an algorithm moved it
+  std::atomic<double> loss{0};             // exponential moving average of the step losses
+  std::atomic<double> trainSeconds{0};     // the loop's time on the clock so far
   std::atomic<std::int64_t> commWaitNs{0};
   std::atomic<std::int64_t> computeNs{0};   // in the step's compute (gradients, optimizer)
   std::atomic<std::int64_t> stepTimeUs{0};  // emulated compute per step (--step-time)

@@ -18,6 +18,7 @@ class SimContext final : public PeerContext {
   const topology::Graph& graph() const override { return *p_.roster().graph; }
   std::uint64_t step() const override { return p_.step; }
   std::uint64_t totalSteps() const override { return p_.totalSteps; }
+  std::uint64_t runSteps() const override { return p_.runSteps; }
   std::optional<PeerSpeed> speedOf(PeerId peer) const override;
 
   kernels::Compute& compute() override { return *p_.world.shared().compute; }

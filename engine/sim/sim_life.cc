@@ -16,6 +16,7 @@ life::MemberStatus SimLife::statusOf(const SimPeer& other) const {
                             .expected = other.environment.expects(p_.id, p_.life),
                             .step = other.step,
                             .totalSteps = other.totalSteps,
+                            .runSteps = other.runSteps,
                             .members = other.swim.view.size()};
 }
 
@@ -69,8 +70,9 @@ train::Learner& SimLife::takeShard(std::size_t count, std::size_t rank) {
   const Shared& s = p_.world.shared();
   const runtime::TrainingConfig& t = s.training;
   if (!p_.parts.learner) {
-    p_.parts.learner = std::make_unique<train::Learner>(*s.compute, *s.model, t.optimizer, s.data->train,
-                                                  p_.world.shard(count, rank), t.batch, t.seed);
+    p_.parts.learner =
+        std::make_unique<train::Learner>(*s.compute, *s.model, t.optimizer, s.data->train,
+                                         p_.world.shard(count, rank), t.batch, t.seed);
   } else {
     p_.parts.learner->setShard(p_.world.shard(count, rank));
   }

@@ -54,7 +54,7 @@ SimPeer::SimPeer(World& w, PeerId peerId, std::size_t lifeNumber, bool joinsLate
   parts.context = std::make_unique<SimContext>(*this);
   parts.serveContext = std::make_unique<SimServe>(*this);
   lifecycle = std::make_unique<life::PeerLife>(id, t, *parts.algorithm, *s.compute, environment,
-                                               life::StepCounters{step, totalSteps});
+                                               life::StepCounters{step, totalSteps, runSteps});
 }
 
 SimPeer::~SimPeer() = default;

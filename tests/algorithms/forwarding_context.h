@@ -47,6 +47,10 @@ class ForwardingContext : public engine::PeerContext {
   const topology::Graph& graph() const override { return inner_.graph(); }
   std::uint64_t step() const override { return inner_.step(); }
   std::uint64_t totalSteps() const override { return inner_.totalSteps(); }
+  std::uint64_t runSteps() const override { return inner_.runSteps(); }
+  std::optional<engine::PeerSpeed> speedOf(engine::PeerId peer) const override {
+    return inner_.speedOf(peer);
+  }
 
   kernels::Compute& compute() override { return inner_.compute(); }
   std::span<float> params() override { return inner_.params(); }
@@ -72,6 +76,9 @@ class ForwardingContext : public engine::PeerContext {
   }
   engine::Inbox& inbox() override { return inner_.inbox(); }
   bool doneSending(engine::PeerId peer) const override { return inner_.doneSending(peer); }
+  void waitExpired(std::span<const engine::PeerId> missing) override {
+    inner_.waitExpired(missing);
+  }
   engine::Tags& tags() override { return inner_.tags(); }
   engine::DeviceView upload(std::span<const float> host) override { return inner_.upload(host); }
   engine::Clock::duration commTimeout() const override { return inner_.commTimeout(); }
@@ -82,8 +89,22 @@ class ForwardingContext : public engine::PeerContext {
                                             engine::Clock::duration timeout) override {
     return inner_.pullModel(from, timeout);
   }
+  std::optional<engine::CaughtUpModel> catchUp(std::span<const engine::PeerId> candidates,
+                                               engine::ModelHolders holders,
+                                               engine::Clock::duration timeout) override {
+    return inner_.catchUp(candidates, holders, timeout);
+  }
+  std::optional<engine::CaughtUpModel> catchUpState(std::span<const engine::PeerId> candidates,
+                                                    std::size_t floats,
+                                                    engine::Clock::duration timeout) override {
+    return inner_.catchUpState(candidates, floats, timeout);
+  }
   void adoptStep(std::uint64_t step) override { inner_.adoptStep(step); }
   void setTotalSteps(std::uint64_t steps) override { inner_.setTotalSteps(steps); }
+
+  engine::Clock::time_point now() const override { return inner_.now(); }
+  std::chrono::system_clock::time_point wallNow() const override { return inner_.wallNow(); }
+  void pause(engine::Clock::duration duration) override { inner_.pause(duration); }
 
   std::mt19937_64& rng() override { return inner_.rng(); }
   engine::Metrics& metrics() override { return inner_.metrics(); }
@@ -127,6 +148,14 @@ class AlgorithmShell : public engine::Algorithm {
   void saveState(engine::AlgorithmState& state) const override { inner_->saveState(state); }
   void loadState(const engine::AlgorithmState& state) override { inner_->loadState(state); }
   void resumedLate(engine::PeerContext& ctx) override { inner_->resumedLate(*wrap(ctx)); }
+  std::optional<engine::SharedState> sharedState() const override { return inner_->sharedState(); }
+  bool lockstep() const override { return inner_->lockstep(); }
+  void realign(engine::PeerContext& ctx, engine::PeerId ahead) override {
+    inner_->realign(*wrap(ctx), ahead);
+  }
+  std::uint32_t stateVersion() const override { return inner_->stateVersion(); }
+  std::uint32_t oldestStateVersion() const override { return inner_->oldestStateVersion(); }
+  engine::Invariants invariants() const override { return inner_->invariants(); }
 
   engine::Algorithm& inner() { return *inner_; }
 

@@ -9,8 +9,11 @@
 
 #include <doctest/doctest.h>
 
+#include "algorithms/diloco.h"
+#include "engine/builtin.h"
 #include "kernels/cpu/cpu_compute.h"
 #include "tests/algorithms/algorithm_testing.h"
+#include "tests/algorithms/forwarding_context.h"
 #include "tests/engine/sim/sim_testing.h"
 #include "tests/support/watchdog.h"
 
@@ -119,8 +122,8 @@ TEST_CASE("time box: a round of joiners only agrees on the mean of the budgets t
 
 // Four simulated peers of 100, 100, 200 and 400 ms a step running `algorithm` for 60 steps each
 // (an even run's budget: 240 cluster steps) with `options`; no invariant broken.
-engine::sim::SimResult unevenRun(const std::string& algorithm, engine::OptionValues options) {
-  const engine::Registry& registry = test::registry();
+engine::sim::SimResult unevenRun(const std::string& algorithm, engine::OptionValues options,
+                                 const engine::Registry& registry = test::registry()) {
   engine::sim::SimConfig c = engine::sim::testing::baseConfig(4, algorithm, 60);
   c.training.peerStepTimes = {100ms, 100ms, 200ms, 400ms};
   c.training.algorithmOptions = std::move(options);
@@ -163,6 +166,36 @@ TEST_CASE("time box: diloco on uneven peers takes steps by speed and ends at the
   // 1 + 5 x 20 steps against 1 + 5 x 5: 4 + 5 x 55 = 279 cluster steps in 6 rounds.
   CHECK(automatic.peers[0].steps == 101);
   CHECK(automatic.peers[3].steps == 26);
+}
+
+// diloco set up through a context whose end was already raised to 3x the run's steps, as a member
+// reads it that starts after another member's time box raised its end to the budget (the members'
+// status carries the raised count).
+class RaisedEndContext final : public test::ForwardingContext {
+ public:
+  using ForwardingContext::ForwardingContext;
+  std::uint64_t totalSteps() const override { return 3 * inner_.totalSteps(); }
+};
+class RaisedEndShell final : public test::AlgorithmShell {
+ public:
+  using AlgorithmShell::AlgorithmShell;
+  void setup(engine::PeerContext& ctx) override {
+    RaisedEndContext raised(ctx);
+    inner().setup(raised);
+  }
+};
+
+TEST_CASE("time box: the budget comes from the run's planned steps, not from a raised end") {
+  engine::Registry registry = engine::makeBuiltinRegistry();
+  engine::AlgorithmSpec spec =
+      engine::algorithmSpec<Diloco, DilocoOptions>("diloco, set up with a raised end", "ring");
+  spec.make = [](const engine::OptionValues& values) {
+    return std::unique_ptr<engine::Algorithm>(std::make_unique<RaisedEndShell>(
+        std::make_unique<Diloco>(engine::parseOptions<DilocoOptions>(values))));
+  };
+  registry.algorithms.add("diloco", "diloco in a test shell", std::move(spec));
+  // The same 9 rounds and 243 cluster steps as without the shell: B = 4 x 60, not 4 x 180.
+  checkOneSecondRounds(unevenRun("diloco", {{"round-seconds", "1"}}, registry), "diloco");
 }
 
 TEST_CASE(

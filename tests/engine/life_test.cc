@@ -73,6 +73,27 @@ TEST_CASE("life: the start rule: members that counted on this life start it from
   CHECK(resumed->step == 5);
 }
 
+TEST_CASE("life: the start rule: the plan carries the run's planned steps beside a moved end") {
+  // Members whose time-boxed rounds raised their end to the budget (3 x 100) say so, and say the
+  // count the run planned; a newcomer's plan carries both.
+  MemberStatus raised = training(5, true, 3);
+  raised.totalSteps = 300;
+  raised.runSteps = 100;
+  const std::optional<StartPlan> expected = plan({raised, raised}, 3, 3);
+  REQUIRE(expected);
+  CHECK(expected->totalSteps == 300);
+  CHECK(expected->runSteps == 100);
+  raised.expected = false;
+  const std::optional<StartPlan> late = plan({raised}, 3, 1);
+  REQUIRE(late);
+  CHECK(late->late);
+  CHECK(late->runSteps == 100);
+  // An older peer sends no planned count (0): its totalSteps is the plan.
+  const std::optional<StartPlan> older = plan({training(5)}, 3, 1);
+  REQUIRE(older);
+  CHECK(older->runSteps == 100);
+}
+
 TEST_CASE("life: the start rule: a member done that did not count on this life ends it") {
   const std::optional<StartPlan> p = plan({training(99), done()}, 3, 1);
   REQUIRE(p);
@@ -122,6 +143,7 @@ class UnusedContext final : public PeerContext {
   const topology::Graph& graph() const override { unused(); }
   std::uint64_t step() const override { unused(); }
   std::uint64_t totalSteps() const override { unused(); }
+  std::uint64_t runSteps() const override { unused(); }
   kernels::Compute& compute() override { unused(); }
   std::span<float> params() override { unused(); }
   std::span<float> grads() override { unused(); }
@@ -239,14 +261,14 @@ struct LifeUnderTest {
     config.evalPoints = runtime::EvalSchedule{.everySteps = 3};
   }
   PeerLife make(PeerId self) {
-    return PeerLife(self, config, algorithm, *compute, env, StepCounters{step, total});
+    return PeerLife(self, config, algorithm, *compute, env, StepCounters{step, total, planned});
   }
   std::vector<std::string> log;
   FakeEnvironment env;
   Recorder algorithm;
   std::unique_ptr<kernels::Compute> compute;
   runtime::TrainingConfig config;
-  std::atomic<std::uint64_t> step{0}, total{0};
+  std::atomic<std::uint64_t> step{0}, total{0}, planned{0};
 };
 
 TEST_CASE("life: an initial member starts, steps, finishes and releases in the runtime's order") {
@@ -297,7 +319,8 @@ TEST_CASE("life: a late joiner joins at the cluster's step and adopts a changed 
   PeerLife life = t.make(3);
   REQUIRE(life.start());
   CHECK(t.total == 10);
-  t.env.view = {1, 3};  // member 2 failed
+  CHECK(t.planned == 10);  // an older member sent no planned count: its total is the plan
+  t.env.view = {1, 3};     // member 2 failed
   ++t.env.viewEpoch;
   life.step();
   const std::vector<std::string> expected = {"startedWith 3", "shard 2/3", "join", "setup",

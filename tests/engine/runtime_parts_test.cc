@@ -95,6 +95,7 @@ TEST_CASE("runtime parts: every control message survives encode and decode") {
                       .expected = true,
                       .members = 7},
       control::Status{.step = 400, .totalSteps = 400, .members = 3, .done = true},
+      control::Status{.training = true, .step = 9, .totalSteps = 360, .runSteps = 120},
       control::Finished{0},
       control::Finished{1},
       control::Released{0},
