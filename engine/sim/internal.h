@@ -240,7 +240,7 @@ class SimPeer {
   bool killed = false;
   bool leaveRequested = false;  // a graceful leave at its next step boundary
   bool serveOpen = false;
-  std::atomic<std::uint64_t> step{0}, totalSteps{0};
+  std::atomic<std::uint64_t> step{0}, totalSteps{0}, runSteps{0};
   double stepFactor = 1;  // a straggler's
   std::string error;
 
@@ -273,7 +273,9 @@ class SimPeer {
   struct Heard {
     std::map<PeerId, std::uint64_t> steps;
     std::uint64_t expiredWaits = 0;
-    std::map<PeerId, std::size_t> inflightFrom;
+    // Messages from a peer not delivered yet: those it sent before its finished mark (which
+    // trails them), and all of them (its released mark trails those it sent while finishing too).
+    std::map<PeerId, std::size_t> inflightFrom, inflightAllFrom;
   } heard;
 
   // Its fiber, and whether (and in which wait) it is blocked.

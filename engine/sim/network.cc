@@ -20,10 +20,13 @@ Incoming incomingOf(const std::shared_ptr<const Wire>& wire) {
 
 bool World::phaseSeen(const SimPeer& peer, const SimPeer& observer, Phase phase) const {
   if (peer.phase < phase) return false;
-  if (now_ < (phase == Phase::released ? peer.figures.releasedAt : peer.figures.finishedAt) + markDelay_)
+  if (now_ <
+      (phase == Phase::released ? peer.figures.releasedAt : peer.figures.finishedAt) + markDelay_)
     return false;
-  const auto it = observer.heard.inflightFrom.find(peer.id);
-  return it == observer.heard.inflightFrom.end() || it->second == 0;
+  const std::map<PeerId, std::size_t>& inflight =
+      phase == Phase::released ? observer.heard.inflightAllFrom : observer.heard.inflightFrom;
+  const auto it = inflight.find(peer.id);
+  return it == inflight.end() || it->second == 0;
 }
 
 double World::extraLoss(PeerId a, PeerId b) const {
@@ -80,6 +83,7 @@ void World::send(SimPeer& from, std::span<const PeerId> to, const Message& messa
     if (target == from.id) {
       // To self: handed over as if it had arrived (the runtime's Messenger does so), no link.
       if (frozen->beforeFinish) ++from.heard.inflightFrom[from.id];
+      ++from.heard.inflightAllFrom[from.id];
       at(now_, [this, frozen, target, life = from.life] { deliver(frozen, target, life); });
       continue;
     }
@@ -110,6 +114,7 @@ void World::send(SimPeer& from, std::span<const PeerId> to, const Message& messa
     }
     link.lastDelivery = slot.deliverAt;
     if (frozen->beforeFinish) ++receiver->heard.inflightFrom[from.id];
+    ++receiver->heard.inflightAllFrom[from.id];
     const std::size_t life = receiver->life;
     at(slot.deliverAt, [this, frozen, target, life] { deliver(frozen, target, life); });
   }
@@ -123,6 +128,9 @@ void World::deliver(const std::shared_ptr<const Wire>& wire, PeerId to, std::siz
   }
   if (auto it = peer->heard.inflightFrom.find(wire->header.from);
       wire->beforeFinish && it != peer->heard.inflightFrom.end() && it->second > 0)
+    --it->second;
+  if (auto it = peer->heard.inflightAllFrom.find(wire->header.from);
+      it != peer->heard.inflightAllFrom.end() && it->second > 0)
     --it->second;
   if (peer->phase == Phase::dead || peer->phase == Phase::left ||
       partitioned(wire->header.from, to)) {
@@ -140,8 +148,10 @@ void World::deliver(const std::shared_ptr<const Wire>& wire, PeerId to, std::siz
     if (!peer->serveOpen) {
       // Held back until setup in the runtime; here it comes again shortly (rare: a joiner).
       at(now_ + std::chrono::milliseconds(1), [this, wire, to, life] {
-        if (SimPeer* p = current(to); p != nullptr && p->life == life && wire->beforeFinish)
-          ++p->heard.inflightFrom[wire->header.from];
+        if (SimPeer* p = current(to); p != nullptr && p->life == life) {
+          if (wire->beforeFinish) ++p->heard.inflightFrom[wire->header.from];
+          ++p->heard.inflightAllFrom[wire->header.from];
+        }
         deliver(wire, to, life);
       });
       return;
