@@ -26,6 +26,7 @@ void StreamingDilocoOptions::validate() const {
   GOSSAMER_ENFORCE(std::isfinite(alpha) && alpha >= 0 && alpha <= 1,
                    "streaming-diloco.alpha must be in [0, 1], not {}", alpha);
   outer.validate("streaming-diloco");
+  RoundTime::parse("streaming-diloco", roundSeconds);
   GOSSAMER_ENFORCE(pieces >= 1 && pieces <= kMaxRingPipeline,
                    "streaming-diloco.pieces must be in [1, {}], not {}", kMaxRingPipeline, pieces);
 }
@@ -40,7 +41,8 @@ StreamingDiloco::StreamingDiloco(StreamingDilocoOptions options)
           .who = "streaming-diloco",
           // A member up to one period of H steps ahead has started F rounds this peer has not.
           .maxFutureRounds = 4 + static_cast<std::size_t>(options.fragments),
-          .compress = true}) {}
+          .compress = true}),
+      timed_(makeTimed(options)) {}
 
 void StreamingDiloco::setup(engine::PeerContext& ctx) {
   const std::size_t size = ctx.params().size();
@@ -51,6 +53,7 @@ void StreamingDiloco::setup(engine::PeerContext& ctx) {
   const std::size_t largest = ringSlice(size, options_.fragments, 0).count;
   if (scratch_.size() != largest) scratch_ = ctx.compute().allocate<float>(largest);
   step_ = ctx.step();
+  if (timed_) setupTimed(ctx);
 }
 
 void StreamingDiloco::count(engine::PeerContext& ctx, const std::string& what, double value) {
@@ -104,17 +107,25 @@ bool StreamingDiloco::merge(engine::PeerContext& ctx, std::uint64_t round, std::
     return false;
   }
   const Slice slice = ringSlice(ctx.params().size(), options_.fragments, fragment);
-  kernels::Compute& compute = ctx.compute();
   const std::span<float> scratch = scratch_.span().first(slice.count);
   if (ctx.compression().enabled()) {
     // The mean model theta[f] - mean(Delta[f]), with the theta[f] that start() took Delta from.
-    compute.weightedSum(scratch, {{1.0f, outer_.theta().subspan(slice.offset, slice.count)},
-                                  {-1.0f, allReduce_.result(round)}});
-    outer_.step(ctx, slice.offset, scratch, scratch);
+    ctx.compute().weightedSum(scratch, {{1.0f, outer_.theta().subspan(slice.offset, slice.count)},
+                                        {-1.0f, allReduce_.result(round)}});
+    apply(ctx, fragment, scratch, scratch, alpha);
   } else {
-    outer_.step(ctx, slice.offset, allReduce_.result(round), scratch);
+    apply(ctx, fragment, allReduce_.result(round), scratch, alpha);
   }
   allReduce_.release(ctx, round);
+  merged_[fragment] = round / options_.fragments;
+  return true;
+}
+
+void StreamingDiloco::apply(engine::PeerContext& ctx, std::size_t fragment,
+                            std::span<const float> mean, std::span<float> scratch, double alpha) {
+  const Slice slice = ringSlice(ctx.params().size(), options_.fragments, fragment);
+  kernels::Compute& compute = ctx.compute();
+  outer_.step(ctx, slice.offset, mean, scratch);
   const std::span<float> local = ctx.params().subspan(slice.offset, slice.count);
   const std::span<const float> theta = outer_.theta().subspan(slice.offset, slice.count);
   if (alpha == 0) {
@@ -124,16 +135,18 @@ bool StreamingDiloco::merge(engine::PeerContext& ctx, std::uint64_t round, std::
     compute.weightedSum(local, {{a, local}, {1.0f - a, theta}});
   }
   outer_.publish(ctx, slice.offset, slice.count);
-  merged_[fragment] = round / options_.fragments;
   outer_.countRound();
   count(ctx, "rounds");
-  return true;
 }
 
 void StreamingDiloco::afterStep(engine::PeerContext& ctx) {
   const std::uint64_t done = ctx.step() + 1;  // ctx.step() counts this step once it returns
   step_ = done;
   allReduce_.poll(ctx);
+  if (timed_) {
+    timedAfterStep(ctx, done);
+    return;
+  }
   const std::uint64_t phase = done % options_.h;
   for (std::size_t f = 0; f < options_.fragments; ++f) {
     if (f * options_.h / options_.fragments != phase) continue;
@@ -148,6 +161,10 @@ void StreamingDiloco::afterStep(engine::PeerContext& ctx) {
 }
 
 void StreamingDiloco::finish(engine::PeerContext& ctx) {
+  if (timed_) {
+    finishTimed(ctx);
+    return;
+  }
   // The rounds in flight, merged as usual.
   mergeUpTo(ctx, kAll, options_.alpha);
   if (ctx.step() != ctx.totalSteps()) return;  // stopped early: the peers are at different steps
@@ -184,17 +201,22 @@ void StreamingDiloco::serve(engine::ServiceContext& ctx, const engine::Incoming&
 }
 
 void StreamingDiloco::join(engine::PeerContext& ctx) {
+  joinedTimed();
   if (joinFromOuterState(ctx, outer_, name(), kStateRequest)) return;
   ctx.metrics().add(name() + ".join_fallbacks", 1);
   engine::Algorithm::join(ctx);
 }
 
+void StreamingDiloco::resumedLate(engine::PeerContext& /*ctx*/) { joinedTimed(); }
+
 void StreamingDiloco::saveState(engine::AlgorithmState& state) const {
   saveOuterState(outer_, state);
+  saveTimed(state);
 }
 
 void StreamingDiloco::loadState(const engine::AlgorithmState& state) {
   loadOuterState(outer_, state);
+  loadTimed(state);
 }
 
 }  // namespace gossamer::algorithms

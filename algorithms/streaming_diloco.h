@@ -6,7 +6,8 @@
 //   communication    non-blocking all-reduce of one fragment's models (async_allreduce.h) every
 //                    H/F inner steps, collected tau steps after it started
 //   messages / step  2 (n-1) x pieces x F / H per peer
-//   bytes on wire    2 (n-1)/n x |w| x 4 per H steps and peer (diloco's), in F parts of |w|/F spread
+//   bytes on wire    2 (n-1)/n x |w| x 4 per H steps and peer (diloco's), in F parts of |w|/F
+//   spread
 //                    over the round, so the peak bandwidth is 1/F of diloco's; compressed, the
 //                    codec's share of that
 //   staleness        a fragment's outer step uses the models of tau steps ago; the step path never
@@ -30,6 +31,11 @@
 // poll() once per step advances the rounds in flight without waiting.
 //
 // With F = 1, tau = 0 and alpha = 0 this is diloco (up to the all-reduce's order of additions).
+//
+// Time-boxed (round-seconds, for peers of uneven speed): the fragments' rounds start by time
+// instead of by step, each contribution weighted by the steps since the fragment's last complete
+// round, and the run ends at the cluster's budget of steps (streaming_diloco_timed.cc,
+// algorithms/README.md).
 //
 // Compressed (--compress): a round sends the fragment's outer gradient Delta_i[f] = theta[f] -
 // w_i[f] instead of w_i[f], as diloco does, through the same all-reduce with error feedback in both
@@ -59,12 +65,12 @@
 // rounds it started itself.
 //
 // Memory, on top of the model: theta and m (none when mu = 0), |w| x 4 bytes each (80 MB each for
-// 20M parameters); one scratch of the largest fragment (|w|/F x 4); and the all-reduce's two buffers
-// of the one fragment round in flight (2 |w|/F x 4): tau < H/F, so a round merges before the next
-// one starts. At the end only, finish() holds the last rounds of all fragments at once (2 |w| x 4)
-// and then a scratch of |w| x 4 for the consensus. Compressed with error feedback, the all-reduce
-// keeps two residuals per fragment (2 |w| x 4 in all).
-// On CUDA, host mirrors of theta and m for serve() (2 |w| x 4 bytes of host memory).
+// 20M parameters); one scratch of the largest fragment (|w|/F x 4); and the all-reduce's two
+// buffers of the one fragment round in flight (2 |w|/F x 4): tau < H/F, so a round merges before
+// the next one starts. At the end only, finish() holds the last rounds of all fragments at once (2
+// |w| x 4) and then a scratch of |w| x 4 for the consensus. Compressed with error feedback, the
+// all-reduce keeps two residuals per fragment (2 |w| x 4 in all). On CUDA, host mirrors of theta
+// and m for serve() (2 |w| x 4 bytes of host memory).
 #pragma once
 
 #include <atomic>
@@ -73,9 +79,11 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "algorithms/async_allreduce.h"
 #include "algorithms/diloco.h"
+#include "algorithms/time_box.h"
 #include "engine/algorithm.h"
 #include "kernels/compute.h"
 
@@ -96,6 +104,8 @@ struct StreamingDilocoOptions {
   double alpha = 0.5;  // the paper's mixing factor
   OuterOptions outer;
   std::size_t pieces = 4;
+  // Rounds bounded by time instead of h steps (algorithms/time_box.h): off, auto or seconds.
+  std::string roundSeconds = "off";
 
   template <typename Bind>
   void bind(Bind& b) {
@@ -112,6 +122,10 @@ struct StreamingDilocoOptions {
     b("outer-momentum", outer.momentum, "outer momentum, in [0, 1) (the paper: 0.9)");
     b("nesterov", outer.nesterov, "Nesterov outer momentum (the paper's); false: heavy ball");
     b("pieces", pieces, "messages each all-reduce chunk is cut into (1-16)");
+    b("round-seconds", roundSeconds,
+      "time-boxed rounds: off (every h steps), auto (h x the members' mean step time) or seconds; "
+      "fragment f's round starts f/F of a round after fragment 0's, contributions weighted by "
+      "steps");
   }
   void validate() const;
 };
@@ -119,8 +133,10 @@ struct StreamingDilocoOptions {
 class StreamingDiloco final : public engine::Algorithm {
  public:
   explicit StreamingDiloco(StreamingDilocoOptions options);
+  ~StreamingDiloco() override;
   std::string name() const override { return "streaming-diloco"; }
-  bool lockstep() const override { return true; }  // rounds matched by step
+  // Rounds matched by step; time-boxed rounds by their number instead.
+  bool lockstep() const override { return timed_ == nullptr; }
   void setup(engine::PeerContext& ctx) override;
   void afterStep(engine::PeerContext& ctx) override;
   void finish(engine::PeerContext& ctx) override;
@@ -129,8 +145,10 @@ class StreamingDiloco final : public engine::Algorithm {
   std::optional<engine::SharedState> sharedState() const override {
     return sharedOuterState(outer_, step_);
   }
+  void resumedLate(engine::PeerContext& ctx) override;
   void saveState(engine::AlgorithmState& state) const override;
   void loadState(const engine::AlgorithmState& state) override;
+  engine::Invariants invariants() const override;
 
   // Message kinds: the all-reduce; a joiner's request and its reply (as diloco's).
   static constexpr std::uint32_t kAverage = 1;
@@ -150,7 +168,39 @@ class StreamingDiloco final : public engine::Algorithm {
   static constexpr std::uint64_t kAll = std::numeric_limits<std::uint64_t>::max();
   // Waits for `round` of `fragment` and merges it with `alpha`; false when it failed.
   bool merge(engine::PeerContext& ctx, std::uint64_t round, std::size_t fragment, double alpha);
+  // theta[f], m[f] and w_i[f] from a fragment's mean model `mean` (the outer step, then alpha),
+  // the round counted; `scratch`: the fragment's size, may be `mean`.
+  void apply(engine::PeerContext& ctx, std::size_t fragment, std::span<const float> mean,
+             std::span<float> scratch, double alpha);
   void count(engine::PeerContext& ctx, const std::string& what, double value = 1);
+
+  // ---- time-boxed rounds (round-seconds; streaming_diloco_timed.cc) ----
+  struct Timed {
+    Timed(RoundTime time, std::uint64_t h, std::size_t fragments);
+    TimedRounds rounds;
+    FragmentClock clock;
+    std::vector<std::uint64_t> next;  // per fragment: the number k of its next round here
+    engine::Clock::time_point lastStep{};
+  };
+  static std::unique_ptr<Timed> makeTimed(const StreamingDilocoOptions& options);
+  // Round k of fragment f: k F + f + 1, increasing in start order.
+  std::uint64_t timedRound(std::uint64_t k, std::size_t fragment) const {
+    return k * options_.fragments + fragment + 1;
+  }
+  void timedAfterStep(engine::PeerContext& ctx, std::uint64_t done);
+  // Starts round `k` of `fragment` (this peer's next of it) after step `done`.
+  void startTimed(engine::PeerContext& ctx, std::uint64_t done, std::size_t fragment);
+  // Waits for `round` of `fragment` and merges it with `alpha`; false when it failed.
+  bool mergeTimed(engine::PeerContext& ctx, std::uint64_t round, std::size_t fragment,
+                  double alpha);
+  // The oldest round in flight (of `fragment`, or of any: kAny), merged; false when none.
+  static constexpr std::size_t kAny = std::numeric_limits<std::size_t>::max();
+  bool mergeOldest(engine::PeerContext& ctx, std::size_t fragment, double alpha);
+  void finishTimed(engine::PeerContext& ctx);
+  void setupTimed(engine::PeerContext& ctx);
+  void joinedTimed();  // a joiner, or a peer resumed late: it learns the spend from a round
+  void saveTimed(engine::AlgorithmState& state) const;
+  void loadTimed(const engine::AlgorithmState& state);
 
   StreamingDilocoOptions options_;
   OuterState outer_;
@@ -164,6 +214,7 @@ class StreamingDiloco final : public engine::Algorithm {
   std::uint64_t lastRound_ = 0;  // the last round started, when started_
   bool started_ = false;
   std::atomic<std::uint64_t> step_{0};  // the compute thread's step, for replies to joiners
+  std::unique_ptr<Timed> timed_;        // round-seconds on, else null
 };
 
 }  // namespace gossamer::algorithms

@@ -41,34 +41,44 @@ void TimeBox::begin(Clock::time_point now, double budget, std::optional<double> 
 void TimeBox::restart(Clock::time_point now) {
   roundStart_ = now;
   roundSteps_ = 0;
+  lastStep_ = now;
+}
+
+void TimeBox::count(Clock::time_point now) {
+  ++roundSteps_;
+  ++steps_;
+  stepSeconds_ += Seconds(now - lastStep_).count();
+  ++timedSteps_;
+  lastStep_ = now;
 }
 
 bool TimeBox::due(Clock::time_point now) {
-  ++roundSteps_;
-  ++steps_;
+  count(now);
   if (roundSeconds_ <= 0) return true;  // auto's first round: one step, to measure the speeds
   const double elapsed = Seconds(now - roundStart_).count();
   const double perStep = elapsed / static_cast<double>(roundSteps_);
   return elapsed + perStep > roundSeconds_;
 }
 
-void TimeBox::pack(kernels::Compute& compute, std::span<const float> x, std::span<float> out,
-                   Clock::time_point now) const {
+void TimeBox::pack(kernels::Compute& compute, std::span<const float> x, std::span<float> out) {
   GOSSAMER_ENFORCE(out.size() == x.size() + kTailFloats,
                    "a time-boxed round packs {} floats, not {}", x.size() + kTailFloats,
                    out.size());
+  packed_ = steps_;
   const float n = static_cast<float>(steps_);
   compute.weightedSum(out.first(x.size()), {{n, x}});
-  const double seconds = Seconds(now - roundStart_).count();
   const float known = spent_ ? 1.0f : 0.0f;
   const std::array<float, kTailFloats> tail{
       n,
-      static_cast<float>(seconds / static_cast<double>(std::max<std::uint64_t>(roundSteps_, 1))),
+      static_cast<float>(stepSeconds_ /
+                         static_cast<double>(std::max<std::uint64_t>(timedSteps_, 1))),
       known,
       known * static_cast<float>(budget_),
       known * static_cast<float>(spent_.value_or(0)),
       static_cast<float>(budget_)};
   compute.upload(out.subspan(x.size()), std::span<const float>(tail));
+  stepSeconds_ = 0;
+  timedSteps_ = 0;
 }
 
 RoundAgreement TimeBox::merged(kernels::Compute& compute, std::span<const float> mean,
@@ -90,17 +100,38 @@ RoundAgreement TimeBox::merged(kernels::Compute& compute, std::span<const float>
   spent_ = agreed.spent;
   if (time_.automatic)
     roundSeconds_ = static_cast<double>(stepsPerRound_) * std::max(perStep, 1e-6);
-  steps_ = 0;
+  steps_ -= packed_;
+  packed_ = 0;
   restart(now);
   return agreed;
 }
 
-void TimeBox::failed(Clock::time_point now) { restart(now); }
+void TimeBox::failed(Clock::time_point now) {
+  packed_ = 0;
+  restart(now);
+}
+
+// ---- FragmentClock -----------------------------------------------------------------------------
+
+bool FragmentClock::due(std::size_t fragment, Clock::time_point now, double stepSeconds,
+                        double roundSeconds) const {
+  const double at = (static_cast<double>(starts_.at(fragment)) +
+                     static_cast<double>(fragment) / static_cast<double>(starts_.size())) *
+                    roundSeconds;
+  return Seconds(now - anchor_).count() + stepSeconds > at;
+}
 
 // ---- TimedRounds ------------------------------------------------------------------------------
 
-TimedRounds::TimedRounds(std::string who, RoundTime time, std::uint64_t stepsPerRound)
-    : who_(std::move(who)), box_(time, stepsPerRound) {}
+TimedRounds::TimedRounds(std::string who, RoundTime time, std::uint64_t stepsPerRound,
+                         std::size_t fragments)
+    : who_(std::move(who)),
+      boxes_(std::max<std::size_t>(fragments, 1), TimeBox(time, stepsPerRound)) {}
+
+void TimedRounds::count(engine::PeerContext& ctx) {
+  const engine::Clock::time_point now = ctx.now();
+  for (TimeBox& box : boxes_) box.count(now);
+}
 
 void TimedRounds::start(engine::PeerContext& ctx) {
   if (started_) return;
@@ -115,7 +146,7 @@ void TimedRounds::start(engine::PeerContext& ctx) {
       resumedBudget_.value_or(static_cast<double>(ctx.runSteps() * ctx.members().size()));
   std::optional<double> spent;
   if (!joined_) spent = resumedSpent_.value_or(0.0);
-  box_.begin(ctx.now(), budget, spent);
+  for (TimeBox& box : boxes_) box.begin(ctx.now(), budget, spent);
   ctx.setTotalSteps(static_cast<std::uint64_t>(budget));
   started_ = true;
 }
@@ -129,24 +160,38 @@ std::optional<RoundAgreement> TimedRounds::exchange(engine::PeerContext& ctx,
     ctx.metrics().add(who_ + ".rounds_skipped", static_cast<double>(heard - round));
     round = heard;
   }
+  send(ctx, exchange, round, x, 0);
+  return collect(ctx, exchange, round, merged, 0);
+}
+
+void TimedRounds::send(engine::PeerContext& ctx, AsyncAllReduce& exchange, std::uint64_t round,
+                       std::span<const float> x, std::size_t fragment) {
   std::shared_ptr<kernels::Buffer<float>> packed =
       exchange.buffer(ctx, x.size() + TimeBox::kTailFloats);
-  box_.pack(ctx.compute(), x, packed->span(), ctx.now());
+  boxes_.at(fragment).pack(ctx.compute(), x, packed->span());
   exchange.start(ctx, round, std::move(packed));
+}
+
+std::optional<RoundAgreement> TimedRounds::collect(engine::PeerContext& ctx,
+                                                   AsyncAllReduce& exchange, std::uint64_t round,
+                                                   std::span<float> merged, std::size_t fragment) {
+  TimeBox& box = boxes_.at(fragment);
   const RingOutcome outcome = exchange.wait(ctx, round, ctx.now() + ctx.commTimeout());
   if (outcome != RingOutcome::kComplete) {
     // Nothing agreed changes; this peer's steps count in the next complete round.
     exchange.release(ctx, round);
-    box_.failed(ctx.now());
+    box.failed(ctx.now());
     ctx.metrics().add(who_ + ".fallbacks", 1);
     ctx.metrics().add(who_ + "." + ringOutcomeName(outcome), 1);
     return std::nullopt;
   }
   const RoundAgreement agreed =
-      box_.merged(ctx.compute(), exchange.result(round), ctx.members().size(), merged, ctx.now());
+      box.merged(ctx.compute(), exchange.result(round), ctx.members().size(), merged, ctx.now());
   exchange.release(ctx, round);
+  // Fragment 0's rounds end the run; none after the end moves it again (the last rounds).
+  if (fragment != 0 || endedByBudget_) return agreed;
   ctx.metrics().set(who_ + ".cluster_steps", agreed.spent);
-  ctx.metrics().set(who_ + ".round_seconds", box_.roundSeconds());
+  ctx.metrics().set(who_ + ".round_seconds", box.roundSeconds());
   if (agreed.ended()) {
     ctx.setTotalSteps(ctx.step() + 1);  // this step (afterStep's) is the run's last
     endedByBudget_ = true;
@@ -160,8 +205,8 @@ std::optional<RoundAgreement> TimedRounds::exchange(engine::PeerContext& ctx,
 
 void TimedRounds::save(engine::AlgorithmState& state) const {
   if (!started_) return;
-  state.values["time_box_budget"] = box_.budget();
-  if (box_.spent()) state.values["time_box_spent"] = *box_.spent();
+  state.values["time_box_budget"] = boxes_[0].budget();
+  if (boxes_[0].spent()) state.values["time_box_spent"] = *boxes_[0].spent();
 }
 
 void TimedRounds::load(const engine::AlgorithmState& state) {

@@ -30,12 +30,14 @@
 // (k: the algorithm's h or tau; so a cluster of equal peers keeps k steps per round).
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "algorithms/async_allreduce.h"
 #include "engine/algorithm.h"
@@ -77,19 +79,24 @@ class TimeBox {
   void begin(Clock::time_point now, double budget, std::optional<double> spent);
   // After each local step (counted here): true when the next step would not fit in this round.
   bool due(Clock::time_point now);
+  // After each local step, for a caller that decides itself when a round starts: counts it.
+  void count(Clock::time_point now);
   // The round's length in seconds (0 while `auto` has measured nothing: the round is one step).
   double roundSeconds() const { return roundSeconds_; }
   // Steps this peer took since the last complete round (its weight n_i).
   std::uint64_t steps() const { return steps_; }
 
-  // Writes [n_i x_i, tail_i] into `out` (x.size() + kTailFloats floats, the Compute's memory).
-  void pack(kernels::Compute& compute, std::span<const float> x, std::span<float> out,
-            Clock::time_point now) const;
+  // Writes [n_i x_i, tail_i] into `out` (x.size() + kTailFloats floats, the Compute's memory),
+  // n_i = steps(); the round is in flight until merged() or failed(). Steps counted meanwhile
+  // (a round that overlaps training) count in the next round.
+  // s_i: the mean time of the steps since the last pack, each from the step (or the round's
+  // start) before it.
+  void pack(kernels::Compute& compute, std::span<const float> x, std::span<float> out);
   // From a complete round's mean of the packs of `members` members: `merged` = x~ (x.size()
   // floats), and what the round agreed; the next round starts now.
   RoundAgreement merged(kernels::Compute& compute, std::span<const float> mean, std::size_t members,
                         std::span<float> merged, Clock::time_point now);
-  // A failed round: the next one starts now, its steps adding to this one's.
+  // A failed round: the next one starts now, its steps adding to the next one's.
   void failed(Clock::time_point now);
 
   // The cluster steps spent after the last complete round, when known (checkpoints).
@@ -104,25 +111,60 @@ class TimeBox {
   double roundSeconds_ = 0;
   Clock::time_point roundStart_{};  // this round's
   std::uint64_t roundSteps_ = 0;    // steps in this round (the deadline's estimate)
-  std::uint64_t steps_ = 0;         // steps since the last complete round
+  // What pack() reports as s_i: the steps since the last pack, each timed from the step (or the
+  // round's start) before it, so that a round's wait is no step's time.
+  Clock::time_point lastStep_{};
+  double stepSeconds_ = 0;
+  std::uint64_t timedSteps_ = 0;
+  std::uint64_t steps_ = 0;   // steps since the last complete round
+  std::uint64_t packed_ = 0;  // of which the round in flight carries
   double budget_ = 0;
   std::optional<double> spent_;
+};
+
+// When each fragment's time-boxed round starts on this peer's clock (streaming-diloco): this peer's
+// round c (from 0) of fragment f at anchor + (c + f / F) T, T the round length (0 while `auto`
+// has measured nothing: every fragment is due at once). A fragment is due after a step when the
+// next step, as long as the last one, would end past that time. The members match rounds by
+// their number, not their time: the clock only paces this peer.
+class FragmentClock {
+ public:
+  using Clock = engine::Clock;
+  explicit FragmentClock(std::size_t fragments) : starts_(std::max<std::size_t>(fragments, 1)) {}
+
+  void begin(Clock::time_point now) { anchor_ = now; }
+  bool due(std::size_t fragment, Clock::time_point now, double stepSeconds,
+           double roundSeconds) const;
+  void started(std::size_t fragment) { ++starts_.at(fragment); }
+
+ private:
+  Clock::time_point anchor_{};
+  std::vector<std::uint64_t> starts_;  // per fragment: rounds this peer started
 };
 
 // The time-boxed rounds of one algorithm (`who`: its name, for messages and metrics): the TimeBox
 // and what lives around it for the run: the budget and the cap at the start, the weighted
 // exchange of a round, the end of the run, the checkpoint values and the invariants. Compute
 // thread.
+//
+// An algorithm that synchronises its model in `fragments` parts, each in rounds of its own that
+// overlap training (streaming-diloco), has one TimeBox per fragment: each weights its fragment's
+// contributions by the steps since that fragment's last complete round. Fragment 0's rounds
+// count the cluster's steps and end the run (each step is counted once in fragment 0's rounds,
+// as in any fragment's).
 class TimedRounds {
  public:
-  TimedRounds(std::string who, RoundTime time, std::uint64_t stepsPerRound);
+  TimedRounds(std::string who, RoundTime time, std::uint64_t stepsPerRound,
+              std::size_t fragments = 1);
 
   // At the first setup() (later calls do nothing): the budget B = the run's steps x the members
   // (or the checkpoint's), the cap of this peer's steps at B, the first round starts. Throws
   // gossamer::Error with --compress (the tail must arrive exact).
   void start(engine::PeerContext& ctx);
   // After each local step: true when the round is due.
-  bool due(engine::PeerContext& ctx) { return box_.due(ctx.now()); }
+  bool due(engine::PeerContext& ctx) { return boxes_[0].due(ctx.now()); }
+  // After each local step, for a caller that starts the rounds itself (send/collect).
+  void count(engine::PeerContext& ctx);
   // One round: the all-reduce of [n_i x_i, tail_i] over `exchange`, numbered `round` (this
   // peer's next; raised to the latest round heard from the members, so that a joiner or a peer
   // that fell behind meets them), x~ into `merged` (x.size() floats). The agreement, with the
@@ -130,12 +172,22 @@ class TimedRounds {
   std::optional<RoundAgreement> exchange(engine::PeerContext& ctx, AsyncAllReduce& exchange,
                                          std::uint64_t& round, std::span<const float> x,
                                          std::span<float> merged);
+  // The same in two parts, for a round that overlaps training: send() starts `round` of
+  // `fragment` (x: the fragment's floats) over `exchange`; collect() waits for it until the comm
+  // timeout and merges it into `merged`. The agreement, with fragment 0's metrics and end of the
+  // run set; nullopt when the round failed (counted).
+  void send(engine::PeerContext& ctx, AsyncAllReduce& exchange, std::uint64_t round,
+            std::span<const float> x, std::size_t fragment);
+  std::optional<RoundAgreement> collect(engine::PeerContext& ctx, AsyncAllReduce& exchange,
+                                        std::uint64_t round, std::span<float> merged,
+                                        std::size_t fragment);
   // This peer joined a cluster in training, or resumed into one that went on without it: it
   // learns the spend from its first round.
   void joined() { joined_ = true; }
   // The run ended at a round that spent the budget (so on every member at once).
   bool endedByBudget() const { return endedByBudget_; }
-  double roundSeconds() const { return box_.roundSeconds(); }
+  // The round length (`auto`: as fragment `fragment`'s last complete round measured it).
+  double roundSeconds(std::size_t fragment = 0) const { return boxes_[fragment].roundSeconds(); }
 
   void save(engine::AlgorithmState& state) const;
   void load(const engine::AlgorithmState& state);
@@ -144,7 +196,7 @@ class TimedRounds {
 
  private:
   std::string who_;
-  TimeBox box_;
+  std::vector<TimeBox> boxes_;  // one per fragment
   bool started_ = false;
   bool joined_ = false;
   bool endedByBudget_ = false;

@@ -75,7 +75,7 @@ TEST_CASE(
     box.begin(t0, 120, m.spent);
     for (int s = 1; s <= m.steps; ++s) box.due(t0 + s * 100ms);
     std::vector<float> packed(2 + TimeBox::kTailFloats);
-    box.pack(compute, m.w, packed, t0 + m.steps * 100ms);
+    box.pack(compute, m.w, packed);
     for (std::size_t i = 0; i < sum.size(); ++i) sum[i] += packed[i] / 3.0f;
   }
   TimeBox box(RoundTime{.automatic = true}, 10);
@@ -107,7 +107,7 @@ TEST_CASE("time box: a round of joiners only agrees on the mean of the budgets t
     boxes.back().begin(t0, budget, std::nullopt);
     boxes.back().due(t0 + 100ms);
     std::vector<float> packed(1 + TimeBox::kTailFloats);
-    boxes.back().pack(compute, std::vector<float>{3}, packed, t0 + 100ms);
+    boxes.back().pack(compute, std::vector<float>{3}, packed);
     for (std::size_t i = 0; i < sum.size(); ++i) sum[i] += packed[i] / 2.0f;
   }
   for (TimeBox& box : boxes) {
@@ -118,6 +118,48 @@ TEST_CASE("time box: a round of joiners only agrees on the mean of the budgets t
     CHECK(agreed.spent == 2);     // nothing known before, the round's 2 steps
     CHECK(box.budget() == 120);
   }
+}
+
+TEST_CASE("time box: steps taken while a round is in flight count in the next round") {
+  const std::unique_ptr<kernels::Compute> cpu = kernels::cpu::makeCompute();
+  const Clock::time_point t0{};
+  TimeBox box(RoundTime{.seconds = 1}, 10);
+  box.begin(t0, 100, 0.0);
+  for (int s = 1; s <= 3; ++s) box.count(t0 + s * 100ms);
+  std::vector<float> packed(1 + TimeBox::kTailFloats);
+  box.pack(*cpu, std::vector<float>{2}, packed);
+  CHECK(packed[0] == 6);                     // n x = 3 x 2
+  CHECK(packed[1] == 3);                     // n
+  CHECK(packed[2] == doctest::Approx(0.1));  // s: 3 steps in 300 ms
+  box.count(t0 + 500ms);                     // two steps while the round travels, of 200 ms each
+  box.count(t0 + 700ms);
+  std::vector<float> merged(1);
+  const RoundAgreement agreed = box.merged(*cpu, packed, 1, merged, t0 + 700ms);
+  CHECK(merged[0] == 2);
+  CHECK(agreed.steps == 3);
+  CHECK(agreed.spent == 3);
+  CHECK(box.steps() == 2);  // theirs go into the next round
+  // A failed round keeps every step for the next one.
+  box.pack(*cpu, std::vector<float>{2}, packed);
+  CHECK(packed[2] == doctest::Approx(0.2));  // s: the steps since the last pack
+  box.count(t0 + 900ms);
+  box.failed(t0 + 900ms);
+  CHECK(box.steps() == 3);
+}
+
+TEST_CASE("time box: fragment f's rounds start f/F of a round after fragment 0's, T apart") {
+  const Clock::time_point t0{};
+  FragmentClock clock(4);
+  clock.begin(t0);
+  // T = 2 s: fragment 0 at 0 s (after the first step), fragment 2 at 1 s, then every 2 s.
+  CHECK(clock.due(0, t0 + 100ms, 0.1, 2));
+  CHECK_FALSE(clock.due(2, t0 + 700ms, 0.25, 2));  // the next step ends at 0.95 s
+  CHECK(clock.due(2, t0 + 800ms, 0.25, 2));        // at 1.05 s: past 1 s
+  clock.started(2);
+  CHECK_FALSE(clock.due(2, t0 + 2700ms, 0.25, 2));  // its next at 3 s
+  CHECK(clock.due(2, t0 + 2800ms, 0.25, 2));
+  // `auto` before its first measurement (T = 0): every fragment is due at once.
+  CHECK(clock.due(3, t0 + 100ms, 0.1, 0));
 }
 
 // Four simulated peers of 100, 100, 200 and 400 ms a step running `algorithm` for 60 steps each
@@ -211,11 +253,55 @@ TEST_CASE(
   }
 }
 
-TEST_CASE("time box: a joiner and a restarted peer find the members' round and merge with them") {
+// streaming-diloco, time-boxed, on the same four peers: steps in proportion to speed, the rounds'
+// spend agreed, every step counted in it once, and one model at the end.
+void checkStreamingRounds(const engine::sim::SimResult& result) {
+  const double spent = result.peers[0].metrics.at("streaming-diloco.cluster_steps");
+  CHECK(spent >= 240);
+  std::uint64_t steps = 0;
+  for (const auto& peer : result.peers) {
+    CAPTURE(peer.id);
+    if (!peer.alive) continue;
+    CHECK(peer.metrics.at("streaming-diloco.cluster_steps") == spent);
+    CHECK(peer.metrics.count("streaming-diloco.fallbacks") == 0);
+    steps += peer.steps;
+  }
+  // The rounds after the ending one carry the steps taken since it started.
+  CHECK(static_cast<double>(steps) >= spent);
+  for (const auto& final : result.finals) {
+    CAPTURE(final.peer);
+    CHECK(final.params == result.finals[0].params);
+  }
+}
+
+TEST_CASE("time box: streaming-diloco's fragments take steps by speed and end at the budget") {
+  const engine::sim::SimResult result = unevenRun(
+      "streaming-diloco", {{"round-seconds", "1"}, {"h", "10"}, {"fragments", "2"}, {"tau", "1"}});
+  checkStreamingRounds(result);
+  REQUIRE(result.peers.size() == 4);
+  CHECK(result.peers[0].steps == result.peers[1].steps);
+  // 4x the slowest peer's steps, give or take the one step each takes across a round's edge.
+  CHECK(result.peers[0].steps == doctest::Approx(4.0 * result.peers[3].steps).epsilon(0.1));
+  CHECK(result.peers[0].steps == doctest::Approx(2.0 * result.peers[2].steps).epsilon(0.1));
+  // 2 fragments each merged about once a second (the run lasts about 9 s).
+  CHECK(result.peers[0].metrics.at("streaming-diloco.rounds") >= 16);
+  // auto: h x the mean step time, 10 x 0.2 s.
+  const engine::sim::SimResult automatic =
+      unevenRun("streaming-diloco", {{"round-seconds", "auto"}, {"h", "10"}, {"fragments", "2"}});
+  checkStreamingRounds(automatic);
+  for (const auto& peer : automatic.peers)
+    CHECK(peer.metrics.at("streaming-diloco.round_seconds") == doctest::Approx(2.0));
+  CHECK_THROWS_WITH(unevenRun("streaming-diloco", {{"round-seconds", "-1"}}),
+                    doctest::Contains("streaming-diloco.round-seconds must be off, auto or"));
+}
+
+// diloco's (one round at a time) and streaming-diloco's (two fragments' rounds in flight).
+void checkJoinerAndRestart(const std::string& algorithm, engine::OptionValues options) {
+  CAPTURE(algorithm);
   const engine::Registry& registry = test::registry();
-  engine::sim::SimConfig c = engine::sim::testing::baseConfig(4, "diloco", 60);
+  engine::sim::SimConfig c = engine::sim::testing::baseConfig(4, algorithm, 60);
   c.training.peerStepTimes = {100ms, 100ms, 200ms, 400ms};
-  c.training.algorithmOptions = {{"round-seconds", "1"}};
+  c.training.algorithmOptions = std::move(options);
   c.faults = {engine::sim::Fault{.at = 2.5, .kind = engine::sim::FaultKind::join},
               engine::sim::Fault{.at = 4.5, .kind = engine::sim::FaultKind::kill, .pick = 1},
               engine::sim::Fault{.at = 5.5, .kind = engine::sim::FaultKind::restartFresh}};
@@ -225,39 +311,62 @@ TEST_CASE("time box: a joiner and a restarted peer find the members' round and m
   for (const std::string& f : result.faultLog) MESSAGE(f);
   REQUIRE(result.peers.size() == 5);
   // Every live peer ends on the same model, at the same agreed spend, after rounds with all.
-  const double spent = result.peers[0].metrics.at("diloco.cluster_steps");
+  const double spent = result.peers[0].metrics.at(algorithm + ".cluster_steps");
   CHECK(spent >= 240);
   for (const auto& peer : result.peers) {
     CAPTURE(peer.id);
     if (!peer.alive) continue;
-    CHECK(peer.metrics.at("diloco.cluster_steps") == spent);
+    CHECK(peer.metrics.at(algorithm + ".cluster_steps") == spent);
   }
   for (const auto& final : result.finals) {
     CAPTURE(final.peer);
     CHECK(final.params == result.finals[0].params);
   }
   // The joiner took part in rounds (it took steps and merged).
-  CHECK(result.peers[4].metrics.at("diloco.rounds") >= 1);
+  CHECK(result.peers[4].metrics.at(algorithm + ".rounds") >= 1);
 }
 
-TEST_CASE("time box: diloco's time-boxed rounds on real peers of uneven speed") {
+TEST_CASE("time box: a joiner and a restarted peer find the members' round and merge with them") {
+  checkJoinerAndRestart("diloco", {{"round-seconds", "1"}});
+  checkJoinerAndRestart("streaming-diloco",
+                        {{"round-seconds", "1"}, {"h", "10"}, {"fragments", "2"}});
+}
+
+// Three real peers of 10, 10 and 30 ms a step, 40 steps each (a budget of 120 cluster steps):
+// the spend agreed, one model, steps by speed. With `exact`, every step counted once (the run
+// ends at a round; streaming-diloco's last rounds carry more steps than the spend).
+void checkRealPeers(const std::string& algorithm, engine::OptionValues options, bool exact) {
+  CAPTURE(algorithm);
   test::Watchdog watchdog(120s);
-  auto config = test::algorithmCluster("diloco", 3, 40, 0.05, {{"round-seconds", "0.2"}});
+  auto config = test::algorithmCluster(algorithm, 3, 40, 0.05, std::move(options));
   config.peer.training.peerStepTimes = {10ms, 10ms, 30ms};
   const engine::runtime::ClusterResult result =
       engine::runtime::runLocalCluster(config, test::registry(), test::smallData());
   REQUIRE(result.peers.size() == 3);
-  const double spent = result.peers[0].metrics.at("diloco.cluster_steps");
-  CHECK(spent >= 120);  // the budget: 3 x 40
+  const double spent = result.peers[0].metrics.at(algorithm + ".cluster_steps");
+  CHECK(spent >= 120);
   std::uint64_t steps = 0;
   for (std::size_t i = 0; i < 3; ++i) {
     CAPTURE(i);
-    CHECK(result.peers[i].metrics.at("diloco.cluster_steps") == spent);
+    CHECK(result.peers[i].metrics.at(algorithm + ".cluster_steps") == spent);
+    CHECK(result.peers[i].metrics.count(algorithm + ".fallbacks") == 0);
     CHECK(result.finals[i].params == result.finals[0].params);
     steps += result.peers[i].steps;
   }
-  CHECK(static_cast<double>(steps) == spent);  // every step counted once (no round failed)
+  if (exact)
+    CHECK(static_cast<double>(steps) == spent);
+  else
+    CHECK(static_cast<double>(steps) >= spent);
   CHECK(result.peers[0].steps > result.peers[2].steps);
+}
+
+TEST_CASE("time box: diloco's time-boxed rounds on real peers of uneven speed") {
+  checkRealPeers("diloco", {{"round-seconds", "0.2"}}, true);
+}
+
+TEST_CASE("time box: streaming-diloco's time-boxed fragments on real peers of uneven speed") {
+  checkRealPeers("streaming-diloco",
+                 {{"round-seconds", "0.2"}, {"h", "10"}, {"fragments", "2"}, {"tau", "1"}}, false);
 }
 
 }  // namespace
