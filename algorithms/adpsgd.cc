@@ -27,6 +27,7 @@ bool contains(const std::vector<PeerId>& ids, PeerId id) {
 
 void AdPsgdOptions::validate() const {
   GOSSAMER_ENFORCE(period >= 1, "ad-psgd.period must be at least 1, not {}", period);
+  SharedEnd::validate("ad-psgd", end);
   GOSSAMER_ENFORCE(outstanding >= 1 && outstanding <= 64,
                    "ad-psgd.outstanding must be in [1, 64], not {}", outstanding);
   GOSSAMER_ENFORCE(std::isfinite(timeout) && timeout >= 0,
@@ -53,6 +54,7 @@ void AdPsgd::publish(engine::PeerContext& ctx) {
 }
 
 void AdPsgd::setup(engine::PeerContext& ctx) {
+  end_.start(ctx);
   const std::vector<PeerId>& members = ctx.members();
   const auto position = std::find(members.begin(), members.end(), ctx.self());
   active_ = position != members.end() &&
@@ -289,6 +291,7 @@ double AdPsgd::step(engine::PeerContext& ctx) {
   ctx.applyOptimizer();
   if (active_ && ctx.step() % static_cast<std::uint64_t>(options_.period) == 0) offer(ctx);
   publish(ctx);
+  end_.update(ctx);
   return loss;
 }
 

@@ -111,6 +111,7 @@
 #include <vector>
 
 #include "algorithms/public_estimates.h"
+#include "algorithms/shared_end.h"
 #include "algorithms/spare_buffers.h"
 #include "engine/algorithm.h"
 
@@ -120,6 +121,7 @@ struct AdPsgdOptions {
   std::int64_t period = 1;       // an active peer offers every `period` steps
   std::int64_t outstanding = 2;  // offers in flight at most
   double timeout = 0;            // seconds an offer waits for its answer; 0: --comm-timeout
+  std::string end = "steps";     // or "budget": algorithms/shared_end.h
 
   template <typename Bind>
   void bind(Bind& b) {
@@ -132,6 +134,9 @@ struct AdPsgdOptions {
     b("timeout", timeout,
       "seconds an offer waits for its answer before it is forgotten, and the longest the end of "
       "the run waits for the last answers (0: --comm-timeout)");
+    b("end", end,
+      "steps (every peer takes the run's steps) or budget (the cluster takes the run's steps x "
+      "the members, each peer training until about the same moment: peers of uneven speed)");
   }
   void validate() const;
 };
@@ -139,17 +144,20 @@ struct AdPsgdOptions {
 class AdPsgd final : public engine::Algorithm {
  public:
   explicit AdPsgd(AdPsgdOptions options)
-      : options_(options), spare_(static_cast<std::size_t>(options.outstanding)) {}
+      : options_(options),
+        spare_(static_cast<std::size_t>(options.outstanding)),
+        end_("ad-psgd", options.end) {}
   std::string name() const override { return "ad-psgd"; }
   // Roles from the sorted members; offers to peers that left the view stop counting as in
   // flight (see "Failures").
   void setup(engine::PeerContext& ctx) override;
   // Gradient, exchanges, the local optimizer's step, then an offer (see the header comment).
   double step(engine::PeerContext& ctx) override;
+  engine::Invariants invariants() const override { return end_.adjust({}); }
+  std::optional<double> runProgress() const override { return end_.progress(); }
   // Answers what is left and waits for the answers to this peer's offers.
   void finish(engine::PeerContext& ctx) override;
   void leave(engine::PeerContext& ctx) override;
-
 
   // Whether this peer initiates exchanges in the current view.
   bool active() const { return active_; }
@@ -200,6 +208,7 @@ class AdPsgd final : public engine::Algorithm {
   void publish(engine::PeerContext& ctx);
 
   AdPsgdOptions options_;
+  SharedEnd end_;
   // Everything runs on the compute thread.
   bool active_ = false;
   bool warnedNoPartner_ = false;

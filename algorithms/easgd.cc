@@ -13,6 +13,7 @@ namespace gossamer::algorithms {
 
 void EasgdOptions::validate(const char* name) const {
   GOSSAMER_ENFORCE(tau >= 1, "{}.tau must be at least 1, not {}", name, tau);
+  SharedEnd::validate(name, end);
   GOSSAMER_ENFORCE(alpha >= 0 && alpha < 1, "{}.alpha must be in [0, 1) (0: 0.9 / n), not {}", name,
                    alpha);
   GOSSAMER_ENFORCE(timeoutMs >= 0, "{}.timeout_ms must be >= 0 (0: --comm-timeout), not {}", name,
@@ -28,6 +29,7 @@ void EamsgdOptions::validate() const { elastic.validate("eamsgd"); }
 void ElasticCenter::setup(engine::PeerContext& ctx) {
   const std::size_t workers = ctx.members().size();
   alpha_ = options_.alpha > 0 ? options_.alpha : 0.9 / static_cast<double>(workers);
+  end_.start(ctx);
   centerPeer_ = ctx.graph().root();
   step_ = ctx.step();
   if (delta_.size() != ctx.params().size())
@@ -137,6 +139,7 @@ void ElasticCenter::loadState(const engine::AlgorithmState& state) {
 }
 
 void ElasticCenter::beforeStep(engine::PeerContext& ctx) {
+  end_.update(ctx);
   step_ = ctx.step();
   const std::uint64_t t = ctx.step();
   if (t % options_.tau == 0) exchange(ctx);

@@ -137,6 +137,7 @@
 #include <string>
 #include <vector>
 
+#include "algorithms/shared_end.h"
 #include "engine/algorithm.h"
 
 namespace gossamer::algorithms {
@@ -150,6 +151,7 @@ struct EasgdOptions {
   std::int64_t timeoutMs = 0;
   bool finalCenter = true;     // finish() replaces w_i with w~
   std::uint64_t prefetch = 0;  // pull K steps ahead of the exchange (0: blocking pull)
+  std::string end = "steps";   // or "budget": algorithms/shared_end.h
 
   template <typename Bind>
   void bind(Bind& b) {
@@ -167,6 +169,9 @@ struct EasgdOptions {
       "K in [0, tau): the pull of w~ for an exchange leaves K local steps ahead and its reply is "
       "collected at the exchange, so no round trip is waited for while training (w~ is K steps "
       "staler); 0: the pull is a blocking request at the exchange");
+    b("end", end,
+      "steps (every peer takes the run's steps) or budget (the cluster takes the run's steps x "
+      "the members, each peer training until about the same moment: peers of uneven speed)");
   }
   void validate(const char* name = "easgd") const;
 };
@@ -189,14 +194,17 @@ class ElasticCenter {
  public:
   // `name` prefixes the metrics ("easgd.exchanges", ...).
   ElasticCenter(std::string name, EasgdOptions options)
-      : name_(std::move(name)), options_(options) {}
+      : name_(std::move(name)), options_(options), end_(name_, options.end) {}
 
   void setup(engine::PeerContext& ctx);
-  // The exchange, when ctx.step() mod tau == 0.
+  // The exchange, when ctx.step() mod tau == 0; the shared end's estimate (end = budget).
   void beforeStep(engine::PeerContext& ctx);
   void serve(engine::ServiceContext& ctx, const engine::Incoming& request);
   // With final_center: w_i = w~, pulled once more after every worker has finished.
   void finish(engine::PeerContext& ctx);
+  // None of its own; with end = budget, not the same step count.
+  engine::Invariants invariants() const { return end_.adjust({}); }
+  std::optional<double> runProgress() const { return end_.progress(); }
   // A joiner: params = w~ pulled from the center (any member that holds it), step = the center
   // peer's; false when nobody answered with w~.
   bool join(engine::PeerContext& ctx);
@@ -252,6 +260,7 @@ class ElasticCenter {
 
   std::string name_;
   EasgdOptions options_;
+  SharedEnd end_;
   double alpha_ = 0;
   engine::PeerId centerPeer_ = 0;
   kernels::Buffer<float> delta_;        // the Compute's memory
@@ -293,6 +302,8 @@ class Easgd final : public engine::Algorithm {
   std::string name() const override { return "easgd"; }
   void setup(engine::PeerContext& ctx) override { elastic_.setup(ctx); }
   void beforeStep(engine::PeerContext& ctx) override { elastic_.beforeStep(ctx); }
+  engine::Invariants invariants() const override { return elastic_.invariants(); }
+  std::optional<double> runProgress() const override { return elastic_.runProgress(); }
   void finish(engine::PeerContext& ctx) override { elastic_.finish(ctx); }
   void serve(engine::ServiceContext& ctx, const engine::Incoming& request) override {
     elastic_.serve(ctx, request);
@@ -316,6 +327,8 @@ class Eamsgd final : public engine::Algorithm {
   void setup(engine::PeerContext& ctx) override;
   // The elastic exchange (every tau steps), then the local optimizer's momentum step.
   void beforeStep(engine::PeerContext& ctx) override { elastic_.beforeStep(ctx); }
+  engine::Invariants invariants() const override { return elastic_.invariants(); }
+  std::optional<double> runProgress() const override { return elastic_.runProgress(); }
   void finish(engine::PeerContext& ctx) override { elastic_.finish(ctx); }
   void serve(engine::ServiceContext& ctx, const engine::Incoming& request) override {
     elastic_.serve(ctx, request);

@@ -40,6 +40,7 @@ std::uint64_t newLife(std::chrono::system_clock::time_point wall) {
 
 void GosgdOptions::validate() const {
   GOSSAMER_ENFORCE(p > 0 && p <= 1, "gosgd.p must be in (0, 1], not {}", p);
+  SharedEnd::validate("gosgd", end);
   GOSSAMER_ENFORCE(retransmit > 0 && retransmit <= 1, "gosgd.retransmit must be in (0, 1], not {}",
                    retransmit);
   GOSSAMER_ENFORCE(maxInflightBytes >= 0,
@@ -53,12 +54,13 @@ double GosgdOptions::gammaFor(const kernels::Codec& codec) const {
   return gamma > 0 ? gamma : chocoGamma(codec);
 }
 
-Gosgd::Gosgd(GosgdOptions options) : options_(options) {}
+Gosgd::Gosgd(GosgdOptions options) : options_(options), end_("gosgd", options.end) {}
 
 // ---- The rule: merge before a step, push after it -----------------------------------------------
 
 void Gosgd::setup(engine::PeerContext& ctx) {
   if (life_ == 0) life_ = newLife(ctx.wallNow());  // before anything is sent
+  end_.start(ctx);
   // alpha_i = 1/n once, at the start; later membership changes keep every peer's weight.
   if (!started_) {
     alpha_ = 1.0 / static_cast<double>(ctx.members().size());
@@ -158,6 +160,7 @@ void Gosgd::merge(engine::PeerContext& ctx, std::vector<engine::Incoming>& trans
 }
 
 void Gosgd::afterStep(engine::PeerContext& ctx) {
+  end_.update(ctx);
   // A peer without weight (a late joiner, or one restored with weight 0, that has received none
   // yet) has nothing to give: a transfer of weight 0 moves no mass, and two of them meeting
   // would make a 0/0 average.

@@ -171,6 +171,7 @@
 
 #include "algorithms/public_estimates.h"
 #include "algorithms/reliable_delivery.h"
+#include "algorithms/shared_end.h"
 #include "engine/algorithm.h"
 
 namespace gossamer::algorithms {
@@ -180,6 +181,7 @@ struct GosgdOptions {
   double retransmit = 0.05;  // of --comm-timeout: resend an unacknowledged transfer after this
   std::int64_t maxInflightBytes = 0;  // bound on unacknowledged bytes; 0: estimated
   double gamma = 0;  // with --compress: a difference carries gamma alpha_i / 2; 0: the codec's
+  std::string end = "steps";  // or "budget": algorithms/shared_end.h
 
   template <typename Bind>
   void bind(Bind& b) {
@@ -194,6 +196,9 @@ struct GosgdOptions {
       "with --compress: the share of alpha_i / 2 (and of the mass) a compressed transfer moves, "
       "in (0, 1] (0: 1 for fp16, bf16, int8 and int4, twice the fraction for top-k, the fraction "
       "for random-k); anchors move alpha_i / 2");
+    b("end", end,
+      "steps (every peer takes the run's steps) or budget (the cluster takes the run's steps x "
+      "the members, each peer training until about the same moment: peers of uneven speed)");
   }
   void validate() const;
   // gamma, or its default for `codec` when gamma is 0.
@@ -228,6 +233,7 @@ class Gosgd final : public engine::Algorithm {
   // A survivor that did not settle was usually dropped by the others near the end (a false
   // failure) and counted dead by them: its weight is in theirs.
   engine::Invariants invariants() const override;
+  std::optional<double> runProgress() const override { return end_.progress(); }
 
   // This peer's weight, not counting its escrow.
   double alpha() const { return alpha_; }
@@ -331,6 +337,7 @@ class Gosgd final : public engine::Algorithm {
   std::size_t transferBytes(engine::PeerContext& ctx) const;
 
   GosgdOptions options_;
+  SharedEnd end_;
   // Everything runs on the compute thread.
   double alpha_ = 0;
   bool started_ = false;

@@ -240,7 +240,7 @@ engine::Invariants Gosgd::invariants() const {
                        .common = settled("gosgd.dead_weight"),
                        .bound = 1,
                        .tolerance = 1e-6});
-  return out;
+  return end_.adjust(std::move(out));
 }
 
 }  // namespace gossamer::algorithms

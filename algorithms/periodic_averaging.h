@@ -69,6 +69,9 @@ class PeriodicAveraging : public engine::Algorithm {
   // Time-boxed: a peer back in a cluster that went on without it learns the spend anew.
   void resumedLate(engine::PeerContext& ctx) override;
   engine::Invariants invariants() const override;
+  std::optional<double> runProgress() const override {
+    return timed_ ? timed_->progress() : std::nullopt;
+  }
 
  protected:
   // The time-boxed rounds (round-seconds), or null: rounds every tau steps.

@@ -149,6 +149,7 @@ class StreamingDiloco final : public engine::Algorithm {
   void saveState(engine::AlgorithmState& state) const override;
   void loadState(const engine::AlgorithmState& state) override;
   engine::Invariants invariants() const override;
+  std::optional<double> runProgress() const override;
 
   // Message kinds: the all-reduce; a joiner's request and its reply (as diloco's).
   static constexpr std::uint32_t kAverage = 1;

@@ -54,6 +54,10 @@ void StreamingDiloco::loadTimed(const engine::AlgorithmState& state) {
   if (timed_) timed_->rounds.load(state);
 }
 
+std::optional<double> StreamingDiloco::runProgress() const {
+  return timed_ ? timed_->rounds.progress() : std::nullopt;
+}
+
 engine::Invariants StreamingDiloco::invariants() const {
   return timed_ ? timed_->rounds.invariants() : engine::Invariants{};
 }

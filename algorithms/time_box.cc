@@ -203,6 +203,12 @@ std::optional<RoundAgreement> TimedRounds::collect(engine::PeerContext& ctx,
   return agreed;
 }
 
+std::optional<double> TimedRounds::progress() const {
+  const TimeBox& box = boxes_[0];
+  if (!started_ || !box.spent() || box.budget() <= 0) return std::nullopt;
+  return *box.spent() / box.budget();
+}
+
 void TimedRounds::save(engine::AlgorithmState& state) const {
   if (!started_) return;
   state.values["time_box_budget"] = boxes_[0].budget();

@@ -186,6 +186,8 @@ class TimedRounds {
   void joined() { joined_ = true; }
   // The run ended at a round that spent the budget (so on every member at once).
   bool endedByBudget() const { return endedByBudget_; }
+  // C / B after the last complete round (nullopt before this peer knows them: a joiner).
+  std::optional<double> progress() const;
   // The round length (`auto`: as fragment `fragment`'s last complete round measured it).
   double roundSeconds(std::size_t fragment = 0) const { return boxes_[fragment].roundSeconds(); }
 

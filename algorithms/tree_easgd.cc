@@ -17,6 +17,7 @@ std::uint64_t atLevel(const std::vector<std::uint64_t>& list, std::size_t level)
 
 void TreeEasgdOptions::validate() const {
   GOSSAMER_ENFORCE(alpha > 0 && alpha <= 1, "tree-easgd.alpha must be in (0, 1], not {}", alpha);
+  SharedEnd::validate("tree-easgd", end);
   GOSSAMER_ENFORCE(!tauUp.empty(), "tree-easgd.tau_up needs at least one interval");
   GOSSAMER_ENFORCE(!tauDown.empty(), "tree-easgd.tau_down needs at least one interval");
   for (const auto* list : {&tauUp, &tauDown}) {
@@ -32,6 +33,7 @@ void TreeEasgdOptions::validate() const {
 }
 
 void TreeEasgd::setup(engine::PeerContext& ctx) {
+  end_.start(ctx);
   const topology::Graph& graph = ctx.graph();
   parent_ = graph.parent(ctx.self());
   children_ = graph.children(ctx.self());
@@ -85,8 +87,7 @@ void TreeEasgd::consume(engine::PeerContext& ctx) {
     ctx.metrics().add("tree-easgd.merged", static_cast<double>(received.size()));
 }
 
-void TreeEasgd::consumeEstimates(engine::PeerContext& ctx,
-                                 std::vector<engine::Incoming> received) {
+void TreeEasgd::consumeEstimates(engine::PeerContext& ctx, std::vector<engine::Incoming> received) {
   const float a = static_cast<float>(options_.alpha);
   std::size_t merged = 0;
   for (const engine::Incoming& m : received) {
@@ -112,6 +113,7 @@ void TreeEasgd::consumeEstimates(engine::PeerContext& ctx,
 }
 
 void TreeEasgd::afterStep(engine::PeerContext& ctx) {
+  end_.update(ctx);
   const std::uint64_t done = ctx.step() + 1;  // local steps done, this one included
   const bool compressed = ctx.compression().enabled();
   const engine::Message model{.kind = kModel, .step = done, .payloads = {ctx.params()}};

@@ -67,6 +67,7 @@
 #include <vector>
 
 #include "algorithms/public_estimates.h"
+#include "algorithms/shared_end.h"
 #include "engine/algorithm.h"
 
 namespace gossamer::algorithms {
@@ -75,6 +76,7 @@ struct TreeEasgdOptions {
   double alpha = 0.5;
   std::vector<std::uint64_t> tauUp = {8, 2};
   std::vector<std::uint64_t> tauDown = {4};
+  std::string end = "steps";  // or "budget": algorithms/shared_end.h
 
   template <typename Bind>
   void bind(Bind& b) {
@@ -85,6 +87,9 @@ struct TreeEasgdOptions {
     b("tau_down", tauDown,
       "steps between sends to the children, by depth from 0 (the root); the last value repeats "
       "deeper");
+    b("end", end,
+      "steps (every peer takes the run's steps) or budget (the cluster takes the run's steps x "
+      "the members, each peer training until about the same moment: peers of uneven speed)");
   }
   void validate() const;
 };
@@ -92,11 +97,16 @@ struct TreeEasgdOptions {
 class TreeEasgd final : public engine::Algorithm {
  public:
   explicit TreeEasgd(TreeEasgdOptions options)
-      : options_(std::move(options)), up_("tree-easgd"), down_("tree-easgd") {}
+      : options_(std::move(options)),
+        up_("tree-easgd"),
+        down_("tree-easgd"),
+        end_("tree-easgd", options_.end) {}
   std::string name() const override { return "tree-easgd"; }
   void setup(engine::PeerContext& ctx) override;
   void beforeStep(engine::PeerContext& ctx) override { consume(ctx); }
   void afterStep(engine::PeerContext& ctx) override;
+  engine::Invariants invariants() const override { return end_.adjust({}); }
+  std::optional<double> runProgress() const override { return end_.progress(); }
   // Drops (and counts) the models that came after the last step: see the header comment.
   void finish(engine::PeerContext& ctx) override;
 
@@ -117,6 +127,7 @@ class TreeEasgd final : public engine::Algorithm {
   // Compressed: the stream to the parent (with the parent's estimate, from its stream down), and
   // the stream to the children (with each child's estimate, from its stream up).
   PublicEstimates up_, down_;
+  SharedEnd end_;
 };
 
 }  // namespace gossamer::algorithms

@@ -311,6 +311,7 @@ TABLES = {
     "chaos-processes": ("bench/results/chaos-processes", chaos_processes),
     "uneven-timeboxed": ("bench/results/uneven/report/timeboxed", uneven),
     "uneven-stepped": ("bench/results/uneven/report/stepped", uneven),
+    "uneven-budget": ("bench/results/uneven/report/budget", uneven),
     "uneven256-timeboxed": ("bench/results/uneven256/report/timeboxed", uneven),
     "uneven256-stepped": ("bench/results/uneven256/report/stepped", uneven),
 }

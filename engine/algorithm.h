@@ -517,6 +517,11 @@ class Algorithm {
   // What this algorithm keeps at the end of any run, faults included, read from the peers' final
   // metrics (engine/invariants.h). The default: every peer ends at the last step.
   virtual Invariants invariants() const { return {}; }
+  // The share of the run done, in [0, 1], for a run that ends at a budget the cluster shares
+  // rather than at this peer's step count (time-boxed rounds, a shared end): the learning-rate
+  // schedule then follows it as an even run would (a peer's own steps say nothing of where the
+  // run is). nullopt (the default, and before the share is known): by this peer's steps.
+  virtual std::optional<double> runProgress() const { return std::nullopt; }
 };
 
 // How the registry makes an algorithm: its description, its options (name, default, help) and a

@@ -1,6 +1,7 @@
 #include "engine/life/peer_life.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "engine/base/enforce.h"
 #include "engine/runtime/checkpoints.h"
@@ -153,12 +154,25 @@ std::optional<double> PeerLife::step() {
   if (algorithm_.lockstep()) realignIfBehind();
   if (counters_.step >= counters_.totalSteps) return std::nullopt;
   if (env_.timeVaryingGraph()) roster_.graph = env_.graph(roster_.members, counters_.step);
-  const std::uint64_t total = counters_.totalSteps;
-  learner_->optimizer().setLearningRate(
-      train::scheduledRate(config_.optimizer.lr, config_.schedule, counters_.step, total));
+  learner_->optimizer().setLearningRate(learningRate());
   const double loss = algorithm_.step(env_.context());
   ++counters_.step;
   return loss;
+}
+
+float PeerLife::learningRate() const {
+  std::uint64_t step = counters_.step, total = counters_.totalSteps;
+  const std::uint64_t warmup = config_.schedule.warmupSteps;
+  // Warm-up is each peer's own; after it, a run that ends at a budget the cluster shares is where
+  // an even run of runSteps steps would be at the same share.
+  if (step >= warmup)
+    if (const std::optional<double> progress = algorithm_.runProgress()) {
+      total = counters_.runSteps;
+      const auto at = static_cast<std::uint64_t>(
+          std::llround(std::clamp(*progress, 0.0, 1.0) * static_cast<double>(total)));
+      step = std::max(at, warmup);
+    }
+  return train::scheduledRate(config_.optimizer.lr, config_.schedule, step, total);
 }
 
 void PeerLife::afterStep() {

@@ -150,6 +150,8 @@ class PeerLife {
   // lockstep round), this peer fell behind (rounds that timed out apart, a partition too short
   // for the failure detector): it takes the model and step of the member furthest ahead.
   void realignIfBehind();
+  // The schedule's rate for the step about to run (Algorithm::runProgress when it says).
+  float learningRate() const;
 
   const PeerId self_;
   const runtime::TrainingConfig& config_;

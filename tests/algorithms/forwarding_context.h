@@ -156,6 +156,7 @@ class AlgorithmShell : public engine::Algorithm {
   std::uint32_t stateVersion() const override { return inner_->stateVersion(); }
   std::uint32_t oldestStateVersion() const override { return inner_->oldestStateVersion(); }
   engine::Invariants invariants() const override { return inner_->invariants(); }
+  std::optional<double> runProgress() const override { return inner_->runProgress(); }
 
   engine::Algorithm& inner() { return *inner_; }
 

@@ -2,8 +2,10 @@
 // into its environment and its algorithm, with a recording environment and algorithm (no
 // network, no threads). The runtime and the simulator drive this same object; their own tests
 // (runtime_test, late_arrival_test, the world tests and the sweep) cover it with real I/O.
+#include <cmath>
 #include <functional>
 #include <map>
+#include <numbers>
 #include <string>
 #include <vector>
 
@@ -127,7 +129,9 @@ class Recorder final : public Algorithm {
     log_.push_back("realign " + std::to_string(ahead));
     if (onRealign) onRealign();
   }
+  std::optional<double> runProgress() const override { return progress; }
   std::function<void()> onRealign;  // what taking the model of `ahead` does to the step
+  std::optional<double> progress;   // the run's share done, as a budget's algorithm reports it
 
  private:
   std::vector<std::string>& log_;
@@ -311,6 +315,29 @@ TEST_CASE("life: an initial member starts, steps, finishes and releases in the r
                                              "await released"};
   CHECK(t.log == expected);
   CHECK(t.step == 6);
+}
+
+TEST_CASE(
+    "life: the learning-rate schedule follows the run's progress where the algorithm has one") {
+  LifeUnderTest t;
+  t.config.optimizer.lr = 0.1f;
+  t.config.schedule = {.kind = train::LrSchedule::kCosine, .warmupSteps = 2};
+  PeerLife life = t.make(2);
+  REQUIRE(life.start());
+  REQUIRE(t.total == 6);
+  t.total = 24;  // an end raised to a budget (the cap of a time-boxed run), planned 6
+  const auto rate = [&] { return life.learner().optimizer().options().lr; };
+  t.algorithm.progress = 0.5;
+  life.step();  // warm-up is the peer's own: step 0 of 2
+  CHECK(rate() == doctest::Approx(0.05));
+  life.step();
+  life.step();
+  // Step 2, the cluster half done: where an even run of 6 steps is at step 3, (3 - 2) / (6 - 2)
+  // of its cosine.
+  CHECK(rate() == doctest::Approx(0.1 * 0.5 * (1 + std::cos(std::numbers::pi * 0.25))));
+  t.algorithm.progress.reset();
+  life.step();  // by its own steps: 3 - 2 of 24 - 2
+  CHECK(rate() == doctest::Approx(0.1 * 0.5 * (1 + std::cos(std::numbers::pi / 22))));
 }
 
 TEST_CASE("life: a late joiner joins at the cluster's step and adopts a changed view") {
