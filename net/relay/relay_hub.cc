@@ -300,6 +300,14 @@ void RelayHub::acceptStream(const wire::HandshakeConfig& handshake, const Remote
 }
 
 void RelayHub::linkLost(std::uint64_t peer, const Endpoint& at) {
+  // The close frames go out once the tables are settled: a post may run at once (co_spawn from
+  // the io thread), fail on a link that is gone too, and bring this function back in.
+  struct Closing {
+    Endpoint at;
+    std::uint64_t peer;
+    RelayHeader frame;
+  };
+  std::vector<Closing> closing;
   for (auto it = forwards_.begin(); it != forwards_.end();) {
     const auto& [key, forward] = *it;
     const bool source = key.first == peer && forward.sourceAt == at;
@@ -308,12 +316,12 @@ void RelayHub::linkLost(std::uint64_t peer, const Endpoint& at) {
       ++it;
       continue;
     }
-    const RelayHeader closing = frameOf(RelayKind::close, key.second, key.first, forward.target,
-                                        fmt::format("the relay lost its link to {:016x}", peer));
+    RelayHeader frame = frameOf(RelayKind::close, key.second, key.first, forward.target,
+                                fmt::format("the relay lost its link to {:016x}", peer));
     if (source)
-      post(forward.targetAt, forward.target, closing);
+      closing.push_back({forward.targetAt, forward.target, std::move(frame)});
     else
-      post(forward.sourceAt, key.first, closing);
+      closing.push_back({forward.sourceAt, key.first, std::move(frame)});
     it = forwards_.erase(it);
   }
   std::vector<std::shared_ptr<RelayedStream>> lost;
@@ -327,6 +335,7 @@ void RelayHub::linkLost(std::uint64_t peer, const Endpoint& at) {
     it = ends_.erase(it);
   }
   for (const auto& stream : lost) stream->fail(asio::error::connection_reset);
+  for (Closing& c : closing) post(std::move(c.at), c.peer, c.frame);
 }
 
 void RelayHub::post(Endpoint at, std::uint64_t peer, const RelayHeader& frame) {
