@@ -54,7 +54,7 @@ void SharedEnd::update(engine::PeerContext& ctx) {
       step = speed->step;
       spent += static_cast<double>(step);
     }
-    auto [it, fresh] = heard_.try_emplace(member, Heard{step, now, step});
+    const auto it = heard_.try_emplace(member, Heard{step, now, step}).first;
     it->second.step = std::max(it->second.step, step);
     const double r = rate(it->second, now);
     rates += r;

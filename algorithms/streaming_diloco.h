@@ -183,6 +183,7 @@ class StreamingDiloco final : public engine::Algorithm {
     std::vector<std::uint64_t> next;  // per fragment: the number k of its next round here
     engine::Clock::time_point lastStep{};
     std::uint64_t failures = 0;  // rounds that failed here
+    bool clockStarted = false;
   };
   static std::unique_ptr<Timed> makeTimed(const StreamingDilocoOptions& options);
   // Round k of fragment f: k F + f + 1, increasing in start order.

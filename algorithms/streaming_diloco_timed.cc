@@ -39,8 +39,12 @@ StreamingDiloco::~StreamingDiloco() = default;
 
 void StreamingDiloco::setupTimed(engine::PeerContext& ctx) {
   timed_->rounds.start(ctx);
+  // setup() runs again at every view change: the clock keeps its anchor (this peer's rounds
+  // started so far count from it).
+  if (timed_->clockStarted) return;
   timed_->clock.begin(ctx.now());
   timed_->lastStep = ctx.now();
+  timed_->clockStarted = true;
 }
 
 void StreamingDiloco::joinedTimed() {
@@ -91,12 +95,12 @@ void StreamingDiloco::timedAfterStep(engine::PeerContext& ctx, std::uint64_t don
     if (mergeOldest(ctx, f, options_.alpha) && t.rounds.endedByBudget()) break;
     // A joiner, or a peer that fell behind, meets the members' latest round of the fragment.
     if (const std::uint64_t heard = allReduce_.latestHeard(); heard > 0) {
-      const std::uint64_t latest = heard - 1, k = latest / options_.fragments;
-      const bool thisPeriod = f <= latest % options_.fragments;
-      if ((thisPeriod || k > 0) && (thisPeriod ? k : k - 1) > t.next[f]) {
-        const std::uint64_t members = thisPeriod ? k : k - 1;
-        count(ctx, "rounds_skipped", static_cast<double>(members - t.next[f]));
-        t.next[f] = members;
+      // The rounds of fragment f started up to round number `heard` (k F + f + 1 for round k).
+      const std::uint64_t started =
+          (heard - 1) / options_.fragments + ((heard - 1) % options_.fragments >= f ? 1 : 0);
+      if (started > 0 && started - 1 > t.next[f]) {
+        count(ctx, "rounds_skipped", static_cast<double>(started - 1 - t.next[f]));
+        t.next[f] = started - 1;
       }
     }
     startTimed(ctx, done, f);
