@@ -145,8 +145,8 @@ class AdPsgd final : public engine::Algorithm {
  public:
   explicit AdPsgd(AdPsgdOptions options)
       : options_(options),
-        spare_(static_cast<std::size_t>(options.outstanding)),
-        end_("ad-psgd", options.end) {}
+        end_("ad-psgd", options.end),
+        spare_(static_cast<std::size_t>(options.outstanding)) {}
   std::string name() const override { return "ad-psgd"; }
   // Roles from the sorted members; offers to peers that left the view stop counting as in
   // flight (see "Failures").

@@ -1,5 +1,7 @@
 #include "algorithms/allreduce_sgd.h"
 
+#include <algorithm>
+
 #include "algorithms/ring_allreduce.h"
 #include "engine/base/enforce.h"
 
@@ -8,6 +10,8 @@ namespace gossamer::algorithms {
 void AllreduceSgdOptions::validate() const {
   GOSSAMER_ENFORCE(pipeline >= 1 && pipeline <= kMaxRingPipeline,
                    "allreduce-sgd.pipeline must be in [1, {}], not {}", kMaxRingPipeline, pipeline);
+  GOSSAMER_ENFORCE(backups <= kMaxBackups, "allreduce-sgd.backups must be in [0, {}], not {}",
+                   kMaxBackups, backups);
 }
 
 void AllreduceSgd::setup(engine::PeerContext& ctx) {
@@ -30,7 +34,61 @@ RingOutcome AllreduceSgd::averageCompressed(engine::PeerContext& ctx) {
   return outcome;
 }
 
+double AllreduceSgd::stepWithBackups(engine::PeerContext& ctx) {
+  GOSSAMER_ENFORCE(!ctx.compression().enabled(),
+                   "allreduce-sgd.backups does not combine with --compress: the list of "
+                   "contributors travels with the gradients and must arrive exact");
+  if (!backup_)
+    backup_ =
+        std::make_unique<AsyncAllReduce>(AsyncAllReduceOptions{.kind = kBackupGradient,
+                                                               .op = ReduceOp::kMean,
+                                                               .pieces = options_.pipeline,
+                                                               .who = name(),
+                                                               .maxFutureRounds = kBackupRoundsKept,
+                                                               .backups = options_.backups});
+  const std::vector<engine::PeerId>& members = ctx.members();
+  const std::size_t n = members.size(), size = ctx.grads().size();
+  const std::uint64_t round = ctx.step();
+  backup_->poll(ctx);
+  backup_->setOwners(owners_);
+  // Someone is a round ahead already: this round went on, or goes on, without this peer.
+  const bool behind = backup_->latestHeard() > round;
+  if (behind) {
+    backup_->listen(ctx, round, size + n);
+    ctx.metrics().add("allreduce-sgd.caught_up", 1);
+  } else {
+    lastLoss_ = ctx.computeGradients();
+    std::shared_ptr<kernels::Buffer<float>> input = backup_->buffer(ctx, size + n);
+    ctx.compute().copy(input->span().first(size), ctx.grads());
+    std::vector<float> present(n, 0.0f);
+    present[static_cast<std::size_t>(std::find(members.begin(), members.end(), ctx.self()) -
+                                     members.begin())] = 1.0f;
+    ctx.compute().upload(input->span().subspan(size), std::span<const float>(present));
+    backup_->start(ctx, round, std::move(input));
+  }
+  const RingOutcome outcome = backup_->wait(ctx, round, ctx.now() + ctx.commTimeout());
+  if (outcome == RingOutcome::kComplete) {
+    const std::span<const float> mean = backup_->result(round);
+    ctx.compute().copy(ctx.grads(), mean.first(size));
+    std::vector<float> present(n);
+    ctx.compute().download(std::span<float>(present), mean.subspan(size));
+    owners_.clear();
+    for (std::size_t i = 0; i < n; ++i)
+      if (present[i] > 0) owners_.push_back(members[i]);
+    ctx.metrics().add("allreduce-sgd.rounds", 1);
+    ctx.applyOptimizer();
+  } else {
+    owners_.clear();  // every member owns a chunk of the next round
+    ctx.metrics().add("allreduce-sgd.fallbacks", 1);
+    ctx.metrics().add(std::string("allreduce-sgd.") + ringOutcomeName(outcome), 1);
+    if (!behind) ctx.applyOptimizer();  // this peer's own gradient; a listener has none
+  }
+  backup_->release(ctx, round);
+  return lastLoss_;
+}
+
 double AllreduceSgd::step(engine::PeerContext& ctx) {
+  if (options_.backups > 0) return stepWithBackups(ctx);
   const double loss = ctx.computeGradients();
   const RingOutcome outcome = ctx.compression().enabled()
                                   ? averageCompressed(ctx)

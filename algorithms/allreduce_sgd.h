@@ -22,6 +22,17 @@
 // good. A chunk of the wrong size or with a non-finite value is refused (ring_allreduce.h,
 // "allreduce-sgd.refused") and fails the round the same way.
 //
+// Backup workers (--allreduce-sgd.backups k; Chen et al. 2016): a step goes on with the first
+// n - k gradients that reach each chunk's owner (async_allreduce.h, "Backup workers"), the late
+// ones dropped, so one slow peer no longer sets everyone's pace. Every member still applies the
+// same bits: the mean travels with a tail of one flag per member, 1 from each contributor, so
+// that the members of a complete round read the same list of who made it in; they own the next
+// round's chunks (after a failed round or at the start, every member does). A member that finds
+// the others already a round ahead of its step (it took longer) does not compute a gradient that
+// would come too late: it takes that round's result as it is, with this step's learning rate,
+// and so stays bit-identical; once level with them it computes again. A member more than the
+// kept rounds behind waits out the comm timeout and realigns like any lockstep peer.
+//
 // Compressed (--compress): the gradients go through the direct all-reduce instead of the ring
 // (async_allreduce.h), whose contributions carry error feedback and whose reduced pieces reach
 // every member, the owner included, as the same decoded bits; a ring would re-encode what it
@@ -31,6 +42,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "algorithms/async_allreduce.h"
 #include "engine/algorithm.h"
@@ -38,14 +50,20 @@
 
 namespace gossamer::algorithms {
 
+inline constexpr std::size_t kMaxBackups = 1024;
+
 struct AllreduceSgdOptions {
   std::size_t pipeline = 4;  // sub-chunks per ring chunk
+  std::size_t backups = 0;   // backup workers: gradients a step may go without
 
   template <typename Bind>
   void bind(Bind& b) {
     b("pipeline", pipeline,
       "sub-chunks per ring all-reduce chunk, sent back to back so transfer and reduction overlap "
       "(1-16)");
+    b("backups", backups,
+      "backup workers: each step goes on with the first n - backups gradients, the late ones "
+      "dropped (0: every step waits for every peer; at most n - 1 are used)");
   }
   void validate() const;
 };
@@ -61,15 +79,23 @@ class AllreduceSgd final : public engine::Algorithm {
   // Message kinds of the all-reduce: the ring's, and the direct one's when compressing.
   static constexpr std::uint32_t kGradient = 1;
   static constexpr std::uint32_t kCompressedGradient = 2;
+  static constexpr std::uint32_t kBackupGradient = 3;
+  // Rounds a member that fell behind keeps the others' results of (each the gradient's size).
+  static constexpr std::size_t kBackupRoundsKept = 8;
 
  private:
   // The gradients' mean by the direct all-reduce with compressed pieces (async_allreduce.h,
   // "Compression"), started and awaited at once, into mean_.
   RingOutcome averageCompressed(engine::PeerContext& ctx);
+  // A step with backup workers (see above).
+  double stepWithBackups(engine::PeerContext& ctx);
 
   AllreduceSgdOptions options_;
   kernels::Buffer<float> mean_;  // the all-reduce's output
   std::unique_ptr<AsyncAllReduce> compressed_;
+  std::unique_ptr<AsyncAllReduce> backup_;
+  std::vector<engine::PeerId> owners_;  // the last complete round's contributors
+  double lastLoss_ = 0;                 // what a step without a gradient reports
 };
 
 }  // namespace gossamer::algorithms

@@ -22,6 +22,17 @@ std::uint64_t membersFingerprint(const std::vector<PeerId>& members) {
   return hash;
 }
 
+// With backups, the owners and the quorum are part of what the members must agree on.
+std::uint64_t roundFingerprint(const std::vector<PeerId>& members,
+                               const std::vector<std::size_t>& owners, std::size_t quorum) {
+  std::uint64_t hash = membersFingerprint(members);
+  if (owners.size() == members.size() && quorum == members.size()) return hash;
+  for (std::uint64_t value : owners) hash = (hash ^ value) * 1099511628211ull;
+  return (hash ^ quorum) * 1099511628211ull;
+}
+
+constexpr std::size_t kNone = static_cast<std::size_t>(-1);
+
 // Message::integers: {fingerprint, what, chunk, piece}.
 constexpr std::uint64_t kContribution = 0;  // chunk `chunk` of the sender's input, for its owner
 constexpr std::uint64_t kReduced = 1;       // the owner's reduced chunk `chunk`
@@ -38,9 +49,13 @@ struct AsyncAllReduce::Round {
   std::uint64_t fingerprint = 0;
   std::size_t rank = 0;
   std::size_t size = 0;
-  Shared sent;    // this peer's input, sent from where it is
+  std::vector<std::size_t> owners;  // chunk c is owned by the member of rank owners[c]
+  std::size_t ownChunk = kNone;     // the chunk this peer owns, if any
+  std::size_t quorum = 0;           // contributions (the owner's own included) a piece needs
+  Shared sent;                      // this peer's input, sent from where it is (null: a listener)
   Shared result;  // own chunk: the sum being built; the others: the owners' reduced chunks
   std::vector<std::size_t> contributions;  // per piece of the own chunk: contributions added
+  std::vector<bool> reduced;               // per piece of the own chunk: sent to the members
   std::vector<bool> contributed;           // [sender rank][piece]: added already (no duplicates)
   std::vector<bool> gathered;              // [chunk][piece]: reduced piece received
   std::size_t missingPieces = 0;           // reduced pieces still to come (own ones: compressed)
@@ -50,6 +65,8 @@ struct AsyncAllReduce::Round {
   RingOutcome why = RingOutcome::kComplete;
 
   std::size_t n() const { return members.size(); }
+  std::size_t chunks() const { return owners.size(); }
+  bool owner() const { return ownChunk != kNone; }
 };
 
 namespace {
@@ -84,13 +101,18 @@ void AsyncAllReduce::start(engine::PeerContext& ctx, std::uint64_t round,
                            std::span<const float> input, std::uint64_t stream) {
   std::shared_ptr<kernels::Buffer<float>> copy = buffer(ctx, input.size());
   ctx.compute().copy(copy->span(), input);
-  begin(ctx, round, std::move(copy), stream);
+  begin(ctx, round, std::move(copy), input.size(), stream);
 }
 
 void AsyncAllReduce::start(engine::PeerContext& ctx, std::uint64_t round,
                            std::shared_ptr<kernels::Buffer<float>> input, std::uint64_t stream) {
   GOSSAMER_ENFORCE(input != nullptr, "{}: round {} without an input buffer", options_.who, round);
-  begin(ctx, round, std::move(input), stream);
+  const std::size_t size = input->size();
+  begin(ctx, round, std::move(input), size, stream);
+}
+
+void AsyncAllReduce::listen(engine::PeerContext& ctx, std::uint64_t round, std::size_t size) {
+  begin(ctx, round, nullptr, size, 0);
 }
 
 std::shared_ptr<kernels::Buffer<float>> AsyncAllReduce::buffer(engine::PeerContext& ctx,
@@ -99,7 +121,11 @@ std::shared_ptr<kernels::Buffer<float>> AsyncAllReduce::buffer(engine::PeerConte
 }
 
 void AsyncAllReduce::begin(engine::PeerContext& ctx, std::uint64_t round,
-                           std::shared_ptr<kernels::Buffer<float>> input, std::uint64_t stream) {
+                           std::shared_ptr<kernels::Buffer<float>> input, std::size_t size,
+                           std::uint64_t stream) {
+  // What came meanwhile is the round's early messages: with backups, contributions that were
+  // here before this peer's own count before it.
+  for (engine::Incoming& m : ctx.inbox().drain(options_.kind)) absorb(ctx, std::move(m));
   GOSSAMER_ENFORCE(!started_ || round > lastStarted_,
                    "{}: round {} started after round {}: rounds must increase", options_.who, round,
                    lastStarted_);
@@ -109,12 +135,27 @@ void AsyncAllReduce::begin(engine::PeerContext& ctx, std::uint64_t round,
   auto r = std::make_unique<Round>();
   r->id = round;
   r->members = ctx.members();
-  r->fingerprint = membersFingerprint(r->members);
+  const std::size_t n = r->n();
   r->rank = static_cast<std::size_t>(std::find(r->members.begin(), r->members.end(), ctx.self()) -
                                      r->members.begin());
-  GOSSAMER_ENFORCE(r->rank < r->n(), "{}: peer {:016x} is not a member", options_.who, ctx.self());
-  r->size = input->size();
-  const std::size_t n = r->n();
+  GOSSAMER_ENFORCE(r->rank < n, "{}: peer {:016x} is not a member", options_.who, ctx.self());
+  GOSSAMER_ENFORCE(input != nullptr || n > 1, "{}: a member alone listens to round {}",
+                   options_.who, round);
+  for (PeerId id : owners_) {
+    const auto at = std::find(r->members.begin(), r->members.end(), id);
+    if (at == r->members.end()) break;
+    r->owners.push_back(static_cast<std::size_t>(at - r->members.begin()));
+  }
+  if (r->owners.size() != owners_.size() || owners_.empty()) {
+    r->owners.resize(n);
+    for (std::size_t i = 0; i < n; ++i) r->owners[i] = i;
+  }
+  if (const auto own = std::find(r->owners.begin(), r->owners.end(), r->rank);
+      own != r->owners.end())
+    r->ownChunk = static_cast<std::size_t>(own - r->owners.begin());
+  r->quorum = n - std::min(options_.backups, n - 1);
+  r->fingerprint = roundFingerprint(r->members, r->owners, r->quorum);
+  r->size = size;
   r->sent = std::move(input);
   r->result = buffer(ctx, r->size);
   Round& ref = *r;
@@ -124,21 +165,32 @@ void AsyncAllReduce::begin(engine::PeerContext& ctx, std::uint64_t round,
     ref.status = RoundStatus::kComplete;
     return;
   }
-  const std::span<const float> in = ref.sent->span();
-  const Slice own = ringSlice(ref.size, n, ref.rank);
-  compute.copy(ref.result->span().subspan(own.offset, own.count),
-               in.subspan(own.offset, own.count));
-  const std::size_t ownPieces = piecesOf(ref.size, n, ref.rank, options_.pieces);
-  ref.contributions.assign(ownPieces, 0);
+  const std::size_t chunks = ref.chunks();
+  // Every contribution counts: the owner's own goes first. With backups it comes after those that
+  // were here before this peer started, as the late one it is.
+  const bool ownFirst = ref.sent && ref.quorum == n;
+  std::size_t ownPieces = 0;
+  if (ref.owner()) {
+    const Slice own = ringSlice(ref.size, chunks, ref.ownChunk);
+    const std::span<float> sum = ref.result->span().subspan(own.offset, own.count);
+    if (ownFirst)
+      compute.copy(sum, ref.sent->span().subspan(own.offset, own.count));
+    else
+      compute.fill(sum, 0.0f);
+    ownPieces = piecesOf(ref.size, chunks, ref.ownChunk, options_.pieces);
+  }
+  ref.contributions.assign(ownPieces, ownFirst ? 1 : 0);
+  ref.reduced.assign(ownPieces, false);
   ref.contributed.assign(n * options_.pieces, false);
-  ref.gathered.assign(n * options_.pieces, false);
-  for (std::size_t chunk = 0; chunk < n; ++chunk)
-    if (chunk != ref.rank) ref.missingPieces += piecesOf(ref.size, n, chunk, options_.pieces);
+  ref.gathered.assign(chunks * options_.pieces, false);
+  for (std::size_t chunk = 0; chunk < chunks; ++chunk)
+    if (chunk != ref.ownChunk)
+      ref.missingPieces += piecesOf(ref.size, chunks, chunk, options_.pieces);
   const engine::PayloadCompression& compression = ctx.compression();
   ref.compressed = options_.compress && compression.enabled();
   if (ref.compressed) ref.missingPieces += ownPieces;  // the owner's decoded copies, from itself
   std::span<float> residual;
-  if (ref.compressed && compression.errorFeedback) {
+  if (ref.compressed && compression.errorFeedback && ref.sent) {
     Feedback& feedback = feedback_[stream];
     for (kernels::Buffer<float>* buffer : {&feedback.contributions, &feedback.reduced}) {
       if (buffer->size() != ref.size) {
@@ -149,25 +201,7 @@ void AsyncAllReduce::begin(engine::PeerContext& ctx, std::uint64_t round,
     ref.feedback = &feedback;
     residual = feedback.contributions.span();
   }
-
-  // Chunk c of the input goes to its owner c, piece by piece; owners in rank order from the right
-  // neighbour on, so that not every member starts with the same owner.
-  for (std::size_t step = 1; step < n; ++step) {
-    const std::size_t chunk = (ref.rank + step) % n;
-    for (std::size_t k = 0; k < piecesOf(ref.size, n, chunk, options_.pieces); ++k) {
-      const Slice s = pieceOf(ref.size, n, chunk, options_.pieces, k);
-      engine::Message message{.kind = options_.kind,
-                              .step = round,
-                              .integers = {ref.fingerprint, kContribution, chunk, k},
-                              .payloads = {ref.sent->span().subspan(s.offset, s.count)},
-                              .owner = ref.sent};
-      if (ref.compressed)
-        message.compressible = {
-            {.payload = 0,
-             .residual = residual.empty() ? residual : residual.subspan(s.offset, s.count)}};
-      ctx.send(ref.members[chunk], message);
-    }
-  }
+  if (ref.sent) contribute(ctx, ref, residual);
   // Messages that came before this peer started the round.
   if (auto it = future_.find(round); it != future_.end()) {
     std::vector<engine::Incoming> early = std::move(it->second);
@@ -175,7 +209,42 @@ void AsyncAllReduce::begin(engine::PeerContext& ctx, std::uint64_t round,
     for (engine::Incoming& m : early)
       if (ref.status == RoundStatus::kPending) handle(ctx, ref, m);
   }
+  if (!ownFirst && ref.sent)
+    for (std::size_t k = 0; k < ownPieces && ref.status == RoundStatus::kPending; ++k) {
+      if (ref.reduced[k]) {
+        ctx.metrics().add(options_.who + ".late", 1);
+        continue;
+      }
+      const Slice s = pieceOf(ref.size, chunks, ref.ownChunk, options_.pieces, k);
+      compute.axpby(ref.result->span().subspan(s.offset, s.count), 1.0f,
+                    ref.sent->span().subspan(s.offset, s.count), 1.0f);
+      // A quorum of one (two members, one backup) needs nobody else.
+      if (++ref.contributions[k] == ref.quorum) sendReduced(ctx, ref, k);
+    }
   completeIfDone(ref);  // an input shorter than the member count has empty chunks
+}
+
+void AsyncAllReduce::contribute(engine::PeerContext& ctx, Round& r, std::span<float> residual) {
+  // Chunk c of the input goes to its owner, piece by piece; chunks in order from the one after
+  // this peer's rank on, so that not every member starts with the same owner.
+  const std::size_t chunks = r.chunks();
+  for (std::size_t step = 0; step < chunks; ++step) {
+    const std::size_t chunk = (r.rank + 1 + step) % chunks;
+    if (chunk == r.ownChunk) continue;
+    for (std::size_t k = 0; k < piecesOf(r.size, chunks, chunk, options_.pieces); ++k) {
+      const Slice s = pieceOf(r.size, chunks, chunk, options_.pieces, k);
+      engine::Message message{.kind = options_.kind,
+                              .step = r.id,
+                              .integers = {r.fingerprint, kContribution, chunk, k},
+                              .payloads = {r.sent->span().subspan(s.offset, s.count)},
+                              .owner = r.sent};
+      if (r.compressed)
+        message.compressible = {
+            {.payload = 0,
+             .residual = residual.empty() ? residual : residual.subspan(s.offset, s.count)}};
+      ctx.send(r.members[r.owners[chunk]], message);
+    }
+  }
 }
 
 void AsyncAllReduce::poll(engine::PeerContext& ctx) {
@@ -222,9 +291,10 @@ void AsyncAllReduce::handle(engine::PeerContext& ctx, Round& r, const engine::In
   const std::uint64_t chunk = message.integers[2];
   const std::uint64_t k = message.integers[3];
   const bool contribution = what == kContribution;
-  const bool known =
-      (what == kContribution && chunk == r.rank) || (what == kReduced && chunk == sender);
-  if (!known || k >= piecesOf(r.size, n, chunk, options_.pieces)) {
+  const std::size_t chunks = r.chunks();
+  const bool known = (what == kContribution && r.owner() && chunk == r.ownChunk) ||
+                     (what == kReduced && chunk < chunks && r.owners[chunk] == sender);
+  if (!known || k >= piecesOf(r.size, chunks, chunk, options_.pieces)) {
     log::get("algorithms")
         ->warn(
             "{}: refused a message from peer {:016x}: part {} of chunk {} (kind {}) is not one "
@@ -234,7 +304,7 @@ void AsyncAllReduce::handle(engine::PeerContext& ctx, Round& r, const engine::In
     fail(ctx, r, RingOutcome::kInvalid);
     return;
   }
-  const Slice s = pieceOf(r.size, n, chunk, options_.pieces, k);
+  const Slice s = pieceOf(r.size, chunks, chunk, options_.pieces, k);
   if (!engine::acceptMessage(message, {.payloads = {s.count}, .integers = kIntegers}, ctx.metrics(),
                              options_.who)) {
     fail(ctx, r, RingOutcome::kInvalid);
@@ -245,7 +315,7 @@ void AsyncAllReduce::handle(engine::PeerContext& ctx, Round& r, const engine::In
   // A contribution and a mean stand for one input, a sum for n: each against this peer's own.
   const double share =
       contribution || options_.op == ReduceOp::kMean ? 1.0 : static_cast<double>(n);
-  if (sender != r.rank && ctx.normBound().enabled() &&
+  if (sender != r.rank && r.sent && ctx.normBound().enabled() &&
       !engine::acceptNearOwn(compute, message, ctx.upload(message.payload(0)),
                              r.sent->span().subspan(s.offset, s.count), ctx.normBound(),
                              ctx.metrics(), options_.who, share)) {
@@ -255,9 +325,13 @@ void AsyncAllReduce::handle(engine::PeerContext& ctx, Round& r, const engine::In
   if (contribution) {
     if (r.contributed[sender * options_.pieces + k]) return;  // a duplicate
     r.contributed[sender * options_.pieces + k] = true;
+    if (r.reduced[k]) {  // the piece went on without it (backups)
+      ctx.metrics().add(options_.who + ".late", 1);
+      return;
+    }
     const engine::DeviceView received = ctx.upload(message.payload(0));
     compute.axpby(out, 1.0f, received, 1.0f);
-    if (++r.contributions[k] == n - 1) sendReduced(ctx, r, k);
+    if (++r.contributions[k] == r.quorum) sendReduced(ctx, r, k);
   } else {
     if (r.gathered[chunk * options_.pieces + k]) return;
     r.gathered[chunk * options_.pieces + k] = true;
@@ -269,27 +343,31 @@ void AsyncAllReduce::handle(engine::PeerContext& ctx, Round& r, const engine::In
 
 bool AsyncAllReduce::owes(const Round& r, std::size_t sender) const {
   if (sender == r.rank) return false;
-  const std::size_t n = r.n();
-  for (std::size_t k = 0; k < piecesOf(r.size, n, r.rank, options_.pieces); ++k)
-    if (!r.contributed[sender * options_.pieces + k]) return true;  // to this peer's chunk
-  for (std::size_t k = 0; k < piecesOf(r.size, n, sender, options_.pieces); ++k)
-    if (!r.gathered[sender * options_.pieces + k]) return true;  // its reduced chunk
+  const std::size_t chunks = r.chunks();
+  // Every contribution counts only without backups: with them, the others may make the quorum.
+  if (r.owner() && r.quorum == r.n())
+    for (std::size_t k = 0; k < r.contributions.size(); ++k)
+      if (!r.contributed[sender * options_.pieces + k]) return true;  // to this peer's chunk
+  for (std::size_t chunk = 0; chunk < chunks; ++chunk)
+    if (r.owners[chunk] == sender)
+      for (std::size_t k = 0; k < piecesOf(r.size, chunks, chunk, options_.pieces); ++k)
+        if (!r.gathered[chunk * options_.pieces + k]) return true;  // its reduced chunk
   return false;
 }
 
 void AsyncAllReduce::completeIfDone(Round& r) {
-  const std::size_t others = r.n() - 1;
   if (r.status == RoundStatus::kPending && r.missingPieces == 0 &&
-      std::all_of(r.contributions.begin(), r.contributions.end(),
-                  [&](std::size_t c) { return c == others; }))
+      std::all_of(r.reduced.begin(), r.reduced.end(), [](bool sent) { return sent; }))
     r.status = RoundStatus::kComplete;
 }
 
 void AsyncAllReduce::sendReduced(engine::PeerContext& ctx, Round& r, std::size_t k) {
   const std::size_t n = r.n();
-  const Slice s = pieceOf(r.size, n, r.rank, options_.pieces, k);
+  r.reduced[k] = true;
+  const Slice s = pieceOf(r.size, r.chunks(), r.ownChunk, options_.pieces, k);
   const std::span<float> out = r.result->span().subspan(s.offset, s.count);
-  if (options_.op == ReduceOp::kMean) ctx.compute().scale(out, 1.0f / static_cast<float>(n));
+  if (options_.op == ReduceOp::kMean)
+    ctx.compute().scale(out, 1.0f / static_cast<float>(r.contributions[k]));
   // Compressed, the owner is a recipient too: it replaces its sum with the decoded piece.
   std::vector<PeerId> recipients;
   for (std::size_t i = 0; i < n; ++i)
@@ -297,7 +375,7 @@ void AsyncAllReduce::sendReduced(engine::PeerContext& ctx, Round& r, std::size_t
   // The reduced piece is final: it is sent from the result buffer itself.
   engine::Message message{.kind = options_.kind,
                           .step = r.id,
-                          .integers = {r.fingerprint, kReduced, r.rank, k},
+                          .integers = {r.fingerprint, kReduced, r.ownChunk, k},
                           .payloads = {out},
                           .owner = r.result};
   if (r.compressed)
@@ -379,7 +457,8 @@ RingOutcome AsyncAllReduce::outcome(std::uint64_t round) const {
 
 std::span<const float> AsyncAllReduce::input(std::uint64_t round) const {
   const Round* r = lookup(round);
-  GOSSAMER_ENFORCE(r != nullptr, "{}: round {} was not started (or was released)", options_.who,
+  GOSSAMER_ENFORCE(r != nullptr && r->sent != nullptr,
+                   "{}: round {} was not started (or was released, or listened to)", options_.who,
                    round);
   return r->sent->span();
 }

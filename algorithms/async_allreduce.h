@@ -43,6 +43,15 @@
 // An algorithm that all-reduces one quantity uses the one default stream. Without the owner's
 // residual, a sparsifying codec would drop most of every mean for good.
 //
+// Backup workers (`backups` = k > 0, allreduce-sgd's; Chen et al. 2016, "Revisiting distributed
+// synchronous SGD"). Each piece of a chunk is reduced from the first n - k contributions that reach
+// its owner (its own counted once it started the round), the mean divided by that count; a later
+// contribution is dropped ("<who>.late"). The owner still sends the same bits to every member, so
+// the members of a complete round agree even where two pieces counted different contributors.
+// Only owners hold a round up, so the caller names them (setOwners: members known to be quick,
+// the same list on every member); a member that fell behind listen()s to a round without
+// contributing, to take its result. A member done sending then owes only its reduced chunk.
+//
 // Memory. A round holds two buffers of the input's size in the Compute's memory (what this peer
 // sends, and the result), kept for reuse by release(). Sends leave without a staging copy on host
 // memory. Compressed with error feedback, each stream keeps its two residuals (2 x its input's
@@ -79,6 +88,9 @@ struct AsyncAllReduceOptions {
   // Let contributions and reduced chunks travel compressed when the run has a codec
   // (PeerContext::compression()); see "Compression" above.
   bool compress = false;
+  // Backup workers: contributions a piece may go without (see "Backup workers"); at most n - 1
+  // are used in a round of n members.
+  std::size_t backups = 0;
 };
 
 enum class RoundStatus { kPending, kComplete, kFailed, kUnknown };
@@ -104,6 +116,15 @@ class AsyncAllReduce {
   // must not write it until the round is released (input(round) reads it back meanwhile).
   void start(engine::PeerContext& ctx, std::uint64_t round,
              std::shared_ptr<kernels::Buffer<float>> input, std::uint64_t stream = 0);
+
+  // Round `round` without an input of this peer (`size` floats, as the members' inputs): it takes
+  // the round's result, and reduces its chunk from the others' contributions if it owns one. For
+  // a member that fell behind a round the others went on with (backups). Compute thread.
+  void listen(engine::PeerContext& ctx, std::uint64_t round, std::size_t size);
+  // The members that own chunks in the rounds started from now on (the default: every member, also
+  // when the list is empty or names one that is not a member of the round's view). Must be the
+  // same on every member of a round: a round whose members disagree fails as kMismatch.
+  void setOwners(std::vector<engine::PeerId> owners) { owners_ = std::move(owners); }
 
   // Takes every queued message of this all-reduce out of the inbox and advances the rounds in
   // flight; fails those whose members changed. Never waits. Compute thread.
@@ -150,8 +171,10 @@ class AsyncAllReduce {
   struct Feedback {
     kernels::Buffer<float> contributions, reduced;
   };
+  // `input` null: listen().
   void begin(engine::PeerContext& ctx, std::uint64_t round,
-             std::shared_ptr<kernels::Buffer<float>> input, std::uint64_t stream);
+             std::shared_ptr<kernels::Buffer<float>> input, std::size_t size, std::uint64_t stream);
+  void contribute(engine::PeerContext& ctx, Round& r, std::span<float> residual);
   Round& find(std::uint64_t round);
   const Round* lookup(std::uint64_t round) const;
   void absorb(engine::PeerContext& ctx, engine::Incoming message);
@@ -173,6 +196,7 @@ class AsyncAllReduce {
   // Per stream: the error feedback of compressed contributions and of compressed reduced pieces
   // (none until a round of the stream needs them).
   std::map<std::uint64_t, Feedback> feedback_;
+  std::vector<engine::PeerId> owners_;  // setOwners()'s
   std::uint64_t lastStarted_ = 0;
   bool started_ = false;
 };
