@@ -302,6 +302,7 @@ void Diloco::timedRound(engine::PeerContext& ctx) {
     // theta and m move by the weighted mean; else they stay and w_i goes on (as a fallback).
     outer_.step(ctx, 0, mean_, mean_);
     ctx.compute().copy(ctx.params(), outer_.theta());
+    ctx.roundMerged(round, outer_.theta());
     outer_.publish(ctx);
     count(ctx, "rounds");
     ctx.metrics().set("diloco.outer_rounds", static_cast<double>(outer_.rounds()));

@@ -62,7 +62,9 @@ void PeriodicAveraging::timedRound(engine::PeerContext& ctx) {
   const std::optional<RoundAgreement> agreed =
       timed_->exchange(ctx, *weighted_, round, ctx.params(), merged_);
   timedRounds_ = round;
-  if (agreed) adopt(ctx, merged_, false);
+  if (!agreed) return;
+  adopt(ctx, merged_, false);
+  ctx.roundMerged(round, merged_.span());
 }
 
 void PeriodicAveraging::resumedLate(engine::PeerContext& /*ctx*/) {

@@ -148,6 +148,8 @@ bool StreamingDiloco::mergeTimed(engine::PeerContext& ctx, std::uint64_t round,
     return false;
   }
   apply(ctx, fragment, mean, mean, alpha);
+  // theta as a whole: each fragment as its last complete round left it, alike on every member.
+  ctx.roundMerged(round, outer_.theta());
   ctx.metrics().set("streaming-diloco.outer_rounds", static_cast<double>(outer_.rounds()));
   return true;
 }

@@ -412,6 +412,15 @@ class PeerContext {
   // ---- services ----
   virtual std::mt19937_64& rng() = 0;  // seeded from the run seed and this peer's id
   virtual Metrics& metrics() = 0;
+
+  // ---- evaluation ----
+  // After a complete round of an algorithm whose peers hold one merged model only at round
+  // boundaries (time-boxed rounds: diloco's theta, local-sgd's x~): `model` (the Compute's
+  // memory) is what every member of round `round` holds after it, the rounds numbered alike on
+  // every member and increasing. A harness that evaluates such a run (the simulator) evaluates
+  // the latest merged model, as of the time its first member had it, instead of the mean of the
+  // peers' models in between. The default ignores it.
+  virtual void roundMerged(std::uint64_t /*round*/, std::span<const float> /*model*/) {}
 };
 
 // What an algorithm keeps across a checkpoint (and may hand over): named tensors (host copies)

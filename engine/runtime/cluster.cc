@@ -116,6 +116,19 @@ ClusterResult runLocalCluster(const ClusterConfig& config, const Registry& regis
     base.training.evalPoints = {.everySteps = static_cast<std::uint64_t>(config.evalEvery)};
     base.training.onEvalPoint = [board](PointSample sample) { board->add(std::move(sample)); };
   }
+  // The latest merged model of time-boxed rounds, evaluated in place of the peers' mean.
+  struct LatestMerged {
+    std::mutex mutex;  // leaf
+    std::uint64_t round = 0;
+    std::vector<float> model;
+  };
+  auto merged = std::make_shared<LatestMerged>();
+  base.training.onRoundMerged = [merged](std::uint64_t round, std::vector<float> model) {
+    const std::lock_guard lock(merged->mutex);
+    if (!merged->model.empty() && merged->round >= round) return;  // a later member's copy
+    merged->round = round;
+    merged->model = std::move(model);
+  };
   LocalPeerConfigs configs(base, registry);
 
   std::vector<std::unique_ptr<Peer>> peers;
@@ -232,6 +245,16 @@ ClusterResult runLocalCluster(const ClusterConfig& config, const Registry& regis
       const std::vector<Snapshot> taken = snapshots(base.training.commTimeout);
       point = measure(peers, base.training.batch, start);
       point.consensus = evaluator.evaluate(taken, config.evalSamples, true);
+      std::vector<float> latest;
+      {
+        const std::lock_guard lock(merged->mutex);
+        latest = merged->model;
+      }
+      if (!latest.empty()) {  // at round boundaries: the merged model, the peers' own beside it
+        const EvalResult model = evaluator.evaluateModel(latest, config.evalSamples);
+        point.consensus.accuracy = model.accuracy();
+        point.consensus.loss = model.meanLoss();
+      }
       lastAccuracy = point.consensus.accuracy;
       result.curve.push_back(point);
       if (config.onEval) config.onEval(point);

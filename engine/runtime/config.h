@@ -141,6 +141,9 @@ struct TrainingConfig {
   // points (a local cluster's monitor); no sink: no points.
   EvalSchedule evalPoints;
   PointSink onEvalPoint;
+  // Time-boxed rounds' merged models (PeerContext::roundMerged), each a host copy, off this
+  // peer's clock: set by whoever evaluates a local cluster at round boundaries; none: no copies.
+  std::function<void(std::uint64_t round, std::vector<float> model)> onRoundMerged;
   // Replaces the seeded initial model (the same on every peer) with initialParams(rank, count),
   // host values for the peer of that rank among the members: for tests and experiments of
   // consensus, whose oracle is the average of distinct initial models.

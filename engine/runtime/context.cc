@@ -52,6 +52,13 @@ double ComputeContext::computeGradients() {
   return loss;
 }
 
+void ComputeContext::roundMerged(std::uint64_t round, std::span<const float> model) {
+  if (!p_.config.onRoundMerged) return;
+  std::vector<float> host(model.size());
+  p_.compute.download(std::span<float>(host), model);
+  p_.config.onRoundMerged(round, std::move(host));
+}
+
 void ComputeContext::applyOptimizer() {
   const Clock::time_point start = Clock::now();
   if (local_ != nullptr && local_->update) {

@@ -116,6 +116,7 @@ class ComputeContext final : public PeerContext {
 
   std::mt19937_64& rng() override { return rng_; }
   Metrics& metrics() override { return p_.metrics; }
+  void roundMerged(std::uint64_t round, std::span<const float> model) override;
 
   // Gathers and requests that reached their deadline incomplete, since the start.
   std::uint64_t expiredWaits() const { return expiredWaits_; }

@@ -69,6 +69,9 @@ class SimContext final : public PeerContext {
 
   std::mt19937_64& rng() override { return p_.parts.rng; }
   Metrics& metrics() override { return p_.parts.metrics; }
+  void roundMerged(std::uint64_t round, std::span<const float> model) override {
+    p_.world.roundMerged(round, model);
+  }
 
   // The runtime's gather (engine/runtime/message_queue.cc): each message taken as it comes; a
   // peer that left the view, or (`whileStepping`) finished training (in finish(): released the

@@ -364,6 +364,12 @@ class World {
   // `peer` completed the step of evaluation point `point`: its sample joins the board, and the
   // points every peer has passed (or will not) are evaluated.
   void samplePoint(const SimPeer& peer, std::uint64_t point);
+  // A merged model of time-boxed rounds (PeerContext::roundMerged): the latest round's is what
+  // the evaluations on the clock evaluate from now on, in place of the peers' mean.
+  void roundMerged(std::uint64_t round, std::span<const float> model) {
+    if (merged_ && merged_->round >= round) return;  // a later member of the same round
+    merged_ = RoundModel{round, std::vector<float>(model.begin(), model.end())};
+  }
   // The lives of `id` (the current one, then the ended ones).
   std::vector<const SimPeer*> livesOf(PeerId id) const;
   // The last checkpoint of each peer id (TrainingConfig::checkpointEvery), kept in memory as a
@@ -382,6 +388,10 @@ class World {
     std::uint64_t seq;
     std::function<void()> run;
     bool operator>(const Event& o) const { return at != o.at ? at > o.at : seq > o.seq; }
+  };
+  struct RoundModel {
+    std::uint64_t round = 0;
+    std::vector<float> params;
   };
   struct LinkState {
     std::unique_ptr<net::shaped::LinkSchedule> schedule;
@@ -430,7 +440,8 @@ class World {
   PeerId nextId_ = 1;
   bool inFiber_ = false;
   SimResult result_;
-  Duration markDelay_{};  // the longest one-way delay of the profile (latency + jitter)
+  Duration markDelay_{};              // the longest one-way delay of the profile (latency + jitter)
+  std::optional<RoundModel> merged_;  // roundMerged()'s latest
 };
 
 }  // namespace gossamer::engine::sim::detail

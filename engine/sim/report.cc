@@ -37,7 +37,16 @@ runtime::EvalPoint World::point(std::span<const runtime::Snapshot> snapshots, st
     pt.commWaitFraction = wait / n / pt.wallSeconds;
     pt.utilization = compute / n / pt.wallSeconds;
   }
-  pt.consensus = evaluator_.evaluate(snapshots, samples, false);
+  if (merged_ && !perPeer) {
+    // At round boundaries: the latest merged model, and the peers' spread around their mean.
+    const EvalResult model = evaluator_.evaluateModel(merged_->params, samples);
+    pt.consensus.peers = snapshots.size();
+    pt.consensus.accuracy = model.accuracy();
+    pt.consensus.loss = model.meanLoss();
+    runtime::averageModels(snapshots, &pt.consensus.distance);
+  } else {
+    pt.consensus = evaluator_.evaluate(snapshots, samples, false);
+  }
   if (perPeer && config_.finalPeerSamples > 0) {
     const runtime::ConsensusResult own =
         evaluator_.evaluate(snapshots, config_.finalPeerSamples, true);
@@ -52,7 +61,8 @@ void World::samplePoint(const SimPeer& peer, std::uint64_t point) {
   points_.add(runtime::PointSample{
       .point = point,
       .model = {peer.id, peer.step, std::vector<float>(params.begin(), params.end())},
-      .figures = {Seconds(now_ - peer.figures.trainStart).count(), Seconds(peer.figures.commWait).count(),
+      .figures = {Seconds(now_ - peer.figures.trainStart).count(),
+                  Seconds(peer.figures.commWait).count(),
                   Seconds(peer.figures.computeTime).count()},
       .samples = peer.parts.learner->samples(),
       .bytesSent = peer.figures.bytesSent});

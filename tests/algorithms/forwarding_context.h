@@ -108,6 +108,9 @@ class ForwardingContext : public engine::PeerContext {
 
   std::mt19937_64& rng() override { return inner_.rng(); }
   engine::Metrics& metrics() override { return inner_.metrics(); }
+  void roundMerged(std::uint64_t round, std::span<const float> model) override {
+    inner_.roundMerged(round, model);
+  }
 
  protected:
   engine::PeerContext& inner_;
