@@ -60,9 +60,12 @@ def read_run(folder):
                 line = line.split("#")[0].strip()
                 if line.startswith("["):
                     section = line.strip("[]")
-                elif "=" in line and section == "run":
+                elif "=" in line:
                     key, value = (part.strip() for part in line.split("=", 1))
-                    settings[key] = value
+                    if section == "run":
+                        settings[key] = value
+                    elif key == "round-seconds" and value != "off":
+                        settings["time-boxed"] = "yes"  # evaluated at round boundaries
     return rows, command, settings
 
 
@@ -72,6 +75,9 @@ def evaluation(settings, command=""):
     steps = int(settings.get("eval-every-steps", "0") or 0)
     if seconds > 0:
         clock = "virtual time" if " simulate " in command else "wall time"
+        if settings.get("time-boxed"):
+            return ("evaluated every %s s of %s, each time the latest round's merged model: times "
+                    "to a target resolve to the rounds" % (settings["eval-seconds"], clock))
         return ("evaluated every %s s of %s: times to a target resolve to %s s"
                 % (settings["eval-seconds"], clock, settings["eval-seconds"]))
     if steps > 0:
@@ -312,6 +318,11 @@ TABLES = {
     "uneven-timeboxed": ("bench/results/uneven/report/timeboxed", uneven),
     "uneven-stepped": ("bench/results/uneven/report/stepped", uneven),
     "uneven-budget": ("bench/results/uneven/report/budget", uneven),
+    "uneven-timeboxed-h10": ("bench/results/uneven/report/timeboxed-h10", uneven),
+    "uneven-backups": ("bench/results/uneven/report/backups", uneven),
+    "uneven-backups2": ("bench/results/uneven/report/backups2", uneven),
+    "uneven-backups-even": ("bench/results/uneven/report/backups-even", uneven),
+    "uneven-even": ("bench/results/uneven/report/even", uneven),
     "uneven256-timeboxed": ("bench/results/uneven256/report/timeboxed", uneven),
     "uneven256-stepped": ("bench/results/uneven256/report/stepped", uneven),
 }
