@@ -6,6 +6,19 @@
 #include "engine/base/enforce.h"
 
 namespace gossamer::algorithms {
+namespace {
+
+// A step's all-reduce in the metrics: a round, or a fallback and why.
+void countOutcome(engine::PeerContext& ctx, RingOutcome outcome) {
+  if (outcome == RingOutcome::kComplete) {
+    ctx.metrics().add("allreduce-sgd.rounds", 1);
+    return;
+  }
+  ctx.metrics().add("allreduce-sgd.fallbacks", 1);
+  ctx.metrics().add(std::string("allreduce-sgd.") + ringOutcomeName(outcome), 1);
+}
+
+}  // namespace
 
 void AllreduceSgdOptions::validate() const {
   GOSSAMER_ENFORCE(pipeline >= 1 && pipeline <= kMaxRingPipeline,
@@ -67,6 +80,7 @@ double AllreduceSgd::stepWithBackups(engine::PeerContext& ctx) {
     backup_->start(ctx, round, std::move(input));
   }
   const RingOutcome outcome = backup_->wait(ctx, round, ctx.now() + ctx.commTimeout());
+  countOutcome(ctx, outcome);
   if (outcome == RingOutcome::kComplete) {
     const std::span<const float> mean = backup_->result(round);
     ctx.compute().copy(ctx.grads(), mean.first(size));
@@ -75,12 +89,9 @@ double AllreduceSgd::stepWithBackups(engine::PeerContext& ctx) {
     owners_.clear();
     for (std::size_t i = 0; i < n; ++i)
       if (present[i] > 0) owners_.push_back(members[i]);
-    ctx.metrics().add("allreduce-sgd.rounds", 1);
     ctx.applyOptimizer();
   } else {
-    owners_.clear();  // every member owns a chunk of the next round
-    ctx.metrics().add("allreduce-sgd.fallbacks", 1);
-    ctx.metrics().add(std::string("allreduce-sgd.") + ringOutcomeName(outcome), 1);
+    owners_.clear();                    // every member owns a chunk of the next round
     if (!behind) ctx.applyOptimizer();  // this peer's own gradient; a listener has none
   }
   backup_->release(ctx, round);
@@ -98,13 +109,9 @@ double AllreduceSgd::step(engine::PeerContext& ctx) {
                                                    .op = ReduceOp::kMean,
                                                    .pipeline = options_.pipeline,
                                                    .who = name()});
-  if (outcome == RingOutcome::kComplete) {
-    ctx.compute().copy(ctx.grads(), mean_);
-    ctx.metrics().add("allreduce-sgd.rounds", 1);
-  } else {
-    ctx.metrics().add("allreduce-sgd.fallbacks", 1);  // this step uses the local gradient
-    ctx.metrics().add(std::string("allreduce-sgd.") + ringOutcomeName(outcome), 1);
-  }
+  countOutcome(ctx, outcome);
+  // A fallback's step uses the local gradient.
+  if (outcome == RingOutcome::kComplete) ctx.compute().copy(ctx.grads(), mean_);
   ctx.applyOptimizer();
   return loss;
 }

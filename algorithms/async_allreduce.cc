@@ -125,7 +125,7 @@ void AsyncAllReduce::begin(engine::PeerContext& ctx, std::uint64_t round,
                            std::uint64_t stream) {
   // What came meanwhile is the round's early messages: with backups, contributions that were
   // here before this peer's own count before it.
-  for (engine::Incoming& m : ctx.inbox().drain(options_.kind)) absorb(ctx, std::move(m));
+  absorbInbox(ctx);
   GOSSAMER_ENFORCE(!started_ || round > lastStarted_,
                    "{}: round {} started after round {}: rounds must increase", options_.who, round,
                    lastStarted_);
@@ -247,8 +247,12 @@ void AsyncAllReduce::contribute(engine::PeerContext& ctx, Round& r, std::span<fl
   }
 }
 
-void AsyncAllReduce::poll(engine::PeerContext& ctx) {
+void AsyncAllReduce::absorbInbox(engine::PeerContext& ctx) {
   for (engine::Incoming& m : ctx.inbox().drain(options_.kind)) absorb(ctx, std::move(m));
+}
+
+void AsyncAllReduce::poll(engine::PeerContext& ctx) {
+  absorbInbox(ctx);
   for (auto& [id, r] : rounds_)
     if (r->status == RoundStatus::kPending && r->members != ctx.members())
       fail(ctx, *r, RingOutcome::kMissing);  // someone left or joined: the round cannot finish

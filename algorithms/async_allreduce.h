@@ -178,6 +178,7 @@ class AsyncAllReduce {
   Round& find(std::uint64_t round);
   const Round* lookup(std::uint64_t round) const;
   void absorb(engine::PeerContext& ctx, engine::Incoming message);
+  void absorbInbox(engine::PeerContext& ctx);  // every queued message of this all-reduce
   void handle(engine::PeerContext& ctx, Round& r, const engine::Incoming& message);
   void fail(engine::PeerContext& ctx, Round& r, RingOutcome why);
   void sendReduced(engine::PeerContext& ctx, Round& r, std::size_t piece);
