@@ -146,14 +146,16 @@ void AsyncAllReduce::begin(engine::PeerContext& ctx, std::uint64_t round,
     if (at == r->members.end()) break;
     r->owners.push_back(static_cast<std::size_t>(at - r->members.begin()));
   }
-  if (r->owners.size() != owners_.size() || owners_.empty()) {
+  const bool named = r->owners.size() == owners_.size() && !owners_.empty();
+  if (!named) {
     r->owners.resize(n);
     for (std::size_t i = 0; i < n; ++i) r->owners[i] = i;
   }
   if (const auto own = std::find(r->owners.begin(), r->owners.end(), r->rank);
       own != r->owners.end())
     r->ownChunk = static_cast<std::size_t>(own - r->owners.begin());
-  r->quorum = n - std::min(options_.backups, n - 1);
+  r->quorum = named && contributors_ > 0 ? std::min(contributors_, n)
+                                         : n - std::min(options_.backups, n - 1);
   r->fingerprint = roundFingerprint(r->members, r->owners, r->quorum);
   r->size = size;
   r->sent = std::move(input);

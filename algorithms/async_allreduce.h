@@ -124,7 +124,18 @@ class AsyncAllReduce {
   // The members that own chunks in the rounds started from now on (the default: every member, also
   // when the list is empty or names one that is not a member of the round's view). Must be the
   // same on every member of a round: a round whose members disagree fails as kMismatch.
-  void setOwners(std::vector<engine::PeerId> owners) { owners_ = std::move(owners); }
+  void setOwners(std::vector<engine::PeerId> owners) {
+    owners_ = std::move(owners);
+    contributors_ = 0;
+  }
+  // Only `contributors` contribute to the rounds started from now on, and own their chunks; each
+  // piece is reduced from exactly their contributions (a mean divides by their count), and the
+  // other members listen(). The same list on every member of a round (time-boxed rounds' quorum,
+  // round_quorum.h); empty: every member contributes.
+  void setContributors(std::vector<engine::PeerId> contributors) {
+    contributors_ = contributors.size();
+    owners_ = std::move(contributors);
+  }
 
   // Takes every queued message of this all-reduce out of the inbox and advances the rounds in
   // flight; fails those whose members changed. Never waits. Compute thread.
@@ -197,7 +208,8 @@ class AsyncAllReduce {
   // Per stream: the error feedback of compressed contributions and of compressed reduced pieces
   // (none until a round of the stream needs them).
   std::map<std::uint64_t, Feedback> feedback_;
-  std::vector<engine::PeerId> owners_;  // setOwners()'s
+  std::vector<engine::PeerId> owners_;  // setOwners()'s or setContributors()'s
+  std::size_t contributors_ = 0;        // setContributors()'s count (0: n - backups contribute)
   std::uint64_t lastStarted_ = 0;
   bool started_ = false;
 };

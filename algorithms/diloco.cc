@@ -22,7 +22,7 @@ void DilocoOptions::validate() const {
   outer.validate("diloco");
   GOSSAMER_ENFORCE(pipeline >= 1 && pipeline <= kMaxRingPipeline,
                    "diloco.pipeline must be in [1, {}], not {}", kMaxRingPipeline, pipeline);
-  RoundTime::parse("diloco", roundSeconds);
+  PeriodicAveragingOptions{.roundSeconds = roundSeconds, .quorum = quorum}.validate("diloco");
 }
 
 // ---- OuterState -------------------------------------------------------------------------------
@@ -268,7 +268,8 @@ void loadOuterState(OuterState& outer, const engine::AlgorithmState& state) {
 
 Diloco::Diloco(DilocoOptions options)
     : PeriodicAveraging(
-          PeriodicAveragingOptions{.tau = options.h, .roundSeconds = options.roundSeconds},
+          PeriodicAveragingOptions{
+              .tau = options.h, .roundSeconds = options.roundSeconds, .quorum = options.quorum},
           "diloco"),
       options_(options),
       outer_("diloco", options.outer),
@@ -299,9 +300,17 @@ void Diloco::timedRound(engine::PeerContext& ctx) {
       timed()->exchange(ctx, exchange_, round, ctx.params(), mean_);
   outer_.skipTo(round);
   if (agreed) {
-    // theta and m move by the weighted mean; else they stay and w_i goes on (as a fallback).
+    // theta and m move by the weighted mean; else they stay and w_i goes on (as a fallback). A
+    // member left out of the round keeps its change w_i - theta, from the new theta on.
+    kernels::Compute& compute = ctx.compute();
+    const bool rebase = TimedRounds::rebased(*agreed);
+    if (rebase) compute.axpby(ctx.params(), -1.0f, outer_.theta(), 1.0f);
     outer_.step(ctx, 0, mean_, mean_);
-    ctx.compute().copy(ctx.params(), outer_.theta());
+    if (rebase) {
+      compute.axpby(ctx.params(), 1.0f, outer_.theta(), 1.0f);
+    } else {
+      compute.copy(ctx.params(), outer_.theta());
+    }
     ctx.roundMerged(round, outer_.theta());
     outer_.publish(ctx);
     count(ctx, "rounds");

@@ -90,6 +90,8 @@ struct DilocoOptions {
   std::size_t pipeline = 4;  // messages per all-reduce chunk
   // Rounds bounded by time instead of h steps (algorithms/time_box.h): off, auto or seconds.
   std::string roundSeconds = "off";
+  // The minimum quorum of time-boxed rounds (round_quorum.h).
+  std::string quorum = "all";
 
   template <typename Bind>
   void bind(Bind& b) {
@@ -98,6 +100,10 @@ struct DilocoOptions {
       "bound each outer round by time instead of h steps: seconds, auto (h x the members' mean "
       "step time) or off; each peer takes the steps that fit, the merge weights each model by its "
       "steps, and the run ends when the cluster has taken the steps of an even run");
+    b("quorum", quorum,
+      "time-boxed rounds: the fewest members a round merges (all, a count, or a fraction in "
+      "(0, 1)); a member not ready when the round's time is up joins the next round instead of "
+      "holding the others");
     b("outer-lr", outer.lr,
       "outer learning rate, in (0, 2] (the paper: 0.7; 1 with momentum 0 is "
       "local-sgd)");
@@ -221,6 +227,7 @@ class Diloco final : public PeriodicAveraging {
   // the rounds attempted (the same on every member; a joiner takes it with theta), then the outer
   // step on the weighted mean; the round that spends the budget ends the run.
   void timedRound(engine::PeerContext& ctx) override;
+  std::uint64_t nextTimedRound() const override { return outer_.rounds() + 1; }
 
   DilocoOptions options_;
   OuterState outer_;

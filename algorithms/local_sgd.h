@@ -53,6 +53,10 @@ struct LocalSgdOptions : PeriodicAveragingOptions {
       "bound each round by time instead of tau steps: seconds, auto (tau x the members' mean "
       "step time) or off; each peer takes the steps that fit, the average weights each model by "
       "its steps, and the run ends when the cluster has taken the steps of an even run");
+    b("quorum", quorum,
+      "time-boxed rounds: the fewest members a round merges (all, a count, or a fraction in "
+      "(0, 1)); a member not ready when the round's time is up joins the next round instead of "
+      "holding the others");
   }
   void validate() const;
 };

@@ -9,21 +9,31 @@ namespace gossamer::algorithms {
 
 void PeriodicAveragingOptions::validate(const char* algorithm) const {
   GOSSAMER_ENFORCE(tau >= 1, "{}.tau must be at least 1, not {}", algorithm, tau);
-  RoundTime::parse(algorithm, roundSeconds);
+  const RoundTime time = RoundTime::parse(algorithm, roundSeconds);
+  const QuorumSize size = QuorumSize::parse(algorithm, quorum);
+  GOSSAMER_ENFORCE(!size.enabled() || time.enabled(),
+                   "{}.quorum needs time-boxed rounds ({}.round-seconds auto or seconds)",
+                   algorithm, algorithm);
 }
 
 PeriodicAveraging::PeriodicAveraging(PeriodicAveragingOptions options, std::string who,
                                      std::size_t timedPieces)
     : options_(std::move(options)), timedPieces_(timedPieces) {
-  if (const RoundTime time = RoundTime::parse(who, options_.roundSeconds); time.enabled())
-    timed_ = std::make_unique<TimedRounds>(std::move(who), time, options_.tau);
+  if (const RoundTime time = RoundTime::parse(who, options_.roundSeconds); time.enabled()) {
+    const QuorumSize quorum = QuorumSize::parse(who, options_.quorum);
+    timed_ = std::make_unique<TimedRounds>(std::move(who), time, options_.tau, 1, quorum);
+  }
 }
 
 PeriodicAveraging::~PeriodicAveraging() = default;
 
 void PeriodicAveraging::afterStep(engine::PeerContext& ctx) {
   if (timed_) {
-    if (timed_->due(ctx)) timedRound(ctx);
+    if (!timed_->due(ctx, nextTimedRound())) return;
+    // With a quorum, a member that learned late of a round goes on to the next one at once.
+    do {
+      timedRound(ctx);
+    } while (timed_->behind(ctx, nextTimedRound()));
     return;
   }
   const std::uint64_t done = ctx.step() + 1;  // ctx.step() counts this step once it returns
@@ -36,12 +46,18 @@ void PeriodicAveraging::finish(engine::PeerContext& ctx) {
 }
 
 void PeriodicAveraging::setup(engine::PeerContext& ctx) {
-  if (timed_) timed_->start(ctx);
+  if (!timed_) return;
+  timed_->start(ctx);
+  if (timed_->quorum() && base_.size() != ctx.params().size()) {
+    base_ = ctx.compute().allocate<float>(ctx.params().size());
+    ctx.compute().copy(base_, ctx.params());  // every member starts from the same model
+  }
 }
 
 void PeriodicAveraging::join(engine::PeerContext& ctx) {
   if (timed_) timed_->joined();  // its round number comes from the members' messages
   engine::Algorithm::join(ctx);
+  if (base_.size() == ctx.params().size()) ctx.compute().copy(base_, ctx.params());
 }
 
 void PeriodicAveraging::saveState(engine::AlgorithmState& state) const {
@@ -63,7 +79,14 @@ void PeriodicAveraging::timedRound(engine::PeerContext& ctx) {
       timed_->exchange(ctx, *weighted_, round, ctx.params(), merged_);
   timedRounds_ = round;
   if (!agreed) return;
-  adopt(ctx, merged_, false);
+  if (TimedRounds::rebased(*agreed)) {
+    // Left out: this peer's change since base_ goes on from the merged model, for the next round.
+    ctx.compute().weightedSum(ctx.params(),
+                              {{1.0f, ctx.params()}, {-1.0f, base_}, {1.0f, merged_}});
+  } else {
+    adopt(ctx, merged_, false);
+  }
+  if (base_.size() == merged_.size()) ctx.compute().copy(base_, merged_);
   ctx.roundMerged(round, merged_.span());
 }
 

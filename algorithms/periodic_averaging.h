@@ -35,6 +35,8 @@ struct PeriodicAveragingOptions {
   bool resetOptimizer = false;  // zero the optimizer state when adopting the average
   // Rounds bounded by time instead of tau steps (algorithms/time_box.h): off, auto or seconds.
   std::string roundSeconds = "off";
+  // The minimum quorum of time-boxed rounds (round_quorum.h): all, a member count or a fraction.
+  std::string quorum = "all";
 
   // Validates, naming the option as `--<algorithm>.<option>` in messages.
   void validate(const char* algorithm) const;
@@ -80,6 +82,8 @@ class PeriodicAveraging : public engine::Algorithm {
   // of [n_i w_i, tail] (no master), numbered by the rounds attempted; or a subclass's own round
   // (diloco's outer step). Compute thread.
   virtual void timedRound(engine::PeerContext& ctx);
+  // The number of this peer's next time-boxed round.
+  virtual std::uint64_t nextTimedRound() const { return timedRounds_ + 1; }
   // One averaging round at step count `round`: replaces params by the average (through
   // adopt()) or, when it failed, keeps them. Compute thread.
   virtual void average(engine::PeerContext& ctx, std::uint64_t round) = 0;
@@ -98,6 +102,9 @@ class PeriodicAveraging : public engine::Algorithm {
   std::size_t timedPieces_;
   std::unique_ptr<AsyncAllReduce> weighted_;
   kernels::Buffer<float> merged_;
+  // With a quorum: the merged model this peer started from (what a member left out of a round
+  // rebases its change from).
+  kernels::Buffer<float> base_;
   std::uint64_t timedRounds_ = 0;
 };
 

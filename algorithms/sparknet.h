@@ -74,6 +74,10 @@ struct SparknetOptions : PeriodicAveragingOptions {
       "step time) or off; each peer takes the steps that fit, the average weights each model by "
       "its steps (through an all-reduce, not the master), and the run ends when the cluster has "
       "taken the steps of an even run");
+    b("quorum", quorum,
+      "time-boxed rounds: the fewest members a round merges (all, a count, or a fraction in "
+      "(0, 1)); a member not ready when the round's time is up joins the next round instead of "
+      "holding the others");
   }
   void validate() const { PeriodicAveragingOptions::validate("sparknet"); }
 };

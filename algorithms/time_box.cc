@@ -42,6 +42,7 @@ void TimeBox::restart(Clock::time_point now) {
   roundStart_ = now;
   roundSteps_ = 0;
   lastStep_ = now;
+  previousStep_ = now;
 }
 
 void TimeBox::count(Clock::time_point now) {
@@ -49,7 +50,21 @@ void TimeBox::count(Clock::time_point now) {
   ++steps_;
   stepSeconds_ += Seconds(now - lastStep_).count();
   ++timedSteps_;
+  previousStep_ = lastStep_;
   lastStep_ = now;
+}
+
+bool TimeBox::dueAfterNext(Clock::time_point now) const {
+  if (roundSeconds_ <= 0 || roundSteps_ == 0) return false;
+  const double elapsed = Seconds(now - roundStart_).count();
+  const double perStep = elapsed / static_cast<double>(roundSteps_);
+  return elapsed + 2 * perStep > roundSeconds_;
+}
+
+TimeBox::Clock::time_point TimeBox::closeAt(double grace) const {
+  if (roundSeconds_ <= 0) return Clock::time_point::max();
+  return roundStart_ +
+         std::chrono::duration_cast<Clock::duration>(Seconds(roundSeconds_ * (1 + grace)));
 }
 
 bool TimeBox::due(Clock::time_point now) {
@@ -124,9 +139,23 @@ bool FragmentClock::due(std::size_t fragment, Clock::time_point now, double step
 // ---- TimedRounds ------------------------------------------------------------------------------
 
 TimedRounds::TimedRounds(std::string who, RoundTime time, std::uint64_t stepsPerRound,
-                         std::size_t fragments)
+                         std::size_t fragments, QuorumSize quorum)
     : who_(std::move(who)),
-      boxes_(std::max<std::size_t>(fragments, 1), TimeBox(time, stepsPerRound)) {}
+      quorum_(who_, quorum),
+      boxes_(std::max<std::size_t>(fragments, 1), TimeBox(time, stepsPerRound)) {
+  GOSSAMER_ENFORCE(!quorum.enabled() || boxes_.size() == 1,
+                   "{}: a quorum needs rounds of the whole model, not of fragments", who_);
+}
+
+bool TimedRounds::due(engine::PeerContext& ctx, std::uint64_t round) {
+  TimeBox& box = boxes_[0];
+  const engine::Clock::time_point now = ctx.now();
+  if (box.due(now)) return true;
+  if (!quorum_.enabled()) return false;
+  if (box.dueAfterNext(now)) quorum_.ready(ctx, round, static_cast<double>(box.steps() + 1));
+  const std::optional<std::vector<engine::PeerId>> decision = quorum_.decided(ctx, round);
+  return decision && std::find(decision->begin(), decision->end(), ctx.self()) == decision->end();
+}
 
 void TimedRounds::count(engine::PeerContext& ctx) {
   const engine::Clock::time_point now = ctx.now();
@@ -151,42 +180,119 @@ void TimedRounds::start(engine::PeerContext& ctx) {
   started_ = true;
 }
 
+bool TimedRounds::behind(engine::PeerContext& ctx, std::uint64_t round) {
+  if (!quorum_.enabled() || endedByBudget_) return false;
+  const TimeBox& box = boxes_[0];
+  return (box.overdue(ctx.now()) && box.steps() > 0) || quorum_.decided(ctx, round).has_value();
+}
+
 std::optional<RoundAgreement> TimedRounds::exchange(engine::PeerContext& ctx,
                                                     AsyncAllReduce& exchange, std::uint64_t& round,
                                                     std::span<const float> x,
                                                     std::span<float> merged) {
   exchange.poll(ctx);
-  if (const std::uint64_t heard = exchange.latestHeard(); heard > round) {
+  // A member left out of rounds listens to each of them in turn: it does not skip one decided.
+  if (const std::uint64_t heard = exchange.latestHeard();
+      heard > round && !(quorum_.enabled() && quorum_.decided(ctx, round))) {
     ctx.metrics().add(who_ + ".rounds_skipped", static_cast<double>(heard - round));
     round = heard;
   }
+  if (quorum_.enabled()) return exchangeWithQuorum(ctx, exchange, round, x, merged);
   send(ctx, exchange, round, x, 0);
   return collect(ctx, exchange, round, merged, 0);
 }
 
+std::optional<RoundAgreement> TimedRounds::exchangeWithQuorum(engine::PeerContext& ctx,
+                                                              AsyncAllReduce& exchange,
+                                                              std::uint64_t round,
+                                                              std::span<const float> x,
+                                                              std::span<float> merged) {
+  TimeBox& box = boxes_[0];
+  quorum_.ready(ctx, round, static_cast<double>(box.steps()));
+  std::optional<double> stepsToEnd;
+  if (box.spent()) stepsToEnd = box.budget() - *box.spent();
+  const std::optional<std::vector<engine::PeerId>> contributors =
+      quorum_.await(ctx, round, box.closeAt(kGrace), stepsToEnd, ctx.now() + ctx.commTimeout());
+  if (!contributors) {
+    box.failed(ctx.now());
+    quorum_.failed(round);
+    ctx.metrics().add(who_ + ".fallbacks", 1);
+    ctx.metrics().add(who_ + ".no_quorum", 1);
+    return std::nullopt;
+  }
+  exchange.setContributors(*contributors);
+  const bool contributes =
+      std::find(contributors->begin(), contributors->end(), ctx.self()) != contributors->end();
+  if (contributes) {
+    send(ctx, exchange, round, x, 0);
+  } else {
+    exchange.listen(ctx, round, packedSize(x.size(), ctx.members().size()));
+  }
+  const engine::Clock::time_point stepStart = box.lastStepStart();
+  std::optional<RoundAgreement> agreed =
+      finishRound(ctx, exchange, round, merged, 0, contributors->size());
+  if (agreed && !contributes) {
+    agreed->contributed = false;
+    box.startedAt(stepStart);
+    ctx.metrics().add(who_ + ".rounds_left_out", 1);
+    if (agreed->ended())
+      ctx.metrics().add(who_ + ".steps_dropped", static_cast<double>(box.steps()));
+  }
+  return agreed;
+}
+
 void TimedRounds::send(engine::PeerContext& ctx, AsyncAllReduce& exchange, std::uint64_t round,
                        std::span<const float> x, std::size_t fragment) {
+  TimeBox& box = boxes_.at(fragment);
+  const std::vector<engine::PeerId>& members = ctx.members();
   std::shared_ptr<kernels::Buffer<float>> packed =
-      exchange.buffer(ctx, x.size() + TimeBox::kTailFloats);
-  boxes_.at(fragment).pack(ctx.compute(), x, packed->span());
+      exchange.buffer(ctx, packedSize(x.size(), members.size()));
+  const std::span<float> out = packed->span();
+  const float steps = static_cast<float>(box.steps());
+  box.pack(ctx.compute(), x, out.first(x.size() + TimeBox::kTailFloats));
+  const std::span<float> slots = out.subspan(x.size() + TimeBox::kTailFloats);
+  ctx.compute().fill(slots, 0.0f);
+  const auto rank = static_cast<std::size_t>(std::find(members.begin(), members.end(), ctx.self()) -
+                                             members.begin());
+  ctx.compute().upload(slots.subspan(rank, 1), std::span<const float>(&steps, 1));
   exchange.start(ctx, round, std::move(packed));
 }
 
 std::optional<RoundAgreement> TimedRounds::collect(engine::PeerContext& ctx,
                                                    AsyncAllReduce& exchange, std::uint64_t round,
                                                    std::span<float> merged, std::size_t fragment) {
+  return finishRound(ctx, exchange, round, merged, fragment, ctx.members().size());
+}
+
+std::optional<RoundAgreement> TimedRounds::finishRound(engine::PeerContext& ctx,
+                                                       AsyncAllReduce& exchange,
+                                                       std::uint64_t round, std::span<float> merged,
+                                                       std::size_t fragment,
+                                                       std::size_t contributors) {
   TimeBox& box = boxes_.at(fragment);
   const RingOutcome outcome = exchange.wait(ctx, round, ctx.now() + ctx.commTimeout());
   if (outcome != RingOutcome::kComplete) {
     // Nothing agreed changes; this peer's steps count in the next complete round.
     exchange.release(ctx, round);
     box.failed(ctx.now());
+    if (fragment == 0) quorum_.failed(round);
     ctx.metrics().add(who_ + ".fallbacks", 1);
     ctx.metrics().add(who_ + "." + ringOutcomeName(outcome), 1);
     return std::nullopt;
   }
-  const RoundAgreement agreed =
-      box.merged(ctx.compute(), exchange.result(round), ctx.members().size(), merged, ctx.now());
+  const std::span<const float> result = exchange.result(round);
+  const std::size_t members = ctx.members().size();
+  RoundAgreement agreed =
+      box.merged(ctx.compute(), result.first(merged.size() + TimeBox::kTailFloats), contributors,
+                 merged, ctx.now());
+  std::vector<float> slots(members);
+  ctx.compute().download(std::span<float>(slots), result.subspan(result.size() - members));
+  agreed.contributors = contributors;
+  agreed.memberSteps.resize(members);
+  for (std::size_t i = 0; i < members; ++i)
+    agreed.memberSteps[i] =
+        std::round(static_cast<double>(slots[i]) * static_cast<double>(contributors));
+  if (fragment == 0) quorum_.completed(ctx, round, agreed.memberSteps);
   exchange.release(ctx, round);
   // Fragment 0's rounds end the run; none after the end moves it again (the last rounds).
   if (fragment != 0 || endedByBudget_) return agreed;

@@ -24,6 +24,13 @@
 // everywhere (a joiner adopts it), and the run ends at the round where C >= B. A failed round
 // changes none of it; its steps count in the next complete round's n_i.
 //
+// After the tail, one slot per member of the view: member i writes its n_i at slot i, so every
+// member learns each member's steps (the quorum's leader, round_quorum.h).
+//
+// With a minimum quorum (`quorum`, round_quorum.h) the all-reduce runs over the contributors the
+// round's leader names, means over them; the others listen to the result and keep their unmerged
+// steps for a later round (TimedRounds::rebased).
+//
 // Round length: `round-seconds` fixed, or `auto`: the first round is one step on every peer (it
 // measures the speeds: a round of k steps would keep the fast peers waiting k slow steps, past
 // the comm timeout), every later one k x the members' mean seconds per step in the round before
@@ -40,6 +47,7 @@
 #include <vector>
 
 #include "algorithms/async_allreduce.h"
+#include "algorithms/round_quorum.h"
 #include "engine/algorithm.h"
 #include "engine/invariants.h"
 #include "kernels/compute.h"
@@ -62,6 +70,12 @@ struct RoundAgreement {
   double budget = 0;          // B, in cluster steps
   double spent = 0;           // C after this round
   bool ended() const { return spent >= budget; }
+  // With a quorum (round_quorum.h): the members that contributed, and whether this peer did (a
+  // member left out listened: its steps since it last contributed are not in the merge).
+  std::size_t contributors = 0;
+  bool contributed = true;
+  // Per member of the view, in order: the steps it contributed (0: left out).
+  std::vector<double> memberSteps;
 };
 
 class TimeBox {
@@ -81,6 +95,23 @@ class TimeBox {
   bool due(Clock::time_point now);
   // After each local step, for a caller that decides itself when a round starts: counts it.
   void count(Clock::time_point now);
+  // Whether the round will be due after one more step as long as the mean of this round's (not
+  // counting it): a member tells the quorum's leader it is ready one step early.
+  bool dueAfterNext(Clock::time_point now) const;
+  // When a round's leader may close it without the members not ready yet: the round's length
+  // and `grace` x that length after its start (never in auto's first round).
+  Clock::time_point closeAt(double grace) const;
+  // Whether this round's length has passed (never in auto's first round).
+  bool overdue(Clock::time_point now) const {
+    return roundSeconds_ > 0 &&
+           now >= roundStart_ + std::chrono::duration_cast<Clock::duration>(
+                                    std::chrono::duration<double>(roundSeconds_));
+  }
+  // When this peer's last step started (the end of the one before it).
+  Clock::time_point lastStepStart() const { return previousStep_; }
+  // The round in progress started at `start` (a member left out of a round learns of it only
+  // after its step: it starts the next round when the others did, not later).
+  void startedAt(Clock::time_point start) { roundStart_ = std::min(roundStart_, start); }
   // The round's length in seconds (0 while `auto` has measured nothing: the round is one step).
   double roundSeconds() const { return roundSeconds_; }
   // Steps this peer took since the last complete round (its weight n_i).
@@ -114,6 +145,7 @@ class TimeBox {
   // What pack() reports as s_i: the steps since the last pack, each timed from the step (or the
   // round's start) before it, so that a round's wait is no step's time.
   Clock::time_point lastStep_{};
+  Clock::time_point previousStep_{};
   double stepSeconds_ = 0;
   std::uint64_t timedSteps_ = 0;
   std::uint64_t steps_ = 0;   // steps since the last complete round
@@ -154,21 +186,30 @@ class FragmentClock {
 // as in any fragment's).
 class TimedRounds {
  public:
+  // `quorum`: the minimum quorum of the rounds (round_quorum.h; one fragment only).
   TimedRounds(std::string who, RoundTime time, std::uint64_t stepsPerRound,
-              std::size_t fragments = 1);
+              std::size_t fragments = 1, QuorumSize quorum = {});
 
   // At the first setup() (later calls do nothing): the budget B = the run's steps x the members
   // (or the checkpoint's), the cap of this peer's steps at B, the first round starts. Throws
   // gossamer::Error with --compress (the tail must arrive exact).
   void start(engine::PeerContext& ctx);
-  // After each local step: true when the round is due.
-  bool due(engine::PeerContext& ctx) { return boxes_[0].due(ctx.now()); }
+  // After each local step: true when round `round` (this peer's next) is due, or, with a quorum,
+  // when it closed without this peer (which then listens to it). With a quorum, tells the leader
+  // one step early that this peer is ready.
+  bool due(engine::PeerContext& ctx, std::uint64_t round);
   // After each local step, for a caller that starts the rounds itself (send/collect).
   void count(engine::PeerContext& ctx);
+  // With a quorum, after a round: whether this peer should go on to round `round` before its next
+  // step: it is decided already (this peer was left out of it), or this peer's time for it is up
+  // already (it learned late of the last one).
+  bool behind(engine::PeerContext& ctx, std::uint64_t round);
   // One round: the all-reduce of [n_i x_i, tail_i] over `exchange`, numbered `round` (this
   // peer's next; raised to the latest round heard from the members, so that a joiner or a peer
   // that fell behind meets them), x~ into `merged` (x.size() floats). The agreement, with the
-  // metrics and the end of the run set; nullopt when the round failed (counted).
+  // metrics and the end of the run set; nullopt when the round failed (counted). With a quorum,
+  // the leader decides the contributors first; a member left out takes x~ without contributing
+  // (agreement.contributed false) and must keep its unmerged steps: rebased(agreement).
   std::optional<RoundAgreement> exchange(engine::PeerContext& ctx, AsyncAllReduce& exchange,
                                          std::uint64_t& round, std::span<const float> x,
                                          std::span<float> merged);
@@ -181,6 +222,12 @@ class TimedRounds {
   std::optional<RoundAgreement> collect(engine::PeerContext& ctx, AsyncAllReduce& exchange,
                                         std::uint64_t round, std::span<float> merged,
                                         std::size_t fragment);
+  // Whether a member left out of the round must rebase its model on x~ (keep its unmerged
+  // change) rather than adopt x~: not when the round ended the run (everyone ends on x~).
+  static bool rebased(const RoundAgreement& agreed) {
+    return !agreed.contributed && !agreed.ended();
+  }
+  bool quorum() const { return quorum_.enabled(); }
   // This peer joined a cluster in training, or resumed into one that went on without it: it
   // learns the spend from its first round.
   void joined() { joined_ = true; }
@@ -196,8 +243,28 @@ class TimedRounds {
   // The survivors agree on the cluster steps spent; their step counts differ.
   engine::Invariants invariants() const;
 
+  // How long past a round's length the quorum's leader waits for members not ready yet, as a
+  // fraction of the length.
+  static constexpr double kGrace = 0.1;
+
  private:
+  // The members' per-member slots after the tail: member i writes its steps at slot i.
+  static std::size_t packedSize(std::size_t floats, std::size_t members) {
+    return floats + TimeBox::kTailFloats + members;
+  }
+  // The quorum's part of exchange(): the contributors decided, then this peer's contribution or
+  // its listening; the agreement as collect() gives it.
+  // collect() of a round of `contributors` contributions (fewer than the members with a quorum).
+  std::optional<RoundAgreement> finishRound(engine::PeerContext& ctx, AsyncAllReduce& exchange,
+                                            std::uint64_t round, std::span<float> merged,
+                                            std::size_t fragment, std::size_t contributors);
+  std::optional<RoundAgreement> exchangeWithQuorum(engine::PeerContext& ctx,
+                                                   AsyncAllReduce& exchange, std::uint64_t round,
+                                                   std::span<const float> x,
+                                                   std::span<float> merged);
+
   std::string who_;
+  RoundQuorum quorum_;
   std::vector<TimeBox> boxes_;  // one per fragment
   bool started_ = false;
   bool joined_ = false;

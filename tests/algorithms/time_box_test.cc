@@ -330,16 +330,20 @@ TEST_CASE("time box: a joiner and a restarted peer find the members' round and m
   checkJoinerAndRestart("diloco", {{"round-seconds", "1"}});
   checkJoinerAndRestart("streaming-diloco",
                         {{"round-seconds", "1"}, {"h", "10"}, {"fragments", "2"}});
+  // With a quorum: the leader after each view change is its first member, until a round completes.
+  checkJoinerAndRestart("diloco", {{"round-seconds", "1"}, {"quorum", "0.6"}});
+  checkJoinerAndRestart("local-sgd", {{"round-seconds", "1"}, {"quorum", "3"}});
 }
 
-// Three real peers of 10, 10 and 30 ms a step, 40 steps each (a budget of 120 cluster steps):
-// the spend agreed, one model, steps by speed. With `exact`, every step counted once (the run
-// ends at a round; streaming-diloco's last rounds carry more steps than the spend).
-void checkRealPeers(const std::string& algorithm, engine::OptionValues options, bool exact) {
+// Three real peers of 10, 10 and 30 ms a step (or `stepTimes`), 40 steps each (a budget of 120
+// cluster steps): the spend agreed, one model, steps by speed. With `exact`, every step counted
+// once (the run ends at a round; streaming-diloco's last rounds carry more steps than the spend).
+void checkRealPeers(const std::string& algorithm, engine::OptionValues options, bool exact,
+                    std::vector<std::chrono::microseconds> stepTimes = {10ms, 10ms, 30ms}) {
   CAPTURE(algorithm);
   test::Watchdog watchdog(120s);
   auto config = test::algorithmCluster(algorithm, 3, 40, 0.05, std::move(options));
-  config.peer.training.peerStepTimes = {10ms, 10ms, 30ms};
+  config.peer.training.peerStepTimes = std::move(stepTimes);
   const engine::runtime::ClusterResult result =
       engine::runtime::runLocalCluster(config, test::registry(), test::smallData());
   REQUIRE(result.peers.size() == 3);
@@ -362,6 +366,10 @@ void checkRealPeers(const std::string& algorithm, engine::OptionValues options, 
 
 TEST_CASE("time box: diloco's time-boxed rounds on real peers of uneven speed") {
   checkRealPeers("diloco", {{"round-seconds", "0.2"}}, true);
+}
+
+TEST_CASE("time box: a quorum of two of three real peers, one slower than a round") {
+  checkRealPeers("diloco", {{"round-seconds", "0.2"}, {"quorum", "2"}}, true, {10ms, 10ms, 250ms});
 }
 
 TEST_CASE("time box: streaming-diloco's time-boxed fragments on real peers of uneven speed") {
