@@ -15,7 +15,8 @@
 //                or once the round's length and grace have passed on its clock with at least q
 //                members ready (those contribute). It never closes without a member on time
 //                when the ready members' steps would spend the run's budget (the run's last
-//                round merges every member), nor in auto's first round (it measures everyone)
+//                round merges every member). auto's first round (one step each, no length yet)
+//                closes as soon as q members are ready
 //   decision     `decided(r, contributors)` to every member; a member takes the first decision
 //                of a round from anyone (a joiner does not know the leader yet)
 //   left out     a member not among the contributors listens to the round's result and keeps

@@ -62,7 +62,7 @@ bool TimeBox::dueAfterNext(Clock::time_point now) const {
 }
 
 TimeBox::Clock::time_point TimeBox::closeAt(double grace) const {
-  if (roundSeconds_ <= 0) return Clock::time_point::max();
+  if (roundSeconds_ <= 0) return roundStart_;  // auto's first round: as soon as a quorum is ready
   return roundStart_ +
          std::chrono::duration_cast<Clock::duration>(Seconds(roundSeconds_ * (1 + grace)));
 }

@@ -99,7 +99,8 @@ class TimeBox {
   // counting it): a member tells the quorum's leader it is ready one step early.
   bool dueAfterNext(Clock::time_point now) const;
   // When a round's leader may close it without the members not ready yet: the round's length
-  // and `grace` x that length after its start (never in auto's first round).
+  // and `grace` x that length after its start (auto's first round, one step each: at its start,
+  // so the round closes as soon as a quorum is ready).
   Clock::time_point closeAt(double grace) const;
   // Whether this round's length has passed (never in auto's first round).
   bool overdue(Clock::time_point now) const {

@@ -325,6 +325,8 @@ TABLES = {
     "uneven-even": ("bench/results/uneven/report/even", uneven),
     "uneven256-timeboxed": ("bench/results/uneven256/report/timeboxed", uneven),
     "uneven256-stepped": ("bench/results/uneven256/report/stepped", uneven),
+    "uneven-quorum": ("bench/results/uneven/report/quorum", uneven),
+    "uneven256-quorum": ("bench/results/uneven256/report/quorum", uneven),
 }
 
 
