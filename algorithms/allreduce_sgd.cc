@@ -59,8 +59,7 @@ double AllreduceSgd::stepWithBackups(engine::PeerContext& ctx) {
                                                                .who = name(),
                                                                .maxFutureRounds = kBackupRoundsKept,
                                                                .backups = options_.backups});
-  const std::vector<engine::PeerId>& members = ctx.members();
-  const std::size_t n = members.size(), size = ctx.grads().size();
+  const std::size_t n = ctx.members().size(), size = ctx.grads().size();
   const std::uint64_t round = ctx.step();
   backup_->poll(ctx);
   backup_->setOwners(owners_);
@@ -73,10 +72,7 @@ double AllreduceSgd::stepWithBackups(engine::PeerContext& ctx) {
     lastLoss_ = ctx.computeGradients();
     std::shared_ptr<kernels::Buffer<float>> input = backup_->buffer(ctx, size + n);
     ctx.compute().copy(input->span().first(size), ctx.grads());
-    std::vector<float> present(n, 0.0f);
-    present[static_cast<std::size_t>(std::find(members.begin(), members.end(), ctx.self()) -
-                                     members.begin())] = 1.0f;
-    ctx.compute().upload(input->span().subspan(size), std::span<const float>(present));
+    writePresence(ctx, input->span().subspan(size));
     backup_->start(ctx, round, std::move(input));
   }
   const RingOutcome outcome = backup_->wait(ctx, round, ctx.now() + ctx.commTimeout());
@@ -84,11 +80,7 @@ double AllreduceSgd::stepWithBackups(engine::PeerContext& ctx) {
   if (outcome == RingOutcome::kComplete) {
     const std::span<const float> mean = backup_->result(round);
     ctx.compute().copy(ctx.grads(), mean.first(size));
-    std::vector<float> present(n);
-    ctx.compute().download(std::span<float>(present), mean.subspan(size));
-    owners_.clear();
-    for (std::size_t i = 0; i < n; ++i)
-      if (present[i] > 0) owners_.push_back(members[i]);
+    owners_ = presentMembers(ctx, mean.subspan(size));
     ctx.applyOptimizer();
   } else {
     owners_.clear();                    // every member owns a chunk of the next round

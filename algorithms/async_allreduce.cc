@@ -87,6 +87,24 @@ Slice pieceOf(std::size_t size, std::size_t n, std::size_t chunk, std::size_t pi
 
 }  // namespace
 
+void writePresence(engine::PeerContext& ctx, std::span<float> flags) {
+  const std::vector<PeerId>& members = ctx.members();
+  std::vector<float> present(members.size(), 0.0f);
+  present[static_cast<std::size_t>(std::find(members.begin(), members.end(), ctx.self()) -
+                                   members.begin())] = 1.0f;
+  ctx.compute().upload(flags, std::span<const float>(present));
+}
+
+std::vector<PeerId> presentMembers(engine::PeerContext& ctx, std::span<const float> flags) {
+  const std::vector<PeerId>& members = ctx.members();
+  std::vector<float> present(flags.size());
+  ctx.compute().download(std::span<float>(present), flags);
+  std::vector<PeerId> out;
+  for (std::size_t i = 0; i < present.size() && i < members.size(); ++i)
+    if (present[i] > 0) out.push_back(members[i]);
+  return out;
+}
+
 AsyncAllReduce::AsyncAllReduce(AsyncAllReduceOptions options) : options_(std::move(options)) {
   GOSSAMER_ENFORCE(options_.pieces >= 1 && options_.pieces <= kMaxRingPipeline,
                    "{}: pieces must be in [1, {}], not {}", options_.who, kMaxRingPipeline,
@@ -258,6 +276,13 @@ void AsyncAllReduce::poll(engine::PeerContext& ctx) {
   for (auto& [id, r] : rounds_)
     if (r->status == RoundStatus::kPending && r->members != ctx.members())
       fail(ctx, *r, RingOutcome::kMissing);  // someone left or joined: the round cannot finish
+}
+
+std::uint64_t AsyncAllReduce::latestReducedHeard() const {
+  for (auto it = future_.rbegin(); it != future_.rend(); ++it)
+    for (const engine::Incoming& m : it->second)
+      if (m.integers.size() >= kIntegers && m.integers[1] == kReduced) return it->first;
+  return 0;
 }
 
 void AsyncAllReduce::absorb(engine::PeerContext& ctx, engine::Incoming message) {

@@ -95,6 +95,13 @@ struct AsyncAllReduceOptions {
 
 enum class RoundStatus { kPending, kComplete, kFailed, kUnknown };
 
+// Backup workers' flags (allreduce-sgd's and dts's rounds): one float per member after the
+// contribution, 1 at the sender's index. writePresence() writes this peer's into `flags` (the
+// Compute's memory, ctx.members().size() floats); presentMembers() reads a complete round's mean
+// of them: the members whose contribution made it (the next rounds' owners).
+void writePresence(engine::PeerContext& ctx, std::span<float> flags);
+std::vector<engine::PeerId> presentMembers(engine::PeerContext& ctx, std::span<const float> flags);
+
 class AsyncAllReduce {
  public:
   explicit AsyncAllReduce(AsyncAllReduceOptions options);
@@ -168,6 +175,9 @@ class AsyncAllReduce {
   // members are, for a peer that numbers its rounds itself and may have fallen behind (a joiner
   // of time-boxed rounds, algorithms/time_box.h). As of the last poll.
   std::uint64_t latestHeard() const { return future_.empty() ? 0 : future_.rbegin()->first; }
+  // The latest such round of which a reduced chunk arrived (0: none): a round that is complete
+  // at its owner already, without this peer's contribution (backups). As of the last poll.
+  std::uint64_t latestReducedHeard() const;
 
   // The error feedback of `stream` (the Compute's memory): what this peer's contributions left out
   // so far, and what its reduced pieces (as an owner, on its own chunk) left out; both empty

@@ -1,5 +1,7 @@
 #include "algorithms/dts.h"
 
+#include <algorithm>
+
 #include "algorithms/ring_allreduce.h"
 #include "engine/base/enforce.h"
 
@@ -15,6 +17,7 @@ void DtsOptions::validate() const {
                    "dts.delay must be a multiple of dts.period (a window is compensated at a "
                    "window's end), not {} with period {}",
                    delay, period);
+  GOSSAMER_ENFORCE(backups <= 1024, "dts.backups must be in [0, 1024], not {}", backups);
   GOSSAMER_ENFORCE(delay / period <= 64,
                    "dts.delay must be at most 64 x dts.period (each of the floor(delay / period) "
                    "+ 1 rounds in flight holds three copies of what it sends), not {} with "
@@ -122,6 +125,9 @@ std::size_t Dts::width(engine::PeerContext& ctx) const {
 
 void Dts::setup(engine::PeerContext& ctx) {
   linear(ctx);  // refuses adam
+  GOSSAMER_ENFORCE(options_.backups == 0 || !ctx.compression().enabled(),
+                   "dts.backups does not combine with --compress: the list of contributors "
+                   "travels with each window and must arrive exact");
   if (!allreduce_) {
     allreduce_ = std::make_unique<AsyncAllReduce>(AsyncAllReduceOptions{
         .kind = kWindow,
@@ -131,8 +137,10 @@ void Dts::setup(engine::PeerContext& ctx) {
         // A faster member runs at most t steps ahead: floor(t / p) + 1 rounds.
         .maxFutureRounds = static_cast<std::size_t>(options_.delay / options_.period) + 2,
         // The window's averaged gradients, with error feedback (--compress).
-        .compress = true});
+        .compress = true,
+        .backups = options_.backups});
   }
+  owners_.clear();
   // The members changed (or this is the first setup): rounds started with the old view fail.
   dropAll(ctx);
   startWindow(ctx);
@@ -140,6 +148,7 @@ void Dts::setup(engine::PeerContext& ctx) {
 
 void Dts::startWindow(engine::PeerContext& ctx) {
   windowSteps_ = 0;
+  skipped_ = false;
   windowMap_ = dts::Matrix{};
   if (options_.period == 1) return;  // the gradient itself is sent: no window state
   const std::size_t n = ctx.params().size(), size = width(ctx);
@@ -152,10 +161,11 @@ void Dts::startWindow(engine::PeerContext& ctx) {
 void Dts::endWindow(engine::PeerContext& ctx, std::uint64_t round) {
   // X = state now - (the state the window started from, carried through its steps without
   // gradients): the window's gradients' contribution, written straight into the round's buffer.
-  std::shared_ptr<kernels::Buffer<float>> x = allreduce_->buffer(ctx, width(ctx));
+  std::shared_ptr<kernels::Buffer<float>> x = roundBuffer(ctx);
   const std::span<float> v =
       start_.size() == 2 * ctx.params().size() ? velocity(ctx) : std::span<float>();
-  dts::windowResponse(ctx.compute(), windowMap_, ctx.params(), v, start_, x->span());
+  dts::windowResponse(ctx.compute(), windowMap_, ctx.params(), v, start_,
+                      x->span().first(width(ctx)));
   startRound(ctx, round, std::move(x), dts::Matrix{});
 }
 
@@ -178,22 +188,58 @@ void Dts::startRound(engine::PeerContext& ctx, std::uint64_t round,
     ctx.metrics().add("dts.fallbacks", 1);
     return;
   }
-  allreduce_->start(ctx, round, std::move(x));
+  Pending pending{.m = m, .due = round + options_.delay};
+  if (options_.backups > 0) allreduce_->setOwners(owners_);
+  if (skipped_) {
+    // A window this peer caught up through: the others' round went on without it.
+    allreduce_->listen(ctx, round, x->size());
+    pending.own = std::move(x);
+    ctx.metrics().add("dts.caught_up", 1);
+  } else {
+    allreduce_->start(ctx, round, std::move(x));
+  }
   lastRound_ = round;
-  pending_.emplace(round, Pending{.m = m, .due = round + options_.delay});
+  pending_.emplace(round, std::move(pending));
+}
+
+std::shared_ptr<kernels::Buffer<float>> Dts::roundBuffer(engine::PeerContext& ctx) {
+  const std::size_t size = width(ctx);
+  if (options_.backups == 0) return allreduce_->buffer(ctx, size);
+  std::shared_ptr<kernels::Buffer<float>> x = allreduce_->buffer(ctx, size + ctx.members().size());
+  writePresence(ctx, x->span().subspan(size));
+  return x;
+}
+
+bool Dts::behind(engine::PeerContext& ctx) {
+  if (options_.backups == 0) return false;
+  allreduce_->poll(ctx);
+  // The end of the window this step belongs to. Its round already reduced somewhere means it
+  // went on without this peer (the others may run ahead by up to t steps while they still wait
+  // for this peer's response: only a reduced chunk says they do not).
+  const std::uint64_t windowEnd = (ctx.step() / options_.period + 1) * options_.period;
+  return allreduce_->latestReducedHeard() >= windowEnd;
 }
 
 void Dts::complete(engine::PeerContext& ctx, std::uint64_t round) {
   Pending& p = pending_.at(round);
   const RingOutcome outcome = allreduce_->wait(ctx, round, ctx.now() + ctx.commTimeout());
+  const std::size_t size = width(ctx);
   if (outcome == RingOutcome::kComplete) {
     // The state += M (X~ - X_j), in one pass over each of w and v.
-    dts::compensate(ctx.compute(), p.m, ctx.params(), velocity(ctx), allreduce_->result(round),
-                    allreduce_->input(round));
+    const std::span<const float> mean = allreduce_->result(round);
+    const std::span<const float> own = p.own ? p.own->span() : allreduce_->input(round);
+    dts::compensate(ctx.compute(), p.m, ctx.params(), velocity(ctx), mean.first(size),
+                    own.first(size));
     ctx.metrics().add("dts.rounds", 1);
+    if (options_.backups > 0) {
+      // The members whose response made this round own the next ones' chunks.
+      owners_ = presentMembers(ctx, mean.subspan(size));
+    }
   } else {
-    ctx.metrics().add("dts.fallbacks", 1);  // this window keeps its local updates
+    // This window keeps its local updates (a listener: its steps without gradients).
+    ctx.metrics().add("dts.fallbacks", 1);
     ctx.metrics().add(std::string("dts.") + ringOutcomeName(outcome), 1);
+    owners_.clear();
   }
   allreduce_->release(ctx, round);
   pending_.erase(round);
@@ -206,7 +252,14 @@ void Dts::completeDue(engine::PeerContext& ctx, std::uint64_t done) {
 }
 
 double Dts::step(engine::PeerContext& ctx) {
-  const double loss = ctx.computeGradients();
+  double loss = lastLoss_;
+  if (behind(ctx)) {
+    // g = 0: the optimizer applies only the step's map A_k (see "Backup workers").
+    ctx.compute().fill(ctx.grads(), 0.0f);
+    skipped_ = true;
+  } else {
+    loss = lastLoss_ = ctx.computeGradients();
+  }
   ctx.applyOptimizer();
   // The rate the schedule set for this step, and the step count once it is done.
   const double lr = ctx.optimizer().options().lr;
@@ -217,9 +270,10 @@ double Dts::step(engine::PeerContext& ctx) {
   if (options_.period == 1) {
     // X = B g: send g, with the injection as M's first column.
     const auto [cw, cv] = dts::injection(opt, lr);
-    std::shared_ptr<kernels::Buffer<float>> g = allreduce_->buffer(ctx, ctx.grads().size());
-    ctx.compute().copy(g->span(), ctx.grads());
+    std::shared_ptr<kernels::Buffer<float>> g = roundBuffer(ctx);
+    ctx.compute().copy(g->span().first(ctx.grads().size()), ctx.grads());
     startRound(ctx, done, std::move(g), dts::Matrix{cw, 0, cv, 0});
+    skipped_ = false;  // p = 1: each step is its own window
     completeDue(ctx, done);
     return loss;
   }

@@ -65,6 +65,19 @@
 // fresh optimizer state (the default join). Checkpoints keep nothing of dts: the window and the
 // rounds in flight are dropped, so a resumed peer's uncompensated updates stay.
 //
+// Backup workers (`backups` = k > 0; algorithms/README.md, "Backup workers"). Each window's
+// all-reduce goes on with the first n - k responses that reach each piece's owner
+// (async_allreduce.h, "Backup workers"); the owners are the members whose response made the last
+// complete round (flags after X, as allreduce-sgd's), so a slow member holds no round. A member
+// that finds its window's round reduced already (a reduced chunk of it arrived: it went on
+// without this peer; the others running ahead by up to t steps says nothing, they may still be
+// waiting for this peer's response) catches up: it takes its steps without computing a gradient (g
+// = 0, so its optimizer applies only the step's map A_k, which is what every peer's state goes
+// through too) and listens to the rounds of the windows it skipped. Its compensation is the same,
+// (w, v) += M (X~ - X_j) with its own X_j (0 for a window of skipped steps), so once every window
+// is compensated it holds the others' state. A response that came too late is replaced by the mean
+// of the others' in the same way.
+//
 // Memory. With p > 1, the window's start (|X| floats); per round in flight, what this peer sent
 // and the all-reduce's result: (floor(t / p) + 1) x 2|X| floats, reused from round to round.
 #pragma once
@@ -88,6 +101,7 @@ struct DtsOptions {
   std::uint64_t delay = 4;   // t: steps between a window's end and its compensation
   std::uint64_t period = 1;  // p: local steps per window
   std::size_t pieces = 4;    // messages per all-reduce chunk
+  std::size_t backups = 0;   // k: each window's all-reduce goes on with the first n - k responses
 
   template <typename Bind>
   void bind(Bind& b) {
@@ -98,6 +112,9 @@ struct DtsOptions {
       "p: local steps per window; one all-reduce per p steps (temporally sparse update; >= 1)");
     b("pieces", pieces,
       "messages each all-reduce chunk is cut into, so additions overlap the transfer (1-16)");
+    b("backups", backups,
+      "k: each window's all-reduce goes on with the first n - k responses (backup workers); a "
+      "member a window behind takes its steps without computing until it is level (0-1024)");
   }
   void validate() const;
 };
@@ -160,6 +177,8 @@ class Dts final : public engine::Algorithm {
   struct Pending {
     dts::Matrix m;          // what a unit difference in X at the window's end is now
     std::uint64_t due = 0;  // the step count at which it is awaited
+    // A round this peer listened to (backups): its own X_j, which it did not send.
+    std::shared_ptr<kernels::Buffer<float>> own;
   };
 
   // The local optimizer as a linear map; throws gossamer::Error for Adam.
@@ -170,8 +189,13 @@ class Dts final : public engine::Algorithm {
   void startWindow(engine::PeerContext& ctx);
   // The window's response leaves as round `round`.
   void endWindow(engine::PeerContext& ctx, std::uint64_t round);
+  // `x` holds X (width(ctx) floats, and with backups a flag per member after it, this peer's set).
   void startRound(engine::PeerContext& ctx, std::uint64_t round,
                   std::shared_ptr<kernels::Buffer<float>> x, const dts::Matrix& m);
+  // A buffer for a round's X: width(ctx) floats, and with backups the flags after them.
+  std::shared_ptr<kernels::Buffer<float>> roundBuffer(engine::PeerContext& ctx);
+  // With backups: the others are a window ahead of the one this step belongs to.
+  bool behind(engine::PeerContext& ctx);
   void complete(engine::PeerContext& ctx, std::uint64_t round);
   // Polls, then compensates every round due at step count `done`.
   void completeDue(engine::PeerContext& ctx, std::uint64_t done);
@@ -184,6 +208,11 @@ class Dts final : public engine::Algorithm {
   dts::Matrix windowMap_;                     // the window's steps' maps so far
   std::uint64_t windowSteps_ = 0;             // steps in the window so far
   std::uint64_t lastRound_ = 0;               // the last round started (0: none)
+  // Backups: the owners of the next rounds (the last complete round's contributors; empty:
+  // every member), and whether this window took a step without computing.
+  std::vector<engine::PeerId> owners_;
+  bool skipped_ = false;
+  double lastLoss_ = 0;  // the last computed step's loss (a step without computing reports it)
 };
 
 }  // namespace gossamer::algorithms

@@ -326,6 +326,8 @@ TABLES = {
     "uneven256-timeboxed": ("bench/results/uneven256/report/timeboxed", uneven),
     "uneven256-stepped": ("bench/results/uneven256/report/stepped", uneven),
     "uneven-quorum": ("bench/results/uneven/report/quorum", uneven),
+    "uneven-dts-backups": ("bench/results/uneven/report/dts/dts-backups", uneven),
+    "uneven-dts-backups2": ("bench/results/uneven/report/dts/dts-backups2", uneven),
     "uneven256-quorum": ("bench/results/uneven256/report/quorum", uneven),
 }
 
