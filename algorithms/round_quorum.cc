@@ -174,7 +174,9 @@ void RoundQuorum::absorb(engine::PeerContext& ctx, const engine::Incoming& messa
     if (message.scalars.size() != 1 || !std::isfinite(message.scalars[0]) || message.scalars[0] < 0)
       return refuse("a ready message carries one step count >= 0");
     std::vector<ReadyMember>& ready = ready_[round];
-    if (ready.size() < members.size()) ready.push_back({message.from, message.scalars[0]});
+    const bool known = std::any_of(ready.begin(), ready.end(),
+                                   [&](const ReadyMember& m) { return m.id == message.from; });
+    if (!known) ready.push_back({message.from, message.scalars[0]});  // at most one per member
     return;
   }
   if (message.integers[0] != kDecided) return refuse("neither ready nor a decision");

@@ -10,6 +10,7 @@
 
 #include "tests/algorithms/algorithm_testing.h"
 #include "tests/engine/sim/sim_testing.h"
+#include "tests/support/watchdog.h"
 
 namespace gossamer::algorithms {
 namespace {
@@ -66,6 +67,63 @@ TEST_CASE("round quorum: quorum is all, a member count or a fraction of the memb
     CHECK_THROWS_WITH(QuorumSize::parse("local-sgd", bad),
                       doctest::Contains("local-sgd.quorum must be all, a number of members"));
   }
+}
+
+// Two real peers: the second sends the first malformed quorum messages for round 1, then a valid
+// decision; the first refuses each of them (counted in "q.refused"), and takes the decision.
+class QuorumCheck final : public engine::Algorithm {
+ public:
+  std::string name() const override { return "quorum-check"; }
+  void setup(engine::PeerContext& ctx) override {
+    if (done_) return;
+    done_ = true;
+    const Ids members = ctx.members();
+    REQUIRE(members.size() == 2);
+    if (ctx.self() == members[1]) {
+      const auto send = [&](std::uint64_t round, std::vector<std::uint64_t> integers,
+                            std::vector<double> scalars) {
+        ctx.send(members[0], engine::Message{.kind = RoundQuorum::kKind,
+                                             .step = round,
+                                             .scalars = std::move(scalars),
+                                             .integers = std::move(integers)});
+      };
+      // integers[0]: 0 ready (scalar: steps), 1 a decision (the contributors after it).
+      send(1, {}, {});                                       // nothing
+      send(1, {0}, {-1});                                    // a negative step count
+      send(1, {5}, {});                                      // neither ready nor a decision
+      send(1, {1, 0xdead}, {});                              // a contributor that is not a member
+      send(1, {1, members[0], members[0], members[1]}, {});  // more contributors than members
+      send(1000, {0}, {3});                                  // too far ahead
+      send(1, {1, members[1]}, {});                          // the decision: without the first
+      return;
+    }
+    RoundQuorum quorum("q", QuorumSize{.count = 1, .fraction = 0});
+    std::optional<Ids> decision;
+    const engine::Clock::time_point deadline = ctx.now() + 20s;
+    while (!decision && ctx.now() < deadline) {
+      decision = quorum.decided(ctx, 1);
+      if (!decision) ctx.inbox().wait(RoundQuorum::kKind, ctx.now() + 50ms);
+    }
+    ctx.metrics().set("check.decided", decision == Ids{members[1]} ? 1 : 0);
+  }
+
+ private:
+  bool done_ = false;
+};
+
+TEST_CASE("round quorum: malformed quorum messages are refused and counted; the decision stands") {
+  test::Watchdog watchdog(60s);
+  engine::Registry registry = algorithms::makeRegistry();
+  registry.algorithms.add(
+      "quorum-check", "quorum message checks",
+      engine::AlgorithmSpec{"quorum message checks", "mesh", {}, [](const auto&) {
+                              return std::make_unique<QuorumCheck>();
+                            }});
+  const auto result = engine::runtime::runLocalCluster(test::algorithmCluster("quorum-check", 2, 1),
+                                                       registry, test::smallData());
+  REQUIRE(result.peers.size() == 2);
+  CHECK(result.peers[0].metrics.at("check.decided") == 1);
+  CHECK(result.peers[0].metrics.at("q.refused") == 6);
 }
 
 constexpr std::uint64_t kSteps = 60;
