@@ -10,10 +10,12 @@
 //                lower rank; the first member of the view before one, and after a failed round
 //                or a view change (so members that disagreed meet again)
 //   ready        a member due for round r sends `ready(r, n_i)` (its steps since it last
-//                contributed) to the leader, once
+//                contributed) to the leader, once; one step early when it sees the round end
+//                after its next step (TimedRounds::due), so the decision travels meanwhile
 //   closing      the leader decides as soon as every member is ready (all of them contribute),
 //                or once the round's length and grace have passed on its clock with at least q
-//                members ready (those contribute). It never closes without a member on time
+//                members ready (those contribute; grace: TimedRounds::kGrace x the length).
+//                It never closes without a member on time
 //                when the ready members' steps would spend the run's budget (the run's last
 //                round merges every member). auto's first round (one step each, no length yet)
 //                closes as soon as q members are ready
