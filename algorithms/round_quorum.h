@@ -16,8 +16,9 @@
 //                or once the round's length and grace have passed on its clock with at least q
 //                members ready (those contribute; grace: TimedRounds::kGrace x the length).
 //                It never closes without a member on time
-//                when the ready members' steps would spend the run's budget (the run's last
-//                round merges every member). auto's first round (one step each, no length yet)
+//                when the ready members' steps would spend the run's budget, or leave less than
+//                a round like the last one before it (the run's last round merges every member:
+//                a round may take more steps than its members said when ready). auto's first round (one step each, no length yet)
 //                closes as soon as q members are ready
 //   decision     `decided(r, contributors)` to every member; a member takes the first decision
 //                of a round from anyone (a joiner does not know the leader yet)
@@ -66,7 +67,8 @@ struct CloseInput {
   std::span<const ReadyMember> ready;  // distinct members
   std::size_t quorum = 0;              // QuorumSize::of(members)
   bool pastDeadline = false;           // the round's length and grace passed on the leader's clock
-  // Cluster steps left before the run's budget; nullopt while the leader does not know it.
+  // Cluster steps this round may take without everyone (TimedRounds: those left before the
+  // budget, less one round like the last); nullopt while the leader does not know the spend.
   std::optional<double> stepsToEnd;
 };
 std::optional<std::vector<engine::PeerId>> closeRound(const CloseInput& input);

@@ -209,8 +209,10 @@ std::optional<RoundAgreement> TimedRounds::exchangeWithQuorum(engine::PeerContex
                                                               std::span<float> merged) {
   TimeBox& box = boxes_[0];
   quorum_.ready(ctx, round, static_cast<double>(box.steps()));
+  // Left out of neither the round that spends the budget nor the one before it (a round may take
+  // more steps than its members said when ready): the member left out merges in the last.
   std::optional<double> stepsToEnd;
-  if (box.spent()) stepsToEnd = box.budget() - *box.spent();
+  if (box.spent()) stepsToEnd = box.budget() - *box.spent() - lastRoundSteps_;
   const std::optional<std::vector<engine::PeerId>> contributors =
       quorum_.await(ctx, round, box.closeAt(kGrace), stepsToEnd, ctx.now() + ctx.commTimeout());
   if (!contributors) {
@@ -292,7 +294,10 @@ std::optional<RoundAgreement> TimedRounds::finishRound(engine::PeerContext& ctx,
   for (std::size_t i = 0; i < members; ++i)
     agreed.memberSteps[i] =
         std::round(static_cast<double>(slots[i]) * static_cast<double>(contributors));
-  if (fragment == 0) quorum_.completed(ctx, round, agreed.memberSteps);
+  if (fragment == 0) {
+    quorum_.completed(ctx, round, agreed.memberSteps);
+    lastRoundSteps_ = agreed.steps;
+  }
   exchange.release(ctx, round);
   // Fragment 0's rounds end the run; none after the end moves it again (the last rounds).
   if (fragment != 0 || endedByBudget_) return agreed;

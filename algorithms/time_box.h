@@ -271,6 +271,7 @@ class TimedRounds {
   bool joined_ = false;
   bool endedByBudget_ = false;
   std::optional<double> resumedBudget_, resumedSpent_;  // a checkpoint's
+  double lastRoundSteps_ = 0;  // the cluster's steps in the last complete round (fragment 0's)
 };
 
 }  // namespace gossamer::algorithms

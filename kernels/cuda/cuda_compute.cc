@@ -19,6 +19,7 @@
 #include "engine/base/enforce.h"
 #include "engine/base/log.h"
 #include "kernels/compute_checks.h"
+#include "kernels/cuda/cublas_loader.h"
 #include "kernels/cuda/cuda_compute_impl.h"
 #include "kernels/cuda/cuda_kernels.h"
 
@@ -448,6 +449,10 @@ bool isViable(std::string* reason) {
     }
     if (count <= 0) {
       if (reason != nullptr) *reason = "no CUDA device";
+      return false;
+    }
+    if (const std::string& error = cublasLoadError(); !error.empty()) {
+      if (reason != nullptr) *reason = "cuBLAS: " + error;
       return false;
     }
     return true;

@@ -111,7 +111,7 @@ class QuorumCheck final : public engine::Algorithm {
   bool done_ = false;
 };
 
-TEST_CASE("round quorum: malformed quorum messages are refused and counted; the decision stands") {
+TEST_CASE("round quorum: malformed quorum messages are refused and counted, and the decision stands") {
   test::Watchdog watchdog(60s);
   engine::Registry registry = algorithms::makeRegistry();
   registry.algorithms.add(
