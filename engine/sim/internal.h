@@ -33,6 +33,7 @@
 #include "engine/train/checkpoint.h"
 #include "engine/train/learner.h"
 #include "net/membership/protocol.h"
+#include "net/shaped/link_schedule.h"
 
 namespace gossamer::engine::sim::detail {
 

@@ -47,6 +47,10 @@ constexpr double kGeoWithinSiteMs = 0.5;
 constexpr double kGeoWithinSiteJitterMs = 0.05;
 constexpr double kGeoWithinSiteMbit = 5000;
 constexpr double kGeoJitterFraction = 0.01;
+// geo-cap: every link's capacity, and one TCP connection's window.
+constexpr double kGeoCapMbit = 10000;
+constexpr std::uint64_t kGeoCapWindowBytes = std::uint64_t{8} << 20;
+constexpr double kMiB = 1024.0 * 1024.0;
 
 microseconds fromMs(double ms) { return microseconds(std::llround(ms * 1000.0)); }
 
@@ -105,6 +109,16 @@ LossMode parseLossMode(const std::string& source, std::size_t line, std::string_
   return *mode;
 }
 
+// A window in MiB, kept to the byte.
+std::uint64_t parseWindow(const std::string& source, std::size_t line, std::string_view text) {
+  const std::optional<double> mib = parseNumber(text);
+  if (!mib || *mib < 0 || *mib > 1024 * 1024) {
+    parseError(source, line,
+               fmt::format("a flow window is a number of MiB in [0, 1048576], not '{}'", text));
+  }
+  return static_cast<std::uint64_t>(std::llround(*mib * kMiB));
+}
+
 // Shortest text that reads back as the same double.
 std::string formatNumber(double value) { return fmt::format("{}", value); }
 
@@ -125,6 +139,11 @@ std::optional<LossMode> lossModeNamed(std::string_view text) {
     if (text == name(mode)) return mode;
   }
   return std::nullopt;
+}
+
+double LinkProfile::flowBitsPerSecond() const {
+  if (flowWindowBytes == 0 || latency.count() == 0) return 0;
+  return static_cast<double>(flowWindowBytes) * 8.0 / (2e-6 * static_cast<double>(latency.count()));
 }
 
 std::chrono::microseconds LinkProfile::retransmissionTimeout() const {
@@ -206,17 +225,28 @@ NetworkProfile NetworkProfile::geo() {
   return NetworkProfile("geo", sites, std::move(links));
 }
 
+NetworkProfile NetworkProfile::geoCap() {
+  NetworkProfile profile = geo();
+  profile.name_ = "geo-cap";
+  for (LinkProfile& link : profile.links_) {
+    link.bandwidthBitsPerSecond = kGeoCapMbit * 1e6;
+    link.flowWindowBytes = kGeoCapWindowBytes;
+  }
+  return profile;
+}
+
 NetworkProfile NetworkProfile::uniform(std::string name, const LinkProfile& link) {
   std::string site = name;
   return NetworkProfile(std::move(name), {std::move(site)}, {link});
 }
 
-std::vector<std::string> NetworkProfile::builtinNames() { return {"lan", "wan", "geo"}; }
+std::vector<std::string> NetworkProfile::builtinNames() { return {"lan", "wan", "geo", "geo-cap"}; }
 
 NetworkProfile NetworkProfile::builtin(std::string_view name) {
   if (name == "lan") return lan();
   if (name == "wan") return wan();
   if (name == "geo") return geo();
+  if (name == "geo-cap") return geoCap();
   GOSSAMER_THROW("unknown network profile '{}' (built-ins: {})", name,
                  fmt::join(builtinNames(), ", "));
 }
@@ -246,12 +276,15 @@ NetworkProfile NetworkProfile::parse(std::string_view text, const std::string& s
   std::size_t sitesLine = 0;
   struct PairEntry {
     LinkProfile link;
-    std::optional<LossMode> mode;  // none: the loss-mode line's
+    std::optional<LossMode> mode;           // none: the loss-mode line's
+    std::optional<std::uint64_t> window;    // none: the flow-window line's
     std::size_t line = 0;
   };
   std::map<std::pair<std::size_t, std::size_t>, PairEntry> pairs;
   LossMode lossMode = LossMode::stream;  // of the links whose pair line names none
   std::size_t lossModeLine = 0;
+  std::uint64_t flowWindow = 0;  // of the links whose pair line names none
+  std::size_t flowWindowLine = 0;
   std::vector<std::pair<std::size_t, std::pair<std::string, std::string>>> peerLines;
 
   auto siteOf = [&](std::string_view site, std::size_t line) -> std::size_t {
@@ -302,6 +335,15 @@ NetworkProfile NetworkProfile::parse(std::string_view text, const std::string& s
       }
       lossMode = parseLossMode(source, lineNumber, fields[1]);
       lossModeLine = lineNumber;
+    } else if (fields[0] == "flow-window") {
+      if (flowWindowLine != 0) {
+        parseError(source, lineNumber,
+                   fmt::format("a second 'flow-window' line (the first is line {})",
+                               flowWindowLine));
+      }
+      if (fields.size() != 2) parseError(source, lineNumber, "expected 'flow-window MIB'");
+      flowWindow = parseWindow(source, lineNumber, fields[1]);
+      flowWindowLine = lineNumber;
     } else if (fields[0] == "peer") {
       if (fields.size() != 3) {
         parseError(source, lineNumber, "expected 'peer INDEX SITE' or 'peer HOST:PORT SITE'");
@@ -311,13 +353,13 @@ NetworkProfile NetworkProfile::parse(std::string_view text, const std::string& s
       if (sitesLine == 0) {
         parseError(source, lineNumber,
                    fmt::format("'{}' before the 'sites' line (expected 'name', 'sites', "
-                               "'loss-mode', 'peer' or a pair line after 'sites')",
+                               "'loss-mode', 'flow-window', 'peer' or a pair line after 'sites')",
                                fields[0]));
       }
-      if (fields.size() != 6 && fields.size() != 7) {
+      if (fields.size() < 6 || fields.size() > 8) {
         parseError(source, lineNumber,
-                   fmt::format("a pair line needs 6 or 7 fields 'FROM TO LATENCY_MS JITTER_MS "
-                               "MBIT LOSS [stream|datagram]', got {}",
+                   fmt::format("a pair line needs 6 to 8 fields 'FROM TO LATENCY_MS JITTER_MS "
+                               "MBIT LOSS [stream|datagram] [window=MIB]', got {}",
                                fields.size()));
       }
       const std::size_t from = siteOf(fields[0], lineNumber);
@@ -343,8 +385,19 @@ NetworkProfile NetworkProfile::parse(std::string_view text, const std::string& s
                              .bandwidthBitsPerSecond = values[2] * 1e6,
                              .lossRate = values[3]};
       std::optional<LossMode> mode;
-      if (fields.size() == 7) mode = parseLossMode(source, lineNumber, fields[6]);
-      const auto [it, inserted] = pairs.try_emplace({from, to}, PairEntry{link, mode, lineNumber});
+      std::optional<std::uint64_t> window;
+      for (std::size_t i = 6; i < fields.size(); ++i) {
+        if (fields[i].starts_with("window=")) {
+          if (window) parseError(source, lineNumber, "window= is given twice");
+          window = parseWindow(source, lineNumber, fields[i].substr(7));
+        } else if (mode) {
+          parseError(source, lineNumber, fmt::format("unexpected field '{}'", fields[i]));
+        } else {
+          mode = parseLossMode(source, lineNumber, fields[i]);
+        }
+      }
+      const auto [it, inserted] =
+          pairs.try_emplace({from, to}, PairEntry{link, mode, window, lineNumber});
       if (!inserted) {
         parseError(source, lineNumber,
                    fmt::format("pair {} -> {} is given twice (first on line {})", fields[0],
@@ -361,9 +414,11 @@ NetworkProfile NetworkProfile::parse(std::string_view text, const std::string& s
       const auto it = pairs.find({from, to});
       LinkProfile& link = links[from * n + to];
       link.lossMode = lossMode;
+      link.flowWindowBytes = flowWindow;
       if (it != pairs.end()) {
         link = it->second.link;
         link.lossMode = it->second.mode.value_or(lossMode);
+        link.flowWindowBytes = it->second.window.value_or(flowWindow);
       } else if (from != to) {
         parseError(source, 0,
                    fmt::format("missing pair line '{} {} LATENCY_MS JITTER_MS MBIT LOSS' (every "
@@ -457,110 +512,6 @@ std::uint64_t mixSeed(std::uint64_t seed, std::uint64_t value) {
   return z ^ (z >> 31);
 }
 
-LinkSchedule::LinkSchedule(const LinkProfile& profile, std::uint64_t seed)
-    : profile_(profile), rng_(mixSeed(seed, 0)) {
-  validateLinkProfile(profile_, "shaped link");
-  const Clock::duration first = profile_.retransmissionTimeout();
-  const Clock::duration cap = kMaxRetransmissionTimeout;
-  backoff_.push_back(Clock::duration::zero());
-  Clock::duration timeout = first;
-  for (int losses = 1; losses <= kMaxRetransmissions; ++losses) {
-    backoff_.push_back(backoff_.back() + timeout);
-    timeout = std::min(cap, 2 * timeout);
-  }
-}
-
-LinkSchedule::Clock::duration LinkSchedule::retransmissionDelay(int losses) const {
-  GOSSAMER_ENFORCE(losses >= 0 && losses <= kMaxRetransmissions,
-                   "a segment is lost 0 to {} times, not {}", kMaxRetransmissions, losses);
-  return backoff_[static_cast<std::size_t>(losses)];
-}
-
-double LinkSchedule::uniform() { return static_cast<double>(rng_() >> 11) * 0x1.0p-53; }
-
-std::chrono::duration<double> LinkSchedule::serializationTime(std::size_t bytes) const {
-  if (profile_.bandwidthBitsPerSecond == 0) return std::chrono::duration<double>(0);
-  return std::chrono::duration<double>(static_cast<double>(bytes) * 8.0 /
-                                       profile_.bandwidthBitsPerSecond);
-}
-
-LinkSchedule::Clock::time_point LinkSchedule::streamArrival(Clock::time_point start,
-                                                            Clock::time_point arrival,
-                                                            Clock::duration delay,
-                                                            std::size_t bytes, double lossRate,
-                                                            Slot& slot) {
-  const std::size_t segments =
-      std::max<std::size_t>(1, (bytes + kSegmentBytes - 1) / kSegmentBytes);
-  // When segment `segment` has gone out whole: once the frame's first (segment + 1) have.
-  const auto sent = [&](std::size_t segment) {
-    if (profile_.bandwidthBitsPerSecond == 0) return Clock::duration::zero();
-    const std::size_t through = std::min(bytes, (segment + 1) * kSegmentBytes);
-    return Clock::duration(static_cast<Clock::rep>(
-        std::llround(static_cast<double>(through) * 8e9 / profile_.bandwidthBitsPerSecond)));
-  };
-  const Clock::duration timeout = backoff_[1];
-  for (std::size_t segment = 0; segment < segments; ++segment) {
-    int lost = 0;
-    while (lost < kMaxRetransmissions && uniform() < lossRate) ++lost;
-    if (lost == 0) continue;
-    slot.segmentLosses += static_cast<std::size_t>(lost);
-    Clock::duration wait = backoff_[static_cast<std::size_t>(lost)];
-    if (segments - segment > kDupAckThreshold) {
-      // Fast retransmit: resent when the duplicate ACK of segment + kDupAckThreshold is back,
-      // unless the timer fires first; a loss of the retransmission waits for the timer.
-      const Clock::duration fast = sent(segment + kDupAckThreshold) - sent(segment) + 2 * delay;
-      if (fast < timeout) {
-        wait = fast + backoff_[static_cast<std::size_t>(lost - 1)];
-        ++slot.fastRetransmits;
-      }
-    }
-    arrival = std::max(arrival, start + sent(segment) + delay + wait);
-  }
-  return arrival;
-}
-
-LinkSchedule::Slot LinkSchedule::admit(Clock::time_point now, std::size_t bytes,
-                                       double extraLossRate) {
-  GOSSAMER_ENFORCE(extraLossRate >= 0 && extraLossRate <= 1,
-                   "an extra loss rate must be in [0, 1] (got {})", extraLossRate);
-  const double lossRate =
-      extraLossRate == 0 ? profile_.lossRate : 1 - (1 - profile_.lossRate) * (1 - extraLossRate);
-  Slot slot;
-  if (now > busyUntil_) {
-    busyUntil_ = now;
-    busyFractionNs_ = 0;
-  }
-  slot.start = busyUntil_;
-  if (profile_.bandwidthBitsPerSecond > 0) {
-    const double ns =
-        static_cast<double>(bytes) * 8e9 / profile_.bandwidthBitsPerSecond + busyFractionNs_;
-    const double whole = std::floor(ns);
-    busyFractionNs_ = ns - whole;
-    busyUntil_ += Clock::duration(static_cast<Clock::rep>(whole));
-  }
-  slot.serialized = busyUntil_;
-  const bool datagram = profile_.lossMode == LossMode::datagram;
-  if (datagram && lossRate > 0 && uniform() < lossRate) {
-    slot.dropped = true;
-    slot.deliverAt = slot.serialized;
-    return slot;
-  }
-  Clock::duration delay = profile_.latency;
-  if (profile_.jitter.count() > 0) {
-    const double offsetNs =
-        (2.0 * uniform() - 1.0) * static_cast<double>(Clock::duration(profile_.jitter).count());
-    delay += Clock::duration(static_cast<Clock::rep>(std::llround(offsetNs)));
-    if (delay < Clock::duration::zero()) delay = Clock::duration::zero();
-  }
-  Clock::time_point arrival = slot.serialized + delay;
-  if (!datagram && lossRate > 0) {
-    arrival = streamArrival(slot.start, arrival, delay, bytes, lossRate, slot);
-  }
-  slot.deliverAt = std::max(arrival, lastDelivery_);
-  lastDelivery_ = slot.deliverAt;
-  return slot;
-}
-
 std::string NetworkProfile::str() const {
   // The loss-mode line names the mode of most links; a pair line names its own when it differs.
   const auto datagrams = std::count_if(links_.begin(), links_.end(), [](const LinkProfile& l) {
@@ -579,7 +530,11 @@ std::string NetworkProfile::str() const {
                          formatNumber(static_cast<double>(l.latency.count()) / 1000.0),
                          formatNumber(static_cast<double>(l.jitter.count()) / 1000.0),
                          formatNumber(l.bandwidthBitsPerSecond / 1e6), formatNumber(l.lossRate));
-      out += l.lossMode == common ? "\n" : fmt::format(" {}\n", shaped::name(l.lossMode));
+      if (l.lossMode != common) out += fmt::format(" {}", shaped::name(l.lossMode));
+      if (l.flowWindowBytes != 0) {
+        out += fmt::format(" window={}", formatNumber(static_cast<double>(l.flowWindowBytes) / kMiB));
+      }
+      out += "\n";
     }
   }
   for (const auto& [peer, site] : peerSites_)

@@ -7,7 +7,10 @@
 //   wan  one site; every pair 25 ms one-way, 1 Gbit/s.
 //   geo  four sites (tokyo, london, oregon, ohio) with one-way latencies of half the published
 //        AWS inter-region RTTs; the matrix, its source and the bandwidth model are in profile.cc
-//        and in net/README.md ("Networks and security").
+//        and in net/README.md ("Networks and security"). Each pair's bandwidth is what one TCP
+//        connection with an 8 MiB window reaches, and extra connections share it.
+//   geo-cap  geo's sites, latencies and jitter, with 10 Gbit/s capacities and 8 MiB per-flow
+//        windows: one connection Tokyo-London reaches 317 Mbit/s, 32 fill the link.
 //
 // Text format of a custom profile (NetworkProfile::parse / load); '#' starts a comment, fields
 // are separated by blanks:
@@ -15,12 +18,14 @@
 //   sites SITE...                   required, once, before any pair line
 //   loss-mode stream|datagram       optional, once, anywhere: how every link of the profile
 //                                   treats its loss (LossMode below); default stream
-//   FROM TO LATENCY_MS JITTER_MS MBIT LOSS [stream|datagram]
+//   flow-window MIB                 optional, once, anywhere: every link's per-flow window in MiB
+//                                   (LinkProfile::flowWindowBytes); default 0, none
+//   FROM TO LATENCY_MS JITTER_MS MBIT LOSS [stream|datagram] [window=MIB]
 //                                   one line per ordered pair of distinct sites (all required);
 //                                   FROM == TO (within a site) is optional, default unshaped.
-//                                   MBIT 0 = unlimited; LOSS is a probability in [0, 1]; the
-//                                   optional last field sets this pair's loss mode instead of
-//                                   the loss-mode line's.
+//                                   MBIT (the pair's capacity) 0 = unlimited; LOSS is a
+//                                   probability in [0, 1]; the optional fields set this pair's
+//                                   loss mode and per-flow window instead of the profile's.
 //   peer INDEX SITE                 optional: peer INDEX is at SITE
 //   peer HOST:PORT SITE             optional: the peer listening at HOST:PORT is at SITE
 // Peers not named by a peer line are assigned round-robin: peer i is at site i % siteCount.
@@ -31,7 +36,6 @@
 #include <cstdint>
 #include <map>
 #include <optional>
-#include <random>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -75,16 +79,22 @@ inline constexpr std::size_t kDupAckThreshold = 3;
 // lose frames whole in datagram mode.
 inline constexpr int kMaxRetransmissions = 15;
 
-// One direction of a link. The sender applies it to each frame: delivered after the
-// serialization delay (bytes * 8 / bandwidth, FIFO on the link) plus latency plus a uniform draw
-// in [-jitter, +jitter] (never below zero, never overtaking an earlier frame); loss adds
-// retransmission delays or drops the frame, by lossMode.
+// One direction of a link between two sites. The sender applies it to each frame: delivered
+// after the serialization delay (bytes * 8 / bandwidth, FIFO on the pair's pipe, or held to
+// flowWindowBytes / RTT per connection; link_schedule.h has the arithmetic) plus latency plus a
+// uniform draw in [-jitter, +jitter] (never below zero, never overtaking an earlier frame); loss
+// adds retransmission delays or drops the frame, by lossMode.
 struct LinkProfile {
   std::chrono::microseconds latency{0};
   std::chrono::microseconds jitter{0};
-  double bandwidthBitsPerSecond = 0;  // 0 = unlimited
-  double lossRate = 0;                // stream: per segment; datagram: per frame; [0, 1]
+  // The pair's capacity, shared by all its connections; 0 = unlimited.
+  double bandwidthBitsPerSecond = 0;
+  double lossRate = 0;  // stream: per segment; datagram: per frame; [0, 1]
   LossMode lossMode = LossMode::stream;
+  // TCP's window of one connection: each is held to flowWindowBytes * 8 / (2 x latency) bit/s,
+  // so a long path needs several connections to fill its capacity. 0 = no per-flow limit (a
+  // connection alone fills the pair's pipe, and more connections gain nothing).
+  std::uint64_t flowWindowBytes = 0;
 
   // False for a profile that adds no delay and no loss, which the shaped transport passes
   // straight through (the loss mode alone shapes nothing).
@@ -97,6 +107,9 @@ struct LinkProfile {
   // RTTVAR, the mean deviation of the RTT when each direction adds U[-jitter, +jitter], is
   // 2/3 x jitter. The reverse direction is taken to look like this one.
   std::chrono::microseconds retransmissionTimeout() const;
+  // One connection's limit, flowWindowBytes * 8 / RTT with RTT = 2 x latency; 0 = none (no window,
+  // or no latency).
+  double flowBitsPerSecond() const;
   friend bool operator==(const LinkProfile&, const LinkProfile&) = default;
 };
 
@@ -117,10 +130,11 @@ class NetworkProfile {
   static NetworkProfile lan();
   static NetworkProfile wan();
   static NetworkProfile geo();
+  static NetworkProfile geoCap();
   // One site whose every pair of peers has `link`.
   static NetworkProfile uniform(std::string name, const LinkProfile& link);
 
-  // "lan", "wan" or "geo"; throws gossamer::Error naming the built-ins otherwise.
+  // "lan", "wan", "geo" or "geo-cap"; throws gossamer::Error naming the built-ins otherwise.
   static NetworkProfile builtin(std::string_view name);
   static std::vector<std::string> builtinNames();
 
@@ -171,93 +185,6 @@ class NetworkProfile {
   std::vector<LinkProfile> links_;  // row-major, sites_.size()^2
   std::map<std::size_t, std::size_t> peerSites_;
   std::map<Endpoint, std::size_t> endpointSites_;
-};
-
-// The timing arithmetic of one shaped link direction, separate from clocks and timers so that it
-// can be checked exactly: the shaped transport asks it, for each frame in send order, when the
-// frame starts and ends serializing and when it reaches the receiver. Not thread-safe (one per
-// link, used on the link's io thread).
-//
-//   start      = max(now, serialized of the previous frame)          (FIFO on the link)
-//   serialized = start + bytes * 8 / bandwidth
-//   delay      = latency + U[-jitter, +jitter], clamped to >= 0
-//   arrival    = serialized + delay
-//   deliverAt  = max(arrival, previous deliverAt)                     (order is preserved)
-// Loss, with probability p = the profile's lossRate combined with admit's extra rate
-// (1 - (1 - lossRate)(1 - extra)):
-//   stream     the frame is n = ceil(bytes / kSegmentBytes) segments (at least one). Segment i
-//              is lost k times with probability p^k (1 - p) (k capped at kMaxRetransmissions);
-//              unlost, it arrives at start + sent(i) + delay, where sent(i) is the serialization
-//              time of the frame's first (i + 1) x kSegmentBytes bytes. A lost one arrives later
-//              by
-//                fast retransmit, when i < n - kDupAckThreshold and fast < RTO:
-//                  fast + timeouts(k - 1), where fast = sent(i + kDupAckThreshold) - sent(i) +
-//                  2 x delay (the third duplicate ACK leaves the receiver when segment i + 3
-//                  arrives and takes `delay` back, the reverse direction taken to look like this
-//                  one, and the retransmission takes `delay` again), and a retransmission lost
-//                  again waits for the timeout;
-//                otherwise (a tail loss: too few segments follow it for duplicate ACKs):
-//                  timeouts(k) = RTO + 2 RTO + ... + 2^(k-1) RTO, each term capped at
-//                  kMaxRetransmissionTimeout (RTO = LinkProfile::retransmissionTimeout(),
-//                  >= 200 ms).
-//              The frame's arrival is the latest arrival of its segments; never dropped.
-//              Retransmissions add no serialization time, and a loss does not slow the link's
-//              later frames (no congestion window): what the model adds is TCP's waiting for
-//              duplicate ACKs and for its timer. Two simplifications, both on the slow side: a
-//              tail loss waits for the full RTO, not a tail loss probe (~2 RTT, RFC 8985), and
-//              the frames queued behind a frame do not trigger fast retransmit of its tail.
-//   datagram   dropped with probability p; a lost frame still occupied the link while it was
-//              serialized, as on a real wire, and does not hold the frames after it.
-// Serialization times are kept to fractions of a nanosecond across frames, so many small frames
-// add up to the same time as one large one. Draws come from a seeded std::mt19937_64, so a seed
-// and a sequence of (now, bytes, extra) calls give the same slots on every machine.
-class LinkSchedule {
- public:
-  using Clock = std::chrono::steady_clock;
-
-  struct Slot {
-    bool dropped = false;             // datagram mode only
-    std::size_t segmentLosses = 0;    // stream mode: losses of the frame's segments (all resent)
-    std::size_t fastRetransmits = 0;  // stream mode: segments of those resent by fast retransmit
-    Clock::time_point start;          // serialization starts: the sender's send completes here
-    Clock::time_point serialized;     // serialization ends
-    Clock::time_point deliverAt;      // the receiver gets the frame (meaningless if dropped)
-  };
-
-  // Throws gossamer::Error when `profile` is invalid.
-  LinkSchedule(const LinkProfile& profile, std::uint64_t seed);
-
-  // The slot of the next frame of `bytes` bytes, whose send starts at `now` (non-decreasing
-  // from call to call). `extraLossRate` in [0, 1] (checked) is lost on top of the profile's, in
-  // the profile's loss mode (the shaped transport's run-time loss, Partitions::setLoss).
-  Slot admit(Clock::time_point now, std::size_t bytes, double extraLossRate = 0);
-
-  // timeouts(losses) above: the sum of the backed-off retransmission timeouts of a segment whose
-  // `losses` losses are all recovered by the timer (0 for none), the extra delay of a tail
-  // segment. `losses` in [0, kMaxRetransmissions] (checked).
-  Clock::duration retransmissionDelay(int losses) const;
-
-  // Exact serialization time of `bytes` bytes (zero when unlimited).
-  std::chrono::duration<double> serializationTime(std::size_t bytes) const;
-
-  const LinkProfile& profile() const { return profile_; }
-
- private:
-  double uniform();  // [0, 1)
-  // Stream mode: the latest arrival of the segments of a frame of `bytes` bytes that started
-  // serializing at `start` and arrives whole at `arrival` unless a segment is lost; `delay` is
-  // its one-way delay.
-  Clock::time_point streamArrival(Clock::time_point start, Clock::time_point arrival,
-                                  Clock::duration delay, std::size_t bytes, double lossRate,
-                                  Slot& slot);
-
-  LinkProfile profile_;
-  std::mt19937_64 rng_;
-  // retransmissionDelay(k) for k = 0 .. kMaxRetransmissions.
-  std::vector<Clock::duration> backoff_;
-  Clock::time_point busyUntil_{};     // end of the last frame's serialization
-  double busyFractionNs_ = 0;         // sub-nanosecond remainder of busyUntil_, [0, 1)
-  Clock::time_point lastDelivery_{};  // deliverAt of the last frame not dropped
 };
 
 // splitmix64: the seed mixer used to derive per-link seeds from one experiment seed.

@@ -21,6 +21,7 @@
 
 #include "engine/base/enforce.h"
 #include "net/errors.h"
+#include "net/link_support.h"
 
 namespace gossamer::net::shaped {
 namespace {
@@ -50,9 +51,8 @@ PrefaceBytes encodePreface(std::uint64_t index, std::optional<std::size_t> site)
   bytes[4] = kPrefaceVersion;
   const std::uint16_t siteValue =
       site && *site < kNoSite ? static_cast<std::uint16_t>(*site) : kNoSite;
-  bytes[6] = static_cast<std::byte>(siteValue & 0xFF);
-  bytes[7] = static_cast<std::byte>(siteValue >> 8);
-  for (int i = 0; i < 8; ++i) bytes[8 + i] = static_cast<std::byte>((index >> (8 * i)) & 0xFF);
+  detail::storeLe(&bytes[6], siteValue, 2);
+  detail::storeLe(&bytes[8], index, 8);
   return bytes;
 }
 
@@ -62,13 +62,9 @@ std::optional<Preface> decodePreface(const InFrame& frame) {
       frame.header[4] != kPrefaceVersion) {
     return std::nullopt;
   }
-  Preface preface;
-  const auto byteAt = [&frame](std::size_t i) {
-    return static_cast<std::uint64_t>(std::to_integer<std::uint8_t>(frame.header[i]));
-  };
-  const auto site = static_cast<std::uint16_t>(byteAt(6) | (byteAt(7) << 8));
+  Preface preface{.index = detail::loadLe(&frame.header[8], 8)};
+  const auto site = static_cast<std::uint16_t>(detail::loadLe(&frame.header[6], 2));
   if (site != kNoSite) preface.site = site;
-  for (std::size_t i = 0; i < 8; ++i) preface.index |= byteAt(8 + i) << (8 * i);
   return preface;
 }
 
@@ -91,10 +87,18 @@ struct DelayedFrame {
 // coroutine and its pending sends, so that destroying the Link while they are suspended is safe:
 // the destructor closes the state and the last of them to finish frees it. Except close() and
 // the counters, every member is used on the link's io thread only.
+// What a link's LinkSchedule is made of: its profile, its seed and the pipe it shares with the
+// other links to the same remote.
+struct ScheduleSpec {
+  LinkProfile profile;
+  std::uint64_t seed = 0;
+  std::shared_ptr<SharedCapacity> capacity;
+};
+
 class LinkState final : public std::enable_shared_from_this<LinkState> {
  public:
-  LinkState(asio::any_io_executor executor, std::unique_ptr<Link> inner, const LinkProfile& profile,
-            std::uint64_t seed, std::shared_ptr<Partitions> partitions, std::size_t selfIndex,
+  LinkState(asio::any_io_executor executor, std::unique_ptr<Link> inner, ScheduleSpec spec,
+            std::shared_ptr<Partitions> partitions, std::size_t selfIndex,
             std::optional<std::size_t> remoteIndex, const Limits& limits,
             std::size_t maxDelayedBytes, Clock::duration timerLead)
       : executor_(std::move(executor)),
@@ -107,9 +111,8 @@ class LinkState final : public std::enable_shared_from_this<LinkState> {
         maxDelayedBytes_(maxDelayedBytes),
         timerLead_(timerLead),
         pumpTimer_(executor_),
-        profile_(profile),
-        seed_(seed) {
-    validateLinkProfile(profile_, "shaped link");
+        spec_(std::move(spec)) {
+    validateLinkProfile(spec_.profile, "shaped link");
   }
 
   // Callable from any thread.
@@ -119,7 +122,7 @@ class LinkState final : public std::enable_shared_from_this<LinkState> {
   // sends started. On the link's io thread (or before its first use); idempotent.
   void startShaping() {
     if (shaping()) return;
-    schedule_.emplace(profile_, seed_);
+    schedule_.emplace(spec_.profile, spec_.seed, spec_.capacity);
     shaping_ = true;
     asio::co_spawn(executor_, pump(shared_from_this()), asio::detached);
   }
@@ -208,8 +211,7 @@ class LinkState final : public std::enable_shared_from_this<LinkState> {
   std::size_t delayedBytes_ = 0;               // bytes in line_ plus the frame the pump is sending
   asio::steady_timer pumpTimer_;
   std::vector<DelayedFrame> pool_;  // freed buffers
-  LinkProfile profile_;
-  std::uint64_t seed_;
+  ScheduleSpec spec_;
   std::atomic<bool> shaping_{false};  // schedule_ is set; stays set
 };
 
@@ -471,6 +473,7 @@ class ShapedTransport final : public Transport {
   std::mutex mutex_;
   std::vector<std::weak_ptr<LinkState>> links_;  // to close them with the transport
   std::map<std::pair<std::uint64_t, bool>, std::uint64_t> linkOrdinals_;  // per-link seeds
+  CapacityRegistry capacities_;  // the pipe of each remote, by index
 };
 
 std::unique_ptr<Link> ShapedTransport::wrap(const asio::any_io_executor& executor,
@@ -488,9 +491,14 @@ std::unique_ptr<Link> ShapedTransport::wrap(const asio::any_io_executor& executo
     const std::uint64_t ordinal = linkOrdinals_[{remoteKey, accepted}]++;
     seed = mixSeed(mixSeed(mixSeed(options_.seed, options_.selfIndex), remoteKey),
                    ordinal * 2 + (accepted ? 1 : 0));
-    state = std::make_shared<LinkState>(executor, std::move(inner), profile, seed, partitions_,
-                                        options_.selfIndex, remoteIndex, inner_->limits(),
-                                        options_.maxDelayedBytes, options_.timerLead);
+    // Unknown remotes get a pipe per link.
+    std::shared_ptr<SharedCapacity> capacity =
+        remoteIndex ? capacities_.of(remoteKey, profile.bandwidthBitsPerSecond)
+                    : CapacityRegistry().of(0, profile.bandwidthBitsPerSecond);
+    state = std::make_shared<LinkState>(
+        executor, std::move(inner), ScheduleSpec{profile, seed, std::move(capacity)}, partitions_,
+        options_.selfIndex, remoteIndex, inner_->limits(), options_.maxDelayedBytes,
+        options_.timerLead);
     std::erase_if(links_, [](const std::weak_ptr<LinkState>& weak) { return weak.expired(); });
     links_.push_back(state);
   }

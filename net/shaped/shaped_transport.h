@@ -3,9 +3,12 @@
 // partitions. This kernel has no `tc netem`, so WAN experiments and fault tests run through it.
 //
 // Semantics (the SENDER side shapes; a peer's own shaped layer shapes what it sends):
-// - Each frame gets a slot from a LinkSchedule (profile.h) for the profile from this peer's site
-//   to the remote's: it occupies the link for bytes * 8 / bandwidth after the previous frame
-//   (FIFO), and is handed to the inner link latency + jitter after its serialization ends. The
+// - Each frame gets a slot from a LinkSchedule (link_schedule.h) for the profile from this peer's
+//   site to the remote's: it occupies the pair's pipe for bytes * 8 / bandwidth after the
+//   previous frame (FIFO; this peer's links to one remote share one pipe, so a second connection
+//   gains nothing), or, on a profile with a per-flow window, is held to window / RTT per link
+//   with the links sharing the pipe's capacity; it is handed to the inner link latency + jitter
+//   after its serialization ends. The
 //   send completes when the frame STARTS serializing (once the earlier frames are through): a
 //   sender is held to the link's rate, yet back-to-back sends keep the link busy, like a
 //   transmit queue one frame deep. Latency is pipelined: many frames are in flight at once.
@@ -62,6 +65,7 @@
 #include <utility>
 
 #include "net/endpoint.h"
+#include "net/shaped/link_schedule.h"
 #include "net/shaped/profile.h"
 #include "net/transport.h"
 

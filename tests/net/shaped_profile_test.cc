@@ -72,6 +72,44 @@ TEST_CASE("net shaped: built-in profiles") {
   }
 }
 
+TEST_CASE("net shaped: geo-cap is geo with 10 Gbit/s capacities and 8 MiB flow windows") {
+  const NetworkProfile geo = NetworkProfile::geo();
+  const NetworkProfile cap = NetworkProfile::builtin("geo-cap");
+  REQUIRE(cap.sites() == geo.sites());
+  for (std::size_t a = 0; a < geo.siteCount(); ++a) {
+    for (std::size_t b = 0; b < geo.siteCount(); ++b) {
+      CHECK(cap.link(a, b).latency == geo.link(a, b).latency);
+      CHECK(cap.link(a, b).jitter == geo.link(a, b).jitter);
+      CHECK(cap.link(a, b).bandwidthBitsPerSecond == 10e9);
+      CHECK(cap.link(a, b).flowWindowBytes == std::uint64_t{8} << 20);
+      CHECK(geo.link(a, b).flowWindowBytes == 0);  // geo is as it was
+    }
+  }
+  // Tokyo-London: 212 ms RTT, 8 MiB a flow: 316.6 Mbit/s.
+  const LinkProfile& tokyoLondon = cap.link(*cap.siteIndex("tokyo"), *cap.siteIndex("london"));
+  CHECK(tokyoLondon.flowBitsPerSecond() == doctest::Approx(8.0 * 8 * (1 << 20) / 0.212));
+}
+
+TEST_CASE("net shaped: flow windows in the text format") {
+  const NetworkProfile profile = NetworkProfile::parse(R"(sites a b
+flow-window 4
+a b 10 0 1000 0
+b a 10 0 1000 0 window=0.5
+)",
+                                                       "w.net");
+  CHECK(profile.link(0, 1).flowWindowBytes == std::uint64_t{4} << 20);
+  CHECK(profile.link(1, 0).flowWindowBytes == std::uint64_t{1} << 19);
+  CHECK(profile.link(0, 0).flowWindowBytes == std::uint64_t{4} << 20);
+  CHECK(NetworkProfile::parse(profile.str(), "again") == profile);
+  CHECK_THROWS_WITH_AS(NetworkProfile::parse("sites a b\na b 1 0 1 0 window=-1\n", "bad.net"),
+                       doctest::Contains("bad.net:2: a flow window"), Error);
+  CHECK_THROWS_WITH_AS(
+      NetworkProfile::parse("sites a b\na b 1 0 1 0 window=1 window=2\n", "bad.net"),
+      doctest::Contains("window= is given twice"), Error);
+  CHECK_THROWS_WITH_AS(NetworkProfile::parse("flow-window 1\nflow-window 2\nsites a\n", "bad.net"),
+                       doctest::Contains("bad.net:2: a second 'flow-window' line"), Error);
+}
+
 TEST_CASE("net shaped: the geo matrix is complete and symmetric") {
   const NetworkProfile geo = NetworkProfile::geo();
   REQUIRE(geo.sites() == std::vector<std::string>{"tokyo", "london", "oregon", "ohio"});
@@ -153,13 +191,14 @@ TEST_CASE("net shaped: profile errors name the file and line") {
   const std::string sites = "sites a b\n";
   CHECK(parseError("a b 1 0 0 0\n") ==
         "bad.net:1: 'a' before the 'sites' line (expected "
-        "'name', 'sites', 'loss-mode', 'peer' or a pair line after 'sites')");
+        "'name', 'sites', 'loss-mode', 'flow-window', 'peer' or a pair line after 'sites')");
   CHECK(parseError(sites + "a b 1 0 0\n") ==
-        "bad.net:2: a pair line needs 6 or 7 fields 'FROM TO LATENCY_MS JITTER_MS MBIT LOSS "
-        "[stream|datagram]', got 5");
-  CHECK(parseError(sites + "a b 1 0 0 0 stream x\n") ==
-        "bad.net:2: a pair line needs 6 or 7 fields 'FROM TO LATENCY_MS JITTER_MS MBIT LOSS "
-        "[stream|datagram]', got 8");
+        "bad.net:2: a pair line needs 6 to 8 fields 'FROM TO LATENCY_MS JITTER_MS MBIT LOSS "
+        "[stream|datagram] [window=MIB]', got 5");
+  CHECK(parseError(sites + "a b 1 0 0 0 stream window=1 x\n") ==
+        "bad.net:2: a pair line needs 6 to 8 fields 'FROM TO LATENCY_MS JITTER_MS MBIT LOSS "
+        "[stream|datagram] [window=MIB]', got 9");
+  CHECK(parseError(sites + "a b 1 0 0 0 stream x\n") == "bad.net:2: unexpected field 'x'");
   CHECK(parseError(sites + "a b 1 0 0 0 tcp\n") ==
         "bad.net:2: unknown loss mode 'tcp' (expected stream or datagram)");
   CHECK(parseError(sites + "loss-mode udp\n") ==

@@ -13,6 +13,7 @@
 #include <doctest/doctest.h>
 
 #include "engine/base/enforce.h"
+#include "net/shaped/link_schedule.h"
 #include "net/shaped/profile.h"
 #include "net/shaped/shaped_transport.h"
 
@@ -110,6 +111,65 @@ TEST_CASE("net shaped: schedule adds latency and serialization delay exactly") {
     CHECK(slot.serialized == t0 + 8us);
     CHECK(schedule.serializationTime(1000).count() == doctest::Approx(800e-9));
   }
+}
+
+TEST_CASE("net shaped: flows of a pair share its capacity, each held to window over RTT") {
+  const Clock::time_point t0{};
+  // 40 ms one-way: RTT 80 ms; a 1 MiB window gives one flow 8 Mibit / 0.08 s = 104.9 Mbit/s.
+  const LinkProfile windowed{
+      .latency = 40ms, .bandwidthBitsPerSecond = 400e6, .flowWindowBytes = std::uint64_t{1} << 20};
+  const double flow = 8.0 * (1 << 20) / 0.08;
+  CHECK(windowed.flowBitsPerSecond() == doctest::Approx(flow));
+  const std::size_t chunk = 10'000'000;
+  // K flows each sending `frames` chunks back to back from t0: the last serialization ends at
+  // frames x K x chunk x 8 / min(K x flow, capacity), the fluid closed form, to within one
+  // chunk of the pipe.
+  for (const std::size_t flows : {1, 2, 3, 4, 8}) {
+    CAPTURE(flows);
+    auto capacity = std::make_shared<SharedCapacity>(windowed.bandwidthBitsPerSecond);
+    std::vector<LinkSchedule> schedules;
+    for (std::size_t i = 0; i < flows; ++i) schedules.emplace_back(windowed, i + 1, capacity);
+    const int frames = 6;
+    std::vector<Clock::time_point> next(flows, t0);
+    Clock::time_point last = t0;
+    for (int f = 0; f < frames; ++f) {
+      for (std::size_t i = 0; i < flows; ++i) {
+        const LinkSchedule::Slot slot = schedules[i].admit(next[i], chunk);
+        CHECK(slot.deliverAt >= slot.serialized + 40ms);
+        next[i] = slot.serialized;  // the next send as soon as this one is through
+        last = std::max(last, slot.serialized);
+      }
+    }
+    const double rate = std::min(static_cast<double>(flows) * flow, 400e6);
+    const double expected = frames * static_cast<double>(flows * chunk) * 8 / rate;
+    const double measured = std::chrono::duration<double>(last - t0).count();
+    CHECK(measured >= expected - 1e-9);
+    CHECK(measured <= expected + static_cast<double>(chunk) * 8 / 400e6 + 1e-9);
+  }
+  SUBCASE("without a window, a second flow of the pair gains nothing") {
+    const LinkProfile pipe{.latency = 40ms, .bandwidthBitsPerSecond = 400e6};
+    auto capacity = std::make_shared<SharedCapacity>(400e6);
+    LinkSchedule a(pipe, 1, capacity);
+    LinkSchedule b(pipe, 2, capacity);
+    CHECK(a.admit(t0, 5'000'000).serialized == t0 + 100ms);
+    const LinkSchedule::Slot second = b.admit(t0, 5'000'000);
+    CHECK(second.start == t0 + 100ms);  // FIFO behind a's frame on the one pipe
+    CHECK(second.serialized == t0 + 200ms);
+    // A flow with its own pipe is the old one-link schedule exactly.
+    LinkSchedule alone(pipe, 3);
+    CHECK(alone.admit(t0, 5'000'000).serialized == t0 + 100ms);
+    CHECK(alone.admit(t0, 5'000'000).serialized == t0 + 200ms);
+  }
+  SUBCASE("a frame is held to the slower of the flow and an idle pipe") {
+    LinkSchedule schedule(windowed, 1);
+    CHECK(schedule.serializationTime(1'000'000).count() == doctest::Approx(8e6 / flow));
+    const LinkProfile fast{
+        .latency = 40ms, .bandwidthBitsPerSecond = 50e6, .flowWindowBytes = std::uint64_t{1} << 20};
+    CHECK(LinkSchedule(fast, 1).serializationTime(1'000'000).count() ==
+          doctest::Approx(8e6 / 50e6));
+  }
+  CHECK_THROWS_AS(LinkSchedule(windowed, 1, std::make_shared<SharedCapacity>(1e9)), Error);
+  CHECK_THROWS_AS(SharedCapacity(0), Error);
 }
 
 TEST_CASE("net shaped: schedule jitter stays in bounds and keeps order") {
