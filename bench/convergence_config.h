@@ -60,6 +60,7 @@ struct RunSettings {
   std::string baseline = "allreduce-sgd";
   std::uint64_t seed = 1;
   std::string transport = "inproc";  // the local cluster's transport under the emulated network
+  std::string tcpStreams = "auto";   // connections per tcp link: auto or a count
   double commTimeout = 30;           // seconds: deadline of synchronous waits
   double stepTime = 0;  // milliseconds of emulated compute per step (0: the real compute only)
   std::vector<double> peerStepTimes;  // milliseconds per peer, repeating (empty: stepTime)
@@ -90,6 +91,7 @@ struct RunSettings {
     b("baseline", baseline);
     b("seed", seed);
     b("transport", transport);
+    b("tcp-streams", tcpStreams);
     b("comm-timeout", commTimeout);
     b("step-time", stepTime);
     b("peer-step-times", peerStepTimes);

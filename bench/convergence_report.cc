@@ -8,6 +8,7 @@
 
 #include "engine/base/json.h"
 #include "engine/base/log.h"
+#include "engine/runtime/tcp_streams.h"
 
 namespace gossamer::bench {
 namespace {
@@ -66,6 +67,7 @@ engine::runtime::ClusterConfig clusterConfig(const RunSettings& run, const Exper
   }
   c.evalSamples = run.evalSamples;
   c.peer.network.transport = run.transport;
+  c.peer.network.tcpStreams = engine::runtime::parseTcpStreams(run.tcpStreams);
   // Loopback inside one process: the runs measure the algorithms, and the recorded figures were
   // taken without TLS (`gossamer-bench transport` measures what TLS costs).
   c.peer.network.security = engine::runtime::NetworkConfig::Security::plaintext;

@@ -14,6 +14,12 @@
 // (frames are never delivered early; its timers fire Options::timerLead early and it yields until
 // the exact time, since a timer wake-up alone is ~60 us late on a loaded VM, 6% of 1 ms). The
 // sender and the receiver each run on their own io_context thread.
+//
+// Then, over real tcp connections on loopback (multistream_bench.h), several connections per link:
+// 1 GiB Tokyo-London on geo-cap over `auto` streams against its 10 Gbit/s capacity
+// (multistream_vs_capacity, target >= 0.8) and against one connection (multistream_speedup), both
+// next to the closed form min(K x window / RTT, capacity); and 1 GiB on loopback without emulation
+// over 4 striped connections against plain tcp (target: within 10%).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -22,6 +28,7 @@
 #include <functional>
 #include <future>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -41,6 +48,8 @@
 #include "bench/bench_util.h"
 #include "bench/benchmarks.h"
 #include "bench/io_thread.h"
+#include "bench/link_pair.h"
+#include "bench/multistream_bench.h"
 #include "engine/base/enforce.h"
 #include "engine/base/json.h"
 #include "net/inproc/inproc_transport.h"
@@ -66,7 +75,48 @@ struct ShapedBenchOptions {
   double seconds = 0.5;
   double intervalMs = 2;
   std::size_t window = 4;
+  std::size_t multistreamMiB = 1024;  // 0: no multistream measurements
 };
+
+// The multistream figures (multistream_bench.h) as a table, and into `json` when given.
+void reportMultistream(const MultistreamFigures& f, JsonObject* json) {
+  const double vsCapacity = f.multistreamBitsPerSecond / f.capacityBitsPerSecond;
+  const double speedup = f.multistreamBitsPerSecond / f.singleBitsPerSecond;
+  const double loopback = f.loopbackFourBitsPerSecond / f.loopbackOneBitsPerSecond;
+  if (json != nullptr) {
+    json->add("multistream_streams", static_cast<double>(f.autoStreams));
+    json->add("multistream_vs_capacity", vsCapacity);
+    json->add("multistream_speedup", speedup);
+    json->add("multistream_vs_model", f.multistreamBitsPerSecond / f.autoModelBitsPerSecond);
+    json->add("single_stream_vs_model", f.singleBitsPerSecond / f.singleModelBitsPerSecond);
+    json->add("loopback_4_streams_vs_1", loopback);
+    return;
+  }
+  Table table({{"transfer"},
+               {"streams"},
+               {"measured Gbit/s", 3},
+               {"model Gbit/s", 3},
+               {"measured / model", 3}});
+  table.addRow({"geo-cap tokyo-london", std::to_string(f.autoStreams) + " (auto)",
+                f.multistreamBitsPerSecond / 1e9, f.autoModelBitsPerSecond / 1e9,
+                f.multistreamBitsPerSecond / f.autoModelBitsPerSecond});
+  table.addRow({"geo-cap tokyo-london", std::string("1"), f.singleBitsPerSecond / 1e9,
+                f.singleModelBitsPerSecond / 1e9,
+                f.singleBitsPerSecond / f.singleModelBitsPerSecond});
+  table.addRow({"loopback, plain tcp", std::string("1"), f.loopbackOneBitsPerSecond / 1e9,
+                std::string("-"), std::string("-")});
+  table.addRow({"loopback, striped", std::string("4"), f.loopbackFourBitsPerSecond / 1e9,
+                std::string("-"), std::string("-")});
+  fmt::print(
+      "\nseveral connections per link (tcp, plaintext; model: min(K x window / RTT, "
+      "capacity))\n{}\n",
+      table.format());
+  fmt::print(
+      "multistream_vs_capacity {:.3f} (target >= 0.8): {}; multistream_speedup {:.2f}x over one "
+      "connection; 4 streams on loopback {:.3f} of one (target >= 0.9): {}\n",
+      vsCapacity, vsCapacity >= 0.8 ? "met" : "NOT met", speedup, loopback,
+      loopback >= 0.9 ? "met" : "NOT met");
+}
 
 template <typename T>
 T waitFor(std::future<T>& future, const char* what) {
@@ -78,62 +128,17 @@ T waitFor(std::future<T>& future, const char* what) {
 
 // A sender (peer 0) and a receiver (peer 1), shaped with `profile` (or plain inproc when
 // `profile` is null), connected by one link.
-class LinkPair {
- public:
-  LinkPair(IoThread& sender, IoThread& receiver, const net::shaped::NetworkProfile* profile)
-      : sender_(sender), receiver_(receiver) {
-    auto hub = net::inproc::makeHub();
-    auto make = [&](IoThread& thread, std::size_t index) {
-      std::unique_ptr<net::Transport> transport = net::inproc::makeTransport(thread.io(), hub);
-      if (profile == nullptr) return transport;
-      net::shaped::Options options{
-          .profile = *profile,
-          .selfIndex = index,
-          .indexOf = [](const net::Endpoint&) -> std::optional<std::size_t> { return 1; }};
-      return net::shaped::makeTransport(std::move(transport), std::move(options));
-    };
-    receiverTransport_ = receiver_.call([&] {
-      auto transport = make(receiver_, 1);
-      const std::error_code error = transport->listen(net::Endpoint{"inproc", 0});
-      GOSSAMER_ENFORCE(!error, "shaped bench: listen failed: {}", error.message());
-      return transport;
-    });
-    senderTransport_ = sender_.call([&] { return make(sender_, 0); });
-    const net::Endpoint where = receiver_.call([&] { return receiverTransport_->localEndpoint(); });
-    auto accepted = asio::co_spawn(receiver_.io(), receiverTransport_->accept(), asio::use_future);
-    auto connected =
-        asio::co_spawn(sender_.io(), senderTransport_->connect(where, 5000ms), asio::use_future);
-    net::LinkResult out = waitFor(connected, "connect");
-    net::LinkResult in = waitFor(accepted, "accept");
-    GOSSAMER_ENFORCE(!out.error && !in.error, "shaped bench: connect failed: {} / {}",
-                     out.error.message(), in.error.message());
-    out_ = std::move(out.link);
-    in_ = std::move(in.link);
-  }
-
-  ~LinkPair() {
-    sender_.call([this] {
-      out_.reset();
-      senderTransport_.reset();
-    });
-    receiver_.call([this] {
-      in_.reset();
-      receiverTransport_.reset();
-    });
-    // Let the closes posted by the destructors run before the next pair starts.
-    sender_.call([] {});
-    receiver_.call([] {});
-  }
-
-  net::Link& out() { return *out_; }
-  net::Link& in() { return *in_; }
-
- private:
-  IoThread& sender_;
-  IoThread& receiver_;
-  std::unique_ptr<net::Transport> senderTransport_, receiverTransport_;
-  std::unique_ptr<net::Link> out_, in_;
-};
+LinkPair::MakeTransport shapedInproc(const net::shaped::NetworkProfile* profile) {
+  return [profile, hub = net::inproc::makeHub()](IoThread& thread, std::size_t index) {
+    std::unique_ptr<net::Transport> transport = net::inproc::makeTransport(thread.io(), hub);
+    if (profile == nullptr) return transport;
+    net::shaped::Options options{
+        .profile = *profile,
+        .selfIndex = index,
+        .indexOf = [](const net::Endpoint&) -> std::optional<std::size_t> { return 1; }};
+    return net::shaped::makeTransport(std::move(transport), std::move(options));
+  };
+}
 
 std::int64_t nowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
@@ -156,7 +161,7 @@ struct LatencyResult {
 LatencyResult measureLatency(IoThread& sender, IoThread& receiver,
                              const net::shaped::NetworkProfile* profile, std::size_t frames,
                              std::chrono::microseconds interval) {
-  LinkPair pair(sender, receiver, profile);
+  LinkPair pair(sender, receiver, shapedInproc(profile), net::Endpoint{"inproc", 0});
   auto received = asio::co_spawn(
       receiver.io(),
       [&pair, frames]() -> asio::awaitable<std::vector<double>> {
@@ -207,7 +212,7 @@ struct ThroughputResult {
 ThroughputResult measureThroughput(IoThread& sender, IoThread& receiver,
                                    const net::shaped::NetworkProfile* profile, std::size_t frames,
                                    std::size_t frameBytes, std::size_t window) {
-  LinkPair pair(sender, receiver, profile);
+  LinkPair pair(sender, receiver, shapedInproc(profile), net::Endpoint{"inproc", 0});
   const std::vector<std::byte> payload(frameBytes, std::byte{0x5a});
   auto received = asio::co_spawn(
       receiver.io(),
@@ -351,9 +356,17 @@ void runShaped(const ShapedBenchOptions& options) {
       maxLatencyError, maxShaperLatencyError, maxThroughputError, kTargetError,
       maxLatencyError <= kTargetError && maxThroughputError <= kTargetError ? "met" : "NOT met");
   if (!options.common.csvPath.empty()) table.writeCsv(options.common.csvPath);
+  std::optional<MultistreamFigures> multistream;
+  if (options.multistreamMiB > 0) {
+    multistream = measureMultistream(options.multistreamMiB,
+                                     std::max<std::size_t>(128, options.multistreamMiB / 8),
+                                     options.multistreamMiB);
+    reportMultistream(*multistream, nullptr);
+  }
   if (options.common.json) {
     JsonObject json;
     json.add("benchmark", "shaped");
+    if (multistream) reportMultistream(*multistream, &json);
     json.add("max_latency_error", maxLatencyError);
     json.add("max_latency_error_over_baseline", maxShaperLatencyError);
     json.add("max_throughput_error", maxThroughputError);
@@ -387,6 +400,11 @@ void addShapedCommand(CLI::App& app) {
       ->capture_default_str();
   command->add_option("--window", options->window, "Sends outstanding in the throughput runs")
       ->check(CLI::Range(1, 8))
+      ->capture_default_str();
+  command
+      ->add_option("--multistream-mib", options->multistreamMiB,
+                   "MiB sent Tokyo-London on geo-cap over auto streams, and on loopback over 1 and "
+                   "4 (one eighth, at least 128, over one stream on geo-cap); 0 skips them")
       ->capture_default_str();
   command->callback([options] { runShaped(*options); });
 }

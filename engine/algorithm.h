@@ -287,6 +287,15 @@ struct PeerSpeed {
   std::uint64_t step = 0;       // its step at the end of that window
 };
 
+// The path from this peer to a member, as this peer measured it: the round trip of its membership
+// probes, and the bandwidth one of its links there gets from the path's model (net/README.md:
+// the emulated profile's link, or the tcp link's connections x window / RTT within the path's
+// capacity; +infinity where nothing limits it).
+struct PathEstimate {
+  double roundTripSeconds = 0;
+  double bytesPerSecond = 0;
+};
+
 // Everything an algorithm may use on the compute thread.
 class PeerContext {
  public:
@@ -312,6 +321,9 @@ class PeerContext {
   // How fast `peer` (a member, or this peer itself) trains, as last measured and shared; none
   // before its first report (a second or so into training) or where the runtime shares none.
   virtual std::optional<PeerSpeed> speedOf(PeerId /*peer*/) const { return std::nullopt; }
+  // The paths to the members this peer has measured so far (none before its first probes, or
+  // where the runtime measures none). Not free: a call may wait for the io thread.
+  virtual std::map<PeerId, PathEstimate> measuredPaths() const { return {}; }
 
   // ---- the model ----
   virtual kernels::Compute& compute() = 0;

@@ -9,6 +9,7 @@
 #include "engine/data/sharding.h"
 #include "engine/peer_options.h"
 #include "engine/runtime/network.h"
+#include "engine/runtime/tcp_streams.h"
 #include "net/shaped/profile.h"
 #include "net/wire/handshake.h"
 
@@ -163,6 +164,7 @@ PeerConfig peerConfig(const PeerOptions& o, const engine::Registry& registry) {
   n.relay.budgetBytesPerSecond = o.relayBudget * 1e6 / 8;
   if (o.network != "lan") n.profile = net::shaped::NetworkProfile::fromSpec(o.network);
   n.profileIndex = o.networkIndex;
+  n.tcpStreams = engine::runtime::parseTcpStreams(o.tcpStreams);
   if (o.local > 0) {
     GOSSAMER_ENFORCE(o.transport.empty() && o.transportOptions.empty(),
                      "--transport and its options are for peer processes; --local peers take "

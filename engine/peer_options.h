@@ -78,6 +78,7 @@ struct PeerOptions {
   std::string membership = "local";
   std::string transport;                  // empty: tcp
   engine::OptionValues transportOptions;  // --transport-option and the --rdma-* flags
+  std::string tcpStreams = "auto";        // --tcp-streams: auto or a count
   std::string checkpointDir;
   double commTimeout = 10;
   std::string compress = "none";

@@ -5,6 +5,7 @@
 #include "engine/exit_status.h"
 #include "engine/peer_settings.h"
 #include "engine/peer_settings_declare.h"
+#include "engine/runtime/tcp_streams.h"
 #include "kernels/codec.h"
 #include "net/wire/handshake.h"
 
@@ -214,6 +215,19 @@ void addClusterSettings(std::vector<Setting>& out, const Registry& registry) {
               o.transportOptions[key] = value;
           },
           [](const PeerOptions& o) { return engine::formatOptionList(o.transportOptions); });
+  Text(out, "tcp-streams",
+       "connections per tcp link, large frames striped over them: auto (enough to fill the path: "
+       "its capacity x round trip over one connection's window) or a count in [1, 64]",
+       cluster)
+      .field(&PeerOptions::tcpStreams)
+      .valid([](const std::string& v) { engine::runtime::parseTcpStreams(v); })
+      .python(
+          "tcp_streams",
+          [](PeerConfig& c, const std::string& v) {
+            c.network.tcpStreams = engine::runtime::parseTcpStreams(v);
+          },
+          "auto (default) or a count of connections per tcp link")
+      .bench(kRun);
   // The RDMA transport's options under their own names.
   const auto [setDevice, getDevice] = transportOption("device");
   Text(out, "rdma-device", "RDMA device (ibverbs); default: the first with an active port", cluster)

@@ -84,6 +84,11 @@ struct NetworkConfig {
   // handshakes failed there under load and the message that opened the link was lost. A send to
   // a dead peer waits this long at most, asynchronously on the io thread.
   std::chrono::milliseconds connectTimeout{10000};
+  // Connections per tcp link (net/striped): large frames are cut into one chunk per connection,
+  // so a long path is not held to one connection's window / RTT. 0: auto, as many as fill the
+  // path (net::striped::autoStreams, from the round trip measured at connect, the connection's
+  // window and the path's capacity: the profile's link when emulated, else the fastest interface).
+  std::size_t tcpStreams = 0;
   // Sends that may wait for a link that was open and broke to open again (PeerNetwork::send);
   // more fail at once, so that a dead peer, until it is suspected, holds at most this many of the
   // peer's send slots (Peer sets it to half of TrainingConfig::sendBuffers).

@@ -73,6 +73,9 @@ class ComputeContext final : public PeerContext {
   std::optional<PeerSpeed> speedOf(PeerId peer) const override {
     return p_.control.speeds().of(peer);
   }
+  std::map<PeerId, PathEstimate> measuredPaths() const override {
+    return p_.network.measuredPaths();
+  }
 
   kernels::Compute& compute() override { return p_.compute; }
   std::span<float> params() override { return p_.learner.params(); }

@@ -11,6 +11,7 @@
 
 #include "engine/base/enforce.h"
 #include "engine/base/log.h"
+#include "engine/runtime/tcp_streams.h"
 #include "net/shaped/shaped_transport.h"
 
 namespace gossamer::engine::runtime {
@@ -107,7 +108,7 @@ std::unique_ptr<net::Transport> PeerNetwork::makeTransport(const Handlers& handl
     shaping.seed = net::shaped::mixSeed(seed, n.profileIndex);
     transport = net::shaped::makeTransport(std::move(transport), std::move(shaping), n.partitions);
   }
-  return transport;
+  return withTcpStreams(std::move(transport), n);
 }
 
 std::error_code PeerNetwork::startOnIo(Handlers& handlers, net::wire::ModelFingerprint model,
@@ -225,6 +226,20 @@ std::vector<PeerId> PeerNetwork::members() const {
 bool PeerNetwork::isMember(PeerId peer) const {
   std::lock_guard lock(viewMutex_);
   return view_.contains(peer);
+}
+
+std::map<PeerId, PathEstimate> PeerNetwork::measuredPaths() {
+  if (!thread_.joinable()) return {};
+  const auto roundTrips = runOn(io_, [this] {
+    return membership_ ? membership_->roundTrips()
+                       : std::map<std::uint64_t, std::chrono::microseconds>{};
+  });
+  std::map<PeerId, PathEstimate> paths;
+  for (const auto& [peer, roundTrip] : roundTrips) {
+    if (const std::optional<net::Endpoint> address = addressOf(peer))
+      paths[peer] = estimatePath(config_, *address, roundTrip);
+  }
+  return paths;
 }
 
 std::optional<net::Endpoint> PeerNetwork::addressOf(PeerId peer) const {

@@ -97,6 +97,9 @@ class PeerNetwork {
   // Where `peer` listens: its member address, or for a peer that wrote to us before its
   // membership reached us, the address it authenticated with (a reply must still find it).
   std::optional<net::Endpoint> addressOf(PeerId peer) const;
+  // The paths to the members the membership service measured (tcp_streams.h, estimatePath).
+  // Waits for the io thread.
+  std::map<PeerId, PathEstimate> measuredPaths();
   net::TrafficCounters traffic(net::Traffic kind) const;
   // Links that dial-out-only members opened at this peer's request (net::Mesh::linksReversed);
   // 0 once shut down.

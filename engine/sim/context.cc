@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "net/striped/striped_transport.h"
+
 namespace gossamer::engine::sim::detail {
 
 double SimContext::computeGradients() {
@@ -18,6 +20,20 @@ double SimContext::computeGradients() {
 std::optional<PeerSpeed> SimContext::speedOf(PeerId peer) const {
   const SimPeer* q = p_.world.current(peer);
   return q == nullptr ? std::nullopt : q->speeds.last;
+}
+
+std::map<PeerId, PathEstimate> SimContext::measuredPaths() const {
+  std::map<PeerId, PathEstimate> paths;
+  if (!p_.swim.protocol) return paths;
+  const net::shaped::NetworkProfile& profile = p_.world.shared().config.network;
+  for (const auto& [peer, roundTrip] : p_.swim.protocol->roundTrips()) {
+    // Peer id i is profile index i - 1, as in a local cluster.
+    const net::shaped::LinkProfile& link = profile.between(p_.id - 1, peer - 1);
+    const net::striped::PathHint path{link.flowWindowBytes, link.bandwidthBitsPerSecond};
+    const std::chrono::duration<double> rtt = roundTrip;
+    paths[peer] = {rtt.count(), net::striped::pathBitsPerSecond(path, rtt, 1) / 8};
+  }
+  return paths;
 }
 
 std::optional<Incoming> SimContext::request(PeerId to, const Message& message,

@@ -20,6 +20,9 @@ class SimContext final : public PeerContext {
   std::uint64_t totalSteps() const override { return p_.totalSteps; }
   std::uint64_t runSteps() const override { return p_.runSteps; }
   std::optional<PeerSpeed> speedOf(PeerId peer) const override;
+  // The round trips of its SWIM protocol's probes; bandwidths of one connection along the
+  // profile's links (the simulated network has one data link per pair).
+  std::map<PeerId, PathEstimate> measuredPaths() const override;
 
   kernels::Compute& compute() override { return *p_.world.shared().compute; }
   std::span<float> params() override { return p_.parts.learner->params(); }

@@ -271,6 +271,9 @@ class ServiceImpl final : public Service {
   bool joined() const override { return protocol_.joined(); }
   Traffic traffic() const override { return mesh_.counters(net::Traffic::membership); }
   std::vector<SeedFailure> seedFailures() const override { return protocol_.seedFailures(); }
+  std::map<std::uint64_t, std::chrono::microseconds> roundTrips() const override {
+    return protocol_.roundTrips();
+  }
   void onEvent(std::function<void(const Event&)> handler) override {
     protocol_.onEvent(std::move(handler));
   }

@@ -55,6 +55,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <system_error>
@@ -200,6 +201,8 @@ class Service {
   // seed list, with the last failed attempt through it (an empty error: none failed yet). Nothing
   // changes once joined.
   virtual std::vector<SeedFailure> seedFailures() const = 0;
+  // Io thread: Protocol::roundTrips, the measured round trip to each member.
+  virtual std::map<std::uint64_t, std::chrono::microseconds> roundTrips() const = 0;
 
   // Called on the io thread, in order, for every event. Set before start().
   virtual void onEvent(std::function<void(const Event&)> handler) = 0;

@@ -153,6 +153,14 @@ void Core::handle(const Remote& from, wire::MembershipMessage message) {
   std::visit([&](auto& m) { on(from, m); }, message);
 }
 
+std::map<std::uint64_t, std::chrono::microseconds> Core::roundTrips() const {
+  std::map<std::uint64_t, std::chrono::microseconds> out;
+  for (const auto& [id, record] : members_) {
+    if (record.roundTrip.count() > 0) out.emplace(id, record.roundTrip);
+  }
+  return out;
+}
+
 std::vector<SeedFailure> Core::seedFailures() const {
   std::vector<SeedFailure> out;
   for (const Endpoint& seed : config_.seeds) {
@@ -504,5 +512,8 @@ void Protocol::stop() { core_->stop(); }
 View Protocol::view() const { return core_->view(); }
 bool Protocol::joined() const { return core_->joined(); }
 std::vector<SeedFailure> Protocol::seedFailures() const { return core_->seedFailures(); }
+std::map<std::uint64_t, std::chrono::microseconds> Protocol::roundTrips() const {
+  return core_->roundTrips();
+}
 
 }  // namespace gossamer::net::membership

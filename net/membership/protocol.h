@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <span>
 #include <system_error>
@@ -143,6 +144,9 @@ class Protocol {
   View view() const;
   bool joined() const;
   std::vector<SeedFailure> seedFailures() const;
+  // The round trip of this peer's direct probes to each member it measured (a moving average of
+  // the probes' Ack times, 7/8 old + 1/8 new), by member id. On the protocol's thread.
+  std::map<std::uint64_t, std::chrono::microseconds> roundTrips() const;
 
  private:
   std::shared_ptr<Core> core_;

@@ -124,6 +124,7 @@ class Core final : public std::enable_shared_from_this<Core> {
   }
   bool joined() const { return joined_.load(); }
   std::vector<SeedFailure> seedFailures() const;
+  std::map<std::uint64_t, std::chrono::microseconds> roundTrips() const;
 
  private:
   using Clock = Environment::Clock;

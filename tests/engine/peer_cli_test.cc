@@ -60,6 +60,20 @@ TEST_CASE("peer cli: bad flags and bad input fail with a clear message, the sent
         "--local peers take --local-transport");
   check("--algorithm gosgd --dataset synthetic --peer-step-times 300,600 --listen 127.0.0.1:0",
         "a peer process takes --step-time");
+  check("--dataset synthetic --tcp-streams 0", "--tcp-streams takes auto or a count");
+  check("--dataset synthetic --tcp-streams 65", "in [1, 64], not '65'");
+}
+
+TEST_CASE("peer cli: --tcp-streams carries each tcp link over several connections") {
+  // gosgd sends whole models of 4.4 MB: each is striped over the three connections.
+  const test::ProcessResult r = test::runCommand(
+      peer("--local 2 --local-transport tcp --tcp-streams 3 --algorithm gosgd --dataset synthetic "
+           "--train-samples 2000 --test-samples 500 --hidden 1024,1024 --epochs 1 --batch 32 "
+           "--lr 0.05 --json --log-level info"));
+  INFO(r.output);
+  REQUIRE(r.exitCode == 0);
+  CHECK(r.output.find(": 3 connections (fixed)") != std::string::npos);
+  CHECK(test::jsonNumber(test::lastLine(r.output), "test_accuracy") > 0.5);
 }
 
 TEST_CASE("peer cli: the source location of an error goes to the debug log") {

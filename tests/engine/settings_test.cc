@@ -69,7 +69,7 @@ std::string fingerprint(const PeerConfig& c) {
   for (const net::Endpoint& seed : n.seeds) seeds += seed.str() + ";";
   return fmt::format(
       "{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}"
-      "|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}",
+      "|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}",
       t.model, t.algorithm, engine::formatOptionList(t.algorithmOptions), t.topology,
       static_cast<int>(t.topologyOptions.mixing), t.topologyOptions.seed,
       static_cast<int>(t.optimizer.kind), t.optimizer.lr, t.optimizer.momentum,
@@ -80,7 +80,7 @@ std::string fingerprint(const PeerConfig& c) {
       t.minStepTime.count(), t.metricsPath, t.checkpointDir, t.checkpointEvery, t.resume,
       t.progress, n.transport, n.listen.str(), n.advertise.str(), seeds, n.peerId, n.clusterId,
       n.secret.size(), static_cast<int>(n.security), n.membership.probeInterval.count(),
-      n.noInbound, n.relay.enabled, n.relay.budgetBytesPerSecond);
+      n.noInbound, n.relay.enabled, n.relay.budgetBytesPerSecond, n.tcpStreams);
 }
 
 // Values to try, in order; the first one a setting takes (and that is not its default) is its

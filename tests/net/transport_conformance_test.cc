@@ -1,6 +1,6 @@
 // The transport conformance suite (transport_conformance.h) for the backends every build has:
-// tcp (plaintext and over TLS 1.3 with a pre-shared key), inproc, and the shaped decorator over
-// tcp and over tcp with TLS.
+// tcp (plaintext and over TLS 1.3 with a pre-shared key), inproc, the shaped decorator over
+// tcp and over tcp with TLS, and the striped decorator (several connections per link) over both.
 #include "tests/net/transport_conformance.h"
 
 #include <memory>
@@ -10,6 +10,7 @@
 
 #include "net/inproc/inproc_transport.h"
 #include "net/shaped/shaped_transport.h"
+#include "net/striped/striped_transport.h"
 #include "net/tcp/tcp_transport.h"
 #include "net/tcp/tls.h"
 #include "net/transport.h"
@@ -68,6 +69,29 @@ struct ShapedTlsTcpBackend {
   }
 };
 
+// The striped decorator: links of 4 tcp connections, frames of 128 KiB and more cut into chunks
+// of at least 64 KiB, so that the suite's large frames are striped.
+striped::Options stripedOptions(std::size_t streams) {
+  striped::Options options;
+  options.streams = streams;
+  options.stripeBytes = std::size_t{64} << 10;
+  return options;
+}
+struct StripedTcpBackend {
+  static constexpr bool kRawTcpListener = false;
+  static std::unique_ptr<Transport> make(asio::io_context& io, Fixture& fixture) {
+    return striped::makeTransport(TcpBackend::make(io, fixture), stripedOptions(4));
+  }
+};
+
+// Three streams of the shaped decorator over tcp with TLS: each stream is its own TLS tunnel.
+struct StripedShapedTlsBackend {
+  static constexpr bool kRawTcpListener = false;
+  static std::unique_ptr<Transport> make(asio::io_context& io, Fixture& fixture) {
+    return striped::makeTransport(ShapedTlsTcpBackend::make(io, fixture), stripedOptions(3));
+  }
+};
+
 }  // namespace
 }  // namespace gossamer::net
 
@@ -76,6 +100,8 @@ TYPE_TO_STRING_AS("InprocBackend", gossamer::net::InprocBackend);
 TYPE_TO_STRING_AS("ShapedTcpBackend", gossamer::net::ShapedTcpBackend);
 TYPE_TO_STRING_AS("TlsTcpBackend", gossamer::net::TlsTcpBackend);
 TYPE_TO_STRING_AS("ShapedTlsTcpBackend", gossamer::net::ShapedTlsTcpBackend);
+TYPE_TO_STRING_AS("StripedTcpBackend", gossamer::net::StripedTcpBackend);
+TYPE_TO_STRING_AS("StripedShapedTlsBackend", gossamer::net::StripedShapedTlsBackend);
 
 GOSSAMER_TRANSPORT_CONFORMANCE(TcpBackend, TlsTcpBackend, InprocBackend, ShapedTcpBackend,
-                               ShapedTlsTcpBackend);
+                               ShapedTlsTcpBackend, StripedTcpBackend, StripedShapedTlsBackend);
