@@ -25,10 +25,15 @@ void AllreduceSgdOptions::validate() const {
                    "allreduce-sgd.pipeline must be in [1, {}], not {}", kMaxRingPipeline, pipeline);
   GOSSAMER_ENFORCE(backups <= kMaxBackups, "allreduce-sgd.backups must be in [0, {}], not {}",
                    kMaxBackups, backups);
+  GOSSAMER_ENFORCE(ringOrder == "network" || ringOrder == "id",
+                   "allreduce-sgd.ring-order is network or id, not '{}'", ringOrder);
+  GOSSAMER_ENFORCE(ringSurvey >= 1, "allreduce-sgd.ring-survey must be at least 1 step");
 }
 
 void AllreduceSgd::setup(engine::PeerContext& ctx) {
   if (mean_.size() != ctx.grads().size()) mean_ = ctx.compute().allocate<float>(ctx.grads().size());
+  if (options_.ringOrder == "network" && !ring_)
+    ring_ = std::make_unique<NetworkRing>(kRingSurvey, options_.ringSurvey, name());
 }
 
 RingOutcome AllreduceSgd::averageCompressed(engine::PeerContext& ctx) {
@@ -93,14 +98,21 @@ double AllreduceSgd::stepWithBackups(engine::PeerContext& ctx) {
 double AllreduceSgd::step(engine::PeerContext& ctx) {
   if (options_.backups > 0) return stepWithBackups(ctx);
   const double loss = ctx.computeGradients();
-  const RingOutcome outcome = ctx.compression().enabled()
-                                  ? averageCompressed(ctx)
-                                  : ringAllReduce(ctx, ctx.grads(), mean_,
-                                                  {.kind = kGradient,
-                                                   .step = ctx.step(),
-                                                   .op = ReduceOp::kMean,
-                                                   .pipeline = options_.pipeline,
-                                                   .who = name()});
+  RingOutcome outcome;
+  if (ctx.compression().enabled()) {
+    outcome = averageCompressed(ctx);
+  } else {
+    const double bytes = static_cast<double>(ctx.grads().size() * sizeof(float));
+    outcome = ringAllReduce(
+        ctx, ctx.grads(), mean_,
+        {.kind = kGradient,
+         .step = ctx.step(),
+         .op = ReduceOp::kMean,
+         .pipeline = options_.pipeline,
+         .who = name(),
+         .order = ring_ ? ring_->order(ctx, bytes) : std::span<const engine::PeerId>()});
+    if (outcome != RingOutcome::kComplete && ring_) ring_->reset();
+  }
   countOutcome(ctx, outcome);
   // A fallback's step uses the local gradient.
   if (outcome == RingOutcome::kComplete) ctx.compute().copy(ctx.grads(), mean_);

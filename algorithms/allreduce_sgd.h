@@ -33,6 +33,12 @@
 // and so stays bit-identical; once level with them it computes again. A member more than the
 // kept rounds behind waits out the comm timeout and realigns like any lockstep peer.
 //
+// The ring's order (--allreduce-sgd.ring-order network, the default): the members are placed
+// around the ring so that its slowest hop is as fast as it can be, from the round trips and
+// bandwidths they measured, surveyed at agreed steps so that every member uses the same order
+// (network_ring.h); `id` keeps the sorted ids. A failed round returns to the id order until the
+// next survey.
+//
 // Compressed (--compress): the gradients go through the direct all-reduce instead of the ring
 // (async_allreduce.h), whose contributions carry error feedback and whose reduced pieces reach
 // every member, the owner included, as the same decoded bits; a ring would re-encode what it
@@ -45,6 +51,7 @@
 #include <vector>
 
 #include "algorithms/async_allreduce.h"
+#include "algorithms/network_ring.h"
 #include "engine/algorithm.h"
 #include "kernels/compute.h"
 
@@ -53,8 +60,10 @@ namespace gossamer::algorithms {
 inline constexpr std::size_t kMaxBackups = 1024;
 
 struct AllreduceSgdOptions {
-  std::size_t pipeline = 4;  // sub-chunks per ring chunk
-  std::size_t backups = 0;   // backup workers: gradients a step may go without
+  std::size_t pipeline = 4;           // sub-chunks per ring chunk
+  std::size_t backups = 0;            // backup workers: gradients a step may go without
+  std::string ringOrder = "network";  // the ring's order: network or id
+  std::uint64_t ringSurvey = 256;     // steps between surveys of the network (network_ring.h)
 
   template <typename Bind>
   void bind(Bind& b) {
@@ -64,13 +73,19 @@ struct AllreduceSgdOptions {
     b("backups", backups,
       "backup workers: each step goes on with the first n - backups gradients, the late ones "
       "dropped (0: every step waits for every peer; at most n - 1 are used)");
+    b("ring-order", ringOrder,
+      "the ring's order: network (the members placed so that its slowest hop is as fast as it "
+      "can be, from the round trips and bandwidths they measured) or id");
+    b("ring-survey", ringSurvey,
+      "steps between the members' surveys of the network for the ring's order (also at steps 8, "
+      "16, 32, ... before the first)");
   }
   void validate() const;
 };
 
 class AllreduceSgd final : public engine::Algorithm {
  public:
-  explicit AllreduceSgd(AllreduceSgdOptions options) : options_(options) {}
+  explicit AllreduceSgd(AllreduceSgdOptions options) : options_(std::move(options)) {}
   std::string name() const override { return "allreduce-sgd"; }
   bool lockstep() const override { return true; }  // rounds matched by step
   void setup(engine::PeerContext& ctx) override;
@@ -80,6 +95,7 @@ class AllreduceSgd final : public engine::Algorithm {
   static constexpr std::uint32_t kGradient = 1;
   static constexpr std::uint32_t kCompressedGradient = 2;
   static constexpr std::uint32_t kBackupGradient = 3;
+  static constexpr std::uint32_t kRingSurvey = 4;
   // Rounds a member that fell behind keeps the others' results of (each the gradient's size).
   static constexpr std::size_t kBackupRoundsKept = 8;
 
@@ -94,6 +110,7 @@ class AllreduceSgd final : public engine::Algorithm {
   kernels::Buffer<float> mean_;  // the all-reduce's output
   std::unique_ptr<AsyncAllReduce> compressed_;
   std::unique_ptr<AsyncAllReduce> backup_;
+  std::unique_ptr<NetworkRing> ring_;   // ring-order network
   std::vector<engine::PeerId> owners_;  // the last complete round's contributors
   double lastLoss_ = 0;                 // what a step without a gradient reports
 };

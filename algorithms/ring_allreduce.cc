@@ -62,7 +62,14 @@ RingOutcome ringAllReduce(engine::PeerContext& ctx, std::span<const float> input
   GOSSAMER_ENFORCE(options.kind < engine::kMaxAlgorithmKind,
                    "ring all-reduce: message kind {} is reserved", options.kind);
   kernels::Compute& compute = ctx.compute();
-  const std::vector<engine::PeerId>& members = ctx.members();
+  const std::vector<engine::PeerId> members =
+      options.order.empty()
+          ? ctx.members()
+          : std::vector<engine::PeerId>(options.order.begin(), options.order.end());
+  GOSSAMER_ENFORCE(
+      options.order.empty() || std::is_permutation(members.begin(), members.end(),
+                                                   ctx.members().begin(), ctx.members().end()),
+      "ring all-reduce: the order is not a permutation of the members");
   const std::size_t n = members.size();
   if (n == 1) {
     if (output.data() != input.data()) compute.copy(output, input);
@@ -95,11 +102,10 @@ RingOutcome ringAllReduce(engine::PeerContext& ctx, std::span<const float> input
                                   static_cast<std::uint32_t>(phase * options.pipeline + k));
   };
   // A partial sum of the reduce phases holds phase + 1 inputs; the all-gather's is the result.
-  auto withinBound = [&](const engine::Incoming& m, std::size_t phase,
-                         std::span<const float> own) {
+  auto withinBound = [&](const engine::Incoming& m, std::size_t phase, std::span<const float> own) {
     const engine::NormBound bound = ctx.normBound();
     if (!bound.enabled()) return true;
-    const double share = phase < reducePhases ? static_cast<double>(phase + 1)
+    const double share = phase < reducePhases            ? static_cast<double>(phase + 1)
                          : options.op == ReduceOp::kMean ? 1.0
                                                          : static_cast<double>(n);
     const engine::DeviceView x = ctx.upload(m.payload(0));

@@ -26,9 +26,9 @@
 // size or with a non-finite value is refused (engine::acceptMessage: a warning naming its sender,
 // counted in "<who>.refused") and fails the round like a missing one; so does, under the run's
 // NormBound, a chunk far from this peer's own input there (a partial sum of k inputs divided by
-// k, the all-gather's sum by n: engine::acceptNearOwn, counted in "<who>.outliers"). The caller falls back for
-// that round (e.g. keeps its local value) and the next round uses the new view. After a failure
-// `output` holds partial sums; `input` is untouched unless it is `output`.
+// k, the all-gather's sum by n: engine::acceptNearOwn, counted in "<who>.outliers"). The caller
+// falls back for that round (e.g. keeps its local value) and the next round uses the new view.
+// After a failure `output` holds partial sums; `input` is untouched unless it is `output`.
 #pragma once
 
 #include <chrono>
@@ -72,6 +72,10 @@ struct RingAllReduceOptions {
   // The calling algorithm's name, for the warnings and the "<who>.refused" count of refused
   // chunks.
   std::string who = "ring-allreduce";
+  // The ring: a permutation of ctx.members(), the same on every member (network_ring.h); empty:
+  // ctx.members() as they are (sorted ids). Members whose orders differ fail the round as
+  // kMismatch: the order is part of the messages' fingerprint.
+  std::span<const engine::PeerId> order;
 };
 
 // The runtime stages every send in a buffer of a small pool and every receive in one of a small

@@ -1,5 +1,6 @@
 #include "bench/convergence_config.h"
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -87,8 +88,11 @@ void RunSettings::validate() const {
 std::string Split::name() const { return kind == "iid" ? kind : fmt::format("{}:{}", kind, alpha); }
 
 std::string Experiment::name() const {
+  // A profile file by its stem: "../nets/my-net.net" -> "my-net".
+  std::string networkName = std::filesystem::path(network).stem().string();
+  if (networkName.empty()) networkName = network;
   return fmt::format("{}/{}/{}/{}p/{}{}{}", algorithm, topology.empty() ? "default" : topology,
-                     network, peers, split.name(),
+                     networkName, peers, split.name(),
                      stepTime > 0 ? fmt::format("/{}ms", stepTime) : std::string(),
                      compress == "none" ? std::string() : "/" + compress);
 }

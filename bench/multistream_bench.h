@@ -20,8 +20,8 @@ struct MultistreamFigures {
 
 // Transfers `autoMiB` over `auto` streams and `singleMiB` over one on geo-cap Tokyo-London, and
 // `loopbackMiB` over plain tcp and over 4 striped connections on loopback; all plaintext, in
-// frames of 64 MiB, sender and receiver on their own io threads. Throughput = the bytes of the
-// frames after the first / the time between the first frame's arrival and the last's.
+// frames of 64 MiB, sender and receiver on their own io threads. Throughput = the bytes / the
+// time from the first send to the last frame's arrival less the path's one-way latency.
 MultistreamFigures measureMultistream(std::size_t autoMiB, std::size_t singleMiB,
                                       std::size_t loopbackMiB);
 

@@ -42,8 +42,10 @@ def main() -> int:
         groups[key][(row["algorithm"], row["topology"])].append(row)
         topologies[key].add(row["topology"])
     written = []
-    for (network, peers, split), lines in sorted(groups.items()):
-        several_topologies = len(topologies[(network, peers, split)]) > 1
+    for (network_spec, peers, split), lines in sorted(groups.items()):
+        several_topologies = len(topologies[(network_spec, peers, split)]) > 1
+        # A profile file by its stem: "../nets/my-net.net" -> "my-net".
+        network = Path(network_spec).stem if "/" in network_spec else network_spec
         for prefix, xcol, xlabel, ycol, ylabel, logy in FIGURES:
             if xcol == "wall_s" and time_label:
                 xlabel = time_label

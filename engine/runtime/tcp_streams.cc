@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <fstream>
 #include <string>
 
@@ -87,7 +88,10 @@ PathEstimate estimatePath(const NetworkConfig& n, const net::Endpoint& remote,
     streams = n.tcpStreams > 0 ? n.tcpStreams
                                : net::striped::autoStreams(roundTrip, path, kMaxTcpStreams);
   }
-  return {roundTrip.count(), net::striped::pathBitsPerSecond(path, roundTrip, streams) / 8};
+  // The bandwidth of the round trip to the millisecond: the same link measured twice gives the
+  // same figure (below a millisecond, nothing the window limits).
+  const std::chrono::duration<double> rounded(std::round(roundTrip.count() * 1e3) / 1e3);
+  return {roundTrip.count(), net::striped::pathBitsPerSecond(path, rounded, streams) / 8};
 }
 
 std::unique_ptr<net::Transport> withTcpStreams(std::unique_ptr<net::Transport> transport,

@@ -28,7 +28,8 @@ std::uint64_t tcpWindowBytes(std::int64_t sendBufferBytes, std::int64_t receiveB
 net::striped::PathHint pathToward(const NetworkConfig& n, const net::Endpoint& remote);
 
 // The path toward `remote` at the measured round trip: its bandwidth from pathToward and the
-// connections a link there has (tcp: the fixed count or autoStreams; other transports: one).
+// connections a link there has (tcp: the fixed count or autoStreams; other transports: one), at
+// the round trip to the millisecond.
 PathEstimate estimatePath(const NetworkConfig& n, const net::Endpoint& remote,
                           std::chrono::duration<double> roundTrip);
 

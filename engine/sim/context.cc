@@ -1,6 +1,7 @@
 #include "engine/sim/context.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "net/striped/striped_transport.h"
 
@@ -31,7 +32,9 @@ std::map<PeerId, PathEstimate> SimContext::measuredPaths() const {
     const net::shaped::LinkProfile& link = profile.between(p_.id - 1, peer - 1);
     const net::striped::PathHint path{link.flowWindowBytes, link.bandwidthBitsPerSecond};
     const std::chrono::duration<double> rtt = roundTrip;
-    paths[peer] = {rtt.count(), net::striped::pathBitsPerSecond(path, rtt, 1) / 8};
+    // As the runtime's (tcp_streams.cc): the bandwidth of the round trip to the millisecond.
+    const std::chrono::duration<double> rounded(std::round(rtt.count() * 1e3) / 1e3);
+    paths[peer] = {rtt.count(), net::striped::pathBitsPerSecond(path, rounded, 1) / 8};
   }
   return paths;
 }

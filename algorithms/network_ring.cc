@@ -1,0 +1,134 @@
+#include "algorithms/network_ring.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "algorithms/ring_allreduce.h"
+#include "engine/base/enforce.h"
+#include "engine/base/log.h"
+#include "topology/ring_order.h"
+
+namespace gossamer::algorithms {
+namespace {
+
+// Measurements are noisy: round trips go to the millisecond and bandwidths to two significant
+// digits, so that links alike tie (and keep the id order) instead of ordering the ring by noise,
+// and two runs on the same network order it alike.
+double coarse(double value, double grid) { return std::round(value / grid) * grid; }
+double twoDigits(double value) {
+  if (!(value > 0)) return 0;
+  const double grid = std::pow(10.0, std::floor(std::log10(value)) - 1);
+  return coarse(value, grid);
+}
+
+}  // namespace
+
+NetworkRing::NetworkRing(std::uint32_t kind, std::uint64_t surveyEvery, std::string who)
+    : kind_(kind), surveyEvery_(surveyEvery), who_(std::move(who)) {
+  GOSSAMER_ENFORCE(surveyEvery_ > 0, "{}: the ring's survey period must be > 0", who_);
+}
+
+bool NetworkRing::surveys(std::uint64_t step, std::uint64_t surveyEvery) {
+  if (step == 0) return false;
+  if (step % surveyEvery == 0) return true;
+  return step >= 8 && step < surveyEvery && std::has_single_bit(step);
+}
+
+std::span<const engine::PeerId> NetworkRing::order(engine::PeerContext& ctx, double modelBytes) {
+  if (!order_.empty() && !std::is_permutation(order_.begin(), order_.end(), ctx.members().begin(),
+                                              ctx.members().end())) {
+    order_.clear();  // a view change: the id order until the next survey
+  }
+  if (surveys(ctx.step(), surveyEvery_)) survey(ctx, modelBytes);
+  return order_;
+}
+
+void NetworkRing::survey(engine::PeerContext& ctx, double modelBytes) {
+  const std::vector<engine::PeerId>& members = ctx.members();
+  const std::size_t n = members.size();
+  if (n < 3) return;  // two or fewer members: every ring is the same
+  const auto rank = static_cast<std::size_t>(std::find(members.begin(), members.end(), ctx.self()) -
+                                             members.begin());
+  std::vector<float> matrix(2 * n * n, 0.0f);
+  const std::map<engine::PeerId, engine::PathEstimate> paths = ctx.measuredPaths();
+  for (std::size_t j = 0; j < n; ++j) {
+    if (j == rank) continue;
+    const auto it = paths.find(members[j]);
+    float* entry = &matrix[2 * (rank * n + j)];
+    if (it == paths.end()) {
+      entry[0] = -1.0f;  // not measured
+      continue;
+    }
+    entry[0] = static_cast<float>(coarse(it->second.roundTripSeconds, 1e-3));
+    const double bandwidth = it->second.bytesPerSecond;
+    entry[1] = std::isfinite(bandwidth) ? static_cast<float>(twoDigits(bandwidth)) : 0.0f;
+  }
+  std::vector<float> summed(matrix.size());
+  const RingOutcome outcome = ringAllReduce(
+      ctx, matrix, summed,
+      {.kind = kind_, .step = ctx.step(), .op = ReduceOp::kSum, .pipeline = 1, .who = who_});
+  ctx.metrics().add(who_ + ".ring_surveys", 1);
+  if (outcome != RingOutcome::kComplete) {
+    order_.clear();
+    return;
+  }
+  double idSeconds = 0, orderedSeconds = 0;
+  std::vector<engine::PeerId> order =
+      ringOrderFromSurvey(members, summed, modelBytes, &idSeconds, &orderedSeconds);
+  // An order that gains little keeps the id order: on a LAN the measurements' noise would pick
+  // the order, and two runs would sum in different orders for nothing.
+  if (idSeconds - orderedSeconds < std::max(kMinGain * idSeconds, kMinGainSeconds)) order.clear();
+  if (order != order_ && !order.empty()) {
+    log::get("algorithms")
+        ->info(
+            "{}: ring ordered by the network at step {}: {:016x}; estimated round {:.3f} s "
+            "against {:.3f} s in id order",
+            who_, ctx.step(), fmt::join(order, " "), orderedSeconds, idSeconds);
+  }
+  order_ = std::move(order);
+}
+
+std::vector<engine::PeerId> ringOrderFromSurvey(std::span<const engine::PeerId> members,
+                                                std::span<const float> matrix, double modelBytes,
+                                                double* idRoundSeconds,
+                                                double* orderedRoundSeconds) {
+  const std::size_t n = members.size();
+  GOSSAMER_ENFORCE_EQ(matrix.size(), 2 * n * n, "ring survey: the matrix holds n x n x 2 floats");
+  topology::LinkCosts costs{n, std::vector<double>(n * n, 0.0), std::vector<double>(n * n, 0.0)};
+  const auto roundTrip = [&](std::size_t i, std::size_t j) {
+    return static_cast<double>(matrix[2 * (i * n + j)]);
+  };
+  for (std::size_t i = 0; i < n; ++i) {
+    for (std::size_t j = 0; j < n; ++j) {
+      if (i == j) {
+        costs.bandwidthBytesPerSecond[i * n + j] = std::numeric_limits<double>::infinity();
+        continue;
+      }
+      const double there = roundTrip(i, j), back = roundTrip(j, i);
+      if (there < 0 && back < 0) return {};  // measured by neither
+      costs.latencySeconds[i * n + j] = std::max(there, back) / 2;
+      const double bandwidth = matrix[2 * (i * n + j) + 1];
+      costs.bandwidthBytesPerSecond[i * n + j] =
+          bandwidth > 0 ? bandwidth : std::numeric_limits<double>::infinity();
+    }
+  }
+  const std::vector<std::size_t> positions = topology::orderRing(costs, modelBytes);
+  std::vector<std::size_t> identity(n);
+  std::iota(identity.begin(), identity.end(), 0);
+  if (idRoundSeconds != nullptr)
+    *idRoundSeconds = topology::estimateRingRoundSeconds(costs, identity, modelBytes);
+  if (orderedRoundSeconds != nullptr)
+    *orderedRoundSeconds = topology::estimateRingRoundSeconds(costs, positions, modelBytes);
+  std::vector<engine::PeerId> order;
+  order.reserve(n);
+  for (const std::size_t position : positions) order.push_back(members[position]);
+  return order;
+}
+
+}  // namespace gossamer::algorithms
