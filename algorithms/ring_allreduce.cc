@@ -9,7 +9,7 @@ namespace gossamer::algorithms {
 namespace {
 
 // A fingerprint of the member list (FNV-1a over the ids).
-std::uint64_t membersFingerprint(const std::vector<engine::PeerId>& members) {
+std::uint64_t membersFingerprint(std::span<const engine::PeerId> members) {
   std::uint64_t hash = 14695981039346656037ull;
   for (engine::PeerId id : members) {
     for (int byte = 0; byte < 8; ++byte) {
@@ -62,10 +62,9 @@ RingOutcome ringAllReduce(engine::PeerContext& ctx, std::span<const float> input
   GOSSAMER_ENFORCE(options.kind < engine::kMaxAlgorithmKind,
                    "ring all-reduce: message kind {} is reserved", options.kind);
   kernels::Compute& compute = ctx.compute();
-  const std::vector<engine::PeerId> members =
-      options.order.empty()
-          ? ctx.members()
-          : std::vector<engine::PeerId>(options.order.begin(), options.order.end());
+  // The ring: the caller's order, else the members as they are (no copy on the step's path).
+  const std::span<const engine::PeerId> members =
+      options.order.empty() ? std::span<const engine::PeerId>(ctx.members()) : options.order;
   GOSSAMER_ENFORCE(
       options.order.empty() || std::is_permutation(members.begin(), members.end(),
                                                    ctx.members().begin(), ctx.members().end()),

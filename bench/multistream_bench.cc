@@ -25,14 +25,6 @@ using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
 constexpr std::size_t kFrameBytes = std::size_t{64} << 20;
-constexpr auto kDeadline = 300s;
-
-template <typename T>
-T waitFor(std::future<T>& future, const char* what) {
-  GOSSAMER_ENFORCE(future.wait_for(kDeadline) == std::future_status::ready,
-                   "multistream bench: {} did not finish within {} s", what, kDeadline.count());
-  return future.get();
-}
 
 // How the two ends are built: tcp, maybe shaped as tokyo (sender) and london (receiver) of
 // geo-cap, maybe striped with `streams` (0: auto).
@@ -118,8 +110,8 @@ class Transfer {
           }
         },
         asio::use_future);
-    waitFor(sent, "sender");
-    const std::vector<Clock::time_point> arrivals = waitFor(received, "receiver");
+    LinkPair::waitFor(sent, "sender");
+    const std::vector<Clock::time_point> arrivals = LinkPair::waitFor(received, "receiver");
     const std::chrono::duration<double> span = arrivals.back() - start - latency;
     return static_cast<double>(frames * kFrameBytes) * 8.0 / span.count();
   }
