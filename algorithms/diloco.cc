@@ -18,7 +18,7 @@ void OuterOptions::validate(const char* algorithm) const {
 }
 
 void DilocoOptions::validate() const {
-  GOSSAMER_ENFORCE(h >= 1, "diloco.h must be at least 1, not {}", h);
+  GOSSAMER_ENFORCE(h.valueOr(1) >= 1, "diloco.h must be at least 1 or auto, not {}", h.valueOr(1));
   outer.validate("diloco");
   GOSSAMER_ENFORCE(pipeline >= 1 && pipeline <= kMaxRingPipeline,
                    "diloco.pipeline must be in [1, {}], not {}", kMaxRingPipeline, pipeline);
@@ -270,7 +270,7 @@ Diloco::Diloco(DilocoOptions options)
     : PeriodicAveraging(
           PeriodicAveragingOptions{
               .tau = options.h, .roundSeconds = options.roundSeconds, .quorum = options.quorum},
-          "diloco"),
+          "diloco", {.exchange = Exchange::kDirect, .low = 10, .high = 500, .knob = "h"}),
       options_(options),
       outer_("diloco", options.outer),
       exchange_({.kind = kAverage,

@@ -80,12 +80,13 @@ struct OuterOptions {
 };
 
 struct DilocoOptions {
-  // Inner steps per outer round. 50, not the paper's 500: the paper runs 88k steps (176 rounds at
-  // H = 500) and its H ablation loses little down to H = 50; our runs are hundreds to a few
-  // thousand steps, and the outer momentum needs tens of rounds to build up. On Fashion-MNIST (MLP,
-  // 4 local peers, 3 epochs = 705 steps, seed 1) H = 50 reached 86.3% with comm_wait_fraction
-  // 0.13, H = 6 85.2% at 0.31 (local-sgd, tau = 6: 85.3% at 0.36).
-  std::uint64_t h = 50;
+  // Inner steps per outer round; auto (the default): the fewest (10-500) that keep the round's
+  // exchange within kBlockingShare of the time (network_fit.h), the rule time-boxed rounds' auto
+  // length follows too. The paper's 500 suits its 88k steps (176 rounds); its H ablation loses
+  // little down to H = 50, and our runs are hundreds to a few thousand steps, where the outer
+  // momentum needs tens of rounds to build up. On Fashion-MNIST (MLP, 4 local peers, 3 epochs =
+  // 705 steps, seed 1) H = 50 reached 86.3% with comm_wait_fraction 0.13, H = 6 85.2% at 0.31.
+  engine::Auto<std::uint64_t> h = engine::Auto<std::uint64_t>::automatic();
   OuterOptions outer;
   std::size_t pipeline = 4;  // messages per all-reduce chunk
   // Rounds bounded by time instead of h steps (algorithms/time_box.h): off, auto or seconds.
@@ -95,10 +96,13 @@ struct DilocoOptions {
 
   template <typename Bind>
   void bind(Bind& b) {
-    b("h", h, "inner steps between outer rounds (the paper: 500)");
+    b("h", h,
+      "inner steps between outer rounds (the paper: 500), or auto: the fewest (10-500) that keep "
+      "the round's exchange within 5% of the time, from what the peers measure");
     b("round-seconds", roundSeconds,
       "bound each outer round by time instead of h steps: seconds, auto (h x the members' mean "
-      "step time) or off; each peer takes the steps that fit, the merge weights each model by its "
+      "step time; with h auto, 19 x the round's measured exchange) or off; each peer takes the "
+      "steps that fit, the merge weights each model by its "
       "steps, and the run ends when the cluster has taken the steps of an even run");
     b("quorum", quorum,
       "time-boxed rounds: the fewest members a round merges (all, a count, or a fraction in "

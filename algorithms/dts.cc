@@ -1,6 +1,9 @@
 #include "algorithms/dts.h"
 
 #include <algorithm>
+#include <numeric>
+
+#include <fmt/format.h>
 
 #include "algorithms/ring_allreduce.h"
 #include "engine/base/enforce.h"
@@ -10,19 +13,20 @@ namespace gossamer::algorithms {
 using engine::train::OptimizerKind;
 
 void DtsOptions::validate() const {
-  GOSSAMER_ENFORCE(period >= 1, "dts.period must be at least 1, not {}", period);
+  const std::uint64_t p = period.valueOr(1), t = delay.valueOr(0);
+  GOSSAMER_ENFORCE(p >= 1, "dts.period must be at least 1 or auto, not {}", p);
   GOSSAMER_ENFORCE(pieces >= 1 && pieces <= kMaxRingPipeline,
                    "dts.pieces must be in [1, {}], not {}", kMaxRingPipeline, pieces);
-  GOSSAMER_ENFORCE(delay % period == 0,
+  GOSSAMER_ENFORCE(t % p == 0,
                    "dts.delay must be a multiple of dts.period (a window is compensated at a "
                    "window's end), not {} with period {}",
-                   delay, period);
+                   t, p);
   GOSSAMER_ENFORCE(backups <= 1024, "dts.backups must be in [0, 1024], not {}", backups);
-  GOSSAMER_ENFORCE(delay / period <= 64,
+  GOSSAMER_ENFORCE(t / p <= 64,
                    "dts.delay must be at most 64 x dts.period (each of the floor(delay / period) "
                    "+ 1 rounds in flight holds three copies of what it sends), not {} with "
                    "period {}",
-                   delay, period);
+                   t, p);
 }
 
 namespace dts {
@@ -105,7 +109,10 @@ std::span<float> velocity(engine::PeerContext& ctx) {
 
 }  // namespace
 
-Dts::Dts(DtsOptions options) : options_(options) {}
+Dts::Dts(DtsOptions options) : options_(options) {
+  delay_ = options_.delay.valueOr(0);
+  period_ = options_.period.valueOr(std::gcd(delay_, kProvisionalPeriod));
+}
 Dts::~Dts() = default;
 
 dts::Linear Dts::linear(engine::PeerContext& ctx) const {
@@ -118,8 +125,7 @@ dts::Linear Dts::linear(engine::PeerContext& ctx) const {
 
 std::size_t Dts::width(engine::PeerContext& ctx) const {
   const std::size_t n = ctx.params().size();
-  const bool twoVectors =
-      options_.period > 1 && ctx.optimizer().options().kind != OptimizerKind::kSgd;
+  const bool twoVectors = period_ > 1 && ctx.optimizer().options().kind != OptimizerKind::kSgd;
   return twoVectors ? 2 * n : n;
 }
 
@@ -134,8 +140,9 @@ void Dts::setup(engine::PeerContext& ctx) {
         .op = ReduceOp::kMean,
         .pieces = options_.pieces,
         .who = name(),
-        // A faster member runs at most t steps ahead: floor(t / p) + 1 rounds.
-        .maxFutureRounds = static_cast<std::size_t>(options_.delay / options_.period) + 2,
+        // A faster member runs at most t steps ahead: floor(t / p) + 1 rounds (auto: t <= 64 p).
+        .maxFutureRounds =
+            (options_.delay.isAuto() || options_.period.isAuto() ? 64 : delay_ / period_) + 2,
         // The window's averaged gradients, with error feedback (--compress).
         .compress = true,
         .backups = options_.backups});
@@ -143,6 +150,14 @@ void Dts::setup(engine::PeerContext& ctx) {
   owners_.clear();
   // The members changed (or this is the first setup): rounds started with the old view fail.
   dropAll(ctx);
+  if (options_.delay.isAuto() || options_.period.isAuto()) {
+    // Provisional until the new view's first complete survey; windows anchored at step 0, as
+    // every member's.
+    fit_.reset();
+    delay_ = options_.delay.valueOr(0);
+    period_ = options_.period.valueOr(std::gcd(delay_, kProvisionalPeriod));
+    anchor_ = 0;
+  }
   startWindow(ctx);
 }
 
@@ -150,7 +165,7 @@ void Dts::startWindow(engine::PeerContext& ctx) {
   windowSteps_ = 0;
   skipped_ = false;
   windowMap_ = dts::Matrix{};
-  if (options_.period == 1) return;  // the gradient itself is sent: no window state
+  if (period_ == 1) return;  // the gradient itself is sent: no window state
   const std::size_t n = ctx.params().size(), size = width(ctx);
   if (start_.size() != size) start_ = ctx.compute().allocate<float>(size);
   const std::span<float> start = start_;
@@ -188,7 +203,7 @@ void Dts::startRound(engine::PeerContext& ctx, std::uint64_t round,
     ctx.metrics().add("dts.fallbacks", 1);
     return;
   }
-  Pending pending{.m = m, .due = round + options_.delay};
+  Pending pending{.m = m, .due = round + delay_};
   if (options_.backups > 0) allreduce_->setOwners(owners_);
   if (skipped_) {
     // A window this peer caught up through: the others' round went on without it.
@@ -216,7 +231,7 @@ bool Dts::behind(engine::PeerContext& ctx) {
   // The end of the window this step belongs to. Its round already reduced somewhere means it
   // went on without this peer (the others may run ahead by up to t steps while they still wait
   // for this peer's response: only a reduced chunk says they do not).
-  const std::uint64_t windowEnd = (ctx.step() / options_.period + 1) * options_.period;
+  const std::uint64_t windowEnd = anchor_ + ((ctx.step() - anchor_) / period_ + 1) * period_;
   return allreduce_->latestReducedHeard() >= windowEnd;
 }
 
@@ -267,7 +282,7 @@ double Dts::step(engine::PeerContext& ctx) {
   const dts::Linear opt = linear(ctx);
   const dts::Matrix a = dts::stepMap(opt, lr);
   for (auto& [round, p] : pending_) p.m = a * p.m;
-  if (options_.period == 1) {
+  if (period_ == 1) {
     // X = B g: send g, with the injection as M's first column.
     const auto [cw, cv] = dts::injection(opt, lr);
     std::shared_ptr<kernels::Buffer<float>> g = roundBuffer(ctx);
@@ -275,12 +290,14 @@ double Dts::step(engine::PeerContext& ctx) {
     startRound(ctx, done, std::move(g), dts::Matrix{cw, 0, cv, 0});
     skipped_ = false;  // p = 1: each step is its own window
     completeDue(ctx, done);
+    fit(ctx, done);
     return loss;
   }
   windowMap_ = a * windowMap_;
   ++windowSteps_;
-  if (done % options_.period != 0) {
+  if (!windowEnds(done)) {
     allreduce_->poll(ctx);
+    fit(ctx, done);  // a fixed p that does not divide the survey steps: only t changes there
     return loss;
   }
   // A window's end: its response leaves before the compensations due now change the state
@@ -289,12 +306,42 @@ double Dts::step(engine::PeerContext& ctx) {
   endWindow(ctx, done);
   completeDue(ctx, done);
   startWindow(ctx);
+  fit(ctx, done);
   return loss;
+}
+
+void Dts::fit(engine::PeerContext& ctx, std::uint64_t done) {
+  if (!options_.delay.isAuto() && !options_.period.isAuto()) return;
+  const std::optional<NetworkFacts> facts = fit_.step(ctx, done);
+  if (!facts) return;
+  const double gradient = static_cast<double>(ctx.params().size()) * sizeof(float);
+  const double window =
+      ctx.optimizer().options().kind == OptimizerKind::kSgd ? gradient : 2 * gradient;
+  const DtsChoice choice =
+      chooseDts(*facts, gradient, window, options_.delay.fixed, options_.period.fixed);
+  if (choice.period != period_) {
+    // A new window length from this window's end (provisional p divides every survey step): the
+    // rounds in flight are compensated now, exactly (their maps are carried to this step), and
+    // the windows start again from here.
+    while (!pending_.empty()) complete(ctx, pending_.begin()->first);
+    period_ = choice.period;
+    anchor_ = done;
+    startWindow(ctx);
+  }
+  delay_ = choice.delay;
+  const std::string why = fmt::format(
+      "survey at step {}: {} members, slowest step {:.4f} s, a window's exchange of {:.1f} MB "
+      "{:.4f} s",
+      done, facts->members(), facts->slowestStepSeconds(), (period_ == 1 ? gradient : window) / 1e6,
+      facts->exchangeSeconds(Exchange::kDirect, period_ == 1 ? gradient : window));
+  if (options_.period.isAuto())
+    reportChosen(ctx, name(), "period", static_cast<double>(period_), why);
+  if (options_.delay.isAuto()) reportChosen(ctx, name(), "delay", static_cast<double>(delay_), why);
 }
 
 void Dts::finish(engine::PeerContext& ctx) {
   // The last, partial window: the same steps on every peer (they all end at the same count).
-  if (options_.period > 1 && windowSteps_ > 0) endWindow(ctx, ctx.step());
+  if (period_ > 1 && windowSteps_ > 0) endWindow(ctx, ctx.step());
   while (!pending_.empty()) complete(ctx, pending_.begin()->first);
   startWindow(ctx);
 }

@@ -91,25 +91,32 @@
 #include <vector>
 
 #include "algorithms/async_allreduce.h"
+#include "algorithms/network_survey.h"
 #include "engine/algorithm.h"
+#include "engine/options.h"
 #include "engine/train/optimizer.h"
 #include "kernels/compute.h"
 
 namespace gossamer::algorithms {
 
 struct DtsOptions {
-  std::uint64_t delay = 4;   // t: steps between a window's end and its compensation
-  std::uint64_t period = 1;  // p: local steps per window
-  std::size_t pieces = 4;    // messages per all-reduce chunk
-  std::size_t backups = 0;   // k: each window's all-reduce goes on with the first n - k responses
+  // t: steps between a window's end and its compensation; p: local steps per window. auto (the
+  // defaults): chosen from the view's first complete survey (network_fit.h, chooseDts: p the
+  // fewest steps whose window's bytes the slowest link carries in kLinkShare of their time, t the
+  // whole windows that cover one window's exchange); until then t = 0, p = 8 (a fixed one stays).
+  engine::Auto<std::uint64_t> delay = engine::Auto<std::uint64_t>::automatic();
+  engine::Auto<std::uint64_t> period = engine::Auto<std::uint64_t>::automatic();
+  std::size_t pieces = 4;   // messages per all-reduce chunk
+  std::size_t backups = 0;  // k: each window's all-reduce goes on with the first n - k responses
 
   template <typename Bind>
   void bind(Bind& b) {
     b("delay", delay,
       "t: steps a window's all-reduce may take; it is awaited and compensated t steps after the "
-      "window ends (0: at once, synchronous)");
+      "window ends (0: at once, synchronous); auto: the windows that cover its measured exchange");
     b("period", period,
-      "p: local steps per window; one all-reduce per p steps (temporally sparse update; >= 1)");
+      "p: local steps per window; one all-reduce per p steps (temporally sparse update; >= 1); "
+      "auto: the fewest steps whose window the slowest measured link carries in 80% of their time");
     b("pieces", pieces,
       "messages each all-reduce chunk is cut into, so additions overlap the transfer (1-16)");
     b("backups", backups,
@@ -172,6 +179,8 @@ class Dts final : public engine::Algorithm {
 
   // Message kind of the all-reduce.
   static constexpr std::uint32_t kWindow = 1;
+  // The window until auto has chosen (t = 0: nothing in flight at a survey step).
+  static constexpr std::uint64_t kProvisionalPeriod = 8;
 
  private:
   struct Pending {
@@ -200,8 +209,15 @@ class Dts final : public engine::Algorithm {
   // Polls, then compensates every round due at step count `done`.
   void completeDue(engine::PeerContext& ctx, std::uint64_t done);
   void dropAll(engine::PeerContext& ctx);
+  // Auto: the survey after step count `done` (a window's end), and the choice it makes.
+  void fit(engine::PeerContext& ctx, std::uint64_t done);
+  bool windowEnds(std::uint64_t done) const { return (done - anchor_) % period_ == 0; }
 
   DtsOptions options_;
+  // t and p now: the fixed ones, or auto's (provisional until the view's first survey); windows
+  // end every p steps after anchor_.
+  std::uint64_t delay_ = 0, period_ = kProvisionalPeriod, anchor_ = 0;
+  ViewFit fit_{"dts"};
   std::unique_ptr<AsyncAllReduce> allreduce_;
   std::map<std::uint64_t, Pending> pending_;  // by round (the window's end step)
   kernels::Buffer<float> start_;              // the state the window started from (p > 1)

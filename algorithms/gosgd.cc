@@ -9,6 +9,9 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
+#include "algorithms/network_survey.h"
 #include "engine/base/enforce.h"
 #include "engine/base/log.h"
 
@@ -39,7 +42,8 @@ std::uint64_t newLife(std::chrono::system_clock::time_point wall) {
 }  // namespace
 
 void GosgdOptions::validate() const {
-  GOSSAMER_ENFORCE(p > 0 && p <= 1, "gosgd.p must be in (0, 1], not {}", p);
+  GOSSAMER_ENFORCE(p.valueOr(1) > 0 && p.valueOr(1) <= 1,
+                   "gosgd.p must be in (0, 1] or auto, not {}", p.valueOr(1));
   SharedEnd::validate("gosgd", end);
   GOSSAMER_ENFORCE(retransmit > 0 && retransmit <= 1, "gosgd.retransmit must be in (0, 1], not {}",
                    retransmit);
@@ -55,6 +59,33 @@ double GosgdOptions::gammaFor(const kernels::Codec& codec) const {
 }
 
 Gosgd::Gosgd(GosgdOptions options) : options_(options), end_("gosgd", options.end) {}
+
+void Gosgd::fitP(engine::PeerContext& ctx) {
+  if (!options_.p.isAuto()) return;
+  const std::optional<engine::PeerSpeed> speed = ctx.speedOf(ctx.self());
+  if (!speed || !(speed->stepSeconds > 0)) return;
+  // The mean seconds one model takes on this peer's links to the members it measured (a draw
+  // picks a member at random).
+  const double bytes = static_cast<double>(transferBytes(ctx));
+  double wire = 0;
+  std::size_t measured = 0;
+  for (const auto& [peer, path] : ctx.measuredPaths()) {
+    if (peer == ctx.self() || !contains(ctx.members(), peer)) continue;
+    ++measured;
+    if (path.bytesPerSecond > 0 && std::isfinite(path.bytesPerSecond))
+      wire += bytes / path.bytesPerSecond;
+  }
+  if (measured == 0) return;
+  const double p =
+      chooseGossipProbability(speed->stepSeconds, wire / static_cast<double>(measured));
+  // Two digits: the measurements' noise does not move it.
+  const double rounded = std::max(std::round(p * 100) / 100, kMinGossip);
+  if (chosenP_ == rounded) return;
+  chosenP_ = rounded;
+  reportChosen(ctx, "gosgd", "p", rounded,
+               fmt::format("step {:.4f} s, a model of {:.1f} MB {:.4f} s on a link on average",
+                           speed->stepSeconds, bytes / 1e6, wire / static_cast<double>(measured)));
+}
 
 // ---- The rule: merge before a step, push after it -----------------------------------------------
 
@@ -75,6 +106,7 @@ void Gosgd::setup(engine::PeerContext& ctx) {
   // The view changed: every stream anchors again (see "Compressed").
   estimates_.reset(ctx.members());
   publish(ctx);
+  fitP(ctx);
 }
 
 void Gosgd::beforeStep(engine::PeerContext& ctx) {
@@ -161,12 +193,13 @@ void Gosgd::merge(engine::PeerContext& ctx, std::vector<engine::Incoming>& trans
 
 void Gosgd::afterStep(engine::PeerContext& ctx) {
   end_.update(ctx);
+  if (surveys(ctx.step() + 1, ViewFit::kSurveyEvery)) fitP(ctx);
   // A peer without weight (a late joiner, or one restored with weight 0, that has received none
   // yet) has nothing to give: a transfer of weight 0 moves no mass, and two of them meeting
   // would make a 0/0 average.
   if (!(alpha_ > 0)) return;
   std::uniform_real_distribution<double> coin(0.0, 1.0);
-  if (coin(ctx.rng()) >= options_.p) return;
+  if (coin(ctx.rng()) >= chosenP_.value_or(options_.p.valueOr(GosgdOptions::kProvisionalP))) return;
   // Bytes in flight: every transfer is one model (a peer whose acks stop coming stops gossiping,
   // and keeps its weight, instead of piling up model copies).
   const std::size_t bytes = transferBytes(ctx);

@@ -164,6 +164,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -173,11 +174,17 @@
 #include "algorithms/reliable_delivery.h"
 #include "algorithms/shared_end.h"
 #include "engine/algorithm.h"
+#include "engine/options.h"
 
 namespace gossamer::algorithms {
 
 struct GosgdOptions {
-  double p = 0.1;            // probability of gossiping after a step
+  // Probability of gossiping after a step; auto (the default): kLinkShare x this peer's step time
+  // x its links' bandwidth / the model's bytes, within [0.01, 1] (network_fit.h), from its own
+  // measurements (push-sum stays exact with any p_i: no agreement), recomputed at its survey
+  // steps and view changes; kProvisionalP until it has measured its step and a path.
+  engine::Auto<double> p = engine::Auto<double>::automatic();
+  static constexpr double kProvisionalP = 0.1;
   double retransmit = 0.05;  // of --comm-timeout: resend an unacknowledged transfer after this
   std::int64_t maxInflightBytes = 0;  // bound on unacknowledged bytes; 0: estimated
   double gamma = 0;  // with --compress: a difference carries gamma alpha_i / 2; 0: the codec's
@@ -185,7 +192,9 @@ struct GosgdOptions {
 
   template <typename Bind>
   void bind(Bind& b) {
-    b("p", p, "probability of sending (w, alpha/2) to a random peer after a step");
+    b("p", p,
+      "probability of sending (w, alpha/2) to a random peer after a step, in (0, 1]; auto: what "
+      "keeps this peer's links 80% busy at most, from its measured step time and bandwidth");
     b("retransmit", retransmit,
       "an unacknowledged transfer is sent again after this fraction of --comm-timeout");
     b("max_inflight_bytes", maxInflightBytes,
@@ -335,8 +344,11 @@ class Gosgd final : public engine::Algorithm {
   bool choosable(engine::PeerId peer) const;
   engine::Clock::duration retransmitAfter(engine::PeerContext& ctx) const;
   std::size_t transferBytes(engine::PeerContext& ctx) const;
+  // Auto p from this peer's own step time and paths (when measured).
+  void fitP(engine::PeerContext& ctx);
 
   GosgdOptions options_;
+  std::optional<double> chosenP_;  // auto p, once this peer measured enough
   SharedEnd end_;
   // Everything runs on the compute thread.
   double alpha_ = 0;

@@ -43,7 +43,9 @@ struct LocalSgdOptions : PeriodicAveragingOptions {
 
   template <typename Bind>
   void bind(Bind& b) {
-    b("tau", tau, "local steps between averaging rounds (tau <= 10 converges best)");
+    b("tau", tau,
+      "local steps between averaging rounds, or auto: the fewest (4-64) that keep the round's "
+      "exchange within 5% of the time, from what the peers measure (tau <= 10 converges best)");
     b("pipeline", pipeline,
       "sub-chunks per ring all-reduce chunk, sent back to back so transfer and reduction overlap "
       "(1-16)");
@@ -51,7 +53,8 @@ struct LocalSgdOptions : PeriodicAveragingOptions {
       "zero the local optimizer's state (momentum) at every round instead of keeping it");
     b("round-seconds", roundSeconds,
       "bound each round by time instead of tau steps: seconds, auto (tau x the members' mean "
-      "step time) or off; each peer takes the steps that fit, the average weights each model by "
+      "step time; with tau auto, 19 x the round's measured exchange) or off; each peer takes the "
+      "steps that fit, the average weights each model by "
       "its steps, and the run ends when the cluster has taken the steps of an even run");
     b("quorum", quorum,
       "time-boxed rounds: the fewest members a round merges (all, a count, or a fraction in "
@@ -64,7 +67,10 @@ struct LocalSgdOptions : PeriodicAveragingOptions {
 class LocalSgd final : public PeriodicAveraging {
  public:
   explicit LocalSgd(LocalSgdOptions options)
-      : PeriodicAveraging(options, "local-sgd", options.pipeline), pipeline_(options.pipeline) {}
+      : PeriodicAveraging(options, "local-sgd",
+                          {.exchange = Exchange::kRing, .low = 4, .high = 64, .knob = "tau"},
+                          options.pipeline),
+        pipeline_(options.pipeline) {}
   std::string name() const override { return "local-sgd"; }
   void setup(engine::PeerContext& ctx) override;
 

@@ -9,35 +9,16 @@
 
 #include <fmt/format.h>
 
-#include "algorithms/ring_allreduce.h"
+#include "algorithms/network_survey.h"
 #include "engine/base/enforce.h"
 #include "engine/base/log.h"
 #include "topology/ring_order.h"
 
 namespace gossamer::algorithms {
-namespace {
-
-// Measurements are noisy: round trips go to the millisecond and bandwidths to two significant
-// digits, so that links alike tie (and keep the id order) instead of ordering the ring by noise,
-// and two runs on the same network order it alike.
-double coarse(double value, double grid) { return std::round(value / grid) * grid; }
-double twoDigits(double value) {
-  if (!(value > 0)) return 0;
-  const double grid = std::pow(10.0, std::floor(std::log10(value)) - 1);
-  return coarse(value, grid);
-}
-
-}  // namespace
 
 NetworkRing::NetworkRing(std::uint32_t kind, std::uint64_t surveyEvery, std::string who)
     : kind_(kind), surveyEvery_(surveyEvery), who_(std::move(who)) {
   GOSSAMER_ENFORCE(surveyEvery_ > 0, "{}: the ring's survey period must be > 0", who_);
-}
-
-bool NetworkRing::surveys(std::uint64_t step, std::uint64_t surveyEvery) {
-  if (step == 0) return false;
-  if (step % surveyEvery == 0) return true;
-  return step >= 8 && step < surveyEvery && std::has_single_bit(step);
 }
 
 std::span<const engine::PeerId> NetworkRing::order(engine::PeerContext& ctx, double modelBytes) {
@@ -51,33 +32,13 @@ std::span<const engine::PeerId> NetworkRing::order(engine::PeerContext& ctx, dou
 
 void NetworkRing::survey(engine::PeerContext& ctx, double modelBytes) {
   const std::vector<engine::PeerId>& members = ctx.members();
-  const std::size_t n = members.size();
-  if (n < 3) return;  // two or fewer members: every ring is the same
-  const auto rank = static_cast<std::size_t>(std::find(members.begin(), members.end(), ctx.self()) -
-                                             members.begin());
-  std::vector<float> matrix(2 * n * n, 0.0f);
-  const std::map<engine::PeerId, engine::PathEstimate> paths = ctx.measuredPaths();
-  for (std::size_t j = 0; j < n; ++j) {
-    if (j == rank) continue;
-    const auto it = paths.find(members[j]);
-    float* entry = &matrix[2 * (rank * n + j)];
-    if (it == paths.end()) {
-      entry[0] = -1.0f;  // not measured
-      continue;
-    }
-    entry[0] = static_cast<float>(coarse(it->second.roundTripSeconds, 1e-3));
-    const double bandwidth = it->second.bytesPerSecond;
-    entry[1] = std::isfinite(bandwidth) ? static_cast<float>(twoDigits(bandwidth)) : 0.0f;
-  }
-  std::vector<float> summed(matrix.size());
-  const RingOutcome outcome = ringAllReduce(
-      ctx, matrix, summed,
-      {.kind = kind_, .step = ctx.step(), .op = ReduceOp::kSum, .pipeline = 1, .who = who_});
-  ctx.metrics().add(who_ + ".ring_surveys", 1);
-  if (outcome != RingOutcome::kComplete) {
+  if (members.size() < 3) return;  // two or fewer members: every ring is the same
+  const std::optional<Survey> surveyed = surveyNetwork(ctx, kind_, ctx.step(), who_);
+  if (!surveyed) {
     order_.clear();
     return;
   }
+  const std::vector<float>& summed = surveyed->paths;
   double idSeconds = 0, orderedSeconds = 0;
   std::vector<engine::PeerId> order =
       ringOrderFromSurvey(members, summed, modelBytes, &idSeconds, &orderedSeconds);

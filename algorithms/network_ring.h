@@ -5,17 +5,11 @@
 // fast: topology::orderRing over cost(i -> j) = latency(i, j) + (model / n) / bandwidth(i, j),
 // exact up to 12 members, a heuristic above. The order must be the same everywhere, so it is
 // computed from measurements every member holds bit for bit:
-//   survey   at steps 8, 16, 32, ... up to surveyEvery (the first probes' round trips come in),
-//            then at every multiple of surveyEvery: steps every member of a lockstep ring agrees
-//            on. Each member writes
-//            its row of measured paths (PeerContext::measuredPaths: round trip and bandwidth to
-//            each member) into an n x n x 2 matrix of zeros, and the members sum the matrices
-//            with a ring all-reduce over the id order; every member of a complete survey holds
-//            the same matrix, and computes the same order from it
+//   survey   network_survey.h, at its steps for surveyEvery: every member of a complete survey
+//            holds the same matrix of measured paths, and computes the same order from it
 //   costs    latency(i, j) = half the larger of the two directions' round trips (either one when
 //            only one is measured); bandwidth(i -> j) as i measured it (0 in the matrix:
-//            unlimited); round trips written to the millisecond and bandwidths to two digits,
-//            so that links alike tie and keep the id order rather than an order of noise
+//            unlimited); the survey's coarse values make links alike tie and keep the id order
 //   unknown  while some pair is measured by neither member, the order stays the id order
 //   gain     an order whose estimated round is not shorter than the id order's by 10% and 20 ms
 //            is not taken: on a LAN it would only follow the measurements' noise
@@ -42,11 +36,8 @@ class NetworkRing {
   static constexpr double kMinGain = 0.1;
   static constexpr double kMinGainSeconds = 0.02;
 
-  // Whether step `step` is a survey step.
-  static bool surveys(std::uint64_t step, std::uint64_t surveyEvery);
-
   // `kind`: the survey's message kind (the caller's own, < kMaxAlgorithmKind); `surveyEvery` > 0;
-  // `who` names the caller in logs and metrics ("<who>.ring_surveys").
+  // `who` names the caller in logs and metrics ("<who>.surveys").
   NetworkRing(std::uint32_t kind, std::uint64_t surveyEvery, std::string who);
 
   // The ring for this step's all-reduce of `modelBytes`: surveys first when the step is a survey

@@ -2,13 +2,16 @@
 
 #include <utility>
 
+#include <fmt/format.h>
+
 #include "engine/base/enforce.h"
 #include "engine/train/optimizer.h"
 
 namespace gossamer::algorithms {
 
 void PeriodicAveragingOptions::validate(const char* algorithm) const {
-  GOSSAMER_ENFORCE(tau >= 1, "{}.tau must be at least 1, not {}", algorithm, tau);
+  GOSSAMER_ENFORCE(tau.valueOr(1) >= 1, "{}.tau must be at least 1 or auto, not {}", algorithm,
+                   tau.valueOr(1));
   const RoundTime time = RoundTime::parse(algorithm, roundSeconds);
   const QuorumSize size = QuorumSize::parse(algorithm, quorum);
   GOSSAMER_ENFORCE(!size.enabled() || time.enabled(),
@@ -17,11 +20,17 @@ void PeriodicAveragingOptions::validate(const char* algorithm) const {
 }
 
 PeriodicAveraging::PeriodicAveraging(PeriodicAveragingOptions options, std::string who,
-                                     std::size_t timedPieces)
-    : options_(std::move(options)), timedPieces_(timedPieces) {
+                                     AutoRounds rule, std::size_t timedPieces)
+    : options_(std::move(options)),
+      rule_(std::move(rule)),
+      tau_(options_.tau.valueOr(kProvisionalTau)),
+      fit_(who),
+      timedPieces_(timedPieces) {
   if (const RoundTime time = RoundTime::parse(who, options_.roundSeconds); time.enabled()) {
     const QuorumSize quorum = QuorumSize::parse(who, options_.quorum);
-    timed_ = std::make_unique<TimedRounds>(std::move(who), time, options_.tau, 1, quorum);
+    // tau auto: 0, the round's length follows the exchange (time_box.h).
+    timed_ =
+        std::make_unique<TimedRounds>(std::move(who), time, options_.tau.valueOr(0), 1, quorum);
   }
 }
 
@@ -37,15 +46,41 @@ void PeriodicAveraging::afterStep(engine::PeerContext& ctx) {
     return;
   }
   const std::uint64_t done = ctx.step() + 1;  // ctx.step() counts this step once it returns
-  if (done % options_.tau == 0) average(ctx, done);
+  if (roundEnds(done)) {
+    lastRoundStep_ = done;
+    average(ctx, done);
+  }
+  if (options_.tau.isAuto()) fit(ctx, done);
+}
+
+void PeriodicAveraging::fit(engine::PeerContext& ctx, std::uint64_t done) {
+  const std::optional<NetworkFacts> facts = fit_.step(ctx, done);
+  if (!facts) return;
+  const double bytes = static_cast<double>(ctx.params().size()) * sizeof(float);
+  tau_ = blockingRoundSteps(*facts, rule_.exchange, bytes, rule_.low, rule_.high);
+  anchor_ = done;
+  reportChosen(ctx, name(), rule_.knob, static_cast<double>(tau_),
+               fmt::format("survey at step {}: {} members, slowest step {:.4f} s, an exchange of "
+                           "{:.1f} MB {:.4f} s",
+                           done, facts->members(), facts->slowestStepSeconds(), bytes / 1e6,
+                           facts->exchangeSeconds(rule_.exchange, bytes)));
 }
 
 void PeriodicAveraging::finish(engine::PeerContext& ctx) {
   if (timed_) return;  // the run ended at a round (the budget's, or this peer's cap)
-  if (ctx.step() % options_.tau != 0 && ctx.step() == ctx.totalSteps()) average(ctx, ctx.step());
+  // Not when the last step ran a round already (under the tau then: a view change since may
+  // have moved the schedule).
+  if (lastRoundStep_ != ctx.step() && ctx.step() == ctx.totalSteps()) average(ctx, ctx.step());
 }
 
 void PeriodicAveraging::setup(engine::PeerContext& ctx) {
+  if (!timed_ && options_.tau.isAuto()) {
+    // A view change: provisional rounds (anchored at step 0, as every member's) until the new
+    // view's first complete survey.
+    fit_.reset();
+    tau_ = kProvisionalTau;
+    anchor_ = 0;
+  }
   if (!timed_) return;
   timed_->start(ctx);
   if (timed_->quorum() && base_.size() != ctx.params().size()) {

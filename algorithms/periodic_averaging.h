@@ -21,17 +21,22 @@
 #include <string>
 
 #include "algorithms/async_allreduce.h"
+#include "algorithms/network_fit.h"
+#include "algorithms/network_survey.h"
 #include "algorithms/time_box.h"
 #include "engine/algorithm.h"
+#include "engine/options.h"
 #include "kernels/compute.h"
 
 namespace gossamer::algorithms {
 
 struct PeriodicAveragingOptions {
-  // Local steps between averaging rounds. 6: on Fashion-MNIST (MLP, 4 peers, 3 epochs) 85.1-85.6%
-  // over seeds 1-3; tau from 2 to 10 gave 84.7-85.8%, within that noise, and 6 sends a third of
-  // the bytes of tau = 2.
-  std::uint64_t tau = 6;
+  // Local steps between averaging rounds; auto (the default): the fewest that keep the blocking
+  // round's exchange within kBlockingShare of the time (network_fit.h), from the view's first
+  // complete survey (network_survey.h: ViewFit), tau = kProvisionalTau until then. On
+  // Fashion-MNIST (MLP, 4 peers, 3 epochs) tau from 2 to 10 gave 84.7-85.8%, within the noise of
+  // seeds.
+  engine::Auto<std::uint64_t> tau = engine::Auto<std::uint64_t>::automatic();
   bool resetOptimizer = false;  // zero the optimizer state when adopting the average
   // Rounds bounded by time instead of tau steps (algorithms/time_box.h): off, auto or seconds.
   std::string roundSeconds = "off";
@@ -42,11 +47,23 @@ struct PeriodicAveragingOptions {
   void validate(const char* algorithm) const;
 };
 
+// How auto tau is chosen: the subclass's exchange, the bounds, and the knob's name (logs,
+// "chosen").
+struct AutoRounds {
+  Exchange exchange = Exchange::kRing;
+  std::uint64_t low = 4, high = 64;
+  std::string knob = "tau";
+};
+
 class PeriodicAveraging : public engine::Algorithm {
  public:
+  // Rounds every this many steps (anchored at step 0) until auto has chosen.
+  static constexpr std::uint64_t kProvisionalTau = 8;
+
   // `who`: the algorithm's name (messages and metrics of the time-boxed rounds); `timedPieces`:
   // the pieces of the time-boxed rounds' all-reduce (async_allreduce.h).
-  PeriodicAveraging(PeriodicAveragingOptions options, std::string who, std::size_t timedPieces = 4);
+  PeriodicAveraging(PeriodicAveragingOptions options, std::string who, AutoRounds rule,
+                    std::size_t timedPieces = 4);
   ~PeriodicAveraging() override;
 
   // Rounds matched by step; time-boxed rounds by their number instead.
@@ -64,7 +81,8 @@ class PeriodicAveraging : public engine::Algorithm {
   // gives kind 3 nothing else).
   static constexpr std::uint32_t kWeighted = 3;
 
-  // Runs the round after every tau-th local step, or when a time-boxed round is due.
+  // Runs the round after every tau-th local step since the anchor (rounds by steps; then, with
+  // auto tau, the survey of the step), or when a time-boxed round is due.
   void afterStep(engine::PeerContext& ctx) override;
   // The last round when the run did not end on one (rounds by steps).
   void finish(engine::PeerContext& ctx) override;
@@ -94,9 +112,20 @@ class PeriodicAveraging : public engine::Algorithm {
   void count(engine::PeerContext& ctx, const std::string& name, double value = 1);
 
   const PeriodicAveragingOptions& options() const { return options_; }
+  // The rounds' period now (rounds by steps), and whether step count `done` ends a round.
+  std::uint64_t tau() const { return tau_; }
+  bool roundEnds(std::uint64_t done) const { return (done - anchor_) % tau_ == 0; }
 
  private:
+  // Auto tau from the view's first complete survey, anchored at step count `done`.
+  void fit(engine::PeerContext& ctx, std::uint64_t done);
+
   PeriodicAveragingOptions options_;
+  AutoRounds rule_;
+  std::uint64_t tau_ = kProvisionalTau;  // rounds by steps: every tau_ steps after anchor_
+  std::uint64_t anchor_ = 0;
+  std::uint64_t lastRoundStep_ = 0;  // the step count of the last round by steps
+  ViewFit fit_;
   std::unique_ptr<TimedRounds> timed_;
   // The default time-boxed round's exchange, its output and the rounds attempted.
   std::size_t timedPieces_;

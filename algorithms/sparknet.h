@@ -66,12 +66,15 @@ namespace gossamer::algorithms {
 struct SparknetOptions : PeriodicAveragingOptions {
   template <typename Bind>
   void bind(Bind& b) {
-    b("tau", tau, "local steps between averaging rounds (tau <= 10 converges best)");
+    b("tau", tau,
+      "local steps between averaging rounds, or auto: the fewest (4-64) that keep the round's "
+      "exchange within 5% of the time, from what the peers measure (tau <= 10 converges best)");
     b("reset-optimizer", resetOptimizer,
       "zero the local optimizer's state (momentum) at every round instead of keeping it");
     b("round-seconds", roundSeconds,
       "bound each round by time instead of tau steps: seconds, auto (tau x the members' mean "
-      "step time) or off; each peer takes the steps that fit, the average weights each model by "
+      "step time; with tau auto, 19 x the round's measured exchange) or off; each peer takes the "
+      "steps that fit, the average weights each model by "
       "its steps (through an all-reduce, not the master), and the run ends when the cluster has "
       "taken the steps of an even run");
     b("quorum", quorum,
@@ -84,7 +87,9 @@ struct SparknetOptions : PeriodicAveragingOptions {
 
 class Sparknet final : public PeriodicAveraging {
  public:
-  explicit Sparknet(SparknetOptions options) : PeriodicAveraging(options, "sparknet") {}
+  explicit Sparknet(SparknetOptions options)
+      : PeriodicAveraging(options, "sparknet",
+                          {.exchange = Exchange::kMaster, .low = 4, .high = 64, .knob = "tau"}) {}
   std::string name() const override { return "sparknet"; }
   void setup(engine::PeerContext& ctx) override;
 

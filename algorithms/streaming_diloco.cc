@@ -10,19 +10,20 @@ namespace gossamer::algorithms {
 
 void StreamingDilocoOptions::validate() const {
   GOSSAMER_ENFORCE(h >= 1, "streaming-diloco.h must be at least 1, not {}", h);
-  GOSSAMER_ENFORCE(fragments >= 1 && fragments <= h,
-                   "streaming-diloco.fragments must be in [1, h = {}] (offsets H/F apart), not {}",
-                   h, fragments);
+  const std::uint64_t f = fragments.valueOr(1), t = tau.valueOr(0);
+  GOSSAMER_ENFORCE(f >= 1 && f <= h,
+                   "streaming-diloco.fragments must be in [1, h = {}] (offsets H/F apart) or "
+                   "auto, not {}",
+                   h, f);
   GOSSAMER_ENFORCE(
-      fragments > h ||
-              tau<h / fragments,
-                  "streaming-diloco.tau must be below h / fragments = {} (a round merges before "
-                  "the next one starts), not {}",
-                  fragments>
-                  h
+      f > h || t<h / f,
+                 "streaming-diloco.tau must be below h / fragments = {} (a round merges before "
+                 "the next one starts), not {}",
+                 f>
+                   h
           ? 0
-          : h / fragments,
-      tau);
+          : h / f,
+      t);
   GOSSAMER_ENFORCE(std::isfinite(alpha) && alpha >= 0 && alpha <= 1,
                    "streaming-diloco.alpha must be in [0, 1], not {}", alpha);
   outer.validate("streaming-diloco");
@@ -31,8 +32,23 @@ void StreamingDilocoOptions::validate() const {
                    "streaming-diloco.pieces must be in [1, {}], not {}", kMaxRingPipeline, pieces);
 }
 
+namespace {
+
+// F and tau until a survey chose (time-boxed rounds: for the run).
+StreamingChoice provisional(const StreamingDilocoOptions& o) {
+  const bool timed = RoundTime::parse("streaming-diloco", o.roundSeconds).enabled();
+  StreamingChoice c;
+  c.fragments = o.fragments.valueOr(timed ? std::min<std::uint64_t>(4, o.h) : 1);
+  c.tau = o.tau.valueOr(std::min<std::uint64_t>(timed ? 2 : 1, o.h / c.fragments - 1));
+  return c;
+}
+
+}  // namespace
+
 StreamingDiloco::StreamingDiloco(StreamingDilocoOptions options)
     : options_(options),
+      fragments_(provisional(options).fragments),
+      tau_(provisional(options).tau),
       outer_("streaming-diloco", options.outer),
       allReduce_(AsyncAllReduceOptions{
           .kind = kAverage,
@@ -40,17 +56,30 @@ StreamingDiloco::StreamingDiloco(StreamingDilocoOptions options)
           .pieces = options.pieces,
           .who = "streaming-diloco",
           // A member up to one period of H steps ahead has started F rounds this peer has not.
-          .maxFutureRounds = 4 + static_cast<std::size_t>(options.fragments),
+          .maxFutureRounds = 4 + static_cast<std::size_t>(std::max<std::uint64_t>(
+                                     options.fragments.valueOr(1), kMaxFragments)),
           .compress = true}),
       timed_(makeTimed(options)) {}
 
 void StreamingDiloco::setup(engine::PeerContext& ctx) {
   const std::size_t size = ctx.params().size();
-  GOSSAMER_ENFORCE(options_.fragments <= size,
+  if (!timed_ && (options_.fragments.isAuto() || options_.tau.isAuto())) {
+    // A view change: the provisional values (as a joiner's) from the first step with no round in
+    // flight, until the new view's first complete survey.
+    fit_.reset();
+    next_ = provisional(options_);
+    chosen_ = false;
+    if (inFlight_.empty()) {
+      fragments_ = next_->fragments;
+      tau_ = next_->tau;
+      next_.reset();
+    }
+  }
+  GOSSAMER_ENFORCE(fragments_ <= size,
                    "streaming-diloco.fragments ({}) must not exceed the model's {} parameters",
-                   options_.fragments, size);
+                   fragments_, size);
   outer_.setup(ctx);
-  const std::size_t largest = ringSlice(size, options_.fragments, 0).count;
+  const std::size_t largest = ringSlice(size, fragments_, 0).count;
   if (scratch_.size() != largest) scratch_ = ctx.compute().allocate<float>(largest);
   step_ = ctx.step();
   if (timed_) setupTimed(ctx);
@@ -68,7 +97,7 @@ void StreamingDiloco::start(engine::PeerContext& ctx, std::uint64_t step, std::s
                      "streaming-diloco: fragment {} started at step {} while its round {} is in "
                      "flight",
                      fragment, step, round);
-  const Slice slice = ringSlice(ctx.params().size(), options_.fragments, fragment);
+  const Slice slice = ringSlice(ctx.params().size(), fragments_, fragment);
   const std::uint64_t round = roundOf(step, fragment);
   if (ctx.compression().enabled()) {
     // Delta_i[f] = theta[f] - w_i[f], built in the round's own buffer; the fragment is the
@@ -89,7 +118,7 @@ void StreamingDiloco::start(engine::PeerContext& ctx, std::uint64_t step, std::s
 }
 
 void StreamingDiloco::mergeUpTo(engine::PeerContext& ctx, std::uint64_t last, double alpha) {
-  while (!inFlight_.empty() && inFlight_.begin()->first / options_.fragments <= last) {
+  while (!inFlight_.empty() && inFlight_.begin()->first / stride() <= last) {
     const auto [round, fragment] = *inFlight_.begin();
     inFlight_.erase(inFlight_.begin());
     merge(ctx, round, fragment, alpha);
@@ -106,7 +135,7 @@ bool StreamingDiloco::merge(engine::PeerContext& ctx, std::uint64_t round, std::
     count(ctx, ringOutcomeName(outcome));
     return false;
   }
-  const Slice slice = ringSlice(ctx.params().size(), options_.fragments, fragment);
+  const Slice slice = ringSlice(ctx.params().size(), fragments_, fragment);
   const std::span<float> scratch = scratch_.span().first(slice.count);
   if (ctx.compression().enabled()) {
     // The mean model theta[f] - mean(Delta[f]), with the theta[f] that start() took Delta from.
@@ -117,13 +146,13 @@ bool StreamingDiloco::merge(engine::PeerContext& ctx, std::uint64_t round, std::
     apply(ctx, fragment, allReduce_.result(round), scratch, alpha);
   }
   allReduce_.release(ctx, round);
-  merged_[fragment] = round / options_.fragments;
+  merged_[fragment] = round / stride();
   return true;
 }
 
 void StreamingDiloco::apply(engine::PeerContext& ctx, std::size_t fragment,
                             std::span<const float> mean, std::span<float> scratch, double alpha) {
-  const Slice slice = ringSlice(ctx.params().size(), options_.fragments, fragment);
+  const Slice slice = ringSlice(ctx.params().size(), fragments_, fragment);
   kernels::Compute& compute = ctx.compute();
   outer_.step(ctx, slice.offset, mean, scratch);
   const std::span<float> local = ctx.params().subspan(slice.offset, slice.count);
@@ -147,17 +176,50 @@ void StreamingDiloco::afterStep(engine::PeerContext& ctx) {
     timedAfterStep(ctx, done);
     return;
   }
+  if (next_ && inFlight_.empty()) applyChoice(ctx);
   const std::uint64_t phase = done % options_.h;
-  for (std::size_t f = 0; f < options_.fragments; ++f) {
-    if (f * options_.h / options_.fragments != phase) continue;
+  for (std::size_t f = 0; f < fragments_; ++f) {
+    if (f * options_.h / fragments_ != phase) continue;
     // Round numbers must grow; a step count moved back (adoptStep) skips until they do.
     if (started_ && roundOf(done, f) <= lastRound_) continue;
     start(ctx, done, f);
     outer_.setBusy(true);
   }
   // Every round started tau or more steps ago (tau = 0: the one just started).
-  if (done >= options_.tau) mergeUpTo(ctx, done - options_.tau, options_.alpha);
+  if (done >= tau_) mergeUpTo(ctx, done - tau_, options_.alpha);
   outer_.setBusy(!inFlight_.empty());
+  fit(ctx, done);
+}
+
+void StreamingDiloco::fit(engine::PeerContext& ctx, std::uint64_t done) {
+  if (!options_.fragments.isAuto() && !options_.tau.isAuto()) return;
+  const std::optional<NetworkFacts> facts = fit_.step(ctx, done);
+  if (!facts) return;
+  const double bytes = static_cast<double>(ctx.params().size()) * sizeof(float);
+  next_ = chooseStreaming(*facts, bytes, options_.h, options_.fragments.fixed, options_.tau.fixed);
+  chosen_ = true;
+  log::get("algorithms")
+      ->info(
+          "streaming-diloco: fragments {} and tau {} chosen at step {} ({} members, slowest "
+          "step {:.4f} s, a fragment's exchange {:.4f} s)",
+          next_->fragments, next_->tau, done, facts->members(), facts->slowestStepSeconds(),
+          facts->exchangeSeconds(Exchange::kDirect, bytes / static_cast<double>(next_->fragments)));
+  if (inFlight_.empty()) applyChoice(ctx);
+}
+
+void StreamingDiloco::applyChoice(engine::PeerContext& ctx) {
+  fragments_ = next_->fragments;
+  tau_ = next_->tau;
+  next_.reset();
+  lastStart_.clear();  // by fragment: the old fragments' indices mean other slices now
+  merged_.clear();
+  const std::size_t largest = ringSlice(ctx.params().size(), fragments_, 0).count;
+  if (scratch_.size() != largest) scratch_ = ctx.compute().allocate<float>(largest);
+  if (!chosen_) return;
+  const std::string why = "the survey's figures are in the line before";
+  if (options_.fragments.isAuto())
+    reportChosen(ctx, name(), "fragments", static_cast<double>(fragments_), why);
+  if (options_.tau.isAuto()) reportChosen(ctx, name(), "tau", static_cast<double>(tau_), why);
 }
 
 void StreamingDiloco::finish(engine::PeerContext& ctx) {
@@ -171,12 +233,12 @@ void StreamingDiloco::finish(engine::PeerContext& ctx) {
   // One last round of every fragment but those whose round started at the last step and merged,
   // all in flight at once; every peer takes theta: the run ends on one model.
   const std::uint64_t total = ctx.step();
-  for (std::size_t f = 0; f < options_.fragments; ++f) {
+  for (std::size_t f = 0; f < fragments_; ++f) {
     const auto started = lastStart_.find(f);
     const auto merged = merged_.find(f);
     if (started != lastStart_.end() && started->second == total && merged != merged_.end() &&
         merged->second == total) {
-      const Slice slice = ringSlice(ctx.params().size(), options_.fragments, f);
+      const Slice slice = ringSlice(ctx.params().size(), fragments_, f);
       ctx.compute().copy(ctx.params().subspan(slice.offset, slice.count),
                          outer_.theta().subspan(slice.offset, slice.count));
       continue;

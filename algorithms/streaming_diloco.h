@@ -78,13 +78,16 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "algorithms/async_allreduce.h"
 #include "algorithms/diloco.h"
+#include "algorithms/network_survey.h"
 #include "algorithms/time_box.h"
 #include "engine/algorithm.h"
+#include "engine/options.h"
 #include "kernels/compute.h"
 
 namespace gossamer::algorithms {
@@ -94,13 +97,14 @@ struct StreamingDilocoOptions {
   // defaults on Fashion-MNIST (MLP, 4 local peers, 3 epochs, seed 1): 85.6% with comm_wait_fraction
   // 0.03 (diloco: 86.3% at 0.13; one seed, differences within about half a point of noise).
   std::uint64_t h = 50;
-  // Fragments. 4: the paper's ablations use a few fragments (its 12-layer fragments of a 36-layer
-  // model make 3); more cut the peak bandwidth further at the cost of more messages.
-  std::uint64_t fragments = 4;
-  // Inner steps a fragment's all-reduce overlaps. 2: one step for the contributions, one for the
-  // reduced chunks when poll() runs once per step (async_allreduce.h); the paper finds 1-5
-  // overlapping steps free of loss.
-  std::uint64_t tau = 2;
+  // Fragments F and the inner steps tau a fragment's all-reduce overlaps (the paper's ablations use
+  // a few fragments and find 1-5 overlapping steps free of loss). auto (the defaults): chosen from
+  // the view's first complete survey (network_fit.h, chooseStreaming: the smallest tau that covers
+  // a fragment's exchange, fewer fragments first), applied at the first step with no round in
+  // flight; F = 1, tau = 1 until then. Time-boxed rounds take F = min(4, h) and tau = 2 (within
+  // h / F) for auto: their rounds are numbered by F from the start.
+  engine::Auto<std::uint64_t> fragments = engine::Auto<std::uint64_t>::automatic();
+  engine::Auto<std::uint64_t> tau = engine::Auto<std::uint64_t>::automatic();
   double alpha = 0.5;  // the paper's mixing factor
   OuterOptions outer;
   std::size_t pieces = 4;
@@ -111,10 +115,11 @@ struct StreamingDilocoOptions {
   void bind(Bind& b) {
     b("h", h, "inner steps between two synchronisations of one fragment (the paper: 100)");
     b("fragments", fragments,
-      "contiguous slices of the model synchronised in turn, H/F steps apart (1 to h)");
+      "contiguous slices of the model synchronised in turn, H/F steps apart (1 to h); auto: "
+      "the fewest (up to 8) that give the smallest tau covering a fragment's measured exchange");
     b("tau", tau,
       "inner steps a fragment's all-reduce overlaps before its outer step is merged (below h / "
-      "fragments)");
+      "fragments); auto: the fewest that cover a fragment's measured exchange");
     b("alpha", alpha,
       "mixing factor in [0, 1]: w = alpha w_local + (1 - alpha) theta (the paper: 0.5; 0 replaces "
       "the fragment by theta)");
@@ -158,10 +163,18 @@ class StreamingDiloco final : public engine::Algorithm {
   static constexpr std::uint32_t kConsensus = 4;  // the all-reduce of theta at the end
 
  private:
-  // The all-reduce round of fragment f started after step s: s F + f, increasing in start order.
-  std::uint64_t roundOf(std::uint64_t step, std::size_t fragment) const {
-    return step * options_.fragments + fragment;
+  // The all-reduce round of fragment f started after step s: s S + f, increasing in start order
+  // (S = max(F, kMaxFragments): the same whatever auto chooses).
+  std::uint64_t stride() const {
+    return std::max<std::uint64_t>(options_.fragments.valueOr(1), kMaxFragments);
   }
+  std::uint64_t roundOf(std::uint64_t step, std::size_t fragment) const {
+    return step * stride() + fragment;
+  }
+  // Auto: the survey after step count `done`, and a choice (or, after a view change, the
+  // provisional values) taken at the first step with no round in flight.
+  void fit(engine::PeerContext& ctx, std::uint64_t done);
+  void applyChoice(engine::PeerContext& ctx);
   // Starts the round of `fragment` after `step` (at most one round of a fragment in flight).
   void start(engine::PeerContext& ctx, std::uint64_t step, std::size_t fragment);
   // Merges, in start order, the rounds in flight started at step `last` or before (kAll: all).
@@ -188,7 +201,7 @@ class StreamingDiloco final : public engine::Algorithm {
   static std::unique_ptr<Timed> makeTimed(const StreamingDilocoOptions& options);
   // Round k of fragment f: k F + f + 1, increasing in start order.
   std::uint64_t timedRound(std::uint64_t k, std::size_t fragment) const {
-    return k * options_.fragments + fragment + 1;
+    return k * fragments_ + fragment + 1;
   }
   void timedAfterStep(engine::PeerContext& ctx, std::uint64_t done);
   // Starts round `k` of `fragment` (this peer's next of it) after step `done`.
@@ -206,6 +219,11 @@ class StreamingDiloco final : public engine::Algorithm {
   void loadTimed(const engine::AlgorithmState& state);
 
   StreamingDilocoOptions options_;
+  // F and tau now: the fixed ones, or auto's; a choice waits in next_ for no round in flight.
+  std::uint64_t fragments_ = 1, tau_ = 1;
+  std::optional<StreamingChoice> next_;
+  bool chosen_ = false;  // next_ is a survey's choice (reported), not the provisional values
+  ViewFit fit_{"streaming-diloco"};
   OuterState outer_;
   AsyncAllReduce allReduce_;
   // Delta of one fragment (compressed: the mean model first); |w| at the end (endOnConsensus).

@@ -32,7 +32,8 @@ std::unique_ptr<StreamingDiloco::Timed> StreamingDiloco::makeTimed(
     const StreamingDilocoOptions& options) {
   const RoundTime time = RoundTime::parse("streaming-diloco", options.roundSeconds);
   if (!time.enabled()) return nullptr;
-  return std::make_unique<Timed>(time, options.h, options.fragments);
+  return std::make_unique<Timed>(time, options.h,
+                                 options.fragments.valueOr(std::min<std::uint64_t>(4, options.h)));
 }
 
 StreamingDiloco::~StreamingDiloco() = default;
@@ -76,15 +77,14 @@ void StreamingDiloco::timedAfterStep(engine::PeerContext& ctx, std::uint64_t don
   // The rounds that are done and tau steps old merge now, in start order, without waiting.
   while (!inFlight_.empty() && !t.rounds.endedByBudget()) {
     const auto [round, fragment] = *inFlight_.begin();
-    if (done < lastStart_[fragment] + options_.tau ||
-        allReduce_.status(round) == RoundStatus::kPending)
+    if (done < lastStart_[fragment] + tau_ || allReduce_.status(round) == RoundStatus::kPending)
       break;
     mergeOldest(ctx, kAny, options_.alpha);
   }
   // The fragments due, in the order their rounds start on every member (a slow peer may find
   // fragment 0's next round due with the last fragment's).
   std::vector<std::size_t> due;
-  for (std::size_t f = 0; f < options_.fragments; ++f)
+  for (std::size_t f = 0; f < fragments_; ++f)
     if (t.clock.due(f, now, stepSeconds, t.rounds.roundSeconds(f))) due.push_back(f);
   std::sort(due.begin(), due.end(), [&](std::size_t a, std::size_t b) {
     return timedRound(t.next[a], a) < timedRound(t.next[b], b);
@@ -97,7 +97,7 @@ void StreamingDiloco::timedAfterStep(engine::PeerContext& ctx, std::uint64_t don
     if (const std::uint64_t heard = allReduce_.latestHeard(); heard > 0) {
       // The rounds of fragment f started up to round number `heard` (k F + f + 1 for round k).
       const std::uint64_t started =
-          (heard - 1) / options_.fragments + ((heard - 1) % options_.fragments >= f ? 1 : 0);
+          (heard - 1) / fragments_ + ((heard - 1) % fragments_ >= f ? 1 : 0);
       if (started > 0 && started - 1 > t.next[f]) {
         count(ctx, "rounds_skipped", static_cast<double>(started - 1 - t.next[f]));
         t.next[f] = started - 1;
@@ -117,7 +117,7 @@ void StreamingDiloco::startTimed(engine::PeerContext& ctx, std::uint64_t done,
     ++t.next[fragment];
     round = timedRound(t.next[fragment], fragment);
   }
-  const Slice slice = ringSlice(ctx.params().size(), options_.fragments, fragment);
+  const Slice slice = ringSlice(ctx.params().size(), fragments_, fragment);
   t.rounds.send(ctx, allReduce_, round,
                 std::span<const float>(ctx.params()).subspan(slice.offset, slice.count), fragment);
   inFlight_[round] = fragment;
@@ -141,7 +141,7 @@ bool StreamingDiloco::mergeOldest(engine::PeerContext& ctx, std::size_t fragment
 
 bool StreamingDiloco::mergeTimed(engine::PeerContext& ctx, std::uint64_t round,
                                  std::size_t fragment, double alpha) {
-  const Slice slice = ringSlice(ctx.params().size(), options_.fragments, fragment);
+  const Slice slice = ringSlice(ctx.params().size(), fragments_, fragment);
   const std::span<float> mean = scratch_.span().first(slice.count);
   if (!timed_->rounds.collect(ctx, allReduce_, round, mean, fragment)) {
     ++timed_->failures;
@@ -162,7 +162,7 @@ void StreamingDiloco::finishTimed(engine::PeerContext& ctx) {
   const std::uint64_t end = t.next[0];         // fragment 0's next round: the ending one + 1
   if (t.rounds.endedByBudget()) {
     // The rounds after the ending one in start order; every member runs the same.
-    for (std::size_t f = 1; f < options_.fragments; ++f) {
+    for (std::size_t f = 1; f < fragments_; ++f) {
       if (t.next[f] >= end) continue;  // started (and merged above)
       t.next[f] = end - 1;
       startTimed(ctx, ctx.step(), f);

@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <utility>
 
+#include "algorithms/network_fit.h"
+#include "algorithms/network_survey.h"
 #include "engine/base/enforce.h"
 
 namespace gossamer::algorithms {
@@ -27,7 +29,7 @@ RoundTime RoundTime::parse(const std::string& algorithm, const std::string& text
 }
 
 TimeBox::TimeBox(RoundTime time, std::uint64_t stepsPerRound)
-    : time_(time), stepsPerRound_(std::max<std::uint64_t>(stepsPerRound, 1)) {
+    : time_(time), stepsPerRound_(stepsPerRound) {
   roundSeconds_ = time_.automatic ? 0 : time_.seconds;
 }
 
@@ -75,7 +77,8 @@ bool TimeBox::due(Clock::time_point now) {
   return elapsed + perStep > roundSeconds_;
 }
 
-void TimeBox::pack(kernels::Compute& compute, std::span<const float> x, std::span<float> out) {
+void TimeBox::pack(kernels::Compute& compute, std::span<const float> x, std::span<float> out,
+                   double exchangeSeconds) {
   GOSSAMER_ENFORCE(out.size() == x.size() + kTailFloats,
                    "a time-boxed round packs {} floats, not {}", x.size() + kTailFloats,
                    out.size());
@@ -90,7 +93,8 @@ void TimeBox::pack(kernels::Compute& compute, std::span<const float> x, std::spa
       known,
       known * static_cast<float>(budget_),
       known * static_cast<float>(spent_.value_or(0)),
-      static_cast<float>(budget_)};
+      static_cast<float>(budget_),
+      static_cast<float>(exchangeSeconds)};
   compute.upload(out.subspan(x.size()), std::span<const float>(tail));
   stepSeconds_ = 0;
   timedSteps_ = 0;
@@ -113,8 +117,14 @@ RoundAgreement TimeBox::merged(kernels::Compute& compute, std::span<const float>
   agreed.spent = (known > 0 ? std::round(tail[4] / known) : 0.0) + agreed.steps;
   budget_ = agreed.budget;
   spent_ = agreed.spent;
-  if (time_.automatic)
-    roundSeconds_ = static_cast<double>(stepsPerRound_) * std::max(perStep, 1e-6);
+  if (fitsExchange()) {
+    const double exchange = tail[6];
+    roundSeconds_ = exchange > 0 ? std::max(blockingRoundSeconds(exchange), std::max(perStep, 1e-6))
+                                 : static_cast<double>(kProvisionalSteps) * std::max(perStep, 1e-6);
+  } else if (time_.automatic) {
+    roundSeconds_ =
+        static_cast<double>(std::max<std::uint64_t>(stepsPerRound_, 1)) * std::max(perStep, 1e-6);
+  }
   steps_ -= packed_;
   packed_ = 0;
   restart(now);
@@ -251,7 +261,12 @@ void TimedRounds::send(engine::PeerContext& ctx, AsyncAllReduce& exchange, std::
       exchange.buffer(ctx, packedSize(x.size(), members.size()));
   const std::span<float> out = packed->span();
   const float steps = static_cast<float>(box.steps());
-  box.pack(ctx.compute(), x, out.first(x.size() + TimeBox::kTailFloats));
+  // k auto: this peer's estimate of the exchange (the direct all-reduce of the round's floats).
+  const double exchangeSeconds =
+      box.fitsExchange() ? ownExchangeSeconds(ctx, Exchange::kDirect,
+                                              static_cast<double>(x.size()) * sizeof(float))
+                         : 0.0;
+  box.pack(ctx.compute(), x, out.first(x.size() + TimeBox::kTailFloats), exchangeSeconds);
   const std::span<float> slots = out.subspan(x.size() + TimeBox::kTailFloats);
   ctx.compute().fill(slots, 0.0f);
   const auto rank = static_cast<std::size_t>(std::find(members.begin(), members.end(), ctx.self()) -

@@ -31,10 +31,16 @@
 // round's leader names, means over them; the others listen to the result and keep their unmerged
 // steps for a later round (TimedRounds::rebased).
 //
+//   e_i   its estimate of the round's exchange, from its own measured paths
+//         (network_survey.h: ownExchangeSeconds; 0 when it measured none)
+//
 // Round length: `round-seconds` fixed, or `auto`: the first round is one step on every peer (it
 // measures the speeds: a round of k steps would keep the fast peers waiting k slow steps, past
 // the comm timeout), every later one k x the members' mean seconds per step in the round before
-// (k: the algorithm's h or tau; so a cluster of equal peers keeps k steps per round).
+// (k: the algorithm's h or tau; so a cluster of equal peers keeps k steps per round). When k is
+// itself auto (stepsPerRound 0), the round lasts blockingRoundSeconds(mean e) (network_fit.h: the
+// exchange then takes kBlockingShare of the round), the rule a step-based round's auto h follows;
+// at least one mean step, and 8 mean steps while nobody measured a path.
 #pragma once
 
 #include <algorithm>
@@ -81,9 +87,11 @@ struct RoundAgreement {
 class TimeBox {
  public:
   using Clock = engine::Clock;
-  static constexpr std::size_t kTailFloats = 6;
+  static constexpr std::size_t kTailFloats = 7;
+  // k while auto's exchange is unknown (stepsPerRound 0).
+  static constexpr std::uint64_t kProvisionalSteps = 8;
 
-  // `stepsPerRound`: auto's multiple k.
+  // `stepsPerRound`: auto's multiple k (0: auto too, from the exchange).
   TimeBox(RoundTime time, std::uint64_t stepsPerRound);
 
   // The run (or this peer's part of it) starts: the first round starts now. `budget`: the run's
@@ -123,7 +131,11 @@ class TimeBox {
   // (a round that overlaps training) count in the next round.
   // s_i: the mean time of the steps since the last pack, each from the step (or the round's
   // start) before it.
-  void pack(kernels::Compute& compute, std::span<const float> x, std::span<float> out);
+  // `exchangeSeconds`: e_i.
+  void pack(kernels::Compute& compute, std::span<const float> x, std::span<float> out,
+            double exchangeSeconds = 0);
+  // Whether the round length follows the exchange (k auto): pack() then wants e_i.
+  bool fitsExchange() const { return time_.automatic && stepsPerRound_ == 0; }
   // From a complete round's mean of the packs of `members` members: `merged` = x~ (x.size()
   // floats), and what the round agreed; the next round starts now.
   RoundAgreement merged(kernels::Compute& compute, std::span<const float> mean, std::size_t members,

@@ -10,13 +10,15 @@
 //   };
 // describeOptions<O>() lists (name, default, help, type); parseOptions<O>(values) builds an O
 // from strings, throwing gossamer::Error that names the option for an unknown name or a bad value.
-// Field types: bool, integers, float, double, std::string and vectors of those (comma-separated).
+// Field types: bool, integers, float, double, std::string, vectors of those (comma-separated) and
+// Auto<T> of a number ("auto", the algorithm chooses at run time, or a fixed value).
 // A struct whose names and help are declared elsewhere (a run-level setting, peer_settings.h) may
 // leave the help out: b("lr", lr).
 #pragma once
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <type_traits>
@@ -33,6 +35,21 @@ struct OptionInfo {
   std::string defaultValue;
   std::string help;
   std::string type;  // "float", "int", "bool", "text", "list of int", ...
+};
+
+// A knob the algorithm may choose itself: "auto" (no value: chosen at run time, from what the
+// peers measure) or a fixed value, which always wins.
+template <typename T>
+struct Auto {
+  using Value = T;
+  std::optional<T> fixed;  // none: auto
+  Auto() = default;
+  Auto(T value) : fixed(value) {}  // NOLINT: a fixed default reads as the number
+  static Auto automatic() { return Auto{}; }
+  bool isAuto() const { return !fixed.has_value(); }
+  // The fixed value, or `chosen` when auto.
+  T valueOr(T chosen) const { return fixed.value_or(chosen); }
+  friend bool operator==(const Auto&, const Auto&) = default;
 };
 
 // Option values by name, as text.
@@ -80,6 +97,17 @@ void parseOne(const std::string& name, const std::string& text,
 std::vector<std::string> splitList(const std::string& text);
 
 template <typename T>
+void parseOne(const std::string& name, const std::string& text, Auto<T>& out) {
+  if (text == "auto") {
+    out = Auto<T>::automatic();
+    return;
+  }
+  T value{};
+  parseOne(name, text, value);
+  out = Auto<T>(value);
+}
+
+template <typename T>
 void parseOne(const std::string& name, const std::string& text, std::vector<T>& out) {
   std::vector<T> values;
   for (const std::string& item : splitList(text)) {
@@ -91,8 +119,15 @@ void parseOne(const std::string& name, const std::string& text, std::vector<T>& 
 }
 
 template <typename T>
+struct IsAuto : std::false_type {};
+template <typename T>
+struct IsAuto<Auto<T>> : std::true_type {};
+
+template <typename T>
 std::string formatOne(const T& value) {
-  if constexpr (std::is_same_v<T, bool>) {
+  if constexpr (IsAuto<T>::value) {
+    return value.fixed ? formatOne(*value.fixed) : "auto";
+  } else if constexpr (std::is_same_v<T, bool>) {
     return value ? "true" : "false";
   } else if constexpr (std::is_same_v<T, std::string>) {
     return value;
@@ -107,7 +142,9 @@ std::string formatOne(const T& value) {
 
 template <typename T>
 std::string typeName() {
-  if constexpr (std::is_same_v<T, bool>)
+  if constexpr (IsAuto<T>::value)
+    return "auto or " + typeName<typename T::Value>();
+  else if constexpr (std::is_same_v<T, bool>)
     return "bool";
   else if constexpr (std::is_floating_point_v<T>)
     return "float";

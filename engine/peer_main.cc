@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <iostream>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -95,6 +96,24 @@ JsonObject& addMemory(JsonObject& json, const std::vector<PeerResult>& peers) {
       .add("peak_rss_bytes", static_cast<std::uint64_t>(peakRssBytes()));
 }
 
+// The knobs the algorithm chose itself (`auto`: its "chosen.<algorithm>.<knob>" metrics) under
+// "chosen", by "<algorithm>.<knob>": the first peer's that has them (the members of a lockstep
+// cluster choose the same; gosgd's p is each peer's own).
+constexpr std::string_view kChosenPrefix = "chosen.";
+JsonObject& addChosen(JsonObject& json, const std::vector<PeerResult>& peers) {
+  JsonObject chosen;
+  for (const PeerResult& r : peers) {
+    bool any = false;
+    for (const auto& [name, value] : r.metrics) {
+      if (!name.starts_with(kChosenPrefix)) continue;
+      chosen.add(name.substr(kChosenPrefix.size()), value);
+      any = true;
+    }
+    if (any) break;
+  }
+  return json.addRaw("chosen", chosen.str());
+}
+
 int runLocalCluster(const PeerOptions& o, const engine::Registry& registry) {
   engine::runtime::ClusterConfig config;
   config.peer = peerConfig(o, registry);
@@ -133,6 +152,7 @@ int runLocalCluster(const PeerOptions& o, const engine::Registry& registry) {
     json.add("device", result.peers.empty() ? std::string() : result.peers.front().device)
         .add("finish_s", finish)
         .add("utilization", utilization);
+    addChosen(json, result.peers);
     std::cout << addMemory(json, result.peers).str() << std::endl;
   }
   return 0;
@@ -225,8 +245,10 @@ int runPeer(const PeerOptions& o, const engine::Registry& registry) {
         .add("relay_bytes_received", result.relayBytesReceived);
     // The algorithm's own counts, as its declared invariants read them (engine/invariants.h).
     JsonObject metrics;
-    for (const auto& [name, value] : result.metrics) metrics.add(name, value);
+    for (const auto& [name, value] : result.metrics)
+      if (!name.starts_with(kChosenPrefix)) metrics.add(name, value);
     json.addRaw("metrics", metrics.str());
+    addChosen(json, {result});
     std::cout << addMemory(json, {result}).str() << std::endl;
   }
   return 0;

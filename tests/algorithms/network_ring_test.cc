@@ -2,13 +2,15 @@
 // survey steps, and allreduce-sgd on a simulated geo-cap cluster whose sites are listed
 // scrambled: every member uses one order, the models stay bit-identical, and the rounds are
 // faster than in id order.
+#include "algorithms/network_ring.h"
+
 #include <chrono>
 #include <vector>
 
 #include <doctest/doctest.h>
 
 #include "algorithms/builtin.h"
-#include "algorithms/network_ring.h"
+#include "algorithms/network_survey.h"
 #include "engine/sim/world.h"
 #include "tests/engine/sim/sim_testing.h"
 
@@ -37,10 +39,8 @@ TEST_CASE("network ring: the survey's matrix gives the ring with the fastest slo
   // Two sites, {11, 33} and {22, 44}: 2 ms within one, 200 ms between. The id order crosses
   // between the sites at every hop; the best ring crosses twice.
   const double near = 0.002, far = 0.2;
-  std::vector<std::vector<double>> rtt{{0, far, near, far},
-                                       {far, 0, far, near},
-                                       {near, far, 0, far},
-                                       {far, near, far, 0}};
+  std::vector<std::vector<double>> rtt{
+      {0, far, near, far}, {far, 0, far, near}, {near, far, 0, far}, {far, near, far, 0}};
   double idSeconds = 0, orderedSeconds = 0;
   const std::vector<engine::PeerId> order =
       ringOrderFromSurvey(members, matrixOf(rtt, 0), 0, &idSeconds, &orderedSeconds);
@@ -62,10 +62,10 @@ TEST_CASE("network ring: the survey's matrix gives the ring with the fastest slo
 TEST_CASE("network ring: surveys at steps 8, 16, 32, ... and then at every period") {
   std::vector<std::uint64_t> steps;
   for (std::uint64_t s = 0; s <= 1100; ++s)
-    if (NetworkRing::surveys(s, 256)) steps.push_back(s);
+    if (surveys(s, 256)) steps.push_back(s);
   CHECK(steps == std::vector<std::uint64_t>{8, 16, 32, 64, 128, 256, 512, 768, 1024});
-  CHECK_FALSE(NetworkRing::surveys(0, 1));
-  CHECK(NetworkRing::surveys(3, 1));
+  CHECK_FALSE(surveys(0, 1));
+  CHECK(surveys(3, 1));
 }
 
 // allreduce-sgd over 8 simulated peers, two per geo-cap site, listed so that the id order crosses
@@ -96,7 +96,7 @@ TEST_CASE("network ring: allreduce-sgd on scrambled geo-cap sites agrees on one 
     for (const auto& final : r->finals) CHECK(final.params == r->finals.front().params);
   }
   for (const auto& peer : byNetwork.peers) {
-    CHECK(peer.metrics.at("allreduce-sgd.ring_surveys") == 4);  // steps 8, 16, 32, 64
+    CHECK(peer.metrics.at("allreduce-sgd.surveys") == 4);  // steps 8, 16, 32, 64
   }
   const double ratio = byId.virtualSeconds / byNetwork.virtualSeconds;
   MESSAGE("100 steps: " << byId.virtualSeconds << " s in id order, " << byNetwork.virtualSeconds

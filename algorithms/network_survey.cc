@@ -1,0 +1,104 @@
+#include "algorithms/network_survey.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+
+#include "algorithms/ring_allreduce.h"
+#include "engine/base/log.h"
+
+namespace gossamer::algorithms {
+namespace {
+
+double coarse(double value, double grid) { return std::round(value / grid) * grid; }
+double twoDigits(double value) {
+  if (!(value > 0) || !std::isfinite(value)) return 0;
+  const double grid = std::pow(10.0, std::floor(std::log10(value)) - 1);
+  return coarse(value, grid);
+}
+
+}  // namespace
+
+std::optional<NetworkFacts> Survey::facts() const {
+  const std::size_t n = members.size();
+  std::vector<float> roundTrips(n * n), bandwidths(n * n);
+  for (std::size_t k = 0; k < n * n; ++k) {
+    roundTrips[k] = paths[2 * k];
+    bandwidths[k] = paths[2 * k + 1];
+  }
+  return NetworkFacts::from(stepSeconds, roundTrips, bandwidths);
+}
+
+bool surveys(std::uint64_t step, std::uint64_t every) {
+  if (step == 0) return false;
+  if (step % every == 0) return true;
+  return step >= 8 && step < every && std::has_single_bit(step);
+}
+
+std::optional<Survey> surveyNetwork(engine::PeerContext& ctx, std::uint32_t kind,
+                                    std::uint64_t step, const std::string& who) {
+  Survey survey;
+  survey.members = ctx.members();
+  const std::size_t n = survey.members.size();
+  const auto rank = static_cast<std::size_t>(
+      std::find(survey.members.begin(), survey.members.end(), ctx.self()) - survey.members.begin());
+  // [paths (n x n x 2), step seconds (n)]: one-hot rows, summed.
+  std::vector<float> rows(2 * n * n + n, 0.0f);
+  const std::map<engine::PeerId, engine::PathEstimate> paths = ctx.measuredPaths();
+  for (std::size_t j = 0; j < n; ++j) {
+    if (j == rank) continue;
+    const auto it = paths.find(survey.members[j]);
+    float* entry = &rows[2 * (rank * n + j)];
+    if (it == paths.end()) {
+      entry[0] = -1.0f;  // not measured
+      continue;
+    }
+    entry[0] = static_cast<float>(coarse(it->second.roundTripSeconds, 1e-3));
+    entry[1] = static_cast<float>(twoDigits(it->second.bytesPerSecond));
+  }
+  if (const std::optional<engine::PeerSpeed> speed = ctx.speedOf(ctx.self()))
+    rows[2 * n * n + rank] = static_cast<float>(speed->stepSeconds);
+  std::vector<float> summed(rows.size());
+  const RingOutcome outcome =
+      ringAllReduce(ctx, rows, summed,
+                    {.kind = kind, .step = step, .op = ReduceOp::kSum, .pipeline = 1, .who = who});
+  ctx.metrics().add(who + ".surveys", 1);
+  if (outcome != RingOutcome::kComplete) return std::nullopt;
+  survey.paths.assign(summed.begin(), summed.begin() + static_cast<std::ptrdiff_t>(2 * n * n));
+  survey.stepSeconds.assign(summed.begin() + static_cast<std::ptrdiff_t>(2 * n * n), summed.end());
+  return survey;
+}
+
+double ownExchangeSeconds(engine::PeerContext& ctx, Exchange kind, double bytes) {
+  const double n = static_cast<double>(ctx.members().size());
+  if (n < 2) return 0;
+  const double perLink = kind == Exchange::kMaster ? bytes : bytes / n;
+  double slowest = 0;
+  for (const auto& [peer, path] : ctx.measuredPaths()) {
+    if (std::find(ctx.members().begin(), ctx.members().end(), peer) == ctx.members().end())
+      continue;
+    const double wire = path.bytesPerSecond > 0 && std::isfinite(path.bytesPerSecond)
+                            ? perLink / path.bytesPerSecond
+                            : 0.0;
+    slowest = std::max(slowest, path.roundTripSeconds / 2 + wire);
+  }
+  const double hops = kind == Exchange::kRing ? 2 * (n - 1) : 2.0;
+  return hops * slowest;
+}
+
+std::optional<NetworkFacts> ViewFit::step(engine::PeerContext& ctx, std::uint64_t done) {
+  if (!surveys(done, kSurveyEvery)) return std::nullopt;
+  const std::optional<Survey> survey = surveyNetwork(ctx, kKind, done, who_);
+  if (fitted_ || !survey) return std::nullopt;
+  std::optional<NetworkFacts> facts = survey->facts();
+  fitted_ = facts.has_value();
+  return facts;
+}
+
+void reportChosen(engine::PeerContext& ctx, const std::string& who, const std::string& knob,
+                  double value, const std::string& why) {
+  ctx.metrics().set(chosenMetric(who, knob), value);
+  log::get("algorithms")->info("{}: {} = {} (auto: {})", who, knob, value, why);
+}
+
+}  // namespace gossamer::algorithms
