@@ -62,8 +62,8 @@ Gosgd::Gosgd(GosgdOptions options) : options_(options), end_("gosgd", options.en
 
 void Gosgd::fitP(engine::PeerContext& ctx) {
   if (!options_.p.isAuto()) return;
-  const std::optional<engine::PeerSpeed> speed = ctx.speedOf(ctx.self());
-  if (!speed || !(speed->stepSeconds > 0)) return;
+  const double step = ownStepSeconds(ctx, stepClock_);
+  if (!(step > 0)) return;
   // The mean seconds one model takes on this peer's links to the members it measured (a draw
   // picks a member at random).
   const double bytes = static_cast<double>(transferBytes(ctx));
@@ -76,15 +76,14 @@ void Gosgd::fitP(engine::PeerContext& ctx) {
       wire += bytes / path.bytesPerSecond;
   }
   if (measured == 0) return;
-  const double p =
-      chooseGossipProbability(speed->stepSeconds, wire / static_cast<double>(measured));
+  const double p = chooseGossipProbability(step, wire / static_cast<double>(measured));
   // Two digits: the measurements' noise does not move it.
   const double rounded = std::max(std::round(p * 100) / 100, kMinGossip);
   if (chosenP_ == rounded) return;
   chosenP_ = rounded;
   reportChosen(ctx, "gosgd", "p", rounded,
                fmt::format("step {:.4f} s, a model of {:.1f} MB {:.4f} s on a link on average",
-                           speed->stepSeconds, bytes / 1e6, wire / static_cast<double>(measured)));
+                           step, bytes / 1e6, wire / static_cast<double>(measured)));
 }
 
 // ---- The rule: merge before a step, push after it -----------------------------------------------
@@ -193,6 +192,7 @@ void Gosgd::merge(engine::PeerContext& ctx, std::vector<engine::Incoming>& trans
 
 void Gosgd::afterStep(engine::PeerContext& ctx) {
   end_.update(ctx);
+  stepClock_.tick(ctx.now());
   if (surveys(ctx.step() + 1, ViewFit::kSurveyEvery)) fitP(ctx);
   // A peer without weight (a late joiner, or one restored with weight 0, that has received none
   // yet) has nothing to give: a transfer of weight 0 moves no mass, and two of them meeting

@@ -170,6 +170,7 @@
 #include <utility>
 #include <vector>
 
+#include "algorithms/network_survey.h"
 #include "algorithms/public_estimates.h"
 #include "algorithms/reliable_delivery.h"
 #include "algorithms/shared_end.h"
@@ -349,6 +350,7 @@ class Gosgd final : public engine::Algorithm {
 
   GosgdOptions options_;
   std::optional<double> chosenP_;  // auto p, once this peer measured enough
+  StepClock stepClock_;            // auto p: this peer's step before its speed report
   SharedEnd end_;
   // Everything runs on the compute thread.
   double alpha_ = 0;

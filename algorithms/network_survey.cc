@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <chrono>
 #include <cmath>
 
 #include "algorithms/ring_allreduce.h"
@@ -36,7 +37,8 @@ bool surveys(std::uint64_t step, std::uint64_t every) {
 }
 
 std::optional<Survey> surveyNetwork(engine::PeerContext& ctx, std::uint32_t kind,
-                                    std::uint64_t step, const std::string& who) {
+                                    std::uint64_t step, const std::string& who,
+                                    double stepSeconds) {
   Survey survey;
   survey.members = ctx.members();
   const std::size_t n = survey.members.size();
@@ -56,8 +58,7 @@ std::optional<Survey> surveyNetwork(engine::PeerContext& ctx, std::uint32_t kind
     entry[0] = static_cast<float>(coarse(it->second.roundTripSeconds, 1e-3));
     entry[1] = static_cast<float>(twoDigits(it->second.bytesPerSecond));
   }
-  if (const std::optional<engine::PeerSpeed> speed = ctx.speedOf(ctx.self()))
-    rows[2 * n * n + rank] = static_cast<float>(speed->stepSeconds);
+  rows[2 * n * n + rank] = static_cast<float>(stepSeconds);
   std::vector<float> summed(rows.size());
   const RingOutcome outcome =
       ringAllReduce(ctx, rows, summed,
@@ -86,9 +87,38 @@ double ownExchangeSeconds(engine::PeerContext& ctx, Exchange kind, double bytes)
   return hops * slowest;
 }
 
+void StepClock::tick(engine::Clock::time_point now) {
+  if (last_) {
+    const double seconds = std::chrono::duration<double>(now - *last_).count();
+    if (intervals_.size() < kIntervals) {
+      intervals_.push_back(seconds);
+    } else {
+      intervals_[next_] = seconds;
+      next_ = (next_ + 1) % kIntervals;
+    }
+  }
+  last_ = now;
+}
+
+double StepClock::medianSeconds() const {
+  if (intervals_.empty()) return 0;
+  std::vector<double> sorted = intervals_;
+  const auto middle = sorted.begin() + static_cast<std::ptrdiff_t>(sorted.size() / 2);
+  std::nth_element(sorted.begin(), middle, sorted.end());
+  return *middle;
+}
+
+double ownStepSeconds(engine::PeerContext& ctx, const StepClock& clock) {
+  const std::optional<engine::PeerSpeed> speed = ctx.speedOf(ctx.self());
+  return speed && speed->stepSeconds > 0 ? speed->stepSeconds : clock.medianSeconds();
+}
+
 std::optional<NetworkFacts> ViewFit::step(engine::PeerContext& ctx, std::uint64_t done) {
+  clock_.tick(ctx.now());
   if (!surveys(done, kSurveyEvery)) return std::nullopt;
-  const std::optional<Survey> survey = surveyNetwork(ctx, kKind, done, who_);
+  const std::optional<Survey> survey =
+      surveyNetwork(ctx, kKind, done, who_, ownStepSeconds(ctx, clock_));
+  clock_.restart(ctx.now());  // the survey's wait is no step's time
   if (fitted_ || !survey) return std::nullopt;
   std::optional<NetworkFacts> facts = survey->facts();
   fitted_ = facts.has_value();

@@ -38,13 +38,34 @@ bool surveys(std::uint64_t step, std::uint64_t every);
 
 // One survey at step count `step` under message kind `kind` (the caller's, < kMaxAlgorithmKind);
 // none when it failed (a member missing, views differ). Every member calls it at the same step.
-// `who` names the caller in logs and metrics ("<who>.surveys").
+// `who` names the caller in logs and metrics ("<who>.surveys"); `stepSeconds`: this member's
+// (0: unknown).
 std::optional<Survey> surveyNetwork(engine::PeerContext& ctx, std::uint32_t kind,
-                                    std::uint64_t step, const std::string& who);
+                                    std::uint64_t step, const std::string& who,
+                                    double stepSeconds = 0);
 
 // This peer's own estimate of an exchange of `bytes` among the members, from its own paths only
 // (the time-boxed rounds' tail averages the members' estimates); 0 when it measured none.
 double ownExchangeSeconds(engine::PeerContext& ctx, Exchange kind, double bytes);
+
+// This peer's step time before its first speed report (the first second of a run of fast steps):
+// the median time between two ticks (one after each step) over the last kIntervals, which leaves
+// out the steps that waited for a round.
+class StepClock {
+ public:
+  static constexpr std::size_t kIntervals = 64;
+  void tick(engine::Clock::time_point now);
+  // A wait that is no step's time (a survey): the next interval starts at `now`.
+  void restart(engine::Clock::time_point now) { last_ = now; }
+  double medianSeconds() const;  // 0 before two ticks
+
+ private:
+  std::optional<engine::Clock::time_point> last_;
+  std::vector<double> intervals_;  // a ring of the last kIntervals
+  std::size_t next_ = 0;
+};
+// This peer's seconds per step: its speed report, else the clock's median (0: unknown).
+double ownStepSeconds(engine::PeerContext& ctx, const StepClock& clock);
 
 // The knobs of a lockstep algorithm chosen from the first complete survey of each view: the
 // caller calls step() after every step (a survey at survey steps, on every member, fitted or
@@ -65,6 +86,7 @@ class ViewFit {
  private:
   std::string who_;
   bool fitted_ = false;
+  StepClock clock_;
 };
 
 // Records a chosen knob: the metric "chosen.<who>.<knob>" (--json's "chosen") and a log line
