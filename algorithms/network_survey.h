@@ -68,9 +68,10 @@ class StepClock {
 double ownStepSeconds(engine::PeerContext& ctx, const StepClock& clock);
 
 // The knobs of a lockstep algorithm chosen from the first complete survey of each view: the
-// caller calls step() after every step (a survey at survey steps, on every member, fitted or
-// not, so that the collectives match), reset() at every view change (setup()); until the view's
-// first complete survey the caller runs on its provisional values.
+// caller calls step() after every step (a survey at survey steps, on every member alike: every
+// survey step until the view is fitted, then the multiples of kSurveyEvery only, fitted or not,
+// so that the collectives match), reset() at every view change (setup()); until the view's first
+// complete survey the caller runs on its provisional values.
 class ViewFit {
  public:
   static constexpr std::uint64_t kSurveyEvery = 256;

@@ -102,6 +102,7 @@ Outcome runExperiment(const RunSettings& run, const Experiment& e, const engine:
     outcome.curve = result.curve;
     outcome.final = result.curve.back();
     outcome.utilization = outcome.final.utilization;
+    outcome.chosen = chosenOptions(result.peers.front().metrics);
     outcome.topology = result.peers.front().topology;
     outcome.stoppedEarly = stopped;
     for (const engine::runtime::PeerResult& r : result.peers) {
@@ -295,6 +296,7 @@ void runConvergence(const ConvergenceOptions& o, const std::string& command) {
               .add("speedup_vs_baseline", out.speedup)
               .add("scalability", out.scalability)
               .add("utilization", out.utilization)
+              .add("chosen", out.chosen)
               .add("comm_wait_fraction", ok ? out.final.commWaitFraction : kNaN)
               .add("final_accuracy", ok ? out.final.consensus.accuracy : kNaN)
               .add("bytes_per_peer", ok ? out.final.bytesSentPerPeer : kNaN)

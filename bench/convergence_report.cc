@@ -198,6 +198,16 @@ void writePoints(const fs::path& dir, const std::vector<Outcome>& outcomes) {
   }
 }
 
+std::string chosenOptions(const std::map<std::string, double>& metrics) {
+  std::vector<std::string> chosen;
+  for (const auto& [name, value] : metrics) {
+    if (!name.starts_with("chosen.")) continue;
+    const std::size_t knob = name.rfind('.');
+    chosen.push_back(fmt::format("{} {}", name.substr(knob + 1), value));
+  }
+  return fmt::format("{}", fmt::join(chosen, ", "));
+}
+
 void writeSummary(const fs::path& dir, const std::vector<Outcome>& outcomes,
                   const RunSettings& run) {
   std::ofstream csv(dir / "summary.csv");
@@ -206,14 +216,15 @@ void writeSummary(const fs::path& dir, const std::vector<Outcome>& outcomes,
          "bytes_per_peer,comm_wait_fraction,speedup_vs_baseline,stopped_early,error,step_time_ms,"
          "scalability,utilization,compress,options,time_to_target_loss_s,steps_to_target_loss,"
          "peak_bytes_per_peer,peak_memory_vs_model,peak_rss_bytes,baseline,eval_every_steps,"
-         "eval_seconds,time_vs_ideal,min_fast_peer_utilization,reference_time_to_target_s\n";
+         "eval_seconds,time_vs_ideal,min_fast_peer_utilization,reference_time_to_target_s,"
+         "chosen\n";
   for (const Outcome& o : outcomes) {
     const Experiment& e = o.experiment;
     std::vector<std::string> options;
     for (const auto& [key, value] : e.options) options.push_back(fmt::format("{} {}", key, value));
     csv << fmt::format(
         "{},{},{},{},{},{},{},{},{},{:.5f},{:.5f},{:.6g},{:.3f},{},{:.0f},{:.5f},{},{},\"{}\",{},{}"
-        ",{},{},\"{}\",{},{},{},{},{},{},{},{},{},{},{}\n",
+        ",{},{},\"{}\",{},{},{},{},{},{},{},{},{},{},{},\"{}\"\n",
         e.name(), e.algorithm, o.topology, e.network, e.peers, e.split.name(),
         orDash(o.timeToTarget, "{:.3f}"), orDash(o.stepsToTarget, "{:.1f}"),
         orDash(o.bytesToTarget, "{:.0f}"), o.final.consensus.accuracy,
@@ -226,7 +237,7 @@ void writeSummary(const fs::path& dir, const std::vector<Outcome>& outcomes,
         orDash(o.peakMemoryVsModel(), "{:.3f}"), o.peakRssBytes, run.baseline, run.evalEverySteps,
         run.evalSeconds, orDash(o.uneven.timeVsIdeal, "{:.4f}"),
         orDash(o.uneven.minFastPeerUtilization, "{:.4f}"),
-        orDash(o.uneven.referenceTimeToTarget, "{:.3f}"));
+        orDash(o.uneven.referenceTimeToTarget, "{:.3f}"), o.chosen);
   }
 }
 

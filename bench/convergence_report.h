@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <limits>
 #include <memory>
 #include <string>
@@ -40,6 +41,8 @@ struct Outcome {
   engine::runtime::EvalPoint final;
   bool stoppedEarly = false;  // the wall-clock budget ended it
   std::string baseline;       // the algorithm it is compared with (RunSettings::baseline)
+  // What `auto` chose (the first peer's "chosen.<algorithm>.<knob>" metrics), "knob value, ...".
+  std::string chosen;
   double speedup = kNaN;      // the baseline's time to target / this one's
   std::string speedupNote;    // ">x" when the baseline never reached the target
   // Memory: the largest peer's tracked peak (runtime::PeerResult::peakBytes), the model's bytes,
@@ -70,6 +73,8 @@ std::string modelDescription(const RunSettings& run);
 // The times, steps and bytes to the targets, read from the curve: the first evaluation that
 // reaches each (at the evaluation points, exact to the point).
 void readTargets(Outcome& outcome, const RunSettings& run);
+// "delay 9, period 9" from a peer's metrics "chosen.dts.delay" = 9, ...; empty when none.
+std::string chosenOptions(const std::map<std::string, double>& metrics);
 // How the experiments are evaluated, for the reports: "at every peer's steps 25, 50, ...
 // (evaluation points: times to the targets exact to 25 steps)" or the wall-clock spacing.
 std::string evaluationNote(const RunSettings& run);

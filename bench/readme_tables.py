@@ -127,7 +127,12 @@ def final_accuracy(row):
 
 
 def options(row):
-    return row.get("options", "").replace('"', "") or "defaults"
+    """The options the experiment set, and what auto chose (summary.csv's chosen column)."""
+    given = row.get("options", "").replace('"', "")
+    chosen = row.get("chosen", "").replace('"', "")
+    if chosen:
+        return (given + "; " if given else "") + "auto: " + chosen
+    return given or "defaults"
 
 
 def one(rows, **where):
@@ -165,6 +170,18 @@ def seed002(rows):
                      percent(r, "comm_wait_fraction", "%.1f%%"), final_accuracy(r), megabytes(r),
                      fmt(number(r, "peak_memory_vs_model"), "%.1fx")])
     return markdown(header, body, "llrrrrrr")
+
+
+def seed002_simulated(rows):
+    """The seed-002 regime in virtual time: every step costs exactly its emulated compute."""
+    header = ["algorithm", "options", "virtual time of the run", "utilization", "comm wait",
+              "final accuracy", "MB sent per peer"]
+    body = []
+    for r in rows:
+        body.append([r["algorithm"], options(r), seconds(r, "wall_s"),
+                     percent(r, "utilization", "%.1f%%"),
+                     percent(r, "comm_wait_fraction", "%.1f%%"), final_accuracy(r), megabytes(r)])
+    return markdown(header, body, "llrrrrr")
 
 
 def latency(rows):
@@ -306,6 +323,8 @@ def uneven(rows):
 # name -> (the folder of the one run it is made from, the function that makes it)
 TABLES = {
     "seed002": ("bench/results/seed002", seed002),
+    "seed002-auto": ("bench/results/seed002-auto/real", seed002),
+    "seed002-auto-simulated": ("bench/results/seed002-auto/simulated", seed002_simulated),
     "latency": ("bench/results/latency", latency),
     "full-fast-steps": ("bench/results/full/fast-steps", full_fast_steps),
     "compression": ("bench/results/compression", compression),

@@ -122,6 +122,7 @@ Measured runOne(const RunSettings& run, const Experiment& e, const SimulateOptio
     out.final = m.result.curve.back();
     out.topology = m.result.topology;
     out.utilization = out.final.utilization;
+    if (!m.result.peers.empty()) out.chosen = chosenOptions(m.result.peers.front().metrics);
     readTargets(out, run);
   } catch (const std::exception& error) {
     m.outcome.error = error.what();
@@ -346,6 +347,7 @@ void runSimulate(const SimulateOptions& o) {
                      .add("time_to_target_s", m.outcome.timeToTarget)
                      .add("time_vs_ideal", m.outcome.uneven.timeVsIdeal)
                      .add("min_fast_peer_utilization", m.outcome.uneven.minFastPeerUtilization)
+                     .add("chosen", m.outcome.chosen)
                      .str());
     } else {
       std::vector<std::string> rows;
