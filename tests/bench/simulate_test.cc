@@ -53,9 +53,9 @@ TEST_CASE("bench simulate: the same seed gives the same report, byte for byte") 
   for (const char* key :
        {"\"peers\":12", "\"virtual_seconds\":", "\"wall_seconds\":", "\"final_accuracy\":",
         "\"max_rss_mib\":", "\"report_sha256\":\"", "\"time_to_target_s\":",
-        "\"time_vs_ideal\":null", "\"min_fast_peer_utilization\":null"})
+        "\"time_vs_ideal\":null", "\"min_fast_peer_utilization\":null", "\"chosen\":\""})
     CHECK(json.find(key) != std::string::npos);
-  CHECK(std::count(json.begin(), json.end(), ':') == 9);
+  CHECK(std::count(json.begin(), json.end(), ':') == 10);
   const std::regex sha("\"report_sha256\":\"([0-9a-f]{64})\"");
   std::smatch x, y;
   const std::string jsonB = test::lastLine(second.output);
