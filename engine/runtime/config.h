@@ -164,7 +164,7 @@ struct TrainingConfig {
   // 0, in id order; joiners continue the count) steps at entry i mod size instead of
   // minStepTime (stepTimeOf). Empty: minStepTime for every peer.
   std::vector<std::chrono::microseconds> peerStepTimes;
-  std::size_t sendBuffers = 8;  // staging buffers for sends (each a model's size)
+  std::size_t sendBuffers = 8;  // staging buffers for sends (each at most a model's size)
   std::size_t receiveBuffers = 16;
   std::string metricsPath;  // JSON lines (eval events, final); empty: none
   // Checkpoints (params, optimizer, data position, algorithm state), written atomically every

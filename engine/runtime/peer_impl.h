@@ -39,7 +39,9 @@ struct Comms {
         MetricsMap& metrics)
       : network(config, self),
         staging(compute, modelBytes,
-                {.sendSlots = training.sendBuffers, .receiveSlots = training.receiveBuffers}),
+                {.sendSlots = training.sendBuffers,
+                 .receiveSlots = training.receiveBuffers,
+                 .preallocate = config.transport == "ibverbs"}),
         codec(
             compute, *hostCompute, training.compression, training.seed ^ self,
             [this](std::size_t bytes) { return staging.receiveSlot(bytes); },

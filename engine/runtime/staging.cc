@@ -129,12 +129,16 @@ Staging::Staging(kernels::Compute& compute, std::size_t slotBytes, StagingSizes 
   auto free = [c = &compute](void* p) { c->freeHost(p); };
   // Counted with the Compute's buffers (the peer's memory meter, if it has one).
   kernels::MemoryMeter* meter = compute.memoryMeter();
-  send_ =
-      HostBufferPool::make(std::max<std::size_t>(sizes.sendSlots, 1), bytes, allocate, free, meter);
-  reply_ = HostBufferPool::make(std::max<std::size_t>(sizes.replySlots, 1), bytes, allocate, free,
-                                meter);
-  receive_ = HostBufferPool::make(std::max<std::size_t>(sizes.receiveSlots, 1), bytes, allocate,
-                                  free, meter);
+  const auto mode = sizes.preallocate || compute.device() != kernels::Device::kCpu
+                        ? HostBufferPool::Slots::kPreallocated
+                        : HostBufferPool::Slots::kOnDemand;
+  const auto pool = [&](std::size_t slots) {
+    return HostBufferPool::make(std::max<std::size_t>(slots, 1), bytes, allocate, free, meter,
+                                mode);
+  };
+  send_ = pool(sizes.sendSlots);
+  reply_ = pool(sizes.replySlots);
+  receive_ = pool(sizes.receiveSlots);
   if (compute.device() != kernels::Device::kCpu)
     device_ = std::make_unique<DevicePool>(compute, std::max<std::size_t>(sizes.receiveSlots, 1),
                                            bytes / sizeof(float));

@@ -1,6 +1,7 @@
 // Staging: the memory every payload passes through between a peer's Compute and its transport
-// (engine/runtime/README.md), preallocated once per peer, bounded, and registered with the transport
-// once (RDMA registers it; tcp and inproc ignore it):
+// (engine/runtime/README.md), bounded per peer, allocated on demand (preallocated for RDMA and
+// device Computes) and registered with the transport once (RDMA registers it; tcp and inproc
+// ignore it):
 //
 //   send slots     payloads of compute-thread messages are copied here (on CUDA asynchronously,
 //                  overlapped with the compute that follows); a message whose owner keeps its
@@ -40,6 +41,10 @@ struct StagingSizes {
   std::size_t sendSlots = 8;
   std::size_t replySlots = 4;
   std::size_t receiveSlots = 16;  // also the device slots kept for uploads on CUDA
+  // Every slot allocated up front at a model's size, as a transport that registers memory once
+  // (RDMA) needs; otherwise host slots come on demand at their payloads' sizes (host_buffers.h),
+  // except on a device Compute, whose pinned slots are slow to allocate.
+  bool preallocate = false;
 };
 
 // A message's payload bytes ready for the transport, and what keeps them alive until it is done.
