@@ -12,13 +12,21 @@
 #include "engine/train/optimizer.h"
 
 namespace gossamer::algorithms {
-namespace {
 
 using engine::train::OptimizerKind;
 
-// out = sum of `inputs`, any number of them: one weightedSum when they fit, else the first
-// kMaxWeightedInputs, then further passes that add (1, out) and up to 15 more. `out` may alias
-// an input of the first pass only (later passes read the inputs again).
+namespace {
+
+// A cycle through every member, of 4 or more (on 3 every order is the same ring).
+bool isRing(const topology::Graph& graph) {
+  if (graph.size() < 4 || !graph.symmetric() || !graph.connected()) return false;
+  for (engine::PeerId peer : graph.members())
+    if (graph.inDegree(peer) != 2) return false;
+  return true;
+}
+
+}  // namespace
+
 void weightedSumAny(kernels::Compute& compute, std::span<float> out,
                     std::span<const kernels::WeightedInput> inputs) {
   constexpr std::size_t kMax = kernels::Compute::kMaxWeightedInputs;
@@ -34,13 +42,17 @@ void weightedSumAny(kernels::Compute& compute, std::span<float> out,
   }
 }
 
-}  // namespace
-
 void DpsgdOptions::validate() const {
   GOSSAMER_ENFORCE(std::isfinite(timeout) && timeout >= 0,
                    "dpsgd.timeout must be >= 0 seconds (0: --comm-timeout), not {}", timeout);
   GOSSAMER_ENFORCE(std::isfinite(gamma) && gamma >= 0 && gamma <= 1,
-                   "dpsgd.gamma must be in (0, 1] (0: the codec's default), not {}", gamma);
+                   "dpsgd.gamma must be in (0, 1] (0: the default), not {}", gamma);
+  GOSSAMER_ENFORCE(overlap <= kMaxOverlap,
+                   "dpsgd.overlap must be in [0, {}] steps (each keeps a snapshot of the model), "
+                   "not {}",
+                   kMaxOverlap, overlap);
+  GOSSAMER_ENFORCE(ringOrder == "network" || ringOrder == "id",
+                   "dpsgd.ring-order is network or id, not '{}'", ringOrder);
 }
 
 double DpsgdOptions::gammaFor(const kernels::Codec& codec) const {
@@ -48,7 +60,13 @@ double DpsgdOptions::gammaFor(const kernels::Codec& codec) const {
 }
 
 void Dpsgd::setup(engine::PeerContext& ctx) {
+  const bool first = !setUp_ && ctx.step() == 0;
   checkMixing(ctx);
+  if (options_.overlap > 0) checkOverlap(ctx, first);
+  historyFrom_ = ctx.step();  // overlap: new neighbours sent nothing K steps ago
+  ring_.reset();
+  if (options_.ringOrder == "network" && isRing(ctx.graph()))
+    ring_ = std::make_unique<NetworkRing>(kRingSurvey, ViewFit::kSurveyEvery, name());
   std::vector<engine::PeerId> neighbours;
   for (const topology::WeightedPeer& j : ctx.graph().inNeighbors(ctx.self()))
     neighbours.push_back(j.id);
@@ -113,7 +131,24 @@ void Dpsgd::checkMixing(engine::PeerContext& ctx) {
              problem);
 }
 
+void Dpsgd::placeRing(engine::PeerContext& ctx) {
+  if (!ring_) return;
+  const double bytes = static_cast<double>(ctx.params().size() * sizeof(float));
+  const std::span<const engine::PeerId> order = ring_->order(ctx, bytes);
+  if (std::equal(order.begin(), order.end(), placed_.begin(), placed_.end())) return;
+  placed_.assign(order.begin(), order.end());
+  ctx.placeMembers(order);
+  // New neighbours: as at a view change.
+  std::vector<engine::PeerId> neighbours;
+  for (const topology::WeightedPeer& j : ctx.graph().inNeighbors(ctx.self()))
+    neighbours.push_back(j.id);
+  estimates_.reset(neighbours);
+  historyFrom_ = ctx.step();
+}
+
 double Dpsgd::step(engine::PeerContext& ctx) {
+  placeRing(ctx);
+  if (options_.overlap > 0) return stepOverlapped(ctx);
   const std::uint64_t t = ctx.step();
   const std::uint64_t tag = engine::Tags::forRound(kModel, t);
   if (const std::size_t late = ctx.inbox().discardBefore(t); late > 0)
@@ -156,7 +191,8 @@ bool Dpsgd::choco(engine::PeerContext& ctx) {
       "topology with a symmetric mixing matrix, and this one is not (a directed or time-varying "
       "graph, or --mixing uniform on an irregular one)",
       kernels::formatCodec(ctx.compression().codec));
-  if (ctx.step() == 0) GOSSAMER_THROW("{}; use ring, torus, exponential, mesh or --mixing metropolis", problem);
+  if (ctx.step() == 0)
+    GOSSAMER_THROW("{}; use ring, torus, exponential, mesh or --mixing metropolis", problem);
   if (!warnedDirected_)
     log::get("algorithms")->warn("peer {:016x}: {}: sending float32 models", ctx.self(), problem);
   warnedDirected_ = true;
@@ -230,7 +266,6 @@ void Dpsgd::mix(engine::PeerContext& ctx, const std::vector<engine::Incoming>& m
   weightedSumAny(ctx.compute(), w, inputs);
 }
 
-
 void Dpsgd::mixEstimates(engine::PeerContext& ctx, const std::vector<engine::Incoming>& models,
                          bool descent) {
   const topology::Graph& graph = ctx.graph();
@@ -246,14 +281,15 @@ void Dpsgd::mixEstimates(engine::PeerContext& ctx, const std::vector<engine::Inc
   // w_i += gamma sum_j W_ij (x^_j - x^_i) over the known estimates: a neighbour whose estimate is
   // unknown (its model missed the round) counts as W_ij = 0, its weight staying on w_i.
   std::vector<kernels::WeightedInput> pulls;
-  double weights = 0;
   for (const topology::WeightedPeer& j : graph.inNeighbors(self)) {
     const std::optional<std::span<const float>> x = estimates_.of(j.id);
-    if (!x) continue;
-    const double wij = graph.weight(self, j.id);
-    pulls.push_back({static_cast<float>(gamma * wij), *x});
-    weights += wij;
+    if (x) pulls.push_back({static_cast<float>(gamma * graph.weight(self, j.id)), *x});
   }
+  mixDifferences(ctx, pulls, estimates_.own(), descent);
+}
+
+void mixDifferences(engine::PeerContext& ctx, std::span<const kernels::WeightedInput> pulls,
+                    std::span<const float> own, bool descent) {
   const std::span<float> w = ctx.params();
   std::vector<kernels::WeightedInput> inputs;
   if (descent) {
@@ -263,7 +299,9 @@ void Dpsgd::mixEstimates(engine::PeerContext& ctx, const std::vector<engine::Inc
     if (pulls.empty()) return;
     inputs = {{1.0f, w}};
   }
-  if (!pulls.empty()) inputs.push_back({-static_cast<float>(gamma * weights), estimates_.own()});
+  float weights = 0;
+  for (const kernels::WeightedInput& pull : pulls) weights += pull.weight;
+  if (!pulls.empty()) inputs.push_back({-weights, own});
   inputs.insert(inputs.end(), pulls.begin(), pulls.end());
   weightedSumAny(ctx.compute(), w, inputs);
 }

@@ -74,26 +74,68 @@
 // sends float32 models, with a warning). Memory: (2 + in-degree) x |w| in the Compute, plus the
 // difference's scratch.
 //
+// Overlapped (dpsgd.overlap K >= 1): the exchange hides behind K steps of compute. Step t sends
+// w_i,t and mixes, instead of round t's models, those of round t - K, which had K steps to
+// arrive, as differences, so that w_i keeps its own progress since then:
+//   send w_i,t to out(i);  g_i = grad on w_i,t;  await w_j,t-K from every j in in(i);
+//   w_i,t+1/2 = w_i,t + gamma sum_{j in in(i)} W_ij (w_j,t-K - w_i,t-K)
+//   w_i,t+1   = local optimizer step of w_i,t+1/2 with g_i
+// With a symmetric doubly stochastic W and lr 0 the network mean never changes (the differences
+// of one round cancel in the sum). The delayed consensus x_t+1 = x_t + gamma (W - I) x_t-K is
+// stable when gamma |lambda| < 2 sin(pi / (2 (2K + 1))) for every eigenvalue lambda of W - I
+// (Levin and May's bound), and |lambda| <= 2 (1 - min_i W_ii) (Gershgorin): gamma defaults to
+// 0.9 of the largest stable value, min(1, 0.9 sin(pi / (2 (2K + 1))) / (1 - min_i W_ii)), and
+// dpsgd.gamma sets it. A neighbour's missing model drops its term (the round then moves the mean
+// by that term). The first K steps after the start only step locally. Every peer must use the
+// same K, and an undirected topology (a symmetric W) is required; with --compress it is refused.
+// Memory: K + 1 snapshots of w_i in the Compute, and up to K rounds of models in flight.
+//
+// The ring's order (dpsgd.ring-order network, the default): when the topology's graph is a ring
+// of 4 or more members, the members are placed around it by the network, as allreduce-sgd's ring
+// (network_ring.h: surveyed at steps 8, 16, ... 256 and every 256, the same order on every
+// member, kept only when it shortens the estimated round), so that each peer's neighbours are
+// near it; ctx.placeMembers() moves them on the same step everywhere. A new placement counts as
+// a view change for the estimates (anchors first) and the overlapped rule (K local steps).
+//
 // Degree. weightedSum takes at most 16 inputs; a peer with more in-neighbours than fit in one
 // pass (15, or 14 with dpsgd.plain) mixes in further passes of 15 models each, accumulating in
 // w_i (any degree works; one pass per 15 extra neighbours).
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "algorithms/network_ring.h"
 #include "algorithms/public_estimates.h"
 #include "engine/algorithm.h"
 #include "kernels/codec.h"
+#include "kernels/compute.h"
 
 namespace gossamer::algorithms {
 
+// out = sum of `inputs`, any number of them: one weightedSum when they fit, else the first
+// kMaxWeightedInputs, then further passes that add (1, out) and up to 15 more. `out` may alias
+// an input of the first pass only (later passes read the inputs again).
+void weightedSumAny(kernels::Compute& compute, std::span<float> out,
+                    std::span<const kernels::WeightedInput> inputs);
+
+// w_i += sum_j pulls_j - (sum_j weight_j) own (the pulls gamma W_ij x_j, gamma-weighted), then
+// minus eta (g_i + wd w_i) in the same passes when `descent`: the difference rules (CHOCO-SGD's
+// estimates, the overlapped rule's round t - K). Nothing to do without pulls or descent.
+void mixDifferences(engine::PeerContext& ctx, std::span<const kernels::WeightedInput> pulls,
+                    std::span<const float> own, bool descent);
+
+inline constexpr std::uint64_t kMaxOverlap = 1024;
+
 struct DpsgdOptions {
-  bool plain = false;  // true: the paper's fused rule, ignoring --optimizer's rule and state
-  double timeout = 0;  // seconds to wait for the neighbours' models; 0: --comm-timeout
-  double gamma = 0;    // CHOCO-SGD's consensus step size with --compress; 0: gammaFor(codec)
+  bool plain = false;         // true: the paper's fused rule, ignoring --optimizer's rule and state
+  double timeout = 0;         // seconds to wait for the neighbours' models; 0: --comm-timeout
+  double gamma = 0;           // the consensus step size with --compress or overlap; 0: its default
+  std::uint64_t overlap = 0;  // K: mix the models of K steps before (0: this step's, the paper's)
+  std::string ringOrder = "network";  // a ring topology's order: network or id
 
   template <typename Bind>
   void bind(Bind& b) {
@@ -107,7 +149,15 @@ struct DpsgdOptions {
     b("gamma", gamma,
       "with --compress: the consensus step size of CHOCO-SGD's rule w += gamma sum_j W_ij (x^_j - "
       "x^_i), in (0, 1] (0: 1 for fp16, bf16, int8 and int4, twice the fraction for top-k, the "
-      "fraction for random-k)");
+      "fraction for random-k); with overlap K: of the delayed rule, in (0, 1] (0: 0.9 of the "
+      "largest stable step)");
+    b("ring-order", ringOrder,
+      "on a ring topology, the members' order around it: network (neighbours near each other, "
+      "from the round trips and bandwidths the members measured, agreed at survey steps) or id "
+      "(sorted peer ids)");
+    b("overlap", overlap,
+      "K >= 1: mix the neighbours' models of K steps before while this step computes, so that "
+      "an exchange has K steps to arrive (0: wait for this step's models, the paper's rule)");
   }
   void validate() const;
   // gamma, or its default for `codec` when gamma is 0.
@@ -127,6 +177,7 @@ class Dpsgd final : public engine::Algorithm {
 
   // Message kind: w_i,t, tagged Tags::forRound(kModel, t).
   static constexpr std::uint32_t kModel = 1;
+  static constexpr std::uint32_t kRingSurvey = 2;  // the ring order's surveys
 
  private:
   // Line 6: the in-neighbours' models of the round `tag` that came by the deadline and passed
@@ -141,6 +192,18 @@ class Dpsgd final : public engine::Algorithm {
   // the in-neighbours whose estimate is known, minus eta (g_i + wd w_i) when `descent`.
   void mixEstimates(engine::PeerContext& ctx, const std::vector<engine::Incoming>& models,
                     bool descent);
+  // A ring topology placed by the network (see "The ring's order"): surveys at survey steps and
+  // moves the members when the agreed order changed. Every member, every step.
+  void placeRing(engine::PeerContext& ctx);
+  // Refuses (at the start; warns later) what the overlapped rule cannot run on: --compress, a
+  // directed or asymmetric W.
+  void checkOverlap(engine::PeerContext& ctx, bool first);
+  // The overlapped step (dpsgd.overlap K, dpsgd_overlap.cc).
+  double stepOverlapped(engine::PeerContext& ctx);
+  // w_i += gamma sum_j W_ij (w_j,t-K - w_i,t-K) over `models` (round t - K), minus eta (g_i +
+  // wd w_i) in the same passes when `descent`.
+  void mixDelayed(engine::PeerContext& ctx, const std::vector<engine::Incoming>& models,
+                  std::span<const float> ownThen, bool descent);
   // Whether this round compresses: a codec in the run and an undirected graph (see "Compressed").
   bool choco(engine::PeerContext& ctx);
   // Throws (first setup) or warns (later ones) when the mixing matrix is not doubly stochastic.
@@ -151,6 +214,13 @@ class Dpsgd final : public engine::Algorithm {
   bool warnedPlain_ = false;
   bool warnedDirected_ = false;
   PublicEstimates estimates_;
+  std::vector<kernels::Buffer<float>> history_;  // overlap: w_i,t at [t % (K + 1)]
+  std::uint64_t historyFrom_ = 0;                // the first step history_ holds
+  std::unique_ptr<NetworkRing> ring_;            // ring-order network on a ring graph
+  std::vector<engine::PeerId> placed_;           // the placement asked for (empty: ids)
 };
+
+// The overlapped rule's default consensus step for delay `k` and the smallest self weight of W.
+double overlapGamma(std::uint64_t k, double minSelfWeight);
 
 }  // namespace gossamer::algorithms

@@ -9,6 +9,8 @@ void LocalSgdOptions::validate() const {
   PeriodicAveragingOptions::validate("local-sgd");
   GOSSAMER_ENFORCE(pipeline >= 1 && pipeline <= kMaxRingPipeline,
                    "local-sgd.pipeline must be in [1, {}], not {}", kMaxRingPipeline, pipeline);
+  GOSSAMER_ENFORCE(ringOrder == "network" || ringOrder == "id",
+                   "local-sgd.ring-order is network or id, not '{}'", ringOrder);
 }
 
 void LocalSgd::setup(engine::PeerContext& ctx) {
@@ -16,7 +18,20 @@ void LocalSgd::setup(engine::PeerContext& ctx) {
   if (!timed() && mean_.size() != ctx.params().size())
     mean_ = ctx.compute().allocate<float>(ctx.params().size());
   anchored_ = false;  // the start or a membership change: the next round sends the models
+  if (!timed() && ringOrder_ == "network" && !ring_)
+    ring_ = std::make_unique<NetworkRing>(kRingSurvey, ViewFit::kSurveyEvery, name());
   PeriodicAveraging::setup(ctx);
+}
+
+void LocalSgd::afterStep(engine::PeerContext& ctx) {
+  // The same steps as allreduce-sgd's ring surveys (every member, every step).
+  if (ring_ && !options().tau.isAuto())
+    ring_->order(ctx, static_cast<double>(ctx.params().size() * sizeof(float)));
+  PeriodicAveraging::afterStep(ctx);
+}
+
+void LocalSgd::surveyed(engine::PeerContext& ctx, const std::optional<Survey>& survey) {
+  if (ring_) ring_->adopt(ctx, survey, static_cast<double>(ctx.params().size() * sizeof(float)));
 }
 
 void LocalSgd::average(engine::PeerContext& ctx, std::uint64_t round) {
@@ -25,12 +40,15 @@ void LocalSgd::average(engine::PeerContext& ctx, std::uint64_t round) {
     anchored_ = averageChange(ctx, round);
     return;
   }
-  const RingOutcome outcome = ringAllReduce(ctx, ctx.params(), mean_,
-                                            {.kind = kAverage,
-                                             .step = round,
-                                             .op = ReduceOp::kMean,
-                                             .pipeline = pipeline_,
-                                             .who = name()});
+  const RingOutcome outcome =
+      ringAllReduce(ctx, ctx.params(), mean_,
+                    {.kind = kAverage,
+                     .step = round,
+                     .op = ReduceOp::kMean,
+                     .pipeline = pipeline_,
+                     .who = name(),
+                     .order = ring_ ? ring_->current(ctx) : std::span<const engine::PeerId>()});
+  if (ring_ && outcome != RingOutcome::kComplete) ring_->reset();
   if (outcome == RingOutcome::kComplete) {
     adopt(ctx, mean_, false);
     if (compressed) {

@@ -32,6 +32,7 @@
 #include <string>
 
 #include "algorithms/async_allreduce.h"
+#include "algorithms/network_ring.h"
 #include "algorithms/periodic_averaging.h"
 #include "engine/algorithm.h"
 #include "kernels/compute.h"
@@ -39,7 +40,8 @@
 namespace gossamer::algorithms {
 
 struct LocalSgdOptions : PeriodicAveragingOptions {
-  std::size_t pipeline = 4;  // sub-chunks per ring chunk
+  std::size_t pipeline = 4;           // sub-chunks per ring chunk
+  std::string ringOrder = "network";  // the ring's order: network or id
 
   template <typename Bind>
   void bind(Bind& b) {
@@ -49,6 +51,9 @@ struct LocalSgdOptions : PeriodicAveragingOptions {
     b("pipeline", pipeline,
       "sub-chunks per ring all-reduce chunk, sent back to back so transfer and reduction overlap "
       "(1-16)");
+    b("ring-order", ringOrder,
+      "the ring all-reduce's order: network (by the members' measured round trips and bandwidth, "
+      "agreed at survey steps) or id (sorted peer ids)");
     b("reset-optimizer", resetOptimizer,
       "zero the local optimizer's state (momentum) at every round instead of keeping it");
     b("round-seconds", roundSeconds,
@@ -70,26 +75,34 @@ class LocalSgd final : public PeriodicAveraging {
       : PeriodicAveraging(options, "local-sgd",
                           {.exchange = Exchange::kRing, .low = 4, .high = 64, .knob = "tau"},
                           options.pipeline),
-        pipeline_(options.pipeline) {}
+        pipeline_(options.pipeline),
+        ringOrder_(options.ringOrder) {}
   std::string name() const override { return "local-sgd"; }
   void setup(engine::PeerContext& ctx) override;
+  // With a fixed tau, the ring's own surveys (network_ring.h); then PeriodicAveraging's.
+  void afterStep(engine::PeerContext& ctx) override;
 
   // Message kinds of the all-reduce: the ring's (models), the direct one's (compressed changes);
-  // the time-boxed rounds' is PeriodicAveraging::kWeighted.
+  // the time-boxed rounds' is PeriodicAveraging::kWeighted; the ring's surveys with a fixed tau
+  // (an auto tau's surveys order the ring too).
   static constexpr std::uint32_t kAverage = 1;
   static constexpr std::uint32_t kCompressedChange = 2;
+  static constexpr std::uint32_t kRingSurvey = 4;
 
  protected:
   void average(engine::PeerContext& ctx, std::uint64_t round) override;
+  void surveyed(engine::PeerContext& ctx, const std::optional<Survey>& survey) override;
 
  private:
   // The round by the compressed change from the anchor; false when it failed.
   bool averageChange(engine::PeerContext& ctx, std::uint64_t round);
 
   std::size_t pipeline_;
-  kernels::Buffer<float> mean_;    // the all-reduce's output (rounds by steps)
-  kernels::Buffer<float> anchor_;  // compressed: the average every peer adopted last
-  bool anchored_ = false;          // anchor_ is the same on every peer
+  std::string ringOrder_;
+  std::unique_ptr<NetworkRing> ring_;  // rounds by steps, ring-order network
+  kernels::Buffer<float> mean_;        // the all-reduce's output (rounds by steps)
+  kernels::Buffer<float> anchor_;      // compressed: the average every peer adopted last
+  bool anchored_ = false;              // anchor_ is the same on every peer
   std::unique_ptr<AsyncAllReduce> changes_;
 };
 

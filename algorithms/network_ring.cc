@@ -22,26 +22,30 @@ NetworkRing::NetworkRing(std::uint32_t kind, std::uint64_t surveyEvery, std::str
 }
 
 std::span<const engine::PeerId> NetworkRing::order(engine::PeerContext& ctx, double modelBytes) {
+  if (surveys(ctx.step(), surveyEvery_) && ctx.members().size() >= 3)
+    adopt(ctx, surveyNetwork(ctx, kind_, ctx.step(), who_), modelBytes);
+  return current(ctx);
+}
+
+std::span<const engine::PeerId> NetworkRing::current(engine::PeerContext& ctx) {
   if (!order_.empty() && !std::is_permutation(order_.begin(), order_.end(), ctx.members().begin(),
                                               ctx.members().end())) {
     order_.clear();  // a view change: the id order until the next survey
   }
-  if (surveys(ctx.step(), surveyEvery_)) survey(ctx, modelBytes);
   return order_;
 }
 
-void NetworkRing::survey(engine::PeerContext& ctx, double modelBytes) {
-  const std::vector<engine::PeerId>& members = ctx.members();
-  if (members.size() < 3) return;  // two or fewer members: every ring is the same
-  const std::optional<Survey> surveyed = surveyNetwork(ctx, kind_, ctx.step(), who_);
-  if (!surveyed) {
+void NetworkRing::adopt(engine::PeerContext& ctx, const std::optional<Survey>& surveyed,
+                        double modelBytes) {
+  // Two or fewer members: every ring is the same. A survey of another view orders nothing here.
+  if (!surveyed || surveyed->members.size() < 3 || surveyed->members != ctx.members()) {
     order_.clear();
     return;
   }
-  const std::vector<float>& summed = surveyed->paths;
+  const std::vector<engine::PeerId>& members = surveyed->members;
   double idSeconds = 0, orderedSeconds = 0;
   std::vector<engine::PeerId> order =
-      ringOrderFromSurvey(members, summed, modelBytes, &idSeconds, &orderedSeconds);
+      ringOrderFromSurvey(members, surveyed->paths, modelBytes, &idSeconds, &orderedSeconds);
   // An order that gains little keeps the id order: on a LAN the measurements' noise would pick
   // the order, and two runs would sum in different orders for nothing.
   if (idSeconds - orderedSeconds < std::max(kMinGain * idSeconds, kMinGainSeconds)) order.clear();

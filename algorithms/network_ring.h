@@ -21,10 +21,12 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "algorithms/network_survey.h"
 #include "engine/algorithm.h"
 
 namespace gossamer::algorithms {
@@ -43,12 +45,15 @@ class NetworkRing {
   // The ring for this step's all-reduce of `modelBytes`: surveys first when the step is a survey
   // step (a collective: every member calls it at every step). Empty: the id order.
   std::span<const engine::PeerId> order(engine::PeerContext& ctx, double modelBytes);
+  // The order the last survey left, surveying nothing (the id order after a view change).
+  std::span<const engine::PeerId> current(engine::PeerContext& ctx);
+  // Takes the order from a survey the caller made at an agreed step (ViewFit's; none: it failed,
+  // the id order until the next).
+  void adopt(engine::PeerContext& ctx, const std::optional<Survey>& surveyed, double modelBytes);
   // Back to the id order (after a failed round).
   void reset() { order_.clear(); }
 
  private:
-  void survey(engine::PeerContext& ctx, double modelBytes);
-
   std::uint32_t kind_;
   std::uint64_t surveyEvery_;
   std::string who_;

@@ -60,9 +60,13 @@ std::optional<Survey> surveyNetwork(engine::PeerContext& ctx, std::uint32_t kind
   }
   rows[2 * n * n + rank] = static_cast<float>(stepSeconds);
   std::vector<float> summed(rows.size());
-  const RingOutcome outcome =
-      ringAllReduce(ctx, rows, summed,
-                    {.kind = kind, .step = step, .op = ReduceOp::kSum, .pipeline = 1, .who = who});
+  const RingOutcome outcome = ringAllReduce(ctx, rows, summed,
+                                            {.kind = kind,
+                                             .step = step,
+                                             .op = ReduceOp::kSum,
+                                             .pipeline = 1,
+                                             .who = who,
+                                             .discardEarlier = false});
   ctx.metrics().add(who + ".surveys", 1);
   if (outcome != RingOutcome::kComplete) return std::nullopt;
   survey.paths.assign(summed.begin(), summed.begin() + static_cast<std::ptrdiff_t>(2 * n * n));
@@ -118,11 +122,12 @@ std::optional<NetworkFacts> ViewFit::step(engine::PeerContext& ctx, std::uint64_
   // Once the view is fitted, only the multiples of kSurveyEvery: every member fitted at the same
   // survey, so all skip the early ones alike (a survey of a ring costs 2 (n - 1) latencies).
   if (!surveys(done, kSurveyEvery) || (fitted_ && done % kSurveyEvery != 0)) return std::nullopt;
-  const std::optional<Survey> survey =
-      surveyNetwork(ctx, kKind, done, who_, ownStepSeconds(ctx, clock_));
+  last_ = surveyNetwork(ctx, kKind, done, who_, ownStepSeconds(ctx, clock_));
+  surveyed_ = true;
+  surveyStep_ = done;
   clock_.restart(ctx.now());  // the survey's wait is no step's time
-  if (fitted_ || !survey) return std::nullopt;
-  std::optional<NetworkFacts> facts = survey->facts();
+  if (fitted_ || !last_) return std::nullopt;
+  std::optional<NetworkFacts> facts = last_->facts();
   fitted_ = facts.has_value();
   return facts;
 }

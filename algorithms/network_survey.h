@@ -83,11 +83,18 @@ class ViewFit {
   bool fitted() const { return fitted_; }
   // After step count `done`: the facts when this step's survey is the view's first complete one.
   std::optional<NetworkFacts> step(engine::PeerContext& ctx, std::uint64_t done);
+  // Whether step count `done` ran a survey, and its result (none: it failed), for a caller that
+  // takes more from it (a ring's order, network_ring.h).
+  bool surveyedAt(std::uint64_t done) const { return surveyed_ && surveyStep_ == done; }
+  const std::optional<Survey>& lastSurvey() const { return last_; }
 
  private:
   std::string who_;
   bool fitted_ = false;
   StepClock clock_;
+  bool surveyed_ = false;
+  std::uint64_t surveyStep_ = 0;
+  std::optional<Survey> last_;
 };
 
 // Records a chosen knob: the metric "chosen.<who>.<knob>" (--json's "chosen") and a log line

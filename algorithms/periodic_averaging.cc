@@ -55,6 +55,7 @@ void PeriodicAveraging::afterStep(engine::PeerContext& ctx) {
 
 void PeriodicAveraging::fit(engine::PeerContext& ctx, std::uint64_t done) {
   const std::optional<NetworkFacts> facts = fit_.step(ctx, done);
+  if (fit_.surveyedAt(done)) surveyed(ctx, fit_.lastSurvey());
   if (!facts) return;
   const double bytes = static_cast<double>(ctx.params().size()) * sizeof(float);
   tau_ = blockingRoundSteps(*facts, rule_.exchange, bytes, rule_.low, rule_.high);

@@ -105,6 +105,9 @@ class PeriodicAveraging : public engine::Algorithm {
   // One averaging round at step count `round`: replaces params by the average (through
   // adopt()) or, when it failed, keeps them. Compute thread.
   virtual void average(engine::PeerContext& ctx, std::uint64_t round) = 0;
+  // After each survey of the auto tau's (none: it failed), at a step every member shares: a
+  // subclass may take more from it (local-sgd's ring order).
+  virtual void surveyed(engine::PeerContext& /*ctx*/, const std::optional<Survey>& /*survey*/) {}
   // params = `average` (device memory, or host memory when `fromHost`), optimizer state reset
   // as configured, round counted.
   void adopt(engine::PeerContext& ctx, std::span<const float> average, bool fromHost);

@@ -120,7 +120,7 @@ RingOutcome ringAllReduce(engine::PeerContext& ctx, std::span<const float> input
     ctx.send(right, message);
   };
 
-  ctx.inbox().discardBefore(options.step);
+  if (options.discardEarlier) ctx.inbox().discardBefore(options.step);
   // Phase 0 sends this peer's own chunk, from the input; each later send forwards what the
   // previous phase just produced.
   for (std::size_t k = 0; k < piecesOf(rank); ++k) {

@@ -62,7 +62,8 @@ struct RingAllReduceOptions {
   // The message kind of this all-reduce's messages (the algorithm's own, < kMaxAlgorithmKind) and
   // the round's step: tags are Tags::forRound(kind, step, phase x pipeline + sub-chunk), so every
   // member must call with the same kind, step and pipeline, and one (kind, step) names one
-  // all-reduce. Queued messages of earlier steps are discarded.
+  // all-reduce. Queued messages of earlier steps are discarded
+  // unless discardEarlier is false.
   std::uint32_t kind = 0;
   std::uint64_t step = 0;
   ReduceOp op = ReduceOp::kMean;
@@ -76,6 +77,10 @@ struct RingAllReduceOptions {
   // ctx.members() as they are (sorted ids). Members whose orders differ fail the round as
   // kMismatch: the order is part of the messages' fingerprint.
   std::span<const engine::PeerId> order;
+  // Drops the queued messages of earlier steps, of every kind, before the round (the caller's
+  // earlier rounds are over). False for a collective that runs beside rounds still in flight (a
+  // survey beside dpsgd's overlapped rounds, dts's windows, streaming-diloco's fragments).
+  bool discardEarlier = true;
 };
 
 // The runtime stages every send in a buffer of a small pool and every receive in one of a small

@@ -310,6 +310,11 @@ class PeerContext {
   // The topology's graph over members() for the current step (time-varying topologies change
   // every step, others only with the members).
   virtual const topology::Graph& graph() const = 0;
+  // From now on, places the members around the topology's graph in `order` (a permutation of
+  // members(); empty: the sorted ids): the graph keeps its shape, and the peer order[k] takes the
+  // place of the k-th sorted id (topology/placement.h). Every member must place alike at the same
+  // step (from measurements they agreed on: network_ring.h); a view change returns to the ids.
+  virtual void placeMembers(std::span<const PeerId> order) = 0;
   // Local steps completed (0 in setup before the first step).
   virtual std::uint64_t step() const = 0;
   // Local steps this run will make in all.

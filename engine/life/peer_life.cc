@@ -6,6 +6,7 @@
 #include "engine/base/enforce.h"
 #include "engine/runtime/checkpoints.h"
 #include "engine/train/schedule.h"
+#include "topology/placement.h"
 
 namespace gossamer::engine::life {
 namespace {
@@ -70,6 +71,24 @@ void PeerLife::takeShard() {
   learner_ = &env_.takeShard(count, rank);
 }
 
+void PeerLife::buildGraph() {
+  roster_.unplaced = env_.graph(roster_.members, counters_.step);
+  const std::vector<PeerId>& order = roster_.placement;
+  if (order.empty() || !std::is_permutation(order.begin(), order.end(), roster_.members.begin(),
+                                            roster_.members.end())) {
+    roster_.placement.clear();
+    roster_.graph = roster_.unplaced;
+    return;
+  }
+  roster_.graph =
+      std::make_shared<const topology::Graph>(topology::placeMembers(*roster_.unplaced, order));
+}
+
+void PeerLife::placeMembers(std::span<const PeerId> order) {
+  roster_.placement.assign(order.begin(), order.end());
+  if (roster_.unplaced) buildGraph();
+}
+
 void PeerLife::adoptView(bool force) {
   const std::uint64_t epoch = env_.epoch();
   if (!force && epoch == roster_.epoch) return;
@@ -77,7 +96,7 @@ void PeerLife::adoptView(bool force) {
   roster_.members = env_.members();
   roster_.epoch = epoch;
   takeShard();
-  roster_.graph = env_.graph(roster_.members, counters_.step);
+  buildGraph();
   algorithm_.setup(env_.context());
   if (phase_ == Phase::training && algorithm_.lockstep()) realignWithReturned(before);
   known_.insert(roster_.members.begin(), roster_.members.end());
@@ -109,7 +128,7 @@ bool PeerLife::start() {
                              ? plan_.totalSteps
                              : env_.totalSteps(std::max(roster_.shardCount, config_.minPeers));
   counters_.runSteps = plan_.runSteps > 0 ? plan_.runSteps : counters_.totalSteps.load();
-  roster_.graph = env_.graph(roster_.members, counters_.step);
+  buildGraph();
   known_.insert(roster_.members.begin(), roster_.members.end());
   // The model and step to start from: its checkpoint (going on from the cluster's step when that
   // is later, the algorithm told that the others went on without it), a live peer's (joining
@@ -153,7 +172,7 @@ std::optional<double> PeerLife::step() {
   adoptView(false);
   if (algorithm_.lockstep()) realignIfBehind();
   if (counters_.step >= counters_.totalSteps) return std::nullopt;
-  if (env_.timeVaryingGraph()) roster_.graph = env_.graph(roster_.members, counters_.step);
+  if (env_.timeVaryingGraph()) buildGraph();
   learner_->optimizer().setLearningRate(learningRate());
   const double loss = algorithm_.step(env_.context());
   ++counters_.step;

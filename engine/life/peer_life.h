@@ -40,9 +40,11 @@ const char* name(Phase phase);
 // The members in training as the algorithm sees them (PeerContext::members, epoch, graph): fixed
 // between step boundaries.
 struct Roster {
-  std::vector<PeerId> members;  // sorted, self included
-  std::uint64_t epoch = 0;      // of the membership view they come from
-  std::shared_ptr<const topology::Graph> graph;
+  std::vector<PeerId> members;                      // sorted, self included
+  std::uint64_t epoch = 0;                          // of the membership view they come from
+  std::shared_ptr<const topology::Graph> graph;     // the topology's, members placed
+  std::shared_ptr<const topology::Graph> unplaced;  // the topology's over the sorted ids
+  std::vector<PeerId> placement;                    // PeerContext::placeMembers (empty: ids)
   // Past the finish barrier, where finish() runs its last rounds: a wait ends early for a peer
   // that released the others, no longer for one that finished training (they all have).
   bool finishing = false;
@@ -120,6 +122,8 @@ class PeerLife {
   // members, the shard, the step count, the model (a checkpoint's, a live peer's for a late
   // joiner, or the initial), then the algorithm's setup.
   bool start();
+  // PeerContext::placeMembers: the graph from now on, with the members in `order`.
+  void placeMembers(std::span<const PeerId> order);
   // One step at a step boundary: a changed view adopted, the learning rate of the schedule, the
   // algorithm's step, the step counted. Returns the loss; nullopt when no step is left after the
   // view (a realign took the model of a member that had trained them all).
@@ -140,6 +144,9 @@ class PeerLife {
   // then realigns with members back after a partition.
   void adoptView(bool force);
   void takeShard();
+  // The topology's graph for the members and step, placed as last asked while the members are
+  // the same (a view change returns to the sorted ids).
+  void buildGraph();
   // Members of an earlier roster of this life, gone, and now back in `members` (a partition
   // healed, or a restart): the one training furthest ahead of this peer, if any, is the one whose
   // model and step this side takes (Algorithm::realign). A restart that joined late is never

@@ -41,6 +41,7 @@ struct ComputeParts {
   Staging& staging;
   LoopStatus& status;
   MetricsMap& metrics;
+  std::function<void(std::span<const PeerId>)> place;  // PeerLife::placeMembers
 };
 
 // The inbox as an algorithm sees it: the peer's queue, its waits counted as communication time.
@@ -67,6 +68,7 @@ class ComputeContext final : public PeerContext {
   const std::vector<PeerId>& members() const override { return p_.roster.members; }
   std::uint64_t epoch() const override { return p_.roster.epoch; }
   const topology::Graph& graph() const override { return *p_.roster.graph; }
+  void placeMembers(std::span<const PeerId> order) override { p_.place(order); }
   std::uint64_t step() const override { return p_.status.step; }
   std::uint64_t totalSteps() const override { return p_.status.totalSteps; }
   std::uint64_t runSteps() const override { return p_.status.runSteps; }

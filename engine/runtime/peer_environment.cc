@@ -43,10 +43,12 @@ std::uint64_t Peer::Impl::epoch() { return comms->network.epoch(); }
 PeerContext& Peer::Impl::context() {
   if (!training.context) {
     GOSSAMER_ENFORCE(training.learner != nullptr, "the context exists once the learner does");
-    training.context = std::make_unique<ComputeContext>(ComputeParts{
-        self, config.training, *compute, *training.learner, training.life->roster(),
-        comms->network, comms->messenger, comms->inbox, comms->control, comms->staging, status,
-        metrics});
+    training.context = std::make_unique<ComputeContext>(
+        ComputeParts{self, config.training, *compute, *training.learner, training.life->roster(),
+                     comms->network, comms->messenger, comms->inbox, comms->control, comms->staging,
+                     status, metrics, [life = training.life.get()](std::span<const PeerId> order) {
+                       life->placeMembers(order);
+                     }});
   }
   return *training.context;
 }
@@ -87,7 +89,8 @@ std::uint64_t Peer::Impl::expiredWaits() {
 bool Peer::Impl::timeVaryingGraph() const { return topology->timeVarying(); }
 
 std::optional<std::uint64_t> Peer::Impl::trainingStep(PeerId member) {
-  const std::optional<control::Status> status = comms->control.statusOf(member, std::chrono::seconds(1));
+  const std::optional<control::Status> status =
+      comms->control.statusOf(member, std::chrono::seconds(1));
   if (!status || !status->training) return std::nullopt;
   return status->step;
 }
@@ -126,9 +129,7 @@ void Peer::Impl::atEvalPoint(std::uint64_t step, std::uint64_t point) {
 
 bool Peer::Impl::checkpointDue(std::uint64_t step) { return checkpoints.dueAfter(step); }
 
-void Peer::Impl::keepCheckpoint(train::Checkpoint checkpoint) {
-  checkpoints.write(checkpoint);
-}
+void Peer::Impl::keepCheckpoint(train::Checkpoint checkpoint) { checkpoints.write(checkpoint); }
 
 void Peer::Impl::announce(life::Barrier barrier) {
   comms->control.announce(controlBarrier(barrier), without(comms->network.members(), self),

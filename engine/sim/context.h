@@ -16,6 +16,7 @@ class SimContext final : public PeerContext {
   const std::vector<PeerId>& members() const override { return p_.roster().members; }
   std::uint64_t epoch() const override { return p_.roster().epoch; }
   const topology::Graph& graph() const override { return *p_.roster().graph; }
+  void placeMembers(std::span<const PeerId> order) override { p_.lifecycle->placeMembers(order); }
   std::uint64_t step() const override { return p_.step; }
   std::uint64_t totalSteps() const override { return p_.totalSteps; }
   std::uint64_t runSteps() const override { return p_.runSteps; }

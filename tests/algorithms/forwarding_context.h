@@ -45,6 +45,7 @@ class ForwardingContext : public engine::PeerContext {
   const std::vector<engine::PeerId>& members() const override { return inner_.members(); }
   std::uint64_t epoch() const override { return inner_.epoch(); }
   const topology::Graph& graph() const override { return inner_.graph(); }
+  void placeMembers(std::span<const engine::PeerId> order) override { inner_.placeMembers(order); }
   std::uint64_t step() const override { return inner_.step(); }
   std::uint64_t totalSteps() const override { return inner_.totalSteps(); }
   std::uint64_t runSteps() const override { return inner_.runSteps(); }

@@ -145,6 +145,7 @@ class UnusedContext final : public PeerContext {
   const std::vector<PeerId>& members() const override { unused(); }
   std::uint64_t epoch() const override { unused(); }
   const topology::Graph& graph() const override { unused(); }
+  void placeMembers(std::span<const PeerId>) override { unused(); }
   std::uint64_t step() const override { unused(); }
   std::uint64_t totalSteps() const override { unused(); }
   std::uint64_t runSteps() const override { unused(); }

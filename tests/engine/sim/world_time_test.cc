@@ -99,6 +99,7 @@ TEST_CASE("sim: dpsgd's virtual time equals its closed form") {
        std::vector<std::pair<int, double>>{{100, 0}, {400, 0}, {400, 1}}) {
     SimConfig c = baseConfig(4, "dpsgd", 12);
     c.training.topology = "ring";
+    c.training.algorithmOptions["ring-order"] = "id";  // the rule alone: no ring surveys
     c.network = uniform(std::chrono::milliseconds(latencyMs), mbit * 1e6);
     const SimResult r = simulate(c, registry, smallData(registry));
     REQUIRE(r.violations.empty());
