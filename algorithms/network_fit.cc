@@ -59,7 +59,15 @@ double NetworkFacts::wireSeconds(Exchange kind, double bytes) const {
   for (const double bandwidth : bandwidth_)
     if (bandwidth > 0) slowest = std::max(slowest, perLink / bandwidth);
   const double hops = kind == Exchange::kRing ? 2.0 * static_cast<double>(n_ - 1) : 2.0;
-  return hops * slowest;
+  return slowdown_ * hops * slowest;
+}
+
+void NetworkFacts::calibrate(Exchange kind, double bytes, double measuredSeconds) {
+  slowdown_ = 1;
+  const double modelled = exchangeSeconds(kind, bytes);
+  if (!(modelled > 0) || !std::isfinite(measuredSeconds)) return;
+  const double ratio = measuredSeconds / modelled;
+  if (ratio > kCalibrationDeadBand) slowdown_ = std::min(ratio, kMaxSlowdown);
 }
 
 double NetworkFacts::exchangeSeconds(Exchange kind, double bytes) const {
@@ -72,7 +80,7 @@ double NetworkFacts::exchangeSeconds(Exchange kind, double bytes) const {
     slowest = std::max(slowest, latency_[k] + wire);
   }
   const double hops = kind == Exchange::kRing ? 2.0 * static_cast<double>(n_ - 1) : 2.0;
-  return hops * slowest;
+  return slowdown_ * hops * slowest;
 }
 
 double blockingRoundSeconds(double exchangeSeconds) {

@@ -29,6 +29,14 @@
 
 namespace gossamer::algorithms {
 
+// Calibration (NetworkFacts::calibrate): the paths' bandwidths are their capacities, and a busy
+// machine moves less; an algorithm that has run an exchange before its survey (diloco's,
+// local-sgd's and sparknet's provisional round) scales every estimate by what it took over what
+// the model says, when that is more than kCalibrationDeadBand (a quarter more: frame headers and
+// the members' step skew stay within it), at most kMaxSlowdown.
+inline constexpr double kCalibrationDeadBand = 1.25;
+inline constexpr double kMaxSlowdown = 8;
+
 // A blocking exchange may take this share of a round (utilization 1 - c).
 inline constexpr double kBlockingShare = 0.05;
 // An overlapped exchange may keep the slowest link busy this share of the time.
@@ -57,10 +65,15 @@ class NetworkFacts {
   double wireSeconds(Exchange kind, double bytes) const;
   // The largest one-way latency between two members.
   double maxLatencySeconds() const;
+  // Scales exchangeSeconds and wireSeconds by `measuredSeconds`, what an exchange of `bytes` by
+  // `kind` took, over the model's estimate of it (see kCalibrationDeadBand); 1 when not more.
+  void calibrate(Exchange kind, double bytes, double measuredSeconds);
+  double slowdown() const { return slowdown_; }
 
  private:
   std::size_t n_ = 0;
   double slowestStep_ = 0, meanStep_ = 0;
+  double slowdown_ = 1;
   std::vector<double> latency_, bandwidth_;  // n x n; bandwidth 0: unlimited
 };
 

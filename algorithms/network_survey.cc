@@ -37,15 +37,15 @@ bool surveys(std::uint64_t step, std::uint64_t every) {
 }
 
 std::optional<Survey> surveyNetwork(engine::PeerContext& ctx, std::uint32_t kind,
-                                    std::uint64_t step, const std::string& who,
-                                    double stepSeconds) {
+                                    std::uint64_t step, const std::string& who, double stepSeconds,
+                                    double exchangeSeconds) {
   Survey survey;
   survey.members = ctx.members();
   const std::size_t n = survey.members.size();
   const auto rank = static_cast<std::size_t>(
       std::find(survey.members.begin(), survey.members.end(), ctx.self()) - survey.members.begin());
-  // [paths (n x n x 2), step seconds (n)]: one-hot rows, summed.
-  std::vector<float> rows(2 * n * n + n, 0.0f);
+  // [paths (n x n x 2), step seconds (n), exchange seconds (n)]: one-hot rows, summed.
+  std::vector<float> rows(2 * n * n + 2 * n, 0.0f);
   const std::map<engine::PeerId, engine::PathEstimate> paths = ctx.measuredPaths();
   for (std::size_t j = 0; j < n; ++j) {
     if (j == rank) continue;
@@ -59,6 +59,7 @@ std::optional<Survey> surveyNetwork(engine::PeerContext& ctx, std::uint32_t kind
     entry[1] = static_cast<float>(twoDigits(it->second.bytesPerSecond));
   }
   rows[2 * n * n + rank] = static_cast<float>(stepSeconds);
+  rows[2 * n * n + n + rank] = static_cast<float>(exchangeSeconds);
   std::vector<float> summed(rows.size());
   const RingOutcome outcome = ringAllReduce(ctx, rows, summed,
                                             {.kind = kind,
@@ -69,9 +70,17 @@ std::optional<Survey> surveyNetwork(engine::PeerContext& ctx, std::uint32_t kind
                                              .discardEarlier = false});
   ctx.metrics().add(who + ".surveys", 1);
   if (outcome != RingOutcome::kComplete) return std::nullopt;
-  survey.paths.assign(summed.begin(), summed.begin() + static_cast<std::ptrdiff_t>(2 * n * n));
-  survey.stepSeconds.assign(summed.begin() + static_cast<std::ptrdiff_t>(2 * n * n), summed.end());
+  const auto at = [&](std::size_t k) { return summed.begin() + static_cast<std::ptrdiff_t>(k); };
+  survey.paths.assign(at(0), at(2 * n * n));
+  survey.stepSeconds.assign(at(2 * n * n), at(2 * n * n + n));
+  survey.exchangeSeconds.assign(at(2 * n * n + n), summed.end());
   return survey;
+}
+
+double Survey::measuredExchangeSeconds() const {
+  if (exchangeSeconds.empty()) return 0;
+  const float shortest = *std::min_element(exchangeSeconds.begin(), exchangeSeconds.end());
+  return shortest > 0 && std::isfinite(shortest) ? shortest : 0.0;
 }
 
 double ownExchangeSeconds(engine::PeerContext& ctx, Exchange kind, double bytes) {
@@ -117,12 +126,13 @@ double ownStepSeconds(engine::PeerContext& ctx, const StepClock& clock) {
   return speed && speed->stepSeconds > 0 ? speed->stepSeconds : clock.medianSeconds();
 }
 
-std::optional<NetworkFacts> ViewFit::step(engine::PeerContext& ctx, std::uint64_t done) {
+std::optional<NetworkFacts> ViewFit::step(engine::PeerContext& ctx, std::uint64_t done,
+                                          double exchangeSeconds) {
   clock_.tick(ctx.now());
   // Once the view is fitted, only the multiples of kSurveyEvery: every member fitted at the same
   // survey, so all skip the early ones alike (a survey of a ring costs 2 (n - 1) latencies).
   if (!surveys(done, kSurveyEvery) || (fitted_ && done % kSurveyEvery != 0)) return std::nullopt;
-  last_ = surveyNetwork(ctx, kKind, done, who_, ownStepSeconds(ctx, clock_));
+  last_ = surveyNetwork(ctx, kKind, done, who_, ownStepSeconds(ctx, clock_), exchangeSeconds);
   surveyed_ = true;
   surveyStep_ = done;
   clock_.restart(ctx.now());  // the survey's wait is no step's time

@@ -28,7 +28,11 @@ struct Survey {
   std::vector<engine::PeerId> members;  // sorted ids: row i is members[i]
   std::vector<float> paths;             // n x n x 2: [round trip s, bandwidth B/s (0: unlimited)]
   std::vector<float> stepSeconds;       // n: each member's seconds per step (0: not known yet)
+  std::vector<float> exchangeSeconds;   // n: what the caller's last exchange took each (0: none)
 
+  // The exchange as it ran: the members' shortest (the last to arrive waited for nobody's step),
+  // 0 unless every member measured one.
+  double measuredExchangeSeconds() const;
   // The facts the defaults are chosen from; none while a member's step or a pair is unmeasured.
   std::optional<NetworkFacts> facts() const;
 };
@@ -39,10 +43,11 @@ bool surveys(std::uint64_t step, std::uint64_t every);
 // One survey at step count `step` under message kind `kind` (the caller's, < kMaxAlgorithmKind);
 // none when it failed (a member missing, views differ). Every member calls it at the same step.
 // `who` names the caller in logs and metrics ("<who>.surveys"); `stepSeconds`: this member's
-// (0: unknown).
+// (0: unknown); `exchangeSeconds`: what this member's last exchange took, of the kind and bytes
+// the caller calibrates with (0: none).
 std::optional<Survey> surveyNetwork(engine::PeerContext& ctx, std::uint32_t kind,
                                     std::uint64_t step, const std::string& who,
-                                    double stepSeconds = 0);
+                                    double stepSeconds = 0, double exchangeSeconds = 0);
 
 // This peer's own estimate of an exchange of `bytes` among the members, from its own paths only
 // (the time-boxed rounds' tail averages the members' estimates); 0 when it measured none.
@@ -82,7 +87,9 @@ class ViewFit {
   void reset() { fitted_ = false; }
   bool fitted() const { return fitted_; }
   // After step count `done`: the facts when this step's survey is the view's first complete one.
-  std::optional<NetworkFacts> step(engine::PeerContext& ctx, std::uint64_t done);
+  // `exchangeSeconds`: what this member's last exchange took (0: none yet), surveyed with it.
+  std::optional<NetworkFacts> step(engine::PeerContext& ctx, std::uint64_t done,
+                                   double exchangeSeconds = 0);
   // Whether step count `done` ran a survey, and its result (none: it failed), for a caller that
   // takes more from it (a ring's order, network_ring.h).
   bool surveyedAt(std::uint64_t done) const { return surveyed_ && surveyStep_ == done; }

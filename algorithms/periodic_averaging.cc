@@ -1,5 +1,6 @@
 #include "algorithms/periodic_averaging.h"
 
+#include <chrono>
 #include <utility>
 
 #include <fmt/format.h>
@@ -48,23 +49,29 @@ void PeriodicAveraging::afterStep(engine::PeerContext& ctx) {
   const std::uint64_t done = ctx.step() + 1;  // ctx.step() counts this step once it returns
   if (roundEnds(done)) {
     lastRoundStep_ = done;
+    const engine::Clock::time_point begin = ctx.now();
     average(ctx, done);
+    lastRoundSeconds_ = std::chrono::duration<double>(ctx.now() - begin).count();
   }
   if (options_.tau.isAuto()) fit(ctx, done);
 }
 
 void PeriodicAveraging::fit(engine::PeerContext& ctx, std::uint64_t done) {
-  const std::optional<NetworkFacts> facts = fit_.step(ctx, done);
+  std::optional<NetworkFacts> facts = fit_.step(ctx, done, lastRoundSeconds_);
   if (fit_.surveyedAt(done)) surveyed(ctx, fit_.lastSurvey());
   if (!facts) return;
   const double bytes = static_cast<double>(ctx.params().size()) * sizeof(float);
+  // The provisional rounds ran this very exchange: the model scaled to what they took.
+  const double measured = fit_.lastSurvey()->measuredExchangeSeconds();
+  facts->calibrate(rule_.exchange, bytes, measured);
   tau_ = blockingRoundSteps(*facts, rule_.exchange, bytes, rule_.low, rule_.high);
   anchor_ = done;
-  reportChosen(ctx, name(), rule_.knob, static_cast<double>(tau_),
-               fmt::format("survey at step {}: {} members, slowest step {:.4f} s, an exchange of "
-                           "{:.1f} MB {:.4f} s",
-                           done, facts->members(), facts->slowestStepSeconds(), bytes / 1e6,
-                           facts->exchangeSeconds(rule_.exchange, bytes)));
+  reportChosen(
+      ctx, name(), rule_.knob, static_cast<double>(tau_),
+      fmt::format("survey at step {}: {} members, slowest step {:.4f} s, an exchange of "
+                  "{:.1f} MB {:.4f} s (measured {:.4f} s: x{:.2f})",
+                  done, facts->members(), facts->slowestStepSeconds(), bytes / 1e6,
+                  facts->exchangeSeconds(rule_.exchange, bytes), measured, facts->slowdown()));
 }
 
 void PeriodicAveraging::finish(engine::PeerContext& ctx) {

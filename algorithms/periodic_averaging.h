@@ -128,6 +128,7 @@ class PeriodicAveraging : public engine::Algorithm {
   std::uint64_t tau_ = kProvisionalTau;  // rounds by steps: every tau_ steps after anchor_
   std::uint64_t anchor_ = 0;
   std::uint64_t lastRoundStep_ = 0;  // the step count of the last round by steps
+  double lastRoundSeconds_ = 0;      // what it took (calibrates the auto tau's survey)
   ViewFit fit_;
   std::unique_ptr<TimedRounds> timed_;
   // The default time-boxed round's exchange, its output and the rounds attempted.

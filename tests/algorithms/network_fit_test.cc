@@ -60,6 +60,32 @@ TEST_CASE("network fit: exchanges on the slowest pair, in closed form") {
   CHECK(blockingRoundSteps(f, Exchange::kDirect, 0, 20, 100) == 20);
 }
 
+TEST_CASE("network fit: a measured exchange past the dead band scales every estimate") {
+  NetworkFacts f = factsOf(4, 0.3, 0.2, 10e6, 5e6);
+  // The model's direct exchange of 40 MB: 4.2 s. Measured 8.4 s: everything twice as long.
+  f.calibrate(Exchange::kDirect, 40e6, 8.4);
+  CHECK(f.slowdown() == doctest::Approx(2.0));
+  CHECK(f.exchangeSeconds(Exchange::kDirect, 40e6) == doctest::Approx(8.4));
+  CHECK(f.exchangeSeconds(Exchange::kRing, 40e6) == doctest::Approx(25.2));
+  CHECK(f.wireSeconds(Exchange::kDirect, 40e6) == doctest::Approx(8.0));
+  CHECK(blockingRoundSteps(f, Exchange::kDirect, 40e6, 10, 1000) == 532);  // ceil(159.6 / 0.3)
+  // Within a quarter of the model (headers, skew), or faster: the model stands.
+  f.calibrate(Exchange::kDirect, 40e6, 4.2 * 1.24);
+  CHECK(f.slowdown() == 1.0);
+  f.calibrate(Exchange::kDirect, 40e6, 1.0);
+  CHECK(f.slowdown() == 1.0);
+  CHECK(f.exchangeSeconds(Exchange::kDirect, 40e6) == doctest::Approx(4.2));
+  // At most kMaxSlowdown.
+  f.calibrate(Exchange::kDirect, 40e6, 1000);
+  CHECK(f.slowdown() == kMaxSlowdown);
+  // The survey's measurement: the members' shortest, none unless every member measured one.
+  Survey survey;
+  survey.exchangeSeconds = {2.5f, 2.0f, 3.0f};
+  CHECK(survey.measuredExchangeSeconds() == doctest::Approx(2.0));
+  survey.exchangeSeconds = {2.5f, 0.0f, 3.0f};
+  CHECK(survey.measuredExchangeSeconds() == 0.0);
+}
+
 TEST_CASE("network fit: facts need every member's step and every pair measured one way") {
   const std::vector<float> steps{0.1f, 0.2f}, noStep{0.1f, 0.0f};
   const std::vector<float> rtts{0, 0.05f, -1, 0}, none{0, -1, -1, 0}, bws{0, 0, 0, 0};
