@@ -31,9 +31,9 @@ namespace gossamer::algorithms {
 
 // Calibration (NetworkFacts::calibrate): the paths' bandwidths are their capacities, and a busy
 // machine moves less; an algorithm that has run an exchange before its survey (diloco's,
-// local-sgd's and sparknet's provisional round) scales every estimate by what it took over what
-// the model says, when that is more than kCalibrationDeadBand (a quarter more: frame headers and
-// the members' step skew stay within it), at most kMaxSlowdown.
+// local-sgd's and sparknet's provisional round) scales every estimate by what the members waited
+// for it over what the model says, when that is more than kCalibrationDeadBand (a quarter more:
+// frame headers and a little step skew stay within it), at most kMaxSlowdown.
 inline constexpr double kCalibrationDeadBand = 1.25;
 inline constexpr double kMaxSlowdown = 8;
 

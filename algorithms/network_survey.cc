@@ -78,9 +78,12 @@ std::optional<Survey> surveyNetwork(engine::PeerContext& ctx, std::uint32_t kind
 }
 
 double Survey::measuredExchangeSeconds() const {
-  if (exchangeSeconds.empty()) return 0;
-  const float shortest = *std::min_element(exchangeSeconds.begin(), exchangeSeconds.end());
-  return shortest > 0 && std::isfinite(shortest) ? shortest : 0.0;
+  double sum = 0;
+  for (const float seconds : exchangeSeconds) {
+    if (!(seconds > 0) || !std::isfinite(seconds)) return 0;  // a member measured none
+    sum += seconds;
+  }
+  return exchangeSeconds.empty() ? 0.0 : sum / static_cast<double>(exchangeSeconds.size());
 }
 
 double ownExchangeSeconds(engine::PeerContext& ctx, Exchange kind, double bytes) {

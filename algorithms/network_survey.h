@@ -30,8 +30,8 @@ struct Survey {
   std::vector<float> stepSeconds;       // n: each member's seconds per step (0: not known yet)
   std::vector<float> exchangeSeconds;   // n: what the caller's last exchange took each (0: none)
 
-  // The exchange as it ran: the members' shortest (the last to arrive waited for nobody's step),
-  // 0 unless every member measured one.
+  // The exchange as the members waited for it: their mean (each member's wait, the skew of the
+  // steps included, is its share of comm wait), 0 unless every member measured one.
   double measuredExchangeSeconds() const;
   // The facts the defaults are chosen from; none while a member's step or a pair is unmeasured.
   std::optional<NetworkFacts> facts() const;

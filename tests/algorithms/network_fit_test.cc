@@ -78,10 +78,10 @@ TEST_CASE("network fit: a measured exchange past the dead band scales every esti
   // At most kMaxSlowdown.
   f.calibrate(Exchange::kDirect, 40e6, 1000);
   CHECK(f.slowdown() == kMaxSlowdown);
-  // The survey's measurement: the members' shortest, none unless every member measured one.
+  // The survey's measurement: the members' mean wait, none unless every member measured one.
   Survey survey;
   survey.exchangeSeconds = {2.5f, 2.0f, 3.0f};
-  CHECK(survey.measuredExchangeSeconds() == doctest::Approx(2.0));
+  CHECK(survey.measuredExchangeSeconds() == doctest::Approx(2.5));
   survey.exchangeSeconds = {2.5f, 0.0f, 3.0f};
   CHECK(survey.measuredExchangeSeconds() == 0.0);
 }
