@@ -240,11 +240,20 @@ def full_geo_300ms(rows):
 
 
 def fast_steps_geo(rows):
-    header = ["algorithm", "options", "time to 85%", "speed-up", "final accuracy", "MB/peer"]
-    tuned = {"dts": "delay 8, period 4", "easgd": "prefetch 4", "eamsgd": "prefetch 4"}
-    body = [[r["algorithm"], tuned.get(r["algorithm"], "defaults"), seconds(r), speedup(r),
-             final_accuracy(r), megabytes(r)] for r in rows]
-    return markdown(header, body, "llrrrr")
+    header = ["algorithm", "options", "time to 85%", "speed-up", "comm wait", "final accuracy",
+              "MB/peer"]
+    body = [[r["algorithm"], options(r), seconds(r), speedup(r),
+             percent(r, "comm_wait_fraction", "%.0f%%"), final_accuracy(r), megabytes(r)]
+            for r in rows]
+    return markdown(header, body, "llrrrrr")
+
+
+def memory16(rows):
+    """Memory at scale: the largest peer's tracked peak over the model, the process's peak RSS."""
+    header = ["algorithm", "options", "steps a peer", "peak memory / model", "process peak RSS"]
+    body = [[r["algorithm"], options(r), r["steps"], fmt(number(r, "peak_memory_vs_model"), "%.1fx"),
+             fmt(number(r, "peak_rss_bytes") / 2**30, "%.1f GiB")] for r in rows]
+    return markdown(header, body, "llrrr")
 
 
 def codec_columns(rows, r):
@@ -330,6 +339,7 @@ TABLES = {
     "compression": ("bench/results/compression", compression),
     "full-geo-300ms": ("bench/results/full/geo-300ms", full_geo_300ms),
     "fast-steps-geo": ("bench/results/fast-steps-geo", fast_steps_geo),
+    "memory16": ("bench/results/memory16", memory16),
     "compression-detail": ("bench/results/compression", compression_detail),
     "compression-wan-geo": ("bench/results/compression/wan-geo", compression_networks),
     "compression-gossip": ("bench/results/compression/gossip", compression_gossip),
